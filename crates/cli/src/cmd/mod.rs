@@ -1,0 +1,8 @@
+//! One module per subcommand, each with an `Opts` struct and a `run` function.
+
+pub(crate) mod doctor;
+pub(crate) mod emu;
+pub(crate) mod lab;
+pub(crate) mod send;
+pub(crate) mod serve;
+pub(crate) mod watch;

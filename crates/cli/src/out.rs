@@ -1,0 +1,35 @@
+//! Writing to stdout so that a closed pipe (`tcptune ... | head`) ends the program quietly
+#![allow(dead_code)] // used by the subcommands as they land
+//! with status 0 instead of a panic.
+
+use serde::Serialize;
+use std::io::{self, Write};
+
+fn handle(r: io::Result<()>) {
+    if let Err(e) = r {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("tcptune: writing to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Print `text` followed by a newline.
+pub(crate) fn line(text: &str) {
+    let mut out = io::stdout().lock();
+    handle(writeln!(out, "{text}").and_then(|_| out.flush()));
+}
+
+/// Print `text` as is (no newline added).
+pub(crate) fn text(text: &str) {
+    let mut out = io::stdout().lock();
+    handle(out.write_all(text.as_bytes()).and_then(|_| out.flush()));
+}
+
+/// Print a value as pretty JSON followed by a newline.
+pub(crate) fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(value)?;
+    line(&s);
+    Ok(())
+}

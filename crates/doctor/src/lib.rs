@@ -1,0 +1,1 @@
+//! Host audit (`doctor`) and live connection view (`watch`).

@@ -1,0 +1,1 @@
+//! The user-space WAN emulator.

@@ -1,0 +1,1 @@
+//! The lab: experiment plans, runner, aggregation and the report.

@@ -1,0 +1,413 @@
+//! The machine-readable report of a transfer (`tcptune send --json`).
+//!
+//! The shape follows iperf3's `--json` output (`start` / `intervals` / `end`) so existing
+//! parsers keep working; in particular `end.sum_received.bytes`, `.seconds` and
+//! `.bits_per_second` mean what they mean in iperf3: measured at the receiver. tcptune's own
+//! additions live under `start.tcptune` and `end.tcptune`. Bump [`SCHEMA_VERSION`] on any
+//! incompatible change. Types derive `Deserialize` too, so the lab reads reports back.
+
+use serde::{Deserialize, Serialize};
+use tcptune_core::{Action, HostLimits, PathHint};
+
+/// Version of this schema.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// What was set up.
+    pub start: Start,
+    /// Per-interval throughput (one per second by default), as in iperf3.
+    pub intervals: Vec<Interval>,
+    /// Totals.
+    pub end: End,
+    /// Set when the run failed; the rest of the report holds what was measured until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// iperf3's `start` object, plus `tcptune`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// Data connections as opened (iperf3: `connected`).
+    pub connected: Vec<Connected>,
+    /// `tcptune X.Y.Z`.
+    pub version: String,
+    /// `uname -a`-like description of this host.
+    pub system_info: String,
+    /// Server the client connected to.
+    pub connecting_to: ConnectingTo,
+    /// Session id (iperf3: `cookie`).
+    pub cookie: String,
+    /// Parameters of the test (iperf3: `test_start`).
+    pub test_start: TestStart,
+    /// tcptune-specific setup.
+    pub tcptune: StartTcptune,
+}
+
+/// One data connection (iperf3: `start.connected[]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Connected {
+    /// Stream index (iperf3 uses the fd; tcptune uses a stable 1-based stream number).
+    pub socket: u32,
+    /// Local address.
+    pub local_host: String,
+    /// Local port.
+    pub local_port: u16,
+    /// Remote address.
+    pub remote_host: String,
+    /// Remote port.
+    pub remote_port: u16,
+}
+
+/// iperf3's `start.connecting_to`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConnectingTo {
+    /// Host as given.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// iperf3's `start.test_start`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TestStart {
+    /// Always `"TCP"`.
+    pub protocol: String,
+    /// Parallel streams requested (`-P`).
+    pub num_streams: u32,
+    /// Message size (`-l`).
+    pub blksize: u64,
+    /// Always 0 (tcptune does not omit intervals).
+    pub omit: u32,
+    /// Duration in seconds for the duration workload (`-t`), else 0.
+    pub duration: u64,
+    /// Total bytes for the message workload, else 0.
+    pub bytes: u64,
+    /// Total messages for the message workload, else 0.
+    pub blocks: u64,
+    /// 1 when the server sends (`--reverse`).
+    pub reverse: u32,
+}
+
+/// tcptune's setup details.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StartTcptune {
+    /// `--tune` mode in its canonical spelling.
+    pub tune: String,
+    /// `"messages"` or `"duration"`.
+    pub workload: String,
+    /// Messages to move (message workload).
+    pub messages: u64,
+    /// Bytes per message.
+    pub message_size: u64,
+    /// Time cap in seconds, if any (`--max-time`).
+    pub max_time_s: Option<f64>,
+    /// What was measured about the path before the transfer (control-connection RTT, probe).
+    pub path_hint: PathHint,
+    /// Buffer limits of the sending host.
+    pub sender_limits: HostLimits,
+    /// Buffer limits of the receiving host.
+    pub receiver_limits: HostLimits,
+    /// Congestion control in use.
+    pub congestion: String,
+}
+
+/// One reporting interval (iperf3: `intervals[]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Per-stream numbers.
+    pub streams: Vec<IntervalStream>,
+    /// Sum over streams.
+    pub sum: IntervalSum,
+}
+
+/// iperf3's `intervals[].streams[]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalStream {
+    /// Stream number (1-based).
+    pub socket: u32,
+    /// Seconds since the transfer started.
+    pub start: f64,
+    /// Seconds since the transfer started.
+    pub end: f64,
+    /// `end - start`.
+    pub seconds: f64,
+    /// Bytes moved in the interval.
+    pub bytes: u64,
+    /// Throughput in the interval.
+    pub bits_per_second: f64,
+    /// Retransmitted segments in the interval (sender side).
+    pub retransmits: u64,
+    /// Congestion window at the end of the interval, bytes.
+    pub snd_cwnd: u64,
+    /// Smoothed RTT at the end of the interval, microseconds.
+    pub rtt: u64,
+    /// RTT variation, microseconds.
+    pub rttvar: u64,
+    /// Path MTU.
+    pub pmtu: u64,
+    /// Always false.
+    pub omitted: bool,
+    /// Whether these numbers were measured at the sender.
+    pub sender: bool,
+}
+
+/// iperf3's `intervals[].sum`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntervalSum {
+    /// Seconds since the transfer started.
+    pub start: f64,
+    /// Seconds since the transfer started.
+    pub end: f64,
+    /// `end - start`.
+    pub seconds: f64,
+    /// Bytes moved in the interval over all streams.
+    pub bytes: u64,
+    /// Throughput in the interval over all streams.
+    pub bits_per_second: f64,
+    /// Retransmitted segments in the interval.
+    pub retransmits: u64,
+    /// Always false.
+    pub omitted: bool,
+    /// Whether these numbers were measured at the sender.
+    pub sender: bool,
+}
+
+/// iperf3's `end` object, plus `tcptune`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    /// Per stream, as seen by each end.
+    pub streams: Vec<EndStream>,
+    /// Totals measured at the sender.
+    pub sum_sent: Sum,
+    /// Totals measured at the receiver: the throughput that counts.
+    pub sum_received: Sum,
+    /// CPU use of both ends.
+    pub cpu_utilization_percent: CpuUtilization,
+    /// Congestion control of the sender.
+    pub sender_tcp_congestion: String,
+    /// Congestion control of the receiver.
+    pub receiver_tcp_congestion: String,
+    /// tcptune's own results.
+    pub tcptune: EndTcptune,
+}
+
+/// iperf3's `end.streams[]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndStream {
+    /// As measured by the sender.
+    pub sender: StreamSum,
+    /// As measured by the receiver.
+    pub receiver: StreamSum,
+}
+
+/// iperf3's `end.streams[].sender` / `.receiver`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamSum {
+    /// Stream number (1-based).
+    pub socket: u32,
+    /// Seconds since the transfer started.
+    pub start: f64,
+    /// Seconds since the transfer started.
+    pub end: f64,
+    /// `end - start`.
+    pub seconds: f64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// `bytes * 8 / seconds`.
+    pub bits_per_second: f64,
+    /// Retransmitted segments (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+    /// Largest congestion window, bytes (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snd_cwnd: Option<u64>,
+    /// Largest peer receive window, bytes (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snd_wnd: Option<u64>,
+    /// Largest smoothed RTT, microseconds (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rtt: Option<u64>,
+    /// Smallest smoothed RTT, microseconds (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rtt: Option<u64>,
+    /// Mean smoothed RTT, microseconds (sender only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_rtt: Option<u64>,
+    /// Whether measured at the sender.
+    pub sender: bool,
+}
+
+/// iperf3's `end.sum_sent` / `end.sum_received`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sum {
+    /// Seconds since the transfer started (0).
+    pub start: f64,
+    /// Seconds since the transfer started.
+    pub end: f64,
+    /// For `sum_received`: from the first byte's arrival on any stream to the last byte's
+    /// arrival on any stream, at the receiver (the paper's timing).
+    pub seconds: f64,
+    /// Bytes moved over all streams.
+    pub bytes: u64,
+    /// `bytes * 8 / seconds`.
+    pub bits_per_second: f64,
+    /// Retransmitted segments (sum_sent only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+    /// Whether measured at the sender.
+    pub sender: bool,
+}
+
+/// iperf3's `end.cpu_utilization_percent`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUtilization {
+    /// This process, user + system, percent of one CPU... as iperf3 reports it.
+    pub host_total: f64,
+    /// This process, user.
+    pub host_user: f64,
+    /// This process, system.
+    pub host_system: f64,
+    /// The server process for this session.
+    pub remote_total: f64,
+    /// The server, user.
+    pub remote_user: f64,
+    /// The server, system.
+    pub remote_system: f64,
+}
+
+/// tcptune's results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndTcptune {
+    /// `--tune` mode.
+    pub tune: String,
+    /// Every message arrived and every byte checked out.
+    pub complete: bool,
+    /// The time cap stopped the transfer before all messages moved; throughput is computed
+    /// from the bytes that did move.
+    pub capped: bool,
+    /// Streams asked for with `-P`.
+    pub streams_requested: u32,
+    /// Streams actually used (more when a tuner asked for more).
+    pub streams_used: u32,
+    /// Why streams were added, if they were (the tuner's sentence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_reason: Option<String>,
+    /// Sum over streams of each stream's peak `sk_sndbuf` at the sender (kernel-held bytes).
+    pub peak_sndbuf_bytes: u64,
+    /// Sum over streams of each stream's peak `sk_rcvbuf` at the receiver (kernel-held bytes).
+    pub peak_rcvbuf_bytes: u64,
+    /// Sum over streams of each stream's peak `sk_wmem_queued` at the sender (memory used).
+    pub peak_wmem_queued_bytes: u64,
+    /// Sum over streams of each stream's peak `sk_rmem_alloc` at the receiver (memory used).
+    pub peak_rmem_alloc_bytes: u64,
+    /// Per-stream details from both ends.
+    pub streams: Vec<StreamDetail>,
+}
+
+/// What one stream did, seen from both ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamDetail {
+    /// Stream number (1-based).
+    pub socket: u32,
+    /// Seconds after the transfer start at which this stream opened (0 for the first ones,
+    /// later for streams a tuner asked for).
+    pub opened_at_s: f64,
+    /// Messages this stream carried.
+    pub messages: u64,
+    /// The sending end.
+    pub sender: SideDetail,
+    /// The receiving end.
+    pub receiver: SideDetail,
+}
+
+/// One end of one stream: summaries of the tuner's samples, and optionally the series.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideDetail {
+    /// Smallest smoothed RTT seen, microseconds.
+    pub rtt_min_us: Option<u32>,
+    /// Mean smoothed RTT over samples, microseconds.
+    pub rtt_avg_us: Option<u32>,
+    /// Largest smoothed RTT seen, microseconds.
+    pub rtt_max_us: Option<u32>,
+    /// Largest congestion window, segments.
+    pub cwnd_max_segs: u32,
+    /// Retransmitted segments (`tcpi_total_retrans` at the end).
+    pub retransmits: u64,
+    /// Peak `sk_sndbuf`.
+    pub peak_sndbuf_bytes: u64,
+    /// Peak `sk_rcvbuf`.
+    pub peak_rcvbuf_bytes: u64,
+    /// Peak `sk_wmem_queued`.
+    pub peak_wmem_queued_bytes: u64,
+    /// Peak `sk_rmem_alloc`.
+    pub peak_rmem_alloc_bytes: u64,
+    /// Time limited by the peer's receive window (`tcpi_rwnd_limited`).
+    pub rwnd_limited_us: u64,
+    /// Time limited by the send buffer (`tcpi_sndbuf_limited`).
+    pub sndbuf_limited_us: u64,
+    /// Time busy sending (`tcpi_busy_time`).
+    pub busy_time_us: u64,
+    /// Snapshots taken.
+    pub samples_taken: u64,
+    /// Changes the tuner made (applied or failed).
+    pub changes_made: u64,
+    /// Every snapshot (`--samples` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<SampleRecord>,
+    /// Every change (`--samples` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeRecord>,
+}
+
+/// One snapshot in a time series (a subset of `TcpSnapshot`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Seconds since the transfer started.
+    pub t_s: f64,
+    /// Smoothed RTT.
+    pub rtt_us: u32,
+    /// Congestion window.
+    pub snd_cwnd_segs: u32,
+    /// Delivery rate, bytes/s.
+    pub delivery_rate_bytes_per_sec: Option<u64>,
+    /// Bytes acked (sender) so far.
+    pub bytes_acked: Option<u64>,
+    /// Bytes received (receiver) so far.
+    pub bytes_received: Option<u64>,
+    /// `sk_sndbuf`.
+    pub sndbuf_bytes: Option<u32>,
+    /// `sk_rcvbuf`.
+    pub rcvbuf_bytes: Option<u32>,
+    /// `sk_wmem_queued`.
+    pub wmem_queued_bytes: Option<u32>,
+    /// `sk_rmem_alloc`.
+    pub rmem_alloc_bytes: Option<u32>,
+    /// Receiver RTT estimate.
+    pub rcv_rtt_us: u32,
+    /// Receiver space estimate.
+    pub rcv_space_bytes: u32,
+    /// Not-yet-sent bytes.
+    pub notsent_bytes: Option<u32>,
+    /// Cumulative rwnd-limited time.
+    pub rwnd_limited_us: Option<u64>,
+    /// Cumulative sndbuf-limited time.
+    pub sndbuf_limited_us: Option<u64>,
+}
+
+/// One change a tuner asked for, and what happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChangeRecord {
+    /// Seconds since the transfer started (negative: before the transfer, e.g. at connect).
+    pub t_s: f64,
+    /// What the tuner asked for.
+    pub action: Action,
+    /// The value the kernel holds afterwards (e.g. `SO_SNDBUF` read back), if applicable.
+    pub effective: Option<u64>,
+    /// The error, if applying it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
