@@ -51,6 +51,13 @@ impl TuneMode {
         ]
     }
 
+    /// Whether the transfer engine must run a short bandwidth probe before the transfer and
+    /// put the measured rate in [`PathHint::rate`](crate::PathHint) (the engine always puts the
+    /// control connection's RTT in `PathHint::rtt`).
+    pub fn needs_rate_probe(&self) -> bool {
+        matches!(self, TuneMode::Probe)
+    }
+
     /// The technique's short name without parameters (`fixed`, `manual`, ...).
     pub fn name(&self) -> &'static str {
         match self {
