@@ -1,5 +1,15 @@
 //! Linux glue for tcptune: the only crate (with the emulator's TUN/netns driver) that makes
 //! socket and sysctl syscalls. Every error says what was being attempted.
+//!
+//! * [`tcp_info`]: decoding `struct tcp_info` and `SO_MEMINFO` into a `TcpSnapshot`.
+//! * [`sockopt`]: reading snapshots and setting buffer sizes, window clamp, not-sent low
+//!   water mark and congestion control on a socket.
+//! * [`driver`]: running a tuner on one socket (sample, feed, apply, record).
+//! * [`sysctl`]: sysctls and buffer limits of the current network namespace.
+//! * [`os`]: CPU time, random bytes, waiting on a socket, host description.
 
+pub mod driver;
+pub mod os;
+pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;
