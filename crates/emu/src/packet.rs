@@ -334,7 +334,7 @@ impl Packet {
             return Ok(vec![self.clone()]);
         }
         let mut counts = vec![max; (self.segs / max) as usize];
-        if self.segs % max != 0 {
+        if !self.segs.is_multiple_of(max) {
             counts.push(self.segs % max);
         }
         self.split(&counts)

@@ -96,10 +96,9 @@ impl Bottleneck {
     /// How many of `p`'s segments fit in a queue holding `q_bytes`/`q_packets`.
     fn fitting(&self, p: &Packet, q_bytes: u64, q_packets: u64) -> u32 {
         let mut bytes = q_bytes;
-        let mut packets = q_packets;
         for i in 0..p.segments() {
             bytes += p.segment_bytes(i);
-            packets += 1;
+            let packets = q_packets + u64::from(i) + 1;
             let over_bytes = self.caps.bytes.is_some_and(|cap| bytes > cap);
             let over_packets = self.caps.packets.is_some_and(|cap| packets > cap);
             if over_bytes || over_packets {
@@ -259,8 +258,8 @@ mod tests {
         let mut link = Bottleneck::new(Some(Rate::mbit(100)), caps_bytes(1 << 20), Duration::ZERO);
         link.push(Time::ZERO, packet_at(Time::ZERO, 1250));
         link.push(Time::from_millis(5), packet_at(Time::from_millis(5), 1250));
-        let _ = link.poll_out(Time::from_millis(1 * 1000));
-        let p = link.poll_out(Time::from_millis(1 * 1000));
+        let _ = link.poll_out(Time::from_millis(1000));
+        let p = link.poll_out(Time::from_millis(1000));
         assert_eq!(p.map(|p| p.due), Some(Time::from_micros(5_100)));
     }
 
@@ -293,7 +292,7 @@ mod tests {
         link.push(Time::ZERO, p);
         assert_eq!(link.dropped, 24);
         assert_eq!(link.peak_packets, 20);
-        let kept = link.poll_out(Time::from_millis(10 * 1000));
+        let kept = link.poll_out(Time::from_millis(10_000));
         assert_eq!(kept.map(|p| p.segments()), Some(20));
     }
 
@@ -309,7 +308,7 @@ mod tests {
         p.due = Time::ZERO;
         link.push(Time::ZERO, p);
         let parts: Vec<Packet> =
-            std::iter::from_fn(|| link.poll_out(Time::from_millis(1 * 1000))).collect();
+            std::iter::from_fn(|| link.poll_out(Time::from_millis(1000))).collect();
         assert_eq!(parts.len(), 5);
         assert!(parts.iter().all(|p| p.segments() == 2));
         // 1500 bytes at 100 Mbit/s = 120 us per segment.
