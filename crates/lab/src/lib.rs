@@ -1,1 +1,24 @@
-//! The lab: experiment plans, runner, aggregation and the report.
+//! The lab: reproduce Weigle & Feng's comparison of TCP buffer-tuning techniques on emulated
+//! long fat pipes, and draw it.
+//!
+//! The pure part turns a [`Plan`](plan::Plan) into cells ([`plan`]), runs into records
+//! ([`record`]), records into medians and `ideal` picks ([`aggregate`]), and those into the
+//! headline ([`headline`]), the paper-vs-today claims ([`claims`]), `summary.json` and the
+//! terminal table ([`summary`]) and `report.html` ([`html`], [`figures`], [`svg`]).
+//! [`results`] reads and writes the results directory. The runner ([`runner`]) is the I/O:
+//! emulated paths, `tcptune serve`/`send` child processes, sysctls, calibration, progress.
+
+pub mod aggregate;
+pub mod claims;
+pub mod figures;
+pub mod headline;
+pub mod html;
+pub mod plan;
+pub mod record;
+pub mod results;
+pub mod summary;
+pub mod svg;
+
+pub use plan::{Cell, CellKey, ExpandedPlan, HostConfig, Plan, PlanMode};
+pub use record::{LabMeta, RunRecord};
+pub use results::{build, rebuild, Built};

@@ -1,0 +1,239 @@
+//! The figures' data: which lines each panel holds, from the aggregate. Kept apart from the
+//! HTML so tests can check the numbers a figure draws.
+
+use crate::aggregate::{Aggregate, CellStats};
+use crate::plan::{ExpandedPlan, HostConfig};
+use crate::summary::shown_modes;
+use crate::svg::{Chart, Marker, Point, Scale, Series};
+use tcptune_core::Bytes;
+
+/// The colour of a mode's line (stable across panels).
+pub fn color(mode: &str) -> &'static str {
+    match mode {
+        "none" => "#7f7f7f",
+        "kernel" => "#1f77b4",
+        "manual" => "#ff7f0e",
+        "psc" => "#9467bd",
+        "drs" => "#2ca02c",
+        "probe" => "#8c564b",
+        "auto" => "#d62728",
+        "ideal" => "#111111",
+        m if m.starts_with("fixed") => "#17becf",
+        _ => "#bcbd22",
+    }
+}
+
+/// Colours for the stream counts of the buffer sweep.
+fn stream_color(i: usize) -> &'static str {
+    ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"][i % 5]
+}
+
+/// `64K`, `1M`, `32M` for axis ticks.
+pub fn short_size(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{}K", b >> 10)
+    } else {
+        Bytes(b).to_string()
+    }
+}
+
+/// `0.5 ms`, `25 ms`.
+pub fn rtt_label(rtt_us: u64) -> String {
+    let v = rtt_us as f64 / 1000.0;
+    if v.fract() == 0.0 {
+        format!("{v:.0} ms")
+    } else {
+        format!("{v} ms")
+    }
+}
+
+fn point(x: f64, what: &str, s: &CellStats) -> Point {
+    let mib = |b: f64| b / f64::from(1u32 << 20);
+    Point {
+        x,
+        y: s.mbps(),
+        lo: s.throughput_bps.min / 1e6,
+        hi: s.throughput_bps.max / 1e6,
+        hollow: s.capped > 0,
+        tip: format!(
+            "{what}: median {:.1} Mbit/s (min {:.1}, max {:.1}; {} run(s){}), peak buffer {:.2} MiB kernel-held, {} stream(s) used",
+            s.mbps(),
+            s.throughput_bps.min / 1e6,
+            s.throughput_bps.max / 1e6,
+            s.runs,
+            if s.capped > 0 {
+                format!(", {} time-capped", s.capped)
+            } else {
+                String::new()
+            },
+            mib(s.peak_buffer_bytes.median),
+            s.streams_used.median
+        ),
+    }
+}
+
+/// One panel of the paper's layout: throughput against parallel streams, one line per mode,
+/// for one host configuration and path.
+pub fn streams_panel(plan: &ExpandedPlan, agg: &Aggregate, host: HostConfig, rtt_us: u64) -> Chart {
+    let mut series = Vec::new();
+    for m in shown_modes(plan, host) {
+        let pts: Vec<Point> = agg
+            .series(rtt_us, host, &m)
+            .into_iter()
+            .map(|(n, s)| {
+                let what = if m == "ideal" {
+                    format!("ideal ({}) P={n}", s.key.tune)
+                } else {
+                    format!("{m} P={n}")
+                };
+                point(f64::from(n), &what, s)
+            })
+            .collect();
+        series.push(Series {
+            name: m.clone(),
+            color: color(&m).into(),
+            dashed: m == "ideal",
+            points: pts,
+        });
+    }
+    Chart {
+        title: format!("{}, {}", host.title(), rtt_label(rtt_us)),
+        width: 320.0,
+        height: 230.0,
+        x_label: "parallel streams".into(),
+        x_scale: Scale::Linear,
+        x_ticks: plan
+            .plan
+            .streams
+            .iter()
+            .map(|&n| (f64::from(n), n.to_string()))
+            .collect(),
+        y_label: "Mbit/s".into(),
+        y_max: None,
+        series,
+        vlines: Vec::new(),
+        hlines: vec![Marker {
+            at: plan.plan.rate.0 as f64 / 1e6,
+            label: "link".into(),
+        }],
+    }
+}
+
+/// The paper's Figure 5 for one path: throughput against the fixed per-stream buffer, one line
+/// per stream count.
+pub fn sweep_panel(plan: &ExpandedPlan, agg: &Aggregate, rtt_us: u64, streams: &[u32]) -> Chart {
+    let mut series = Vec::new();
+    let mut sizes: Vec<u64> = Vec::new();
+    for (i, &n) in streams.iter().enumerate() {
+        let pts: Vec<Point> = agg
+            .sweep(rtt_us, n)
+            .into_iter()
+            .map(|(b, s)| {
+                sizes.push(b.0);
+                point(b.0 as f64, &format!("fixed:{} P={n}", Bytes(b.0)), s)
+            })
+            .collect();
+        series.push(Series {
+            name: format!("{n} stream{}", if n == 1 { "" } else { "s" }),
+            color: stream_color(i).into(),
+            dashed: false,
+            points: pts,
+        });
+    }
+    sizes.sort_unstable();
+    sizes.dedup();
+    // Label every other power of two when there are many.
+    let step = if sizes.len() > 8 { 2 } else { 1 };
+    let x_ticks = sizes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % step == 0)
+        .map(|(_, &b)| (b as f64, short_size(b)))
+        .collect();
+    let bdp = plan.plan.bdp(rtt_us).0;
+    Chart {
+        title: format!("Buffer sweep, {} (user/kernel tuning)", rtt_label(rtt_us)),
+        width: 480.0,
+        height: 260.0,
+        x_label: "fixed buffer per stream (setsockopt value, log scale)".into(),
+        x_scale: Scale::Log2,
+        x_ticks,
+        y_label: "Mbit/s".into(),
+        y_max: None,
+        series,
+        vlines: vec![Marker {
+            at: bdp as f64,
+            label: format!("BDP {}", short_size_approx(bdp)),
+        }],
+        hlines: vec![Marker {
+            at: plan.plan.rate.0 as f64 / 1e6,
+            label: "link".into(),
+        }],
+    }
+}
+
+fn short_size_approx(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20))
+    } else {
+        format!("{:.0} KiB", b as f64 / 1024.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::aggregate;
+    use crate::aggregate::tests::run;
+    use crate::plan::Plan;
+
+    #[test]
+    fn streams_panel_has_a_line_per_mode_with_points_per_stream_count() {
+        let plan = Plan::quick().expand();
+        let u = HostConfig::Untuned;
+        let mut capped = run(25_000, u, 1, "none", 1, 20.0, 1);
+        capped.capped = true;
+        let agg = aggregate(&[
+            capped,
+            run(25_000, u, 4, "none", 1, 80.0, 1),
+            run(25_000, u, 1, "auto", 1, 700.0, 1),
+            run(25_000, u, 1, "auto", 2, 900.0, 1),
+            run(25_000, u, 1, "auto", 3, 800.0, 1),
+        ]);
+        let c = streams_panel(&plan, &agg, u, 25_000);
+        let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec!["none", "kernel", "auto"]);
+        let none = &c.series[0].points;
+        assert_eq!(
+            none.iter().map(|p| (p.x, p.y)).collect::<Vec<_>>(),
+            vec![(1.0, 20.0), (4.0, 80.0)]
+        );
+        assert!(none[0].hollow && !none[1].hollow);
+        let auto = &c.series[2].points[0];
+        assert_eq!((auto.y, auto.lo, auto.hi), (800.0, 700.0, 900.0));
+        assert!(c.series[1].points.is_empty(), "kernel was not run");
+        assert_eq!(c.x_ticks.len(), 2);
+        assert_eq!(c.title, "No tuning, 25 ms");
+    }
+
+    #[test]
+    fn sweep_panel_orders_sizes_and_marks_the_bdp() {
+        let plan = Plan::full().expand();
+        let uk = HostConfig::UserKernel;
+        let agg = aggregate(&[
+            run(500, uk, 1, "fixed:1048576", 1, 900.0, 1),
+            run(500, uk, 1, "fixed:8192", 1, 100.0, 1),
+            run(500, uk, 2, "fixed:8192", 1, 190.0, 1),
+            run(500, uk, 1, "fixed:65536", 1, 600.0, 1),
+        ]);
+        let c = sweep_panel(&plan, &agg, 500, &[1, 2]);
+        let xs: Vec<f64> = c.series[0].points.iter().map(|p| p.x).collect();
+        assert_eq!(xs, vec![8192.0, 65536.0, 1048576.0]);
+        assert_eq!(c.series[1].points.len(), 1);
+        assert_eq!(c.vlines[0].at, 62_500.0);
+        assert_eq!(c.x_ticks[0].1, "8K");
+        assert_eq!(c.x_ticks[2].1, "1M");
+    }
+}

@@ -1,0 +1,316 @@
+//! What the lab writes down: one [`RunRecord`] per run (a line of `results.jsonl`), and one
+//! [`LabMeta`] per lab (`meta.json`: the machine, the sysctls, what was changed and restored,
+//! the calibration).
+//!
+//! Memory units: every `*_bytes` buffer figure is what the kernel holds (`sk_sndbuf`,
+//! `sk_rcvbuf` from `SO_MEMINFO`), which for a buffer set with `setsockopt(SO_SNDBUF, v)` is
+//! `2 v`. Sums are over the streams of a run.
+
+use crate::plan::{CellKey, HostConfig};
+use serde::{Deserialize, Serialize};
+use tcptune_transfer::report::{Report, SideDetail};
+
+/// Version of `results.jsonl` records and `meta.json`.
+pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// One run of one cell.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// [`RECORD_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The cell.
+    #[serde(flatten)]
+    pub cell: CellKey,
+    /// Repetition number, 1-based.
+    pub repetition: u32,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    /// Wall time the runner spent on this run (process start to exit), seconds.
+    pub wall_s: f64,
+    /// The run produced a usable report.
+    pub ok: bool,
+    /// What went wrong, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Receiver-measured throughput (`end.sum_received.bits_per_second`), bit/s.
+    pub throughput_bps: f64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Receiver-measured duration (first byte to last byte), seconds.
+    pub seconds: f64,
+    /// The time cap stopped the transfer; throughput is from the bytes that moved.
+    pub capped: bool,
+    /// Every message arrived and checked out.
+    pub complete: bool,
+    /// Streams used (more than requested when a tuner opened more).
+    pub streams_used: u32,
+    /// Why streams were added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_reason: Option<String>,
+    /// Sum over streams of the peak kernel-held send buffer at the sender.
+    pub peak_sndbuf_bytes: u64,
+    /// Sum over streams of the peak kernel-held receive buffer at the receiver.
+    pub peak_rcvbuf_bytes: u64,
+    /// Sum over streams of the peak memory queued for sending (`sk_wmem_queued`).
+    pub peak_wmem_queued_bytes: u64,
+    /// Sum over streams of the peak memory holding received data (`sk_rmem_alloc`).
+    pub peak_rmem_alloc_bytes: u64,
+    /// Retransmitted segments, all streams.
+    pub retransmits: u64,
+    /// RTT the engine measured before the transfer (control connection), microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_rtt_us: Option<u64>,
+    /// Per stream: the summaries of the tuner's samples at both ends (no time series).
+    pub per_stream: Vec<StreamSummary>,
+    /// The emulator's counters for this run (differences over the run), if available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emu: Option<EmuRunStats>,
+}
+
+/// One stream of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamSummary {
+    /// Stream number (1-based).
+    pub socket: u32,
+    /// When it opened, seconds after the transfer start.
+    pub opened_at_s: f64,
+    /// Messages carried.
+    pub messages: u64,
+    /// Sender end: RTT, cwnd, peak buffers, time limited by each buffer.
+    pub sender: SideDetail,
+    /// Receiver end.
+    pub receiver: SideDetail,
+}
+
+/// The emulator's view of one run, forward direction (A to B, the data).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EmuRunStats {
+    /// Packets forwarded.
+    pub packets: u64,
+    /// Packets dropped (queue overflow and any other cause).
+    pub drops: u64,
+    /// Largest queue seen, bytes (over the topology's life so far).
+    pub queue_peak_bytes: u64,
+    /// 99th percentile of how late packets left, microseconds (topology so far).
+    pub lateness_p99_us: Option<f64>,
+}
+
+impl RunRecord {
+    /// A record from a transfer report.
+    pub fn from_report(
+        cell: CellKey,
+        repetition: u32,
+        started_unix_s: f64,
+        wall_s: f64,
+        report: &Report,
+    ) -> RunRecord {
+        let end = &report.end;
+        let t = &end.tcptune;
+        let per_stream = t
+            .streams
+            .iter()
+            .map(|s| StreamSummary {
+                socket: s.socket,
+                opened_at_s: s.opened_at_s,
+                messages: s.messages,
+                sender: summarize(&s.sender),
+                receiver: summarize(&s.receiver),
+            })
+            .collect();
+        let retransmits = end
+            .sum_sent
+            .retransmits
+            .unwrap_or_else(|| t.streams.iter().map(|s| s.sender.retransmits).sum());
+        let error = report.error.clone();
+        RunRecord {
+            schema_version: RECORD_SCHEMA_VERSION,
+            cell,
+            repetition,
+            started_unix_s,
+            wall_s,
+            ok: error.is_none() && end.sum_received.bytes > 0,
+            error: error
+                .or_else(|| (end.sum_received.bytes == 0).then(|| "no bytes received".to_string())),
+            throughput_bps: end.sum_received.bits_per_second,
+            bytes: end.sum_received.bytes,
+            seconds: end.sum_received.seconds,
+            capped: t.capped,
+            complete: t.complete,
+            streams_used: t.streams_used,
+            streams_reason: t.streams_reason.clone(),
+            peak_sndbuf_bytes: t.peak_sndbuf_bytes,
+            peak_rcvbuf_bytes: t.peak_rcvbuf_bytes,
+            peak_wmem_queued_bytes: t.peak_wmem_queued_bytes,
+            peak_rmem_alloc_bytes: t.peak_rmem_alloc_bytes,
+            retransmits,
+            hint_rtt_us: report
+                .start
+                .tcptune
+                .path_hint
+                .rtt
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            per_stream,
+            emu: None,
+        }
+    }
+
+    /// A record of a run that produced no report.
+    pub fn failed(
+        cell: CellKey,
+        repetition: u32,
+        started_unix_s: f64,
+        wall_s: f64,
+        error: String,
+    ) -> RunRecord {
+        RunRecord {
+            schema_version: RECORD_SCHEMA_VERSION,
+            cell,
+            repetition,
+            started_unix_s,
+            wall_s,
+            ok: false,
+            error: Some(error),
+            throughput_bps: 0.0,
+            bytes: 0,
+            seconds: 0.0,
+            capped: false,
+            complete: false,
+            streams_used: 0,
+            streams_reason: None,
+            peak_sndbuf_bytes: 0,
+            peak_rcvbuf_bytes: 0,
+            peak_wmem_queued_bytes: 0,
+            peak_rmem_alloc_bytes: 0,
+            retransmits: 0,
+            hint_rtt_us: None,
+            per_stream: Vec::new(),
+            emu: None,
+        }
+    }
+
+    /// The larger of the two ends' kernel-held buffer peaks (the memory figure the report
+    /// compares).
+    pub fn peak_buffer_bytes(&self) -> u64 {
+        self.peak_sndbuf_bytes.max(self.peak_rcvbuf_bytes)
+    }
+
+    /// Smallest smoothed RTT any stream's sender saw, microseconds.
+    pub fn rtt_min_us(&self) -> Option<u32> {
+        self.per_stream
+            .iter()
+            .filter_map(|s| s.sender.rtt_min_us)
+            .min()
+    }
+
+    /// Total time the senders were limited by the receive window, microseconds.
+    pub fn rwnd_limited_us(&self) -> u64 {
+        self.per_stream
+            .iter()
+            .map(|s| s.sender.rwnd_limited_us)
+            .sum()
+    }
+
+    /// Total time the senders were limited by their send buffer, microseconds.
+    pub fn sndbuf_limited_us(&self) -> u64 {
+        self.per_stream
+            .iter()
+            .map(|s| s.sender.sndbuf_limited_us)
+            .sum()
+    }
+}
+
+/// A side's details without the time series.
+fn summarize(d: &SideDetail) -> SideDetail {
+    SideDetail {
+        samples: Vec::new(),
+        changes: Vec::new(),
+        ..d.clone()
+    }
+}
+
+/// A global sysctl the lab changed, and the value it put back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SysctlChange {
+    /// The sysctl.
+    pub key: String,
+    /// Its value before the lab.
+    pub before: String,
+    /// What the lab set.
+    pub set: String,
+    /// Whether the old value was written back (filled in at the end).
+    pub restored: bool,
+}
+
+/// How the emulator was checked before the matrix.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The rate checked.
+    pub rate_bps: u64,
+    /// The round-trip time configured for the check, microseconds.
+    pub rtt_configured_us: u64,
+    /// Smallest RTT measured through it (TCP), microseconds.
+    pub rtt_measured_us: Option<u64>,
+    /// Throughput of one well-buffered transfer, receiver-measured, bit/s.
+    pub throughput_bps: f64,
+    /// 99th-percentile lateness of the emulator during that transfer, microseconds.
+    pub lateness_p99_us: Option<f64>,
+    /// Packets the emulator dropped during that transfer.
+    pub drops: u64,
+    /// Whether the emulator was judged faithful at this rate.
+    pub faithful: bool,
+    /// The sentence explaining the verdict.
+    pub verdict: String,
+    /// Lower rates tried when this one failed: (rate bit/s, faithful).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lower_rates: Vec<(u64, bool)>,
+}
+
+/// Everything about the lab other than the runs (`meta.json`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabMeta {
+    /// [`RECORD_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `tcptune --version` of the binary that ran the transfers.
+    pub tcptune_version: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// CPUs online.
+    pub cpus: usize,
+    /// Seed given to the emulator.
+    pub seed: u64,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    /// Wall-clock duration of the whole lab, seconds (filled in at the end).
+    pub duration_s: f64,
+    /// Per host configuration: the namespace sysctls that were in force (both sides).
+    pub namespace_sysctls: Vec<(HostConfig, Vec<(String, String)>)>,
+    /// Global sysctls changed for the raised configurations, and whether they were restored.
+    pub global_changes: Vec<SysctlChange>,
+    /// The emulator check.
+    pub calibration: Option<Calibration>,
+    /// Whether the lab ran to its end (false when interrupted; the results are partial).
+    pub finished: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_record_has_no_throughput_and_round_trips() {
+        let key = CellKey {
+            rtt_us: 500,
+            host: HostConfig::Untuned,
+            streams: 1,
+            tune: "kernel".into(),
+        };
+        let r = RunRecord::failed(key.clone(), 2, 1.0, 3.5, "server died".into());
+        assert!(!r.ok);
+        let line = serde_json::to_string(&r).expect("serializes");
+        assert!(line.contains("\"host\":\"untuned\""), "{line}");
+        assert!(line.contains("\"rtt_us\":500"), "{line}");
+        let back: RunRecord = serde_json::from_str(&line).expect("parses");
+        assert_eq!(back, r);
+        assert_eq!(back.cell, key);
+    }
+}

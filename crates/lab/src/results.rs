@@ -1,0 +1,361 @@
+//! The results directory and building every output from it.
+//!
+//! | file | what |
+//! |---|---|
+//! | `plan.json` | the expanded plan ([`ExpandedPlan`]): every planned cell |
+//! | `meta.json` | machine, sysctls, global changes, calibration ([`LabMeta`]) |
+//! | `results.jsonl` | one [`RunRecord`] per line, appended as runs finish |
+//! | `results.csv` | the same runs, flat, for spreadsheets |
+//! | `cells.csv` | one row per cell: median and min-max over repetitions |
+//! | `summary.json` | [`Summary`]: per path and stream count, each mode's median throughput and peak buffer; headline; claims |
+//! | `report.html` | the page |
+
+use crate::aggregate::{aggregate, Aggregate};
+use crate::claims::claims;
+use crate::headline::headline;
+use crate::html::{render, ReportInput};
+use crate::plan::ExpandedPlan;
+use crate::record::{LabMeta, RunRecord};
+use crate::summary::{summarize, terminal_table, Summary};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The expanded plan.
+pub const PLAN_FILE: &str = "plan.json";
+/// Machine and changes.
+pub const META_FILE: &str = "meta.json";
+/// Runs, one JSON object per line.
+pub const RESULTS_FILE: &str = "results.jsonl";
+/// Runs as CSV.
+pub const RESULTS_CSV: &str = "results.csv";
+/// Cells as CSV.
+pub const CELLS_CSV: &str = "cells.csv";
+/// The summary.
+pub const SUMMARY_FILE: &str = "summary.json";
+/// The page.
+pub const REPORT_FILE: &str = "report.html";
+
+/// Why a results file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    /// A file operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done ("reading", "writing", "creating").
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A file's contents did not parse.
+    #[error("{path}:{line}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1 for whole-file JSON).
+        line: usize,
+        /// The error.
+        source: serde_json::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ResultsError + 'a {
+    move |source| ResultsError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Write a value as pretty JSON.
+pub fn write_json<T: Serialize>(path: &Path, v: &T) -> Result<(), ResultsError> {
+    let s = serde_json::to_string_pretty(v).map_err(|source| ResultsError::Parse {
+        path: path.to_path_buf(),
+        line: 0,
+        source,
+    })?;
+    std::fs::write(path, s + "\n").map_err(io("writing", path))
+}
+
+/// Read a JSON file.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ResultsError> {
+    let s = std::fs::read_to_string(path).map_err(io("reading", path))?;
+    serde_json::from_str(&s).map_err(|source| ResultsError::Parse {
+        path: path.to_path_buf(),
+        line: source.line(),
+        source,
+    })
+}
+
+/// Append one record to `results.jsonl` (one line, flushed).
+pub fn append_record(dir: &Path, r: &RunRecord) -> Result<(), ResultsError> {
+    let path = dir.join(RESULTS_FILE);
+    let line = serde_json::to_string(r).map_err(|source| ResultsError::Parse {
+        path: path.clone(),
+        line: 0,
+        source,
+    })?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io("opening", &path))?;
+    f.write_all(format!("{line}\n").as_bytes())
+        .and_then(|_| f.flush())
+        .map_err(io("appending to", &path))
+}
+
+/// Read `results.jsonl` (blank lines skipped; a bad line is an error naming it).
+pub fn read_records(dir: &Path) -> Result<Vec<RunRecord>, ResultsError> {
+    let path = dir.join(RESULTS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("reading", &path)(e)),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(n, l)| {
+            serde_json::from_str(l).map_err(|source| ResultsError::Parse {
+                path: path.clone(),
+                line: n + 1,
+                source,
+            })
+        })
+        .collect()
+}
+
+/// Every output, built from the plan, the runs and the meta.
+#[derive(Debug)]
+pub struct Built {
+    /// Aggregated cells.
+    pub aggregate: Aggregate,
+    /// `summary.json`.
+    pub summary: Summary,
+    /// `report.html`.
+    pub html: String,
+    /// `results.csv`.
+    pub results_csv: String,
+    /// `cells.csv`.
+    pub cells_csv: String,
+    /// The terminal table.
+    pub table: String,
+}
+
+/// Build every output (pure).
+pub fn build(plan: &ExpandedPlan, records: &[RunRecord], meta: &LabMeta) -> Built {
+    let agg = aggregate(records);
+    let hl = headline(plan, &agg);
+    let cl = claims(plan, &agg);
+    let failed = records.iter().filter(|r| !r.ok).count();
+    let summary = summarize(plan, &agg, records.len(), failed, hl, cl);
+    let html = render(&ReportInput {
+        plan,
+        records,
+        meta,
+        agg: &agg,
+        summary: &summary,
+    });
+    Built {
+        results_csv: results_csv(records),
+        cells_csv: cells_csv(&agg),
+        table: terminal_table(&summary),
+        aggregate: agg,
+        summary,
+        html,
+    }
+}
+
+/// Write the built outputs into `dir`.
+pub fn write_outputs(dir: &Path, b: &Built) -> Result<(), ResultsError> {
+    write_json(&dir.join(SUMMARY_FILE), &b.summary)?;
+    for (name, text) in [
+        (REPORT_FILE, &b.html),
+        (RESULTS_CSV, &b.results_csv),
+        (CELLS_CSV, &b.cells_csv),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(io("writing", &p))?;
+    }
+    Ok(())
+}
+
+/// `tcptune lab report DIR`: read the saved plan, meta and runs, and rebuild every output.
+pub fn rebuild(dir: &Path) -> Result<Built, ResultsError> {
+    let plan: ExpandedPlan = read_json(&dir.join(PLAN_FILE))?;
+    let meta: LabMeta = read_json(&dir.join(META_FILE))?;
+    let records = read_records(dir)?;
+    let b = build(&plan, &records, &meta);
+    write_outputs(dir, &b)?;
+    Ok(b)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or(String::new(), |x| x.to_string())
+}
+
+/// One row per run.
+pub fn results_csv(records: &[RunRecord]) -> String {
+    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,wall_s,error\n");
+    for r in records {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{:.3},{}",
+            r.cell.rtt_ms(),
+            r.cell.host,
+            r.cell.streams,
+            csv_field(&r.cell.tune),
+            r.repetition,
+            r.ok,
+            r.capped,
+            r.complete,
+            r.throughput_bps,
+            r.bytes,
+            r.seconds,
+            r.streams_used,
+            r.peak_sndbuf_bytes,
+            r.peak_rcvbuf_bytes,
+            r.peak_wmem_queued_bytes,
+            r.peak_rmem_alloc_bytes,
+            r.retransmits,
+            opt(r.rtt_min_us()),
+            r.rwnd_limited_us(),
+            r.sndbuf_limited_us(),
+            r.wall_s,
+            csv_field(r.error.as_deref().unwrap_or(""))
+        );
+    }
+    s
+}
+
+/// One row per cell.
+pub fn cells_csv(agg: &Aggregate) -> String {
+    let mut s = String::from("rtt_ms,host,streams,tune,runs,failed,capped,throughput_median_bps,throughput_min_bps,throughput_max_bps,peak_buffer_median_bytes,peak_sndbuf_median_bytes,peak_rcvbuf_median_bytes,peak_used_median_bytes,streams_used_median,rtt_min_us,rwnd_limited_share,sndbuf_limited_share,is_ideal\n");
+    for (k, c) in &agg.cells {
+        let is_ideal = agg
+            .ideal
+            .get(&(k.rtt_us, k.streams))
+            .is_some_and(|p| p.stats.key == *k);
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{}",
+            k.rtt_ms(),
+            k.host,
+            k.streams,
+            csv_field(&k.tune),
+            c.runs,
+            c.failed,
+            c.capped,
+            c.throughput_bps.median,
+            c.throughput_bps.min,
+            c.throughput_bps.max,
+            c.peak_buffer_bytes.median,
+            c.peak_sndbuf_bytes.median,
+            c.peak_rcvbuf_bytes.median,
+            c.peak_used_bytes.median,
+            c.streams_used.median,
+            opt(c.rtt_min_us.map(|v| v.round())),
+            opt(c.rwnd_limited_share.map(|v| format!("{v:.4}"))),
+            opt(c.sndbuf_limited_share.map(|v| format!("{v:.4}"))),
+            is_ideal
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::tests::run;
+    use crate::plan::{HostConfig, Plan};
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tcptune-lab-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        d
+    }
+
+    #[test]
+    fn records_round_trip_through_jsonl_and_bad_lines_are_named() {
+        let d = tmpdir("jsonl");
+        let a = run(500, HostConfig::Untuned, 1, "kernel", 1, 100.0, 1);
+        let b = run(500, HostConfig::Untuned, 1, "kernel", 2, 200.0, 1);
+        append_record(&d, &a).expect("append");
+        append_record(&d, &b).expect("append");
+        assert_eq!(read_records(&d).expect("read"), vec![a, b]);
+        std::fs::write(d.join(RESULTS_FILE), "{}\n\n{\"x\":1}\n").expect("write");
+        let e = read_records(&d).expect_err("bad");
+        assert!(e.to_string().contains("results.jsonl:1"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn report_is_rebuilt_from_a_saved_directory() {
+        let d = tmpdir("rebuild");
+        let mut p = Plan::quick();
+        p.rtts_us = vec![500, 25_000];
+        let plan = p.expand();
+        write_json(&d.join(PLAN_FILE), &plan).expect("plan");
+        let meta = LabMeta {
+            kernel: "6.18-test".into(),
+            finished: true,
+            ..LabMeta::default()
+        };
+        write_json(&d.join(META_FILE), &meta).expect("meta");
+        for c in &plan.cells {
+            let mbps = if c.key.tune == "none" { 20.0 } else { 500.0 };
+            append_record(
+                &d,
+                &run(
+                    c.key.rtt_us,
+                    c.key.host,
+                    c.key.streams,
+                    &c.key.tune,
+                    1,
+                    mbps,
+                    1 << 20,
+                ),
+            )
+            .expect("append");
+        }
+        let b = rebuild(&d).expect("rebuild");
+        assert!(b.summary.missing_cells.is_empty());
+        for f in [REPORT_FILE, SUMMARY_FILE, RESULTS_CSV, CELLS_CSV] {
+            assert!(d.join(f).exists(), "{f}");
+        }
+        let html = std::fs::read_to_string(d.join(REPORT_FILE)).expect("html");
+        assert!(html.contains("<svg"));
+        assert!(html.contains("Paper vs today"));
+        assert!(html.contains("6.18-test"));
+        assert!(
+            !html.contains("http://") || !html.contains("src=\"http"),
+            "no external fetches"
+        );
+        let csv = std::fs::read_to_string(d.join(RESULTS_CSV)).expect("csv");
+        assert_eq!(csv.lines().count(), plan.cells.len() + 1);
+        let s: Summary = read_json(&d.join(SUMMARY_FILE)).expect("summary");
+        assert_eq!(s.paths.len(), 2);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn csv_quotes_fields_with_commas() {
+        let mut r = run(500, HostConfig::Untuned, 1, "kernel", 1, 1.0, 1);
+        r.error = Some("refused, \"twice\"".into());
+        let s = results_csv(&[r]);
+        assert!(s.contains("\"refused, \"\"twice\"\"\""), "{s}");
+    }
+}

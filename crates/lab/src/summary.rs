@@ -1,0 +1,325 @@
+//! `summary.json` (also `tcptune lab --json`): per path and stream count, each mode's median
+//! throughput and peak buffer memory, so scripts can compare modes; plus the headline and the
+//! paper-vs-today verdicts. And the terminal table printed at the end of a lab.
+
+use crate::aggregate::{Aggregate, CellStats};
+use crate::claims::Claim;
+use crate::headline::{fmt_mbps, Headline};
+use crate::plan::{ExpandedPlan, HostConfig, PlanMode};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Version of `summary.json`.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
+/// The whole summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// [`SUMMARY_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Plan name.
+    pub plan: String,
+    /// Bottleneck rate, bit/s.
+    pub rate_bps: u64,
+    /// MTU.
+    pub mtu: u32,
+    /// Repetitions per cell.
+    pub repetitions: u32,
+    /// How to read the byte figures.
+    pub units: String,
+    /// Runs recorded, and how many failed.
+    pub runs: usize,
+    /// Runs that failed.
+    pub failed_runs: usize,
+    /// Planned cells without any successful run.
+    pub missing_cells: Vec<String>,
+    /// Per path.
+    pub paths: Vec<PathSummary>,
+    /// `auto` against `ideal` and `kernel`.
+    pub headline: Headline,
+    /// Paper vs today.
+    pub claims: Vec<Claim>,
+}
+
+/// One path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PathSummary {
+    /// Round-trip time, ms.
+    pub rtt_ms: f64,
+    /// Bandwidth-delay product, bytes.
+    pub bdp_bytes: u64,
+    /// Per stream count.
+    pub streams: Vec<StreamsSummary>,
+}
+
+/// One stream count on a path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamsSummary {
+    /// Streams requested.
+    pub streams: u32,
+    /// Each mode under each host configuration it ran in.
+    pub modes: Vec<ModeSummary>,
+}
+
+/// One mode in one host configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModeSummary {
+    /// Mode (`auto`, `kernel`, `ideal`, `fixed:4194304`, ...).
+    pub mode: String,
+    /// Host configuration.
+    pub host: HostConfig,
+    /// For `ideal`: the fixed mode that won the sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tune: Option<String>,
+    /// Median receiver-measured throughput, bit/s.
+    pub throughput_bps: f64,
+    /// Smallest over repetitions.
+    pub throughput_min_bps: f64,
+    /// Largest over repetitions.
+    pub throughput_max_bps: f64,
+    /// Median peak kernel-held buffer (larger end, all streams), bytes.
+    pub peak_buffer_bytes: u64,
+    /// Median peak kernel-held send buffer (sender, all streams), bytes.
+    pub peak_sndbuf_bytes: u64,
+    /// Median peak kernel-held receive buffer (receiver, all streams), bytes.
+    pub peak_rcvbuf_bytes: u64,
+    /// Median streams used.
+    pub streams_used: f64,
+    /// Successful runs.
+    pub runs: usize,
+    /// Runs stopped by the time cap.
+    pub capped: usize,
+}
+
+/// The modes the report shows for a host configuration: the plan's list, `ideal` in place,
+/// plus fixed sizes listed explicitly.
+pub fn shown_modes(plan: &ExpandedPlan, host: HostConfig) -> Vec<String> {
+    plan.plan
+        .hosts
+        .get(&host)
+        .map(|v| v.iter().map(PlanMode::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn mode_summary(mode: &str, host: HostConfig, s: &CellStats, tune: Option<String>) -> ModeSummary {
+    ModeSummary {
+        mode: mode.to_string(),
+        host,
+        tune,
+        throughput_bps: s.throughput_bps.median,
+        throughput_min_bps: s.throughput_bps.min,
+        throughput_max_bps: s.throughput_bps.max,
+        peak_buffer_bytes: s.peak_buffer_bytes.median as u64,
+        peak_sndbuf_bytes: s.peak_sndbuf_bytes.median as u64,
+        peak_rcvbuf_bytes: s.peak_rcvbuf_bytes.median as u64,
+        streams_used: s.streams_used.median,
+        runs: s.runs,
+        capped: s.capped,
+    }
+}
+
+/// Build the summary.
+pub fn summarize(
+    plan: &ExpandedPlan,
+    agg: &Aggregate,
+    runs: usize,
+    failed_runs: usize,
+    headline: Headline,
+    claims: Vec<Claim>,
+) -> Summary {
+    let mut paths = Vec::new();
+    for &rtt in &plan.plan.rtts_us {
+        let mut streams = Vec::new();
+        for &n in &plan.plan.streams {
+            let mut modes = Vec::new();
+            for host in HostConfig::ALL {
+                for m in shown_modes(plan, host) {
+                    if m == "ideal" {
+                        if let Some(p) = agg.ideal.get(&(rtt, n)) {
+                            let tune = Some(p.stats.key.tune.clone());
+                            modes.push(mode_summary("ideal", host, &p.stats, tune));
+                        }
+                    } else if let Some(s) = agg.get(rtt, host, n, &m) {
+                        modes.push(mode_summary(&m, host, s, None));
+                    }
+                }
+            }
+            streams.push(StreamsSummary { streams: n, modes });
+        }
+        paths.push(PathSummary {
+            rtt_ms: rtt as f64 / 1000.0,
+            bdp_bytes: plan.plan.bdp(rtt).0,
+            streams,
+        });
+    }
+    let missing_cells = plan
+        .cells
+        .iter()
+        .filter(|c| !agg.cells.contains_key(&c.key))
+        .map(|c| c.key.id())
+        .collect();
+    Summary {
+        schema_version: SUMMARY_SCHEMA_VERSION,
+        plan: plan.plan.name.clone(),
+        rate_bps: plan.plan.rate.0,
+        mtu: plan.plan.mtu,
+        repetitions: plan.plan.repetitions,
+        units: UNITS.into(),
+        runs,
+        failed_runs,
+        missing_cells,
+        paths,
+        headline,
+        claims,
+    }
+}
+
+/// The sentence about units, shared by the summary and the report.
+pub const UNITS: &str =
+    "Throughput is measured at the receiver (first byte to last byte), in bit/s \
+(decimal: 1 Mbit/s = 10^6 bit/s). Buffer figures are kernel-held bytes (sk_sndbuf at the sender, \
+sk_rcvbuf at the receiver, from SO_MEMINFO), summed over streams; peak_buffer is the larger end. \
+The kernel holds twice what setsockopt asks for, so a fixed:S run holds about 2 S per stream; \
+sizes of fixed modes and of ideal are setsockopt values. 1 MiB = 2^20 bytes.";
+
+/// The terminal table: per path, one row per mode/host, one column per stream count
+/// (median Mbit/s, `*` when capped), then the headline.
+pub fn terminal_table(s: &Summary) -> String {
+    let mut out = String::new();
+    for p in &s.paths {
+        let counts: Vec<u32> = p.streams.iter().map(|x| x.streams).collect();
+        let _ = writeln!(
+            out,
+            "\nRTT {} ms (BDP {:.2} MiB) - median Mbit/s by parallel streams; * = time-capped",
+            p.rtt_ms,
+            p.bdp_bytes as f64 / (1 << 20) as f64
+        );
+        let mut rows: Vec<(String, HostConfig)> = Vec::new();
+        for st in &p.streams {
+            for m in &st.modes {
+                if !rows.iter().any(|(mm, h)| *mm == m.mode && *h == m.host) {
+                    rows.push((m.mode.clone(), m.host));
+                }
+            }
+        }
+        let mut header = format!("  {:<24}", "mode @ host");
+        for n in &counts {
+            let _ = write!(header, "{:>10}", format!("P={n}"));
+        }
+        let _ = writeln!(out, "{header}");
+        for (mode, host) in rows {
+            let mut line = format!("  {:<24}", format!("{mode} @ {host}"));
+            for st in &p.streams {
+                let cell = st
+                    .modes
+                    .iter()
+                    .find(|m| m.mode == mode && m.host == host)
+                    .map(|m| {
+                        format!(
+                            "{:.1}{}",
+                            m.throughput_bps / 1e6,
+                            if m.capped > 0 { "*" } else { "" }
+                        )
+                    })
+                    .unwrap_or_else(|| "-".into());
+                let _ = write!(line, "{cell:>10}");
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let h = &s.headline;
+    if !h.rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nHeadline: auto vs ideal (best fixed size) and vs kernel autotuning at default limits"
+        );
+        let _ = writeln!(
+            out,
+            "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>12} {:>13}",
+            "RTT ms", "P", "auto", "ideal", "auto/ideal", "auto/kernel", "auto mem/BDP"
+        );
+        for r in &h.rows {
+            let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+            let _ = writeln!(
+                out,
+                "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>12} {:>13}",
+                r.rtt_ms,
+                r.streams,
+                fmt_mbps(r.auto_bps),
+                fmt_mbps(r.ideal_bps),
+                f(r.auto_over_ideal),
+                f(r.auto_over_kernel),
+                f(r.auto_mem_bdp)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  goal (auto >= 0.95 x ideal and memory <= 2 x BDP in setsockopt units) met on {} of {} judged rows",
+            h.goals_met, h.judged
+        );
+        for sf in &h.shortfalls {
+            let _ = writeln!(out, "  - {sf}");
+        }
+    }
+    if s.failed_runs > 0 || !s.missing_cells.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{} of {} runs failed; {} planned cells have no result",
+            s.failed_runs,
+            s.runs,
+            s.missing_cells.len()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::aggregate;
+    use crate::aggregate::tests::run;
+    use crate::plan::Plan;
+
+    #[test]
+    fn summary_lists_modes_per_path_and_marks_capped_cells() {
+        let mut p = Plan::quick();
+        p.rtts_us = vec![25_000];
+        p.streams = vec![1];
+        let plan = p.expand();
+        let mut capped = run(25_000, HostConfig::Untuned, 1, "none", 1, 18.0, 1 << 17);
+        capped.capped = true;
+        let recs = vec![
+            capped,
+            run(25_000, HostConfig::Untuned, 1, "auto", 1, 900.0, 8 << 20),
+            run(
+                25_000,
+                HostConfig::UserKernel,
+                1,
+                "fixed:4194304",
+                1,
+                950.0,
+                8 << 20,
+            ),
+        ];
+        let agg = aggregate(&recs);
+        let h = crate::headline::headline(&plan, &agg);
+        let s = summarize(&plan, &agg, 3, 0, h, Vec::new());
+        assert_eq!(s.paths.len(), 1);
+        let modes = &s.paths[0].streams[0].modes;
+        let ideal = modes.iter().find(|m| m.mode == "ideal").expect("ideal");
+        assert_eq!(ideal.tune.as_deref(), Some("fixed:4194304"));
+        assert_eq!(ideal.host, HostConfig::UserKernel);
+        assert!(
+            !s.missing_cells.is_empty(),
+            "kernel etc. were planned but not run"
+        );
+        let t = terminal_table(&s);
+        assert!(t.contains("18.0*"), "{t}");
+        assert!(t.contains("auto @ untuned"), "{t}");
+        assert!(t.contains("0.95"), "{t}");
+        let json = serde_json::to_string(&s).expect("serializes");
+        let back: Summary = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back.paths, s.paths);
+        assert_eq!(back.missing_cells, s.missing_cells);
+    }
+}
