@@ -23,3 +23,13 @@ pub mod stats;
 pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
 pub use path::Path;
 pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};
+pub mod state;
+
+mod error;
+mod sys;
+mod topology;
+mod worker;
+
+pub use error::EmuError;
+pub use state::{OwnerKind, TopologyRecord};
+pub use topology::{unique_name, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};

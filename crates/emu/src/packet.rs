@@ -129,14 +129,14 @@ pub struct Packet {
 
 impl Packet {
     /// A packet from a buffer whose first [`VNET_HDR_LEN`] bytes are the virtio header (if
-    /// `vnet`) or unused room, followed by `len` bytes of IP packet.
+    /// `vnet`) or unused room, followed by `len` bytes of IP packet (the buffer may be
+    /// longer; the rest is ignored and kept for reuse).
     ///
     /// A packet without a virtio header (or with `GSO_NONE`) is one segment.
-    pub fn from_buf(mut buf: Vec<u8>, len: usize, vnet: bool) -> Result<Packet, PacketError> {
+    pub fn from_buf(buf: Vec<u8>, len: usize, vnet: bool) -> Result<Packet, PacketError> {
         if buf.len() < VNET_HDR_LEN + len {
             return Err(PacketError::Truncated { len });
         }
-        buf.truncate(VNET_HDR_LEN + len);
         let hdr = if vnet {
             let mut h = [0u8; VNET_HDR_LEN];
             h.copy_from_slice(&buf[..VNET_HDR_LEN]);

@@ -1,0 +1,94 @@
+//! Errors of the emulator driver.
+
+use crate::config::ConfigError;
+
+/// Why a topology could not be brought up, used or torn down.
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// Not root and no CAP_NET_ADMIN/CAP_SYS_ADMIN.
+    #[error(
+        "creating network namespaces and TUN devices needs root (or CAP_NET_ADMIN and \
+         CAP_SYS_ADMIN); run with sudo"
+    )]
+    NotPermitted,
+    /// /dev/net/tun is missing.
+    #[error("{0} does not exist: load the tun module (modprobe tun) or run where TUN devices are available")]
+    NoTun(String),
+    /// A tool the driver runs is missing.
+    #[error("'{0}' was not found: install iproute2 (apt-get install iproute2)")]
+    MissingTool(String),
+    /// The name is in use.
+    #[error("topology name '{name}' is taken: {why}")]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// By whom.
+        why: String,
+    },
+    /// No topology of that name.
+    #[error("no topology named '{0}' (see 'tcptune emu status')")]
+    NotFound(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was being attempted.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A command (`ip ...`) failed.
+    #[error("{what} failed: {detail}")]
+    Command {
+        /// The command line.
+        what: String,
+        /// Its error output or status.
+        detail: String,
+    },
+    /// The path was set up but no probe crossed it.
+    #[error("the emulated path did not come up: {0}")]
+    NotReady(String),
+    /// A state file could not be understood.
+    #[error("state file {path}: {detail}")]
+    State {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The topology belongs to another program.
+    #[error("topology '{name}' belongs to {owner}; stop that program to take it down")]
+    NotOwned {
+        /// The name.
+        name: String,
+        /// Who owns it.
+        owner: String,
+    },
+}
+
+impl EmuError {
+    /// Whether this is a problem of the environment (privileges, devices, tools, a name
+    /// already taken) rather than of the request or the run (the CLI exits with 5).
+    pub fn is_environment(&self) -> bool {
+        matches!(
+            self,
+            EmuError::NotPermitted
+                | EmuError::NoTun(_)
+                | EmuError::MissingTool(_)
+                | EmuError::NameTaken { .. }
+        )
+    }
+
+    pub(crate) fn sys(what: impl Into<String>, source: std::io::Error) -> EmuError {
+        EmuError::Sys {
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn last_os(what: impl Into<String>) -> EmuError {
+        EmuError::sys(what, std::io::Error::last_os_error())
+    }
+}

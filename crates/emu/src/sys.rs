@@ -1,0 +1,265 @@
+//! The thin Linux layer: TUN devices, network namespaces, `ip`, processes.
+
+use crate::error::EmuError;
+use std::ffi::CString;
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path as FsPath, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `ip netns` keeps named namespaces.
+pub(crate) const NETNS_DIR: &str = "/run/netns";
+/// The TUN control device.
+pub(crate) const TUN_PATH: &str = "/dev/net/tun";
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const IFF_TUN: libc::c_short = 0x0001;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUN_F_CSUM: libc::c_ulong = 0x01;
+const TUN_F_TSO4: libc::c_ulong = 0x02;
+const TUN_F_TSO6: libc::c_ulong = 0x04;
+const TUN_F_TSO_ECN: libc::c_ulong = 0x08;
+
+/// Check privileges and devices before touching anything.
+pub(crate) fn check_environment() -> Result<(), EmuError> {
+    // CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21, for setns and mounts) in the effective set.
+    let status = fs::read_to_string("/proc/self/status")
+        .map_err(|e| EmuError::sys("reading /proc/self/status", e))?;
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if cap_eff & (1 << 12) == 0 || cap_eff & (1 << 21) == 0 {
+        return Err(EmuError::NotPermitted);
+    }
+    if !FsPath::new(TUN_PATH).exists() {
+        return Err(EmuError::NoTun(TUN_PATH.to_string()));
+    }
+    Ok(())
+}
+
+/// An open TUN device (removed by the kernel when the descriptor closes).
+pub(crate) fn open_tun(name: &str, vnet: bool) -> Result<OwnedFd, EmuError> {
+    let path = CString::new(TUN_PATH).map_err(|_| EmuError::NoTun(TUN_PATH.into()))?;
+    // SAFETY: plain open(2) of a NUL-terminated path.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(EmuError::last_os(format!("open {TUN_PATH}")));
+    }
+    // SAFETY: raw is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut ifr = [0u8; 40];
+    let bytes = name.as_bytes();
+    if bytes.len() >= 16 {
+        return Err(EmuError::sys(
+            format!("ioctl TUNSETIFF {name}"),
+            std::io::Error::from_raw_os_error(libc::ENAMETOOLONG),
+        ));
+    }
+    ifr[..bytes.len()].copy_from_slice(bytes);
+    let mut flags = IFF_TUN | IFF_NO_PI;
+    if vnet {
+        flags |= IFF_VNET_HDR;
+    }
+    ifr[16..18].copy_from_slice(&flags.to_ne_bytes());
+    // SAFETY: TUNSETIFF reads and writes a 40-byte struct ifreq, which ifr is.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, ifr.as_mut_ptr()) } < 0 {
+        return Err(EmuError::last_os(format!("ioctl TUNSETIFF {name}")));
+    }
+    // The offload setting survives on a device: always set it, to nothing without vnet.
+    let offload = if vnet {
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
+    } else {
+        0
+    };
+    // SAFETY: TUNSETOFFLOAD takes an integer argument.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, offload) } < 0 {
+        return Err(EmuError::last_os(format!(
+            "ioctl TUNSETOFFLOAD {offload:#x} on {name}"
+        )));
+    }
+    set_nonblocking(fd.as_raw_fd(), name)?;
+    Ok(fd)
+}
+
+fn set_nonblocking(fd: RawFd, what: &str) -> Result<(), EmuError> {
+    // SAFETY: fcntl on a descriptor we own.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if fl < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) } < 0 {
+        return Err(EmuError::last_os(format!("fcntl O_NONBLOCK on {what}")));
+    }
+    Ok(())
+}
+
+/// The bind-mount file of a named namespace.
+pub(crate) fn netns_path(name: &str) -> PathBuf {
+    PathBuf::from(NETNS_DIR).join(name)
+}
+
+/// Run `ip ARGS...`, with `stdin` fed to it (for `-batch -`).
+pub(crate) fn ip(args: &[&str], stdin: Option<&str>) -> Result<(), EmuError> {
+    let what = format!("ip {}", args.join(" "));
+    let mut child = Command::new("ip")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                EmuError::MissingTool("ip".into())
+            } else {
+                EmuError::sys(format!("starting {what}"), e)
+            }
+        })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())
+            .map_err(|e| EmuError::sys(format!("writing commands to {what}"), e))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| EmuError::sys(format!("waiting for {what}"), e))?;
+    if !out.status.success() {
+        let detail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let detail = match stdin {
+            Some(cmds) => format!("{detail} (commands: {})", cmds.trim().replace('\n', "; ")),
+            None => detail,
+        };
+        return Err(EmuError::Command { what, detail });
+    }
+    Ok(())
+}
+
+/// Create a named network namespace (`ip netns add`).
+pub(crate) fn create_netns(name: &str) -> Result<(), EmuError> {
+    ip(&["netns", "add", name], None)
+}
+
+/// Open a named namespace.
+pub(crate) fn open_netns(name: &str) -> Result<OwnedFd, EmuError> {
+    let path = netns_path(name);
+    fs::File::open(&path)
+        .map(OwnedFd::from)
+        .map_err(|e| EmuError::sys(format!("opening network namespace {}", path.display()), e))
+}
+
+/// Move the calling thread into the namespace `fd`.
+pub(crate) fn enter_netns(fd: RawFd, name: &str) -> Result<(), EmuError> {
+    // SAFETY: setns on a namespace descriptor; affects only the calling thread.
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(EmuError::last_os(format!(
+            "setns into network namespace {name}"
+        )));
+    }
+    Ok(())
+}
+
+/// Remove a named namespace (what `ip netns del` does): detach the bind mount, delete the
+/// file. The namespace itself goes away when nothing uses it any more.
+pub(crate) fn delete_netns(name: &str) -> Result<(), EmuError> {
+    let path = netns_path(name);
+    let c = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| EmuError::NotFound(name.to_string()))?;
+    // SAFETY: umount2 of a NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINVAL) && e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(EmuError::sys(format!("umount {}", path.display()), e));
+        }
+    }
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(EmuError::sys(format!("removing {}", path.display()), e)),
+    }
+}
+
+/// (device, inode) of a namespace file, which identifies the namespace.
+fn ns_id(path: &FsPath) -> Option<(u64, u64)> {
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Processes whose network namespace is the named one (never this process).
+pub(crate) fn pids_in_netns(name: &str) -> Vec<i32> {
+    let Some(id) = ns_id(&netns_path(name)) else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|&pid| ns_id(&PathBuf::from(format!("/proc/{pid}/ns/net"))) == Some(id))
+        .collect()
+}
+
+/// Stop every process inside the named namespace: SIGTERM, then SIGKILL after `grace`.
+pub(crate) fn kill_netns_processes(name: &str, grace: Duration) {
+    let pids = pids_in_netns(name);
+    if pids.is_empty() {
+        return;
+    }
+    for &pid in &pids {
+        // SAFETY: kill(2) on a pid; the process is inside our namespace.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && !pids_in_netns(name).is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for pid in pids_in_netns(name) {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && !pids_in_netns(name).is_empty() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Start time of a process (clock ticks after boot, field 22 of /proc/PID/stat).
+pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether process `pid` that started at `start` is still alive (not a reused pid).
+pub(crate) fn process_alive(pid: u32, start: u64) -> bool {
+    process_start_time(pid) == Some(start)
+}
+
+/// Write a sysctl of the calling thread's network namespace.
+pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
+    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+    fs::write(&path, value).map_err(|e| EmuError::sys(format!("writing sysctl {key}={value}"), e))
+}
+
+/// Lower the calling thread's timer slack to 1 ns (the default 50 us would add to every
+/// wake-up).
+pub(crate) fn set_timer_slack_min() {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) affects only the calling thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Make the calling thread SCHED_FIFO at `prio`; false if not permitted.
+pub(crate) fn set_realtime(prio: i32) -> bool {
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: sets the scheduling policy of the calling thread.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0 }
+}

@@ -1,0 +1,478 @@
+//! [`Topology`]: two namespaces joined by the emulated path, as a guard.
+
+use crate::config::{Side, TopologyConfig};
+use crate::error::EmuError;
+use crate::path::{Path, DEFAULT_MAX_BURST};
+use crate::state::{self, OwnerKind, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION};
+use crate::stats::{EmuStats, STATS_SCHEMA_VERSION};
+use crate::sys;
+use crate::worker::{Shared, Worker};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Side A's address inside its namespace (198.18.0.0/15 is reserved for benchmarking).
+pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// Side B's address inside its namespace.
+pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+/// Name of the TUN device inside each namespace.
+pub const TUN_NAME: &str = "tt0";
+
+/// How the driver runs (the defaults are what the benchmarks measured best).
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    /// Pass GSO/TSO super-packets through (`IFF_VNET_HDR` + `TUNSETOFFLOAD`). Without it
+    /// every packet costs a read and a write, and rates above ~0.5 Gbit/s at MTU 1500 are
+    /// not accurate.
+    pub offload: bool,
+    /// Spin (instead of sleeping) this long before a packet is due.
+    pub spin: Duration,
+    /// Run the emulator threads as SCHED_FIFO (real-time) if permitted.
+    pub realtime: bool,
+    /// Longest a segment of a super-packet waits for the rest of it on a rate-limited path.
+    pub max_burst: Duration,
+    /// Who owns the topology (shown by `emu status`; `emu down` only stops daemons).
+    pub owner: OwnerKind,
+}
+
+impl Default for UpOptions {
+    fn default() -> Self {
+        UpOptions {
+            offload: true,
+            spin: Duration::from_micros(200),
+            realtime: false,
+            max_burst: DEFAULT_MAX_BURST,
+            owner: OwnerKind::Library,
+        }
+    }
+}
+
+/// A unique topology name for this process: `PREFIX-PID-N` (for tests and tools that make
+/// topologies concurrently).
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// A running emulated topology: namespaces `tt-NAME-a` and `tt-NAME-b`, a TUN device in
+/// each, and two emulator threads in this process (A→B and B→A).
+///
+/// # Use
+///
+/// 1. [`Topology::up`] builds everything and returns once a probe has crossed the path both
+///    ways.
+/// 2. Run programs with [`command`](Self::command) (another process in a namespace) or code
+///    with [`run_in`](Self::run_in) (a thread of this process in a namespace); read counters
+///    with [`stats`](Self::stats).
+/// 3. [`down`](Self::down) (or drop) stops the threads, kills every process left in the two
+///    namespaces, and removes the devices, namespaces and state files. Dropping during a
+///    panic does the same.
+pub struct Topology {
+    cfg: TopologyConfig,
+    netns: [String; 2],
+    ns_fds: Vec<Arc<OwnedFd>>,
+    ns_created: [bool; 2],
+    claimed: bool,
+    tuns: Vec<Arc<OwnedFd>>,
+    workers: Vec<JoinHandle<()>>,
+    housekeeper: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    started: Instant,
+    final_stats: Option<EmuStats>,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topology")
+            .field("name", &self.cfg.name)
+            .field("netns", &self.netns)
+            .finish()
+    }
+}
+
+impl Topology {
+    /// Bring a topology up with the default [`UpOptions`].
+    pub fn up(cfg: &TopologyConfig) -> Result<Topology, EmuError> {
+        Topology::up_with(cfg, &UpOptions::default())
+    }
+
+    /// Bring a topology up.
+    pub fn up_with(cfg: &TopologyConfig, opts: &UpOptions) -> Result<Topology, EmuError> {
+        cfg.validate()?;
+        sys::check_environment()?;
+        let name = cfg.name.clone();
+        let netns = [format!("tt-{name}-a"), format!("tt-{name}-b")];
+        let pid = std::process::id();
+        let record = TopologyRecord {
+            schema_version: RECORD_SCHEMA_VERSION,
+            name: name.clone(),
+            owner_kind: opts.owner,
+            owner_pid: pid,
+            owner_start: sys::process_start_time(pid).unwrap_or(0),
+            netns: netns.clone(),
+            addrs: [IpAddr::V4(ADDR_A), IpAddr::V4(ADDR_B)],
+            path: cfg.path.clone(),
+            sysctls: cfg.sysctls.clone(),
+            created_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
+        let mut topo = Topology {
+            cfg: cfg.clone(),
+            netns,
+            ns_fds: Vec::new(),
+            ns_created: [false; 2],
+            claimed: false,
+            tuns: Vec::new(),
+            workers: Vec::new(),
+            housekeeper: None,
+            shared: Arc::new(Shared::default()),
+            started: Instant::now(),
+            final_stats: None,
+        };
+        {
+            let _lock = StateLock::acquire()?;
+            state::cleanup_stale_locked();
+            state::claim(&record)?;
+            topo.claimed = true;
+        }
+        // From here on, an error drops `topo`, which removes whatever was made.
+        for side in [Side::A, Side::B] {
+            let ns = topo.netns[side.index()].clone();
+            sys::create_netns(&ns)?;
+            topo.ns_created[side.index()] = true;
+            topo.ns_fds.push(Arc::new(sys::open_netns(&ns)?));
+        }
+        for side in [Side::A, Side::B] {
+            let tun = topo.setup_side(side, opts.offload)?;
+            topo.tuns.push(Arc::new(tun));
+        }
+        topo.start_workers(opts);
+        topo.wait_ready()?;
+        Ok(topo)
+    }
+
+    fn setup_side(&self, side: Side, offload: bool) -> Result<OwnedFd, EmuError> {
+        let ns = self.netns(side).to_string();
+        let (me, peer) = (self.addr(side), self.addr(side.peer()));
+        let mtu = self.cfg.path.mtu;
+        let sysctls = self.cfg.sysctls.clone();
+        let tun = self.try_run_in(side, move || -> Result<OwnedFd, EmuError> {
+            // No IPv6 on the emulated link: no router solicitations or MLD crossing it.
+            sys::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+            sys::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
+            for (k, v) in &sysctls {
+                sys::write_sysctl(k, v)?;
+            }
+            sys::open_tun(TUN_NAME, offload)
+        })??;
+        let cmds = format!(
+            "link set lo up\n\
+             link set dev {TUN_NAME} mtu {mtu} txqueuelen 10000 up\n\
+             addr add {me}/32 peer {peer}/32 dev {TUN_NAME}\n"
+        );
+        sys::ip(&["-n", &ns, "-batch", "-"], Some(&cmds))?;
+        Ok(tun)
+    }
+
+    fn start_workers(&mut self, opts: &UpOptions) {
+        let epoch = Instant::now();
+        for dir in 0..2 {
+            let (input, output) = (self.tuns[dir].clone(), self.tuns[1 - dir].clone());
+            let worker = Worker {
+                dir,
+                name: format!(
+                    "{} {}",
+                    self.cfg.name,
+                    if dir == 0 { "a->b" } else { "b->a" }
+                ),
+                input,
+                output,
+                vnet: opts.offload,
+                path: Path::with_max_burst(&self.cfg.path, dir as u64, opts.max_burst),
+                spin: opts.spin,
+                realtime: opts.realtime,
+                epoch,
+                shared: self.shared.clone(),
+            };
+            let name = format!("tt-emu-{}", if dir == 0 { "ab" } else { "ba" });
+            match std::thread::Builder::new()
+                .name(name)
+                .spawn(move || worker.run())
+            {
+                Ok(h) => self.workers.push(h),
+                Err(e) => self
+                    .shared
+                    .failures
+                    .lock()
+                    .map(|mut f| f.push(format!("spawning the emulator thread: {e}")))
+                    .unwrap_or(()),
+            }
+        }
+        let shared = self.shared.clone();
+        let name = self.cfg.name.clone();
+        let path = self.cfg.path.describe();
+        let started = self.started;
+        self.housekeeper = std::thread::Builder::new()
+            .name("tt-emu-stats".into())
+            .spawn(move || {
+                let mut last = Instant::now() - Duration::from_secs(1);
+                while !shared.stop.load(Ordering::Relaxed) {
+                    if last.elapsed() >= Duration::from_millis(500) {
+                        let s = snapshot(&shared, &name, &path, started);
+                        state::write_stats(&name, &s);
+                        last = Instant::now();
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+            .ok();
+    }
+
+    /// Send UDP probes A→B and back until one makes the round trip.
+    fn wait_ready(&self) -> Result<(), EmuError> {
+        let p = &self.cfg.path;
+        let per_try = p.rtt() + p.jitter * 2 + Duration::from_millis(200);
+        let (tries, required) = match p.loss {
+            l if l <= 0.0 => (10, true),
+            l if l <= 0.5 => (30, true),
+            _ => (3, false),
+        };
+        let sock = |side: Side| -> Result<UdpSocket, EmuError> {
+            let addr = self.addr(side);
+            let s = self
+                .try_run_in(side, move || UdpSocket::bind((addr, 0)))?
+                .map_err(|e| EmuError::sys(format!("binding a UDP probe socket to {addr}"), e))?;
+            s.set_read_timeout(Some(per_try))
+                .map_err(|e| EmuError::sys("setting the probe timeout", e))?;
+            Ok(s)
+        };
+        let (a, b) = (sock(Side::A)?, sock(Side::B)?);
+        let b_addr = b
+            .local_addr()
+            .map_err(|e| EmuError::sys("reading the probe address", e))?;
+        let a_addr = a
+            .local_addr()
+            .map_err(|e| EmuError::sys("reading the probe address", e))?;
+        let mut buf = [0u8; 64];
+        for i in 0..tries {
+            if let Some(why) = self.failure() {
+                return Err(EmuError::NotReady(why));
+            }
+            let msg = format!("tcptune-probe {i}");
+            let _ = a.send_to(msg.as_bytes(), b_addr);
+            let crossed = matches!(b.recv_from(&mut buf), Ok((n, from)) if &buf[..n] == msg.as_bytes() && from == a_addr);
+            if !crossed {
+                continue;
+            }
+            let _ = b.send_to(msg.as_bytes(), a_addr);
+            if matches!(a.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == msg.as_bytes()) {
+                self.reset_stats();
+                return Ok(());
+            }
+        }
+        if required {
+            Err(EmuError::NotReady(format!(
+                "no probe made the round trip {ADDR_A} -> {ADDR_B} -> {ADDR_A} in {tries} tries"
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.shared
+            .failures
+            .lock()
+            .ok()
+            .and_then(|f| f.first().cloned())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TopologyConfig {
+        &self.cfg
+    }
+
+    /// The address of `side` (inside its namespace).
+    pub fn addr(&self, side: Side) -> IpAddr {
+        IpAddr::V4(match side {
+            Side::A => ADDR_A,
+            Side::B => ADDR_B,
+        })
+    }
+
+    /// The network namespace of `side` (`tt-NAME-a` or `tt-NAME-b`).
+    pub fn netns(&self, side: Side) -> &str {
+        &self.netns[side.index()]
+    }
+
+    /// A command that runs `program` inside `side`'s namespace, with `TCPTUNE_SELF` set to
+    /// that side's address and `TCPTUNE_PEER` to the other side's. Processes still running
+    /// in the namespace when the topology goes down are killed.
+    pub fn command(
+        &self,
+        side: Side,
+        program: impl AsRef<std::ffi::OsStr>,
+    ) -> std::process::Command {
+        state::command_in(
+            self.ns_fds[side.index()].clone(),
+            self.addr(side),
+            self.addr(side.peer()),
+            program,
+        )
+    }
+
+    /// Run `f` on a thread that has entered `side`'s namespace (sockets it creates live in
+    /// that namespace, also after `f` returns).
+    ///
+    /// # Panics
+    ///
+    /// If the thread cannot enter the namespace (see [`try_run_in`](Self::try_run_in)), or
+    /// if `f` panics.
+    pub fn run_in<T: Send>(&self, side: Side, f: impl FnOnce() -> T + Send) -> T {
+        match self.try_run_in(side, f) {
+            Ok(v) => v,
+            Err(e) => panic!("run_in {}: {e}", self.netns(side)),
+        }
+    }
+
+    /// Like [`run_in`](Self::run_in), returning an error if the namespace cannot be entered.
+    pub fn try_run_in<T: Send>(
+        &self,
+        side: Side,
+        f: impl FnOnce() -> T + Send,
+    ) -> Result<T, EmuError> {
+        let fd = self.ns_fds[side.index()].as_raw_fd();
+        let ns = self.netns(side).to_string();
+        std::thread::scope(|s| {
+            let h = s.spawn(move || -> Result<T, EmuError> {
+                sys::enter_netns(fd, &ns)?;
+                Ok(f())
+            });
+            match h.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// Set a sysctl in `side`'s namespace (global sysctls such as net.core.rmem_max are
+    /// refused).
+    pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<(), EmuError> {
+        crate::config::check_namespaced_sysctl(key)?;
+        self.try_run_in(side, || sys::write_sysctl(key, value))?
+    }
+
+    /// Live counters of both directions (refreshed every 100 ms by the emulator threads).
+    pub fn stats(&self) -> EmuStats {
+        if let Some(s) = &self.final_stats {
+            return s.clone();
+        }
+        snapshot(
+            &self.shared,
+            &self.cfg.name,
+            &self.cfg.path.describe(),
+            self.started,
+        )
+    }
+
+    /// Start counting from zero (counters, queue peaks, lateness) within 100 ms.
+    pub fn reset_stats(&self) {
+        for r in &self.shared.reset {
+            r.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while self.shared.reset.iter().any(|r| r.load(Ordering::SeqCst))
+            && self.shared.running.iter().all(|r| r.load(Ordering::SeqCst))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Errors the emulator threads reported (empty when all is well).
+    pub fn failures(&self) -> Vec<String> {
+        self.shared
+            .failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether both emulator threads are running.
+    pub fn is_running(&self) -> bool {
+        self.shared.running.iter().all(|r| r.load(Ordering::SeqCst))
+    }
+
+    /// Tear everything down and return the final counters.
+    pub fn down(mut self) -> Result<EmuStats, EmuError> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<EmuStats, EmuError> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        if let Some(h) = self.housekeeper.take() {
+            let _ = h.join();
+        }
+        let mut stats = self.stats();
+        stats.running = false;
+        self.final_stats = Some(stats.clone());
+        for (i, ns) in self.netns.iter().enumerate() {
+            if self.ns_created[i] {
+                sys::kill_netns_processes(ns, Duration::from_millis(500));
+            }
+        }
+        self.tuns.clear();
+        self.ns_fds.clear();
+        let mut first_err = None;
+        for (i, ns) in self.netns.iter().enumerate() {
+            if std::mem::take(&mut self.ns_created[i]) {
+                if let Err(e) = sys::delete_netns(ns) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if std::mem::take(&mut self.claimed) {
+            state::remove_files(&self.cfg.name);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    }
+}
+
+fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuStats {
+    let get = |i: usize| {
+        shared.snapshots[i]
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    };
+    EmuStats {
+        schema_version: STATS_SCHEMA_VERSION,
+        name: name.to_string(),
+        path: path.to_string(),
+        uptime_s: started.elapsed().as_secs_f64(),
+        running: shared.running.iter().all(|r| r.load(Ordering::SeqCst)),
+        a_to_b: get(0),
+        b_to_a: get(1),
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if self.claimed || self.ns_created.iter().any(|&c| c) || !self.workers.is_empty() {
+            if let Err(e) = self.teardown() {
+                eprintln!("tcptune emu: tearing down '{}': {e}", self.cfg.name);
+            }
+        }
+    }
+}

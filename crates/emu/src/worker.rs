@@ -1,0 +1,256 @@
+//! The data plane: one thread per direction moves packets from one TUN device through a
+//! [`Path`] to the other device.
+//!
+//! Waking up from a timer costs about 150 us on a busy host, so a worker sleeps in
+//! `ppoll` (input readable, or a timeout) only until `spin` before the next packet is due,
+//! then spins, polling the input without blocking, until the due time. It exits when told
+//! to stop, and on hang-up or an error of its devices.
+
+use crate::packet::{Packet, VNET_HDR_LEN};
+use crate::path::Path;
+use crate::stats::DirStats;
+use crate::sys;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tcptune_core::Time;
+
+/// Largest frame a TUN read returns: virtio header + a 64 KiB super-packet.
+const BIG: usize = VNET_HDR_LEN + 65536;
+/// Packets up to this size are copied out of the read buffer into a buffer of their size.
+const SMALL: usize = 2048;
+/// Longest sleep while idle (how quickly a stop is noticed).
+const IDLE: Duration = Duration::from_millis(50);
+/// Reads per round before due packets are served again.
+const READ_BATCH: usize = 32;
+/// How often counters are published.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
+
+/// State shared between the workers and the [`crate::Topology`].
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub(crate) stop: AtomicBool,
+    pub(crate) snapshots: [Mutex<DirStats>; 2],
+    pub(crate) reset: [AtomicBool; 2],
+    pub(crate) running: [AtomicBool; 2],
+    pub(crate) failures: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn fail(&self, msg: String) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.push(msg);
+        }
+    }
+}
+
+/// What one worker needs.
+pub(crate) struct Worker {
+    pub(crate) dir: usize,
+    pub(crate) name: String,
+    pub(crate) input: Arc<OwnedFd>,
+    pub(crate) output: Arc<OwnedFd>,
+    pub(crate) vnet: bool,
+    pub(crate) path: Path,
+    pub(crate) spin: Duration,
+    pub(crate) realtime: bool,
+    pub(crate) epoch: Instant,
+    pub(crate) shared: Arc<Shared>,
+}
+
+enum Read {
+    Packet(Packet),
+    Malformed(usize),
+    Empty,
+    Closed(String),
+}
+
+impl Worker {
+    fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Run until stopped.
+    pub(crate) fn run(mut self) {
+        sys::set_timer_slack_min();
+        if self.realtime && !sys::set_realtime(10) {
+            self.shared.fail(format!(
+                "{}: SCHED_FIFO not permitted, running unprioritized",
+                self.name
+            ));
+        }
+        self.shared.running[self.dir].store(true, Ordering::SeqCst);
+        let mut buf = vec![0u8; BIG];
+        let mut pool: Vec<Vec<u8>> = Vec::new();
+        let mut last_publish = Instant::now();
+        let mut write_error_reported = false;
+        'outer: while !self.shared.stop.load(Ordering::Relaxed) {
+            // 1. Everything that is due leaves now.
+            let now = self.now();
+            while let Some(mut p) = self.path.poll_out(now) {
+                let frame = p.wire_frame(self.vnet);
+                // SAFETY: write(2) of an initialized slice to a descriptor we hold.
+                let n = unsafe {
+                    libc::write(self.output.as_raw_fd(), frame.as_ptr().cast(), frame.len())
+                };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.raw_os_error() == Some(libc::EBADFD) {
+                        self.shared
+                            .fail(format!("{}: output device gone: {e}", self.name));
+                        break 'outer;
+                    }
+                    self.path.write_failed(&p);
+                    if !write_error_reported {
+                        write_error_reported = true;
+                        self.shared.fail(format!(
+                            "{}: write of a {}-byte packet to the TUN device failed: {e}",
+                            self.name,
+                            p.ip_len()
+                        ));
+                    }
+                }
+                let b = p.into_buf();
+                if b.len() >= BIG && pool.len() < 64 {
+                    pool.push(b);
+                }
+            }
+            // 2. Read what has arrived.
+            let mut got = 0;
+            while got < READ_BATCH {
+                match self.read(&mut buf, &mut pool) {
+                    Read::Packet(p) => {
+                        let t = self.now();
+                        self.path.push(t, p);
+                        got += 1;
+                    }
+                    Read::Malformed(len) => {
+                        self.path.malformed(len);
+                        got += 1;
+                    }
+                    Read::Empty => break,
+                    Read::Closed(why) => {
+                        self.shared.fail(format!("{}: {why}", self.name));
+                        break 'outer;
+                    }
+                }
+            }
+            if last_publish.elapsed() >= PUBLISH_EVERY {
+                self.publish();
+                last_publish = Instant::now();
+            }
+            if got > 0 {
+                continue;
+            }
+            // 3. Wait for the next due packet or arrival.
+            let now = self.now();
+            let next = self.path.poll_timeout();
+            let wait = next.map(|t| t.saturating_since(now));
+            match wait {
+                Some(w) if w.is_zero() => continue,
+                Some(w) if w <= self.spin => {
+                    let due = next.unwrap_or(now);
+                    // Spin: poll the input without blocking until the due time.
+                    while self.now() < due {
+                        if self.readable(Duration::ZERO) {
+                            break;
+                        }
+                        std::hint::spin_loop();
+                    }
+                }
+                _ => {
+                    let sleep = wait.map_or(IDLE, |w| (w - self.spin).min(IDLE));
+                    if !self.readable(sleep) && self.hung_up() {
+                        self.shared
+                            .fail(format!("{}: input device hung up", self.name));
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        self.publish();
+        self.shared.running[self.dir].store(false, Ordering::SeqCst);
+    }
+
+    fn publish(&mut self) {
+        if self.shared.reset[self.dir].swap(false, Ordering::Relaxed) {
+            self.path.reset_counters();
+        }
+        let s = self.path.stats();
+        if let Ok(mut slot) = self.shared.snapshots[self.dir].lock() {
+            *slot = s;
+        }
+    }
+
+    /// ppoll the input for `timeout`; true if readable.
+    fn readable(&self, timeout: Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.input.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: ppoll on one pollfd we own, with a valid timespec.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+
+    fn hung_up(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.input.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: as in `readable`, zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    }
+
+    fn read(&self, buf: &mut Vec<u8>, pool: &mut Vec<Vec<u8>>) -> Read {
+        let off = if self.vnet { 0 } else { VNET_HDR_LEN };
+        let n = loop {
+            // SAFETY: read(2) into the writable tail of `buf`.
+            let n = unsafe {
+                libc::read(
+                    self.input.as_raw_fd(),
+                    buf[off..].as_mut_ptr().cast(),
+                    buf.len() - off,
+                )
+            };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Read::Empty,
+                Some(libc::EINTR) => continue,
+                _ => return Read::Closed(format!("reading the TUN device failed: {e}")),
+            }
+        };
+        if n == 0 {
+            return Read::Empty;
+        }
+        let ip_len = if self.vnet {
+            if n < VNET_HDR_LEN {
+                return Read::Malformed(n);
+            }
+            n - VNET_HDR_LEN
+        } else {
+            n
+        };
+        let owned = if ip_len <= SMALL {
+            buf[..VNET_HDR_LEN + ip_len].to_vec()
+        } else {
+            let fresh = pool.pop().unwrap_or_else(|| vec![0u8; BIG]);
+            std::mem::replace(buf, fresh)
+        };
+        match Packet::from_buf(owned, ip_len, self.vnet) {
+            Ok(p) => Read::Packet(p),
+            Err(_) => Read::Malformed(ip_len),
+        }
+    }
+}

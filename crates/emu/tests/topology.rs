@@ -1,0 +1,233 @@
+//! Real topologies (root): bring-up, RTT accuracy, teardown, names, stale cleanup.
+
+mod common;
+
+use common::{can_run_as_root, median, wait_for};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path as FsPath;
+use std::time::{Duration, Instant};
+use tcptune_emu::{unique_name, EmuError, PathConfig, Side, Topology, TopologyConfig};
+
+fn up(prefix: &str, path: PathConfig) -> Topology {
+    let cfg = TopologyConfig::new(unique_name(prefix), path);
+    match Topology::up(&cfg) {
+        Ok(t) => t,
+        Err(e) => panic!("bringing up {}: {e}", cfg.name),
+    }
+}
+
+/// Median TCP handshake time A -> B over `n` connects, in ms.
+fn connect_rtt_ms(topo: &Topology, n: usize) -> f64 {
+    let b = topo.addr(Side::B);
+    let listener = topo.run_in(Side::B, || TcpListener::bind((b, 0)));
+    let listener = listener.unwrap_or_else(|e| panic!("listen in B: {e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let target = SocketAddr::new(b, port);
+    let samples: Vec<f64> = topo.run_in(Side::A, || {
+        (0..n)
+            .map(|_| {
+                let t0 = Instant::now();
+                let s = TcpStream::connect_timeout(&target, Duration::from_secs(5));
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                assert!(s.is_ok(), "connect to {target}: {s:?}");
+                ms
+            })
+            .collect()
+    });
+    // Accept and drop the connections so the backlog does not fill.
+    listener.set_nonblocking(true).ok();
+    while listener.accept().is_ok() {}
+    median(samples)
+}
+
+fn check_rtt(delay_ms: u64) {
+    let topo = up(
+        "rtt",
+        PathConfig {
+            delay: Duration::from_millis(delay_ms),
+            ..PathConfig::default()
+        },
+    );
+    let want = 2.0 * delay_ms as f64;
+    // The precise target is max(0.3 ms, 1%) (see bench/emu_accuracy.sh); on a CI machine
+    // shared with compilers this test allows max(0.6 ms, 2%) and three attempts.
+    let tol = (0.6f64).max(want * 0.02);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let rtt = connect_rtt_ms(&topo, 9);
+        got.push(rtt);
+        if (rtt - want).abs() <= tol {
+            eprintln!("delay {delay_ms} ms: handshake RTT median {rtt:.3} ms (want {want} ms)");
+            return;
+        }
+    }
+    panic!("delay {delay_ms} ms: handshake RTT medians {got:?} ms, want {want} ± {tol} ms");
+}
+
+#[test]
+fn handshake_rtt_is_twice_the_delay_at_0ms() {
+    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_0ms") {
+        check_rtt(0);
+    }
+}
+
+#[test]
+fn handshake_rtt_is_twice_the_delay_at_25ms() {
+    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_25ms") {
+        check_rtt(25);
+    }
+}
+
+#[test]
+fn handshake_rtt_is_twice_the_delay_at_100ms() {
+    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_100ms") {
+        check_rtt(100);
+    }
+}
+
+#[test]
+fn teardown_leaves_no_namespace_device_process_or_file() {
+    if !can_run_as_root("teardown_leaves_no_namespace_device_process_or_file") {
+        return;
+    }
+    let topo = up("down", PathConfig::default());
+    let name = topo.config().name.clone();
+    let ns: Vec<String> = [Side::A, Side::B]
+        .iter()
+        .map(|&s| topo.netns(s).to_string())
+        .collect();
+    assert!(ns.iter().all(|n| n.starts_with("tt-")));
+    for n in &ns {
+        assert!(FsPath::new("/run/netns").join(n).exists());
+    }
+    let mut child = topo
+        .command(Side::B, "sleep")
+        .arg("300")
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+    let pid = child.id();
+    let out = topo
+        .command(Side::A, "sh")
+        .args([
+            "-c",
+            "echo $TCPTUNE_SELF $TCPTUNE_PEER; ip -o link show tt0",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("sh in A: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("198.18.0.1 198.19.0.1"), "{text}");
+    assert!(text.contains("tt0"), "{text}");
+    let stats = topo.down().unwrap_or_else(|e| panic!("down: {e}"));
+    assert!(!stats.running);
+    for n in &ns {
+        assert!(
+            !FsPath::new("/run/netns").join(n).exists(),
+            "{n} left behind"
+        );
+    }
+    assert!(
+        wait_for(Duration::from_secs(3), || matches!(
+            child.try_wait(),
+            Ok(Some(_))
+        )),
+        "process {pid} started in the namespace survived teardown"
+    );
+    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
+    assert!(!FsPath::new(&format!("/run/tcptune/{name}.stats.json")).exists());
+}
+
+#[test]
+fn panic_while_up_still_tears_down() {
+    if !can_run_as_root("panic_while_up_still_tears_down") {
+        return;
+    }
+    let name = unique_name("panic");
+    let cfg = TopologyConfig::new(name.clone(), PathConfig::default());
+    let r = std::panic::catch_unwind(|| {
+        let _topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
+        panic!("test panic while the topology is up");
+    });
+    assert!(r.is_err());
+    assert!(!FsPath::new(&format!("/run/netns/tt-{name}-a")).exists());
+    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
+}
+
+#[test]
+fn second_topology_with_the_same_name_is_refused() {
+    if !can_run_as_root("second_topology_with_the_same_name_is_refused") {
+        return;
+    }
+    let topo = up("taken", PathConfig::default());
+    let again = Topology::up(topo.config());
+    match again {
+        Err(e @ EmuError::NameTaken { .. }) => assert!(e.is_environment()),
+        other => panic!("expected NameTaken, got {other:?}"),
+    }
+    // The refused attempt must not have damaged the first one.
+    assert!(connect_rtt_ms(&topo, 1) < 50.0);
+}
+
+#[test]
+fn stale_topology_of_a_dead_owner_is_removed_by_the_next_up() {
+    if !can_run_as_root("stale_topology_of_a_dead_owner_is_removed_by_the_next_up") {
+        return;
+    }
+    // A child process brings a topology up and is killed without tearing it down.
+    let name = unique_name("stale");
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "helper_bring_up_and_hang",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("TT_HELPER_NAME", &name)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn helper: {e}"));
+    let ns_a = format!("/run/netns/tt-{name}-a");
+    assert!(
+        wait_for(Duration::from_secs(20), || FsPath::new(&format!(
+            "/run/tcptune/{name}.stats.json"
+        ))
+        .exists()),
+        "helper did not bring {name} up"
+    );
+    child.kill().ok();
+    child.wait().ok();
+    assert!(
+        FsPath::new(&ns_a).exists(),
+        "the killed owner left its namespace behind"
+    );
+    let topo = up("fresh", PathConfig::default());
+    assert!(
+        !FsPath::new(&ns_a).exists(),
+        "stale namespace {ns_a} was not removed"
+    );
+    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
+    drop(topo);
+}
+
+/// Not a test on its own: run by the stale-cleanup test in a child process.
+#[test]
+#[ignore = "helper process for stale_topology_of_a_dead_owner_is_removed_by_the_next_up"]
+fn helper_bring_up_and_hang() {
+    let Ok(name) = std::env::var("TT_HELPER_NAME") else {
+        return;
+    };
+    let topo = Topology::up(&TopologyConfig::new(name, PathConfig::default()));
+    let _topo = topo.unwrap_or_else(|e| panic!("up: {e}"));
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn global_sysctls_are_refused() {
+    let cfg = TopologyConfig::new(unique_name("sysctl"), PathConfig::default())
+        .sysctl("net.core.rmem_max", "1000000000");
+    match Topology::up(&cfg) {
+        Err(EmuError::Config(_)) => {}
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
