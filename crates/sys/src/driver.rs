@@ -66,6 +66,8 @@ pub struct SampleStats {
     pub rtt_count: u64,
     /// Largest congestion window (segments).
     pub cwnd_max_segs: u32,
+    /// Largest congestion window (bytes).
+    pub cwnd_max_bytes: u64,
     /// Largest peer window (bytes).
     pub snd_wnd_max_bytes: u64,
     /// `tcpi_total_retrans` at the last sample.
@@ -97,6 +99,7 @@ impl SampleStats {
             self.rtt_count += 1;
         }
         self.cwnd_max_segs = self.cwnd_max_segs.max(s.snd_cwnd_segs);
+        self.cwnd_max_bytes = self.cwnd_max_bytes.max(s.cwnd_bytes());
         self.snd_wnd_max_bytes = self
             .snd_wnd_max_bytes
             .max(u64::from(s.snd_wnd_bytes.unwrap_or(0)));

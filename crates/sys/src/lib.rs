@@ -6,9 +6,11 @@
 //!   water mark and congestion control on a socket.
 //! * [`driver`]: running a tuner on one socket (sample, feed, apply, record).
 //! * [`sysctl`]: sysctls and buffer limits of the current network namespace.
+//! * [`net`]: sockets configured before `connect()`/`listen()`.
 //! * [`os`]: CPU time, random bytes, waiting on a socket, host description.
 
 pub mod driver;
+pub mod net;
 pub mod os;
 pub mod sockopt;
 pub mod sysctl;

@@ -1,4 +1,26 @@
 //! tcptune's transfer engine: a server and a client moving messages over parallel TCP
-//! streams, running a tuner on every stream and reporting what happened.
+//! streams, running a tuner on every stream at both ends and reporting what happened.
+//!
+//! * [`server::run`] serves any number of clients (`tcptune serve`).
+//! * [`client::run`] runs one transfer against a server and returns its [`report::Report`]
+//!   (`tcptune send`).
+//! * [`proto`] is the control protocol (framing, messages, data-connection hello);
+//!   [`auth`] the optional shared-secret authentication.
+//! * [`human`] formats a report for people.
+//!
+//! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
+//! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
+mod assemble;
+pub mod auth;
+pub mod client;
+mod engine;
+pub mod human;
+mod pattern;
+mod phase;
+pub mod probe;
+pub mod proto;
 pub mod report;
+pub mod server;
+
+pub use engine::{SideResult, StreamSide};

@@ -113,6 +113,10 @@ pub struct StartTcptune {
     pub receiver_limits: HostLimits,
     /// Congestion control in use.
     pub congestion: String,
+    /// How long the pre-transfer bandwidth probe ran (modes that need one), seconds. Its
+    /// result is `path_hint.rate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_seconds: Option<f64>,
 }
 
 /// One reporting interval (iperf3: `intervals[]`).
@@ -306,6 +310,12 @@ pub struct EndTcptune {
     pub peak_rmem_alloc_bytes: u64,
     /// Per-stream details from both ends.
     pub streams: Vec<StreamDetail>,
+    /// Complete, verified messages at the receiver.
+    #[serde(default)]
+    pub messages_received: u64,
+    /// Why the run failed (integrity or otherwise), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What one stream did, seen from both ends.
@@ -335,6 +345,12 @@ pub struct SideDetail {
     pub rtt_max_us: Option<u32>,
     /// Largest congestion window, segments.
     pub cwnd_max_segs: u32,
+    /// Largest congestion window, bytes (`snd_cwnd * snd_mss`).
+    #[serde(default)]
+    pub cwnd_max_bytes: u64,
+    /// Largest receive window the peer advertised (`tcpi_snd_wnd`), bytes.
+    #[serde(default)]
+    pub snd_wnd_max_bytes: u64,
     /// Retransmitted segments (`tcpi_total_retrans` at the end).
     pub retransmits: u64,
     /// Peak `sk_sndbuf`.

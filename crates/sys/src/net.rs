@@ -1,0 +1,242 @@
+//! TCP sockets that can be configured before `connect()` or `listen()`.
+//!
+//! `std::net` connects and listens in one call, but buffer sizes must be set before the SYN
+//! (the window scale is fixed then): [`tcp_socket`] makes an unconnected socket, the caller
+//! applies its options, and [`connect`] / [`listen`] finish the job.
+
+use std::io;
+use std::mem::size_of;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::time::Duration;
+
+/// A socket call that failed, with what was attempted.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {source}")]
+pub struct NetError {
+    /// What was attempted (`connect 10.0.0.2:5310`).
+    pub op: String,
+    /// The OS error.
+    pub source: io::Error,
+}
+
+impl NetError {
+    fn last(op: impl Into<String>) -> NetError {
+        NetError {
+            op: op.into(),
+            source: io::Error::last_os_error(),
+        }
+    }
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// A new, unconnected TCP socket of `addr`'s family (close-on-exec).
+pub fn tcp_socket(addr: &SocketAddr) -> Result<OwnedFd, NetError> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(NetError::last("socket(SOCK_STREAM)"));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Bind a socket to a local address (for a client's `--bind`, or before [`listen`]).
+pub fn bind(fd: &OwnedFd, addr: &SocketAddr) -> Result<(), NetError> {
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: ss is valid for len bytes.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(NetError::last(format!("bind {addr}")));
+    }
+    Ok(())
+}
+
+/// Bind `fd` to `addr` and listen. Options set on `fd` before are inherited by accepted
+/// sockets.
+pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListener, NetError> {
+    let one: libc::c_int = 1;
+    // SAFETY: valid pointer to an int. SO_REUSEADDR lets a restarted server rebind at once.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    bind(&fd, addr)?;
+    // SAFETY: plain syscall on an owned fd.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
+        return Err(NetError::last(format!("listen on {addr}")));
+    }
+    // SAFETY: we own fd and hand it to the listener.
+    Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
+}
+
+/// Connect `fd` to `addr`, giving up after `timeout`.
+pub fn connect(fd: OwnedFd, addr: &SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
+    let op = || format!("connect {addr}");
+    // SAFETY: we own fd; the TcpStream takes it over (and closes it on error paths).
+    let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
+    stream
+        .set_nonblocking(true)
+        .map_err(|source| NetError { op: op(), source })?;
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: ss valid for len bytes.
+    let r = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(NetError {
+                op: op(),
+                source: e,
+            });
+        }
+        let mut p = libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, ms) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(NetError {
+                    op: op(),
+                    source: e,
+                });
+            }
+            if n == 0 {
+                return Err(NetError {
+                    op: op(),
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {:.1}s", timeout.as_secs_f64()),
+                    ),
+                });
+            }
+            break;
+        }
+        if let Some(e) = stream
+            .take_error()
+            .map_err(|source| NetError { op: op(), source })?
+        {
+            return Err(NetError {
+                op: op(),
+                source: e,
+            });
+        }
+    }
+    stream
+        .set_nonblocking(false)
+        .map_err(|source| NetError { op: op(), source })?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn options_set_before_listen_are_inherited_by_accepted_sockets() {
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let fd = tcp_socket(&addr).expect("socket");
+        crate::sockopt::set_rcvbuf(fd.as_fd(), tcptune_core::Bytes::kib(96), false)
+            .expect("rcvbuf");
+        let l = listen(fd, &addr, 4).expect("listen");
+        let target = l.local_addr().expect("addr");
+        let c = tcp_socket(&target).expect("socket");
+        let mut c = connect(c, &target, Duration::from_secs(5)).expect("connect");
+        let (mut s, _) = l.accept().expect("accept");
+        assert_eq!(
+            crate::sockopt::rcvbuf(s.as_fd()).expect("get"),
+            2 * 96 * 1024
+        );
+        c.write_all(b"hi").expect("write");
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).expect("read");
+        assert_eq!(&b, b"hi");
+    }
+
+    #[test]
+    fn refused_connection_names_the_address() {
+        // Bind then drop a listener to get a port nobody listens on.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let e = connect(
+            tcp_socket(&addr).expect("socket"),
+            &addr,
+            Duration::from_secs(5),
+        )
+        .expect_err("refused");
+        assert!(
+            e.to_string().contains(&format!("connect 127.0.0.1:{port}")),
+            "{e}"
+        );
+    }
+}

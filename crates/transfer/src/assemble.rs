@@ -1,0 +1,351 @@
+//! Turning both ends' results into the [`Report`], and judging the run: complete,
+//! capped, short, corrupted or failed.
+
+use crate::client::ClientConfig;
+use crate::engine::{SideResult, StreamSide};
+use crate::proto::TestParams;
+use crate::report::{
+    Connected, ConnectingTo, CpuUtilization, End, EndStream, EndTcptune, Interval, Report,
+    SideDetail, Start, StartTcptune, StreamDetail, StreamSum, Sum, TestStart, SCHEMA_VERSION,
+};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tcptune_core::{HostLimits, PathHint};
+use tcptune_sys::os::CpuTimes;
+
+/// Everything the report is made of.
+pub(crate) struct Assembly<'a> {
+    pub(crate) cfg: &'a ClientConfig,
+    pub(crate) params: &'a TestParams,
+    pub(crate) addr: SocketAddr,
+    pub(crate) session_hex: &'a str,
+    pub(crate) hint: &'a PathHint,
+    pub(crate) probe_seconds: Option<f64>,
+    pub(crate) sender_limits: HostLimits,
+    pub(crate) receiver_limits: HostLimits,
+    pub(crate) congestion: String,
+    pub(crate) local: &'a SideResult,
+    pub(crate) remote: &'a SideResult,
+    pub(crate) intervals: Vec<Interval>,
+    pub(crate) host_cpu: CpuTimes,
+    pub(crate) host_wall: Duration,
+    pub(crate) capped: bool,
+    pub(crate) streams_reason: Option<String>,
+}
+
+/// What is wrong with a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Bytes did not check out, or fewer arrived than were sent / asked for.
+    Integrity(String),
+    /// Something else failed.
+    Failed(String),
+}
+
+/// First-to-last span over streams, from each stream's `first_s`/`last_s`.
+fn span(streams: &[StreamSide]) -> (f64, f64) {
+    let first = streams
+        .iter()
+        .filter_map(|s| s.first_s)
+        .fold(f64::INFINITY, f64::min);
+    let last = streams
+        .iter()
+        .filter_map(|s| s.last_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if first.is_finite() && last.is_finite() && last >= first {
+        (first, last)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+fn bps(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 * 8.0 / secs
+    } else {
+        0.0
+    }
+}
+
+fn pct(cpu: f64, wall: f64) -> f64 {
+    if wall > 0.0 {
+        100.0 * cpu / wall
+    } else {
+        0.0
+    }
+}
+
+fn stream_sum(s: Option<&StreamSide>, socket: u32, sender: bool) -> StreamSum {
+    let (start, end) = s.map_or((0.0, 0.0), |s| {
+        (s.first_s.unwrap_or(0.0), s.last_s.unwrap_or(0.0))
+    });
+    let seconds = (end - start).max(0.0);
+    let bytes = s.map_or(0, |s| s.bytes);
+    let d = s.map(|s| &s.detail);
+    StreamSum {
+        socket,
+        start,
+        end,
+        seconds,
+        bytes,
+        bits_per_second: bps(bytes, seconds),
+        retransmits: sender.then(|| d.map_or(0, |d| d.retransmits)),
+        max_snd_cwnd: if sender {
+            d.map(|d| d.cwnd_max_bytes)
+        } else {
+            None
+        },
+        max_snd_wnd: if sender {
+            d.map(|d| d.snd_wnd_max_bytes)
+        } else {
+            None
+        },
+        max_rtt: if sender {
+            d.and_then(|d| d.rtt_max_us).map(u64::from)
+        } else {
+            None
+        },
+        min_rtt: if sender {
+            d.and_then(|d| d.rtt_min_us).map(u64::from)
+        } else {
+            None
+        },
+        mean_rtt: if sender {
+            d.and_then(|d| d.rtt_avg_us).map(u64::from)
+        } else {
+            None
+        },
+        sender,
+    }
+}
+
+/// Build the report and judge the run.
+pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
+    let reverse = a.params.reverse;
+    let (snd, rcv) = if reverse {
+        (a.remote, a.local)
+    } else {
+        (a.local, a.remote)
+    };
+    let n = a.local.streams.len().max(a.remote.streams.len());
+    let find = |side: &SideResult, i: u32| side.streams.iter().find(|s| s.stream == i).cloned();
+    let mut end_streams = Vec::new();
+    let mut details = Vec::new();
+    for i in 1..=n as u32 {
+        let s = find(snd, i);
+        let r = find(rcv, i);
+        end_streams.push(EndStream {
+            sender: stream_sum(s.as_ref(), i, true),
+            receiver: stream_sum(r.as_ref(), i, false),
+        });
+        let opened = find(a.local, i).map_or(0.0, |x| x.opened_at_s.max(0.0));
+        details.push(StreamDetail {
+            socket: i,
+            opened_at_s: opened,
+            messages: r.as_ref().map_or(0, |r| r.messages),
+            sender: s.map(|s| s.detail).unwrap_or_else(SideDetail::default),
+            receiver: r.map(|r| r.detail).unwrap_or_else(SideDetail::default),
+        });
+    }
+    let sent_bytes: u64 = snd.streams.iter().map(|s| s.bytes).sum();
+    let recv_bytes: u64 = rcv.streams.iter().map(|s| s.bytes).sum();
+    let recv_messages: u64 = rcv.streams.iter().map(|s| s.messages).sum();
+    let (sf, sl) = span(&snd.streams);
+    let (rf, rl) = span(&rcv.streams);
+    let retrans: u64 = details.iter().map(|d| d.sender.retransmits).sum();
+    let sum_sent = Sum {
+        start: 0.0,
+        end: sl,
+        seconds: sl - sf,
+        bytes: sent_bytes,
+        bits_per_second: bps(sent_bytes, sl - sf),
+        retransmits: Some(retrans),
+        sender: true,
+    };
+    let sum_received = Sum {
+        start: 0.0,
+        end: rl,
+        seconds: rl - rf,
+        bytes: recv_bytes,
+        bits_per_second: bps(recv_bytes, rl - rf),
+        retransmits: None,
+        sender: false,
+    };
+    let wall = a.host_wall.as_secs_f64();
+    let cpu = CpuUtilization {
+        host_total: pct(a.host_cpu.total().as_secs_f64(), wall),
+        host_user: pct(a.host_cpu.user.as_secs_f64(), wall),
+        host_system: pct(a.host_cpu.system.as_secs_f64(), wall),
+        remote_total: pct(a.remote.cpu_user_s + a.remote.cpu_system_s, a.remote.wall_s),
+        remote_user: pct(a.remote.cpu_user_s, a.remote.wall_s),
+        remote_system: pct(a.remote.cpu_system_s, a.remote.wall_s),
+    };
+
+    // Judgement.
+    let total_messages = a.params.messages;
+    let duration_workload = a.params.duration_ms.is_some();
+    let integrity = a
+        .local
+        .integrity_error
+        .clone()
+        .or_else(|| a.remote.integrity_error.clone());
+    let stream_errors: Vec<String> = snd
+        .streams
+        .iter()
+        .chain(rcv.streams.iter())
+        .filter_map(|s| {
+            s.error.as_ref().map(|e| {
+                format!(
+                    "{} stream {}: {e}",
+                    if s.sender { "sender" } else { "receiver" },
+                    s.stream
+                )
+            })
+        })
+        .collect();
+    let partial: u64 = rcv.streams.iter().map(|s| s.partial_bytes).sum();
+    let complete;
+    let verdict = if let Some(e) = integrity {
+        complete = false;
+        Err(Verdict::Integrity(e))
+    } else if sent_bytes != recv_bytes {
+        complete = false;
+        Err(Verdict::Integrity(format!(
+            "short transfer: {sent_bytes} bytes sent but {recv_bytes} verified at the receiver{}",
+            if stream_errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", stream_errors.join("; "))
+            }
+        )))
+    } else if !duration_workload && !a.capped && (recv_messages != total_messages || partial > 0) {
+        complete = false;
+        Err(Verdict::Integrity(format!(
+            "short transfer: {recv_messages} of {total_messages} messages arrived{}",
+            if stream_errors.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", stream_errors.join("; "))
+            }
+        )))
+    } else if !stream_errors.is_empty() {
+        complete = false;
+        Err(Verdict::Failed(stream_errors.join("; ")))
+    } else {
+        complete = !a.capped;
+        Ok(())
+    };
+
+    let sum_over = |f: &dyn Fn(&StreamDetail) -> u64| details.iter().map(f).sum::<u64>();
+    let tcptune_end = EndTcptune {
+        tune: a.params.tune.to_string(),
+        complete,
+        capped: a.capped,
+        streams_requested: a.params.streams,
+        streams_used: n as u32,
+        streams_reason: if n as u32 > a.params.streams {
+            a.streams_reason.clone()
+        } else {
+            None
+        },
+        peak_sndbuf_bytes: sum_over(&|d| d.sender.peak_sndbuf_bytes),
+        peak_rcvbuf_bytes: sum_over(&|d| d.receiver.peak_rcvbuf_bytes),
+        peak_wmem_queued_bytes: sum_over(&|d| d.sender.peak_wmem_queued_bytes),
+        peak_rmem_alloc_bytes: sum_over(&|d| d.receiver.peak_rmem_alloc_bytes),
+        streams: details,
+        messages_received: recv_messages,
+        error: verdict.as_ref().err().map(|v| match v {
+            Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
+        }),
+    };
+    let connected = a
+        .local
+        .streams
+        .iter()
+        .map(|s| {
+            let (lh, lp) = split_addr(&s.local);
+            let (rh, rp) = split_addr(&s.remote);
+            Connected {
+                socket: s.stream,
+                local_host: lh,
+                local_port: lp,
+                remote_host: rh,
+                remote_port: rp,
+            }
+        })
+        .collect();
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        start: Start {
+            connected,
+            version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
+            system_info: tcptune_sys::os::system_info(),
+            connecting_to: ConnectingTo {
+                host: a.cfg.server.clone(),
+                port: a.addr.port(),
+            },
+            cookie: a.session_hex.to_string(),
+            test_start: TestStart {
+                protocol: "TCP".into(),
+                num_streams: a.params.streams,
+                blksize: a.params.message_size,
+                omit: 0,
+                duration: a.params.duration_ms.map_or(0, |d| d.div_ceil(1000)),
+                bytes: if duration_workload {
+                    0
+                } else {
+                    a.params.messages.saturating_mul(a.params.message_size)
+                },
+                blocks: if duration_workload {
+                    0
+                } else {
+                    a.params.messages
+                },
+                reverse: u32::from(reverse),
+            },
+            tcptune: StartTcptune {
+                tune: a.params.tune.to_string(),
+                workload: if duration_workload {
+                    "duration"
+                } else {
+                    "messages"
+                }
+                .into(),
+                messages: if duration_workload {
+                    0
+                } else {
+                    a.params.messages
+                },
+                message_size: a.params.message_size,
+                max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
+                path_hint: a.hint.clone(),
+                sender_limits: a.sender_limits,
+                receiver_limits: a.receiver_limits,
+                congestion: a.congestion,
+                probe_seconds: a.probe_seconds,
+            },
+        },
+        intervals: a.intervals,
+        end: End {
+            streams: end_streams,
+            sum_sent,
+            sum_received,
+            cpu_utilization_percent: cpu,
+            sender_tcp_congestion: snd.congestion.clone(),
+            receiver_tcp_congestion: rcv.congestion.clone(),
+            tcptune: tcptune_end,
+        },
+        error: verdict.as_ref().err().map(|v| match v {
+            Verdict::Integrity(e) => format!("integrity failure: {e}"),
+            Verdict::Failed(e) => format!("transfer failed: {e}"),
+        }),
+    };
+    (report, verdict)
+}
+
+fn split_addr(s: &str) -> (String, u16) {
+    match s.parse::<SocketAddr>() {
+        Ok(a) => (a.ip().to_string(), a.port()),
+        Err(_) => (s.to_string(), 0),
+    }
+}

@@ -1,0 +1,730 @@
+//! `tcptune send`: connect to a tcptune server, measure the path, run the transfer with a
+//! tuner on every stream at both ends, and return the [`Report`].
+//!
+//! ```no_run
+//! use tcptune_transfer::client::{run, ClientConfig};
+//! let cfg = ClientConfig::new("127.0.0.1:5310");
+//! let report = run(&cfg, None).expect("transfer");
+//! println!("{:.1} Mbit/s", report.end.sum_received.bits_per_second / 1e6);
+//! ```
+
+use crate::assemble::{assemble, Assembly};
+use crate::auth::Secret;
+use crate::engine::{Engine, EngineConfig, Event, SideResult};
+use crate::pattern::Pattern;
+use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
+use crate::probe::probe_duration;
+use crate::proto::{
+    self, data_hello, ClientMsg, FrameReader, Phase, ProtoError, ServerLimits, ServerMsg,
+    TestParams, MAX_SERVER_FRAME, PROTOCOL_VERSION,
+};
+use crate::report::Report;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcptune_core::{HostLimits, PathHint, Rate, Role, TuneMode};
+
+/// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Server as `HOST`, `HOST:PORT` or `[V6]:PORT`.
+    pub server: String,
+    /// Port when `server` has none.
+    pub port: u16,
+    /// Local address to send from.
+    pub bind: Option<IpAddr>,
+    /// Tuning mode for both ends.
+    pub tune: TuneMode,
+    /// Parallel streams to start with (`-P`).
+    pub streams: u32,
+    /// Messages (message workload, `-n`).
+    pub messages: u64,
+    /// Bytes per message (`-l`).
+    pub message_size: u64,
+    /// Duration workload (`-t`): send for this long instead of a message count.
+    pub duration: Option<Duration>,
+    /// Cap on the message workload (`--max-time`).
+    pub max_time: Option<Duration>,
+    /// The server sends.
+    pub reverse: bool,
+    /// Keep every sample and change in the report.
+    pub samples: bool,
+    /// Interval of `intervals[]` (`None`: no intervals).
+    pub interval: Option<Duration>,
+    /// Congestion control for the data connections (both ends).
+    pub congestion: Option<String>,
+    /// Shared secret for servers that require one.
+    pub secret: Option<Secret>,
+    /// Give up connecting after this long.
+    pub connect_timeout: Duration,
+    /// Give up when a stream or the server makes no progress for this long.
+    pub idle_timeout: Duration,
+    /// Use `SO_*BUFFORCE` on this end when the process has `CAP_NET_ADMIN`.
+    pub force_buffers: bool,
+    /// Most streams this client opens when tuners ask for more (the server's limit also
+    /// applies).
+    pub max_streams: u32,
+    /// Testing aid: the sender flips one byte of this message; the run must then fail with
+    /// [`ClientError::Integrity`].
+    pub corrupt_message: Option<u64>,
+}
+
+impl ClientConfig {
+    /// The paper's benchmark against `server`: 128 x 1 MiB over 1 stream, `auto` tuning.
+    pub fn new(server: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            server: server.into(),
+            port: crate::server::DEFAULT_PORT,
+            bind: None,
+            tune: TuneMode::Auto,
+            streams: 1,
+            messages: 128,
+            message_size: 1 << 20,
+            duration: None,
+            max_time: None,
+            reverse: false,
+            samples: false,
+            interval: Some(Duration::from_secs(1)),
+            congestion: None,
+            secret: None,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            force_buffers: false,
+            max_streams: 64,
+            corrupt_message: None,
+        }
+    }
+}
+
+/// How a transfer failed. [`ClientError::report`] gives what was measured until then.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+    /// The server could not be reached, or the connection to it broke.
+    #[error("{0}")]
+    Connect(String),
+    /// The server refused the test.
+    #[error("the server refused: {0}")]
+    Rejected(String),
+    /// The server said something that makes no sense.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A byte mismatch or a short transfer.
+    #[error("integrity failure: {reason}")]
+    Integrity {
+        /// What was wrong.
+        reason: String,
+        /// What was measured.
+        report: Option<Box<Report>>,
+    },
+    /// The transfer failed otherwise (a stream error, a timeout).
+    #[error("transfer failed: {reason}")]
+    Transfer {
+        /// What went wrong.
+        reason: String,
+        /// What was measured.
+        report: Option<Box<Report>>,
+    },
+}
+
+impl ClientError {
+    /// The partial report, when the transfer got far enough to have one.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            ClientError::Integrity { report, .. } | ClientError::Transfer { report, .. } => {
+                report.as_deref()
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<ProtoError> for ClientError {
+    fn from(e: ProtoError) -> Self {
+        match e {
+            ProtoError::Io(_) | ProtoError::Closed | ProtoError::Timeout(_) => {
+                ClientError::Connect(e.to_string())
+            }
+            other => ClientError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Progress of a running transfer, for a live display.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// `"probe"` or `"transfer"`.
+    pub phase: &'static str,
+    /// Since the phase started.
+    pub elapsed: Duration,
+    /// Payload bytes this end moved so far.
+    pub bytes: u64,
+    /// Bytes to move, for the message workload.
+    pub total_bytes: Option<u64>,
+    /// Streams open.
+    pub streams: u32,
+}
+
+/// A progress callback.
+pub type ProgressFn<'a> = &'a mut dyn FnMut(&Progress);
+
+fn resolve(cfg: &ClientConfig) -> Result<SocketAddr, ClientError> {
+    let s = cfg.server.trim();
+    let has_port = s.parse::<SocketAddr>().is_ok()
+        || (s.matches(':').count() == 1 && !s.starts_with('['))
+        || (s.starts_with('[') && s.contains("]:"));
+    let target = if has_port {
+        s.to_string()
+    } else if s.contains(':') && !s.starts_with('[') {
+        format!("[{s}]:{}", cfg.port)
+    } else {
+        format!("{s}:{}", cfg.port)
+    };
+    let mut addrs = target
+        .to_socket_addrs()
+        .map_err(|e| ClientError::Connect(format!("resolving {target}: {e}")))?;
+    addrs
+        .next()
+        .ok_or_else(|| ClientError::Connect(format!("{target} resolves to no address")))
+}
+
+fn validate(cfg: &ClientConfig) -> Result<(), ClientError> {
+    let bad = |m: String| Err(ClientError::Config(m));
+    if cfg.streams == 0 {
+        return bad("at least one stream is needed (-P)".into());
+    }
+    if cfg.message_size == 0 {
+        return bad("the message size must be at least 1 byte (-l)".into());
+    }
+    if cfg.duration.is_none() && cfg.messages == 0 {
+        return bad("at least one message is needed (-n)".into());
+    }
+    if cfg.duration.is_some_and(|d| d.is_zero()) || cfg.max_time.is_some_and(|d| d.is_zero()) {
+        return bad("durations must be greater than zero".into());
+    }
+    if cfg.max_streams < cfg.streams {
+        return bad(format!(
+            "{} streams requested but at most {} allowed",
+            cfg.streams, cfg.max_streams
+        ));
+    }
+    Ok(())
+}
+
+/// Run a transfer. `progress` is called about 5 times a second.
+pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Report, ClientError> {
+    validate(cfg)?;
+    let addr = resolve(cfg)?;
+    let mut local_limits = tcptune_sys::sysctl::read_host_limits()
+        .map_err(|e| ClientError::Config(format!("reading this host's limits: {e}")))?;
+    let force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
+    local_limits.can_force = force;
+
+    // Control connection.
+    let fd =
+        tcptune_sys::net::tcp_socket(&addr).map_err(|e| ClientError::Connect(e.to_string()))?;
+    if let Some(ip) = cfg.bind {
+        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+    }
+    let mut ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
+        .map_err(|e| ClientError::Connect(e.to_string()))?;
+    let io = |e: std::io::Error| ClientError::Connect(format!("control connection: {e}"));
+    ctrl.set_nodelay(true).map_err(io)?;
+    ctrl.set_read_timeout(Some(Duration::from_millis(20)))
+        .map_err(io)?;
+    ctrl.set_write_timeout(Some(cfg.idle_timeout)).map_err(io)?;
+    let mut reader = FrameReader::new(MAX_SERVER_FRAME);
+    let hs_deadline = Instant::now() + cfg.connect_timeout;
+
+    proto::write_msg(
+        &mut ctrl,
+        &ClientMsg::Hello {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+    )?;
+    let welcome: ServerMsg = reader.recv_until(&mut ctrl, hs_deadline, "the server's welcome")?;
+    let challenge = match welcome {
+        ServerMsg::Welcome {
+            protocol,
+            challenge,
+            ..
+        } if protocol == PROTOCOL_VERSION => challenge,
+        ServerMsg::Welcome { protocol, .. } => {
+            return Err(ClientError::Rejected(format!(
+                "the server speaks protocol {protocol}, this client {PROTOCOL_VERSION}"
+            )))
+        }
+        ServerMsg::Rejected { reason } => return Err(ClientError::Rejected(reason)),
+        other => return Err(unexpected("welcome", &other)),
+    };
+    let auth = match (&challenge, &cfg.secret) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ClientError::Rejected(
+                "the server requires a shared secret (--secret-file)".into(),
+            ))
+        }
+        (Some(c), Some(secret)) => {
+            let c = proto::from_hex::<32>(c)
+                .ok_or_else(|| ClientError::Protocol("malformed challenge".into()))?;
+            Some(proto::to_hex(&secret.respond(&c)))
+        }
+    };
+    let seed = tcptune_sys::os::random_u64()
+        .map_err(|e| ClientError::Config(format!("getrandom: {e}")))?;
+    let params = TestParams {
+        tune: cfg.tune.clone(),
+        streams: cfg.streams,
+        message_size: cfg.message_size,
+        messages: if cfg.duration.is_some() {
+            0
+        } else {
+            cfg.messages
+        },
+        duration_ms: cfg.duration.map(|d| d.as_millis().max(1) as u64),
+        max_time_ms: cfg.max_time.map(|d| d.as_millis().max(1) as u64),
+        reverse: cfg.reverse,
+        samples: cfg.samples,
+        congestion: cfg.congestion.clone(),
+        seed,
+        corrupt_message: cfg.corrupt_message,
+    };
+    proto::write_msg(
+        &mut ctrl,
+        &ClientMsg::Setup {
+            auth,
+            params: params.clone(),
+        },
+    )?;
+    let accepted: ServerMsg = reader.recv_until(&mut ctrl, hs_deadline, "the server's answer")?;
+    let (session_hex, server_limits, remote_limits, server_cc) = match accepted {
+        ServerMsg::Accepted {
+            session,
+            limits,
+            host_limits,
+            congestion,
+            ..
+        } => (session, limits, host_limits, congestion),
+        ServerMsg::Rejected { reason } => return Err(ClientError::Rejected(reason)),
+        other => return Err(unexpected("accepted", &other)),
+    };
+    let session = proto::from_hex::<16>(&session_hex)
+        .ok_or_else(|| ClientError::Protocol("malformed session id".into()))?;
+
+    // Path RTT from the control connection: a few ping-pongs, then TCP_INFO.
+    let mut app_rtt: Option<Duration> = None;
+    for seq in 0..4u64 {
+        let t = Instant::now();
+        proto::write_msg(&mut ctrl, &ClientMsg::Ping { seq })?;
+        let deadline = Instant::now() + cfg.idle_timeout;
+        loop {
+            match reader.recv_until::<ServerMsg>(&mut ctrl, deadline, "pong")? {
+                ServerMsg::Pong { seq: s } if s == seq => break,
+                ServerMsg::Pong { .. } => continue,
+                other => return Err(unexpected("pong", &other)),
+            }
+        }
+        let d = t.elapsed();
+        app_rtt = Some(app_rtt.map_or(d, |a| a.min(d)));
+    }
+    let tcp_rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
+        .ok()
+        .and_then(|s| s.min_rtt());
+    let mut hint = PathHint {
+        rtt: tcp_rtt.or(app_rtt),
+        rate: match &cfg.tune {
+            TuneMode::Manual(Some(r)) => Some(*r),
+            _ => None,
+        },
+    };
+
+    let mut ctx = Ctx {
+        cfg,
+        ctrl,
+        reader,
+        addr,
+        session,
+        seed,
+        local_limits,
+        force,
+        server_limits,
+        pending_server: Vec::new(),
+    };
+
+    let mut probe_seconds = None;
+    if cfg.tune.needs_rate_probe() {
+        let d = probe_duration(hint.rtt);
+        let (local, remote, _, _) = ctx.run_phase(
+            Phase::Probe {
+                duration_ms: d.as_millis() as u64,
+            },
+            &hint,
+            None,
+        )?;
+        let receiver = if cfg.reverse { &local } else { &remote };
+        let rate: f64 = receiver
+            .streams
+            .iter()
+            .filter_map(|s| s.tail_bits_per_second)
+            .sum();
+        if rate > 0.0 {
+            hint.rate = Some(Rate(rate as u64));
+        }
+        probe_seconds = Some(d.as_secs_f64());
+    }
+
+    let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
+    let wall0 = Instant::now();
+    let (local, remote, intervals, outcome) = ctx.run_phase(Phase::Main, &hint, progress)?;
+    let cpu = tcptune_sys::os::process_cpu()
+        .unwrap_or_default()
+        .since(&cpu0);
+    let wall = wall0.elapsed();
+    let _ = proto::write_msg(&mut ctx.ctrl, &ClientMsg::Bye);
+
+    let (sender_limits, receiver_limits) = if cfg.reverse {
+        (remote_limits.clone(), ctx.local_limits.clone())
+    } else {
+        (ctx.local_limits.clone(), remote_limits.clone())
+    };
+    let assembly = Assembly {
+        cfg,
+        params: &params,
+        addr,
+        session_hex: &session_hex,
+        hint: &hint,
+        probe_seconds,
+        sender_limits,
+        receiver_limits,
+        congestion: cfg.congestion.clone().unwrap_or(server_cc),
+        local: &local,
+        remote: &remote,
+        intervals,
+        host_cpu: cpu,
+        host_wall: wall,
+        capped: outcome.capped,
+        streams_reason: outcome.streams_reason,
+    };
+    let (report, verdict) = assemble(assembly);
+    match verdict {
+        Ok(()) => Ok(report),
+        Err(crate::assemble::Verdict::Integrity(reason)) => Err(ClientError::Integrity {
+            reason,
+            report: Some(Box::new(report)),
+        }),
+        Err(crate::assemble::Verdict::Failed(reason)) => Err(ClientError::Transfer {
+            reason,
+            report: Some(Box::new(report)),
+        }),
+    }
+}
+
+fn unexpected(expected: &'static str, got: &ServerMsg) -> ClientError {
+    match got {
+        ServerMsg::Rejected { reason } => ClientError::Rejected(reason.clone()),
+        ServerMsg::Abort {
+            integrity: true,
+            reason,
+        } => ClientError::Integrity {
+            reason: format!("the server reports: {reason}"),
+            report: None,
+        },
+        ServerMsg::Abort { reason, .. } => ClientError::Transfer {
+            reason: format!("the server aborted: {reason}"),
+            report: None,
+        },
+        other => ClientError::Protocol(format!("expected {expected}, got {}", other.kind())),
+    }
+}
+
+struct Ctx<'a> {
+    cfg: &'a ClientConfig,
+    ctrl: TcpStream,
+    reader: FrameReader,
+    addr: SocketAddr,
+    session: [u8; 16],
+    seed: u64,
+    local_limits: HostLimits,
+    force: bool,
+    server_limits: ServerLimits,
+    /// Server messages that arrived while waiting for something else.
+    pending_server: Vec<ServerMsg>,
+}
+
+/// How the main phase ended.
+pub(crate) struct Outcome {
+    pub(crate) capped: bool,
+    pub(crate) streams_reason: Option<String>,
+}
+
+struct StreamPlan {
+    target: u32,
+    max: u32,
+    reason: Option<String>,
+}
+
+impl Ctx<'_> {
+    fn send(&mut self, m: &ClientMsg) -> Result<(), ClientError> {
+        proto::write_msg(&mut self.ctrl, m).map_err(ClientError::from)
+    }
+
+    /// Wait for a specific server message, keeping others for later.
+    fn expect(
+        &mut self,
+        what: &'static str,
+        mut pick: impl FnMut(&ServerMsg) -> bool,
+    ) -> Result<ServerMsg, ClientError> {
+        let deadline = Instant::now() + self.cfg.idle_timeout;
+        loop {
+            let m: ServerMsg = self.reader.recv_until(&mut self.ctrl, deadline, what)?;
+            if pick(&m) {
+                return Ok(m);
+            }
+            match m {
+                ServerMsg::WantStreams { .. } => self.pending_server.push(m),
+                other => return Err(unexpected(what, &other)),
+            }
+        }
+    }
+
+    fn open_stream(
+        &mut self,
+        engine: &mut Engine,
+        tuning: &PhaseTuning,
+        spec: &DriverSpec,
+        index: u32,
+    ) -> Result<(), ClientError> {
+        self.send(&ClientMsg::OpenStream { stream: index })?;
+        let port = match self.expect(
+            "stream_port",
+            |m| matches!(m, ServerMsg::StreamPort { stream, .. } if *stream == index),
+        )? {
+            ServerMsg::StreamPort { port, .. } => port,
+            other => return Err(unexpected("stream_port", &other)),
+        };
+        let mut driver = spec
+            .driver(tuning, index, index + 1)
+            .map_err(ClientError::Config)?;
+        let addr = SocketAddr::new(self.addr.ip(), port);
+        let fd = prepared_socket(&addr, &mut driver, spec, self.cfg.congestion.as_deref())
+            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
+        if let Some(ip) = self.cfg.bind {
+            tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+                .map_err(|e| ClientError::Config(e.to_string()))?;
+        }
+        let mut s = tcptune_sys::net::connect(fd, &addr, self.cfg.connect_timeout)
+            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
+        s.write_all(&data_hello(&self.session, index))
+            .map_err(|e| {
+                ClientError::Connect(format!("stream {}: sending hello: {e}", index + 1))
+            })?;
+        engine
+            .add_stream(index, s, driver)
+            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))
+    }
+
+    /// Run one phase; returns this end's and the server's results.
+    fn run_phase(
+        &mut self,
+        phase: Phase,
+        hint: &PathHint,
+        mut progress: Option<ProgressFn<'_>>,
+    ) -> Result<
+        (
+            SideResult,
+            SideResult,
+            Vec<crate::report::Interval>,
+            Outcome,
+        ),
+        ClientError,
+    > {
+        let cfg = self.cfg;
+        let role = if cfg.reverse {
+            Role::Receiver
+        } else {
+            Role::Sender
+        };
+        let main = phase == Phase::Main;
+        let epoch = Instant::now();
+        let messages = (main && cfg.duration.is_none()).then_some(cfg.messages);
+        let mut engine = Engine::new(EngineConfig {
+            role,
+            pattern: Arc::new(Pattern::new(self.seed, cfg.message_size)),
+            messages,
+            corrupt: if main { cfg.corrupt_message } else { None },
+            record_series: main && cfg.samples,
+            interval: if main { cfg.interval } else { None },
+            epoch,
+            idle_timeout: cfg.idle_timeout,
+        });
+        let tuning = PhaseTuning::for_phase(phase, &cfg.tune);
+        let spec = DriverSpec {
+            role,
+            limits: self.local_limits.clone(),
+            hint: hint.clone(),
+            force: self.force,
+            record_series: main && cfg.samples,
+            epoch,
+        };
+        self.send(&ClientMsg::StartPhase {
+            phase,
+            hint: hint.clone(),
+        })?;
+        self.expect("phase_ready", |m| matches!(m, ServerMsg::PhaseReady))?;
+        let initial = if main { cfg.streams } else { 1 };
+        for i in 0..initial {
+            if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i) {
+                engine.abort();
+                return Err(e);
+            }
+        }
+        self.send(&ClientMsg::Go)?;
+        engine.go();
+        let start = Instant::now();
+        let stop_after = match phase {
+            Phase::Probe { duration_ms } => Some((Duration::from_millis(duration_ms), false)),
+            Phase::Main => cfg
+                .duration
+                .map(|d| (d, false))
+                .or(cfg.max_time.map(|d| (d, true))),
+        };
+        let mut stopped = false;
+        let mut capped = false;
+        let mut plan = StreamPlan {
+            target: initial,
+            max: cfg.max_streams.min(self.server_limits.max_streams),
+            reason: None,
+        };
+        let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
+        let mut last_progress = Instant::now();
+        let mut last_bytes = (0u64, Instant::now());
+        let fail = |engine: &Engine, e: ClientError| {
+            engine.abort();
+            e
+        };
+        loop {
+            // Server messages.
+            let mut msgs = std::mem::take(&mut self.pending_server);
+            match self.reader.poll_msg::<ServerMsg>(&mut self.ctrl) {
+                Ok(Some(m)) => msgs.push(m),
+                Ok(None) => {}
+                Err(e) => return Err(fail(&engine, e.into())),
+            }
+            let mut wanted = Vec::new();
+            for m in msgs {
+                match m {
+                    ServerMsg::WantStreams {
+                        known_streams,
+                        count,
+                        reason,
+                    } => wanted.push((known_streams, count, reason)),
+                    other => return Err(fail(&engine, unexpected("want_streams", &other))),
+                }
+            }
+            // Local events.
+            while let Some(ev) = engine.poll_event() {
+                match ev {
+                    Event::StreamDone => {}
+                    Event::Integrity(reason) => {
+                        let _ = self.send(&ClientMsg::Stop { capped: false });
+                        return Err(fail(
+                            &engine,
+                            ClientError::Integrity {
+                                reason,
+                                report: None,
+                            },
+                        ));
+                    }
+                    Event::MoreStreams(r) => wanted.push((r.known_streams, r.count, r.reason)),
+                }
+            }
+            // More streams, deduplicated: the target is what the asking tuner saw plus what
+            // it asked for, bounded by both ends' maximum.
+            if main && !stopped {
+                for (known, count, reason) in wanted {
+                    let want = known.saturating_add(count).min(plan.max);
+                    if want > plan.target {
+                        plan.target = want;
+                        plan.reason = Some(reason);
+                    }
+                }
+                while engine.streams() < plan.target {
+                    let i = engine.streams();
+                    if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i) {
+                        return Err(fail(&engine, e));
+                    }
+                }
+            }
+            // Time limits.
+            if let Some((limit, is_cap)) = stop_after {
+                if !stopped && start.elapsed() >= limit {
+                    stopped = true;
+                    capped = is_cap && !engine.all_done();
+                    if role == Role::Sender {
+                        engine.stop();
+                    } else {
+                        self.send(&ClientMsg::Stop { capped })?;
+                    }
+                }
+            }
+            // Stall detection.
+            let b = engine.bytes();
+            if b != last_bytes.0 {
+                last_bytes = (b, Instant::now());
+            } else if last_bytes.1.elapsed() > cfg.idle_timeout + Duration::from_secs(5) {
+                return Err(fail(
+                    &engine,
+                    ClientError::Transfer {
+                        reason: format!(
+                            "no progress for {:.0}s",
+                            last_bytes.1.elapsed().as_secs_f64()
+                        ),
+                        report: None,
+                    },
+                ));
+            }
+            if let Some(p) = progress.as_mut() {
+                if last_progress.elapsed() >= Duration::from_millis(200) {
+                    last_progress = Instant::now();
+                    p(&Progress {
+                        phase: if main { "transfer" } else { "probe" },
+                        elapsed: start.elapsed(),
+                        bytes: b,
+                        total_bytes,
+                        streams: engine.streams(),
+                    });
+                }
+            }
+            if engine.all_done() {
+                break;
+            }
+            let _ = engine.wait_event(Duration::from_millis(5));
+        }
+        self.send(&ClientMsg::EndPhase)?;
+        let remote = match self.expect("phase_result", |m| matches!(m, ServerMsg::PhaseResult(_))) {
+            Ok(ServerMsg::PhaseResult(r)) => *r,
+            Ok(other) => return Err(unexpected("phase_result", &other)),
+            Err(e) => {
+                // Keep our side's numbers for the error report when we can.
+                engine.abort();
+                return Err(e);
+            }
+        };
+        let (local, intervals) = engine.finish();
+        Ok((
+            local,
+            remote,
+            intervals,
+            Outcome {
+                capped,
+                streams_reason: plan.reason,
+            },
+        ))
+    }
+}

@@ -1,0 +1,206 @@
+//! A report for people, laid out like iperf3's output plus what tcptune knows about the
+//! buffers.
+
+use crate::report::{Interval, Report};
+use std::fmt::Write;
+use tcptune_core::{format_duration, Bytes};
+
+fn rate(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bps / 1e3)
+    }
+}
+
+fn bytes(b: u64) -> String {
+    let v = b as f64;
+    if b >= Bytes::GIB {
+        format!("{:.2} GiB", v / Bytes::GIB as f64)
+    } else if b >= Bytes::MIB {
+        format!("{:.1} MiB", v / Bytes::MIB as f64)
+    } else {
+        format!("{:.1} KiB", v / Bytes::KIB as f64)
+    }
+}
+
+fn us(v: Option<u32>) -> String {
+    v.map_or("-".into(), |v| {
+        format_duration(std::time::Duration::from_micros(u64::from(v)))
+    })
+}
+
+fn pct_of(part_us: u64, whole_s: f64) -> String {
+    if whole_s <= 0.0 {
+        return "-".into();
+    }
+    format!(
+        "{:.0}%",
+        (part_us as f64 / 1e6 / whole_s * 100.0).min(100.0)
+    )
+}
+
+/// The header of the interval table.
+pub fn interval_header() -> String {
+    "[ ID] Interval           Transfer     Bitrate         Retr".to_string()
+}
+
+/// The lines of one interval: one per stream, plus `[SUM]` with several streams.
+pub fn interval_lines(iv: &Interval) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &iv.streams {
+        out.push(format!(
+            "[{:>3}] {:6.2}-{:<6.2} sec  {:>10}  {:>14}  {:>4}",
+            s.socket,
+            s.start,
+            s.end,
+            bytes(s.bytes),
+            rate(s.bits_per_second),
+            if s.sender {
+                s.retransmits.to_string()
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if iv.streams.len() > 1 {
+        let s = &iv.sum;
+        out.push(format!(
+            "[SUM] {:6.2}-{:<6.2} sec  {:>10}  {:>14}  {:>4}",
+            s.start,
+            s.end,
+            bytes(s.bytes),
+            rate(s.bits_per_second),
+            if s.sender {
+                s.retransmits.to_string()
+            } else {
+                String::new()
+            }
+        ));
+    }
+    out
+}
+
+/// The whole summary: intervals, per-stream results with buffers, totals, and the verdict.
+pub fn summary(r: &Report) -> String {
+    let mut o = String::new();
+    let t = &r.start.tcptune;
+    let _ = writeln!(
+        o,
+        "Connecting to {} port {} (session {}), {} stream(s), tune {}, {}",
+        r.start.connecting_to.host,
+        r.start.connecting_to.port,
+        r.start.cookie,
+        r.start.test_start.num_streams,
+        t.tune,
+        if t.workload == "duration" {
+            format!("{} s", r.start.test_start.duration)
+        } else {
+            format!("{} x {}", t.messages, Bytes(t.message_size))
+        }
+    );
+    let _ = writeln!(
+        o,
+        "Path: RTT {} (control connection){}{}; congestion control {}",
+        t.path_hint.rtt.map_or("unknown".into(), format_duration),
+        t.path_hint
+            .rate
+            .map_or(String::new(), |x| format!(", rate {x}")),
+        t.probe_seconds
+            .map_or(String::new(), |s| format!(" (probed for {s:.2} s)")),
+        t.congestion
+    );
+    if !r.intervals.is_empty() {
+        let _ = writeln!(o, "{}", interval_header());
+        for iv in &r.intervals {
+            for l in interval_lines(iv) {
+                let _ = writeln!(o, "{l}");
+            }
+        }
+    }
+    let _ = writeln!(o, "- - - - - - - - - - - - - - - - - - - - - - - - -");
+    let _ = writeln!(
+        o,
+        "[ ID] Received     Bitrate         Retr  RTT min/avg/max       SndBuf peak  RcvBuf peak  rwnd-lim sndbuf-lim"
+    );
+    let e = &r.end;
+    for (es, d) in e.streams.iter().zip(&e.tcptune.streams) {
+        let busy = es.sender.seconds;
+        let _ = writeln!(
+            o,
+            "[{:>3}] {:>10}  {:>14}  {:>4}  {:>6}/{:>6}/{:>6}  {:>11}  {:>11}  {:>8} {:>10}{}",
+            es.receiver.socket,
+            bytes(es.receiver.bytes),
+            rate(es.receiver.bits_per_second),
+            d.sender.retransmits,
+            us(d.sender.rtt_min_us),
+            us(d.sender.rtt_avg_us),
+            us(d.sender.rtt_max_us),
+            bytes(d.sender.peak_sndbuf_bytes),
+            bytes(d.receiver.peak_rcvbuf_bytes),
+            pct_of(d.sender.rwnd_limited_us, busy),
+            pct_of(d.sender.sndbuf_limited_us, busy),
+            if d.opened_at_s > 0.0 {
+                format!("  (opened at {:.2} s)", d.opened_at_s)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "[SUM] {:>10}  {:>14}  {:>4}  sender   ({:.2} s)",
+        bytes(e.sum_sent.bytes),
+        rate(e.sum_sent.bits_per_second),
+        e.sum_sent.retransmits.unwrap_or(0),
+        e.sum_sent.seconds
+    );
+    let _ = writeln!(
+        o,
+        "[SUM] {:>10}  {:>14}        receiver ({:.2} s, first byte to last byte)",
+        bytes(e.sum_received.bytes),
+        rate(e.sum_received.bits_per_second),
+        e.sum_received.seconds
+    );
+    let tt = &e.tcptune;
+    let _ = writeln!(
+        o,
+        "Buffers: peak send {} (queued {}), peak receive {} (held {}); CPU local {:.0}%, remote {:.0}%",
+        bytes(tt.peak_sndbuf_bytes),
+        bytes(tt.peak_wmem_queued_bytes),
+        bytes(tt.peak_rcvbuf_bytes),
+        bytes(tt.peak_rmem_alloc_bytes),
+        e.cpu_utilization_percent.host_total,
+        e.cpu_utilization_percent.remote_total
+    );
+    if tt.streams_used != tt.streams_requested {
+        let _ = writeln!(
+            o,
+            "Streams: {} requested, {} used{}",
+            tt.streams_requested,
+            tt.streams_used,
+            tt.streams_reason
+                .as_ref()
+                .map_or(String::new(), |r| format!(" ({r})"))
+        );
+    }
+    let verdict = if let Some(err) = &r.error {
+        format!("FAILED: {err}")
+    } else if tt.capped {
+        format!(
+            "capped by --max-time: {} of {} messages moved; throughput is from the bytes that moved",
+            tt.messages_received, t.messages
+        )
+    } else if t.workload == "duration" {
+        "complete: every byte verified".to_string()
+    } else {
+        format!(
+            "complete: {} messages, every byte verified",
+            tt.messages_received
+        )
+    };
+    let _ = writeln!(o, "{verdict}");
+    o
+}
