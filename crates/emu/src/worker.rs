@@ -35,6 +35,7 @@ pub(crate) struct Shared {
     pub(crate) reset: [AtomicBool; 2],
     pub(crate) running: [AtomicBool; 2],
     pub(crate) failures: Mutex<Vec<String>>,
+    pub(crate) notes: Mutex<Vec<String>>,
 }
 
 impl Shared {
