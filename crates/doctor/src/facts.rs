@@ -168,7 +168,8 @@ pub enum Duplex {
     Half,
 }
 
-/// A sysctl that could not be used by a check, and why.
+/// A fact that could not be used by a check, and why (`why` reads after the key:
+/// "net.ipv4.tcp_rmem is not present on this kernel").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unusable {
     /// The sysctl.
@@ -184,11 +185,11 @@ impl HostFacts {
             Some(Fact::Ok(v)) => Ok(v.as_str()),
             Some(Fact::Unreadable(e)) => Err(Unusable {
                 key: key.to_string(),
-                why: format!("unreadable: {e}"),
+                why: format!("is unreadable: {e}"),
             }),
             Some(Fact::Missing) | None => Err(Unusable {
                 key: key.to_string(),
-                why: "not present on this kernel".to_string(),
+                why: "is not present on this kernel".to_string(),
             }),
         }
     }
@@ -230,7 +231,7 @@ impl HostFacts {
         if raw.is_empty() || raw.contains(char::is_whitespace) {
             return Err(Unusable {
                 key: key.to_string(),
-                why: format!("unexpected value '{raw}': expected one word"),
+                why: format!("has an unexpected value '{raw}': expected one word"),
             });
         }
         Ok(raw.to_string())
@@ -253,7 +254,7 @@ fn unusable(key: &str, e: SysctlError) -> Unusable {
         why: match e {
             SysctlError::Parse {
                 value, expected, ..
-            } => format!("unexpected value '{value}': expected {expected}"),
+            } => format!("has an unexpected value '{value}': expected {expected}"),
             other => other.to_string(),
         },
     }

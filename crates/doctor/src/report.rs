@@ -190,8 +190,9 @@ pub fn render_text(r: &DoctorReport) -> String {
             human_rate(z.send.best_rate_bps.min(z.recv.best_rate_bps))
         ));
         s.push_str(&format!(
-            "  parallel streams needed under the current limits: {}\n",
-            z.streams_needed
+            "  parallel streams needed under the current limits: {} left to autotuning, {} if \
+             the application sets its buffers\n",
+            z.streams_needed_autotuned, z.streams_needed
         ));
     }
     s.push('\n');

@@ -91,9 +91,12 @@ pub struct Sizing {
     pub send: EndLimit,
     /// The receiving end of one stream on this host.
     pub recv: EndLimit,
-    /// Parallel streams that fill the path under the current limits (buffers set by the
-    /// application, the better of the two ends' limits applied to both directions).
+    /// Parallel streams that fill the path under the current limits when the application
+    /// sets its buffers as high as allowed (this host's limits applied to both ends).
     pub streams_needed: u32,
+    /// Parallel streams that fill the path under the current limits when the kernel
+    /// autotunes every buffer.
+    pub streams_needed_autotuned: u32,
 }
 
 fn rate_of(payload: u64, rtt: Duration) -> u64 {
@@ -101,6 +104,8 @@ fn rate_of(payload: u64, rtt: Duration) -> u64 {
 }
 
 fn end_limit(autotune_max: Bytes, core_max: Bytes, rtt: Duration) -> EndLimit {
+    // The kernel keeps buffer sizes in an int: more than INT_MAX is never used.
+    let autotune_max = Bytes(autotune_max.0.min(INT_MAX));
     let autotune_payload = autotune_max.0 / 2;
     // SO_*BUF(v) stores 2 * min(v, max), capped by the int range.
     let app_max = core_max.0.saturating_mul(2).min(INT_MAX);
@@ -112,6 +117,34 @@ fn end_limit(autotune_max: Bytes, core_max: Bytes, rtt: Duration) -> EndLimit {
         best_payload_bytes: best,
         autotune_rate_bps: rate_of(autotune_payload, rtt),
         best_rate_bps: rate_of(best, rtt),
+    }
+}
+
+/// What one stream of a target needs, independent of the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Need {
+    /// Bandwidth-delay product.
+    pub bdp_bytes: u64,
+    /// Buffer memory per end (2 x BDP), uncapped.
+    pub buffer_needed_bytes: u64,
+    /// `buffer_needed_bytes` rounded up to a MiB, capped at [`INT_MAX`].
+    pub buffer_recommended_bytes: u64,
+    /// Streams needed at the recommended buffer (more than 1 only past 2 GiB).
+    pub streams_at_recommended: u32,
+}
+
+impl Need {
+    /// The needs of `target`.
+    pub fn of(target: &Target) -> Need {
+        let bdp = target.rate.bdp(target.rtt).0;
+        let needed = bdp.saturating_mul(2);
+        let recommended = round_up_mib(needed).min(INT_MAX);
+        Need {
+            bdp_bytes: bdp,
+            buffer_needed_bytes: needed,
+            buffer_recommended_bytes: recommended,
+            streams_at_recommended: ceil_div_u32(needed, recommended),
+        }
     }
 }
 
@@ -130,20 +163,23 @@ fn ceil_div_u32(a: u64, b: u64) -> u32 {
 impl Sizing {
     /// The sizing of `target` on a host with `limits`.
     pub fn compute(target: &Target, limits: &HostLimits) -> Sizing {
-        let bdp = target.rate.bdp(target.rtt).0;
-        let needed = bdp.saturating_mul(2);
-        let recommended = round_up_mib(needed).min(INT_MAX);
+        let need = Need::of(target);
+        let bdp = need.bdp_bytes;
         let send = end_limit(limits.tcp_wmem[2], limits.wmem_max, target.rtt);
         let recv = end_limit(limits.tcp_rmem[2], limits.rmem_max, target.rtt);
         let per_stream = send.best_payload_bytes.min(recv.best_payload_bytes);
         Sizing {
             bdp_bytes: bdp,
-            buffer_needed_bytes: needed,
-            buffer_recommended_bytes: recommended,
-            streams_needed_at_recommended: ceil_div_u32(needed, recommended),
+            buffer_needed_bytes: need.buffer_needed_bytes,
+            buffer_recommended_bytes: need.buffer_recommended_bytes,
+            streams_needed_at_recommended: need.streams_at_recommended,
             send,
             recv,
             streams_needed: ceil_div_u32(bdp, per_stream),
+            streams_needed_autotuned: ceil_div_u32(
+                bdp,
+                send.autotune_payload_bytes.min(recv.autotune_payload_bytes),
+            ),
         }
     }
 }
@@ -230,6 +266,7 @@ mod tests {
         assert_eq!(s.send.best_rate_bps, 335_544_320);
         // 125 MB / 4 MiB per stream = 29.8 => 30 streams.
         assert_eq!(s.streams_needed, 30);
+        assert_eq!(s.streams_needed_autotuned, 60);
         assert_eq!(s.streams_needed_at_recommended, 1);
     }
 

@@ -1,12 +1,228 @@
-//! `tcptune doctor` (being built; see its issue).
+//! `tcptune doctor [HOST[:PORT]]`: audit this host's TCP settings (and a path's RTT), say
+//! exactly what to change, and optionally write or apply it.
 
+use crate::{exit, out};
+use anyhow::Context;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+use tcptune_core::{parse_duration, Rate};
+use tcptune_doctor::path::{self, PathError, RttConfig};
+use tcptune_doctor::report::{render_text, DoctorReport, Mode, PathReport};
+use tcptune_doctor::sizing::{Sizing, Target, TargetSource};
+use tcptune_doctor::{apply, checks, sysctl_file, FactSource, HostFacts};
+
+/// The port `doctor HOST` measures when none is given (tcptune's and iperf3's default).
+const DEFAULT_PORT: u16 = 5201;
 
 /// Options of `tcptune doctor`.
 #[derive(clap::Args, Debug)]
-pub(crate) struct Opts {}
+#[command(after_long_help = "\
+Examples:
+  tcptune doctor                              audit this host for a 1 Gbit/s x 100 ms path
+  tcptune doctor --target 10gbit --rtt 80ms   size the advice for your path
+  tcptune doctor data.example.org:5201        measure the path's RTT by TCP handshakes
+  tcptune doctor --target 10gbit --rtt 80ms --write-sysctl 90-tcptune.conf
+  tcptune doctor --target 10gbit --rtt 80ms --apply   (changes the running system)
+
+Exit status: 0 nothing stands in the way of the target, 1 a finding of severity warning or
+worse stands, 2 usage error, 3 the path could not be measured (unreachable, refused,
+filtered, name not resolved).
+
+Without --target/--rtt the advice is sized for the fastest interface's speed (1 Gbit/s if
+unknown) at 100 ms: a long fat pipe. In path mode the RTT is the median handshake time.")]
+pub(crate) struct Opts {
+    /// Measure the path to HOST[:PORT] (port 5201 if omitted; [v6addr]:port for IPv6) by
+    /// timing TCP handshakes, no ICMP needed.
+    #[arg(value_name = "HOST[:PORT]")]
+    host: Option<String>,
+
+    /// The rate one transfer should reach, e.g. 1gbit, 500mbit, 10gbit (decimal units).
+    #[arg(long, value_name = "RATE")]
+    target: Option<Rate>,
+
+    /// The path's round-trip time, e.g. 25ms, 0.15s (measured instead when HOST is given).
+    #[arg(long, value_name = "RTT", value_parser = parse_duration, conflicts_with = "host")]
+    rtt: Option<Duration>,
+
+    /// Handshakes to time in path mode.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    samples: u32,
+
+    /// How long one handshake may take before the port counts as filtered.
+    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    timeout: Duration,
+
+    /// Write the fixes for the target as a commented /etc/sysctl.d/ file (does not change the
+    /// running system).
+    #[arg(long, value_name = "FILE")]
+    write_sysctl: Option<PathBuf>,
+
+    /// Change the running system: apply the fixes of every warning or error (not the
+    /// optional ones), printing the previous values so the change can be undone. Needs root;
+    /// net.core.* settings are global to the host.
+    #[arg(long)]
+    apply: bool,
+
+    /// Print the facts and findings as JSON (schema_version 1).
+    #[arg(long)]
+    json: bool,
+}
+
+fn default_rate(facts: &HostFacts) -> Rate {
+    facts
+        .up_interfaces()
+        .filter(|i| i.physical)
+        .filter_map(|i| i.speed_mbps)
+        .max()
+        .map(|m| Rate(m.saturating_mul(1_000_000)))
+        .unwrap_or(Rate::gbit(1))
+}
+
+fn measure_path(opts: &Opts, spec: &str) -> anyhow::Result<PathReport> {
+    let (host, port) =
+        path::parse_host_port(spec, DEFAULT_PORT).map_err(|e| exit::fail(exit::USAGE, e))?;
+    let addrs = path::resolve(&host, port).map_err(|e| exit::fail(exit::CONNECT, e))?;
+    let cfg = RttConfig {
+        samples: opts.samples,
+        timeout: opts.timeout,
+        ..RttConfig::default()
+    };
+    if !opts.json {
+        eprintln!(
+            "measuring the RTT to {host}:{port} ({} TCP handshakes)...",
+            opts.samples
+        );
+    }
+    // Try each address until one answers; report the first address's error otherwise,
+    // unless a later one got further (refused beats unreachable: the host exists).
+    let mut errors: Vec<PathError> = Vec::new();
+    for addr in &addrs {
+        match path::measure_rtt(*addr, &cfg) {
+            Ok(rtt) => {
+                return Ok(PathReport {
+                    host,
+                    port,
+                    rtt,
+                    probe: None,
+                    probe_skipped: Some(
+                        "the bandwidth probe needs the transfer engine's client, which is not \
+                         available in this build"
+                            .into(),
+                    ),
+                })
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let best = errors
+        .into_iter()
+        .min_by_key(|e| match e {
+            PathError::Refused { .. } => 0,
+            PathError::Filtered { .. } => 1,
+            PathError::Unreachable { .. } => 2,
+            _ => 3,
+        })
+        .context("no address to try")?;
+    Err(exit::fail(exit::CONNECT, best))
+}
 
 /// Run `tcptune doctor`.
-pub(crate) fn run(_opts: Opts) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("'tcptune doctor' is not implemented yet")
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    if opts.timeout.is_zero() {
+        return Err(exit::fail(
+            exit::USAGE,
+            anyhow::anyhow!("--timeout must be greater than zero"),
+        ));
+    }
+    if opts.target.is_some_and(|r| r.bits_per_sec() == 0) {
+        return Err(exit::fail(
+            exit::USAGE,
+            anyhow::anyhow!("--target must be greater than zero"),
+        ));
+    }
+    let source = FactSource::host();
+    let facts = source.gather();
+    let path = match &opts.host {
+        Some(spec) => Some(measure_path(&opts, spec)?),
+        None => None,
+    };
+    let target = match &path {
+        Some(p) => Target {
+            rate: opts
+                .target
+                .or(p.probe.as_ref().map(|pr| Rate(pr.bits_per_second)))
+                .unwrap_or_else(|| default_rate(&facts)),
+            rtt: p.rtt.median(),
+            source: TargetSource::Measured,
+        },
+        None => Target {
+            rate: opts.target.unwrap_or_else(|| default_rate(&facts)),
+            rtt: opts.rtt.unwrap_or(Duration::from_millis(100)),
+            source: if opts.target.is_some() && opts.rtt.is_some() {
+                TargetSource::User
+            } else {
+                TargetSource::Assumed
+            },
+        },
+    };
+    let mode = if path.is_some() {
+        Mode::Path
+    } else {
+        Mode::Host
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let findings = checks::run(&facts, &target);
+
+    let mut written = None;
+    if let Some(file) = &opts.write_sysctl {
+        let text = sysctl_file::render(&findings, &facts, &target, version);
+        std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))?;
+        written = Some(file.display().to_string());
+    }
+
+    let (facts, findings, applied) = if opts.apply {
+        let changes = sysctl_file::changes(&findings, &facts);
+        if !opts.json {
+            eprintln!(
+                "applying {} change(s) to the running system...",
+                changes.iter().filter(|c| c.required).count()
+            );
+        }
+        let applied = apply::apply(&changes);
+        // Look again: the report shows what still stands after the change.
+        let facts = source.gather();
+        let findings = checks::run(&facts, &target);
+        (facts, findings, applied)
+    } else {
+        (facts, findings, Vec::new())
+    };
+    let apply_failed = applied.iter().any(|a| a.error.is_some());
+
+    let sizing = checks::Ctx {
+        facts: &facts,
+        target: &target,
+    }
+    .limits()
+    .ok()
+    .map(|l| Sizing::compute(&target, &l));
+    let mut report = DoctorReport::new(version, mode, target, sizing, path, facts, findings);
+    report.applied = applied;
+    report.sysctl_file = written;
+    if opts.json {
+        out::json(&report)?;
+    } else {
+        out::text(&render_text(&report));
+    }
+    if apply_failed {
+        return Err(exit::fail(
+            exit::FAILURE,
+            anyhow::anyhow!("some settings could not be applied (see above; are you root?)"),
+        ));
+    }
+    Ok(ExitCode::from(if report.problems > 0 {
+        exit::FAILURE
+    } else {
+        exit::OK
+    }))
 }

@@ -3,18 +3,18 @@
 use super::Ctx;
 use crate::facts::{keys, Unusable};
 use crate::finding::{Finding, Severity, SysctlSetting};
-use crate::sizing::{human_bytes, human_duration, human_rate, Sizing, INT_MAX};
+use crate::sizing::{human_bytes, human_duration, human_rate, Need, INT_MAX};
 
 fn triple_value(min: u64, def: u64, max: u64) -> String {
     format!("{min} {def} {max}")
 }
 
 /// Why a single stream cannot reach the target even after the fix (past 2 GiB).
-fn int_cap_note(s: &Sizing) -> String {
-    if s.streams_needed_at_recommended > 1 {
+fn int_cap_note(s: &Need) -> String {
+    if s.streams_at_recommended > 1 {
         format!(
             " No socket buffer can exceed 2 GiB, so even then use at least {} parallel streams.",
-            s.streams_needed_at_recommended
+            s.streams_at_recommended
         )
     } else {
         String::new()
@@ -28,27 +28,30 @@ fn autotune_max(ctx: &Ctx<'_>, send: bool) -> Result<Vec<Finding>, Unusable> {
         (keys::TCP_RMEM, "tcp-rmem-max-small", "receive")
     };
     let [min, def, max] = ctx.facts.triple(key)?;
-    let s = ctx.sizing()?;
+    let s = Need::of(ctx.target);
     let t = ctx.target;
-    let limit = if send { s.send } else { s.recv };
-    if limit.autotune_payload_bytes >= s.bdp_bytes {
+    // Buffer sizes are ints: anything above INT_MAX is never used.
+    let effective = max.min(INT_MAX);
+    let payload = effective / 2;
+    if payload >= s.bdp_bytes {
         return Ok(vec![]);
     }
-    let new_max = s.buffer_recommended_bytes.max(max);
+    let ceiling = rate_of(payload, t);
+    let new_max = s.buffer_recommended_bytes.max(effective);
     let msg = format!(
         "Kernel autotuning lets one {what} buffer grow to {} ({key} max), and about half \
          of that holds data in flight: one stream can reach at most {} at {} RTT. Your target, \
          {} at {}, needs {} in flight (the bandwidth-delay product), so the {what} buffer \
          maximum should be {}.{} Until then {} parallel streams would be needed.",
         human_bytes(max),
-        human_rate(limit.autotune_rate_bps),
+        human_rate(ceiling),
         human_duration(t.rtt),
         human_rate(t.rate.bits_per_sec()),
         human_duration(t.rtt),
         human_bytes(s.bdp_bytes),
         human_bytes(new_max),
         int_cap_note(&s),
-        s.bdp_bytes.div_ceil(limit.autotune_payload_bytes.max(1)),
+        s.bdp_bytes.div_ceil(payload.max(1)),
     );
     Ok(vec![Finding::new(id, Severity::Warning, msg).with_sysctls(
         vec![SysctlSetting::new(key, triple_value(min, def, new_max))],
@@ -85,12 +88,14 @@ fn core_max(ctx: &Ctx<'_>, send: bool) -> Result<Vec<Finding>, Unusable> {
     };
     let core = ctx.facts.u64(key)?;
     let [_, _, tcp_max] = ctx.facts.triple(tcp_key)?;
-    let s = ctx.sizing()?;
+    let tcp_max = tcp_max.min(INT_MAX);
+    let s = Need::of(ctx.target);
     let t = ctx.target;
-    // SO_*BUF(v) stores 2 * min(v, core): an application gets at most twice the cap.
+    // SO_*BUF(v) stores 2 * min(v, core) (an int): an application gets at most twice the
+    // cap, about half of which holds data.
     let app_buffer = core.saturating_mul(2).min(INT_MAX);
     let below_autotuning = app_buffer < tcp_max;
-    let below_target = core < s.bdp_bytes;
+    let below_target = app_buffer / 2 < s.bdp_bytes;
     if !below_autotuning && !below_target {
         return Ok(vec![]);
     }
@@ -152,7 +157,7 @@ pub(super) fn rmem_max(ctx: &Ctx<'_>) -> Result<Vec<Finding>, Unusable> {
 pub(super) fn tcp_mem(ctx: &Ctx<'_>) -> Result<Vec<Finding>, Unusable> {
     let [low, pressure, high] = ctx.facts.triple(keys::TCP_MEM)?;
     let page = ctx.facts.page_size.max(1);
-    let s = ctx.sizing()?;
+    let s = Need::of(ctx.target);
     let need = s.buffer_needed_bytes.min(INT_MAX);
     let pressure_bytes = pressure.saturating_mul(page);
     if pressure_bytes >= need {

@@ -66,12 +66,12 @@ fn counter(ctx: &Ctx<'_>, group: &str, name: &str) -> Result<i64, Unusable> {
     if let Fact::Unreadable(e) = &ctx.facts.counters {
         return Err(Unusable {
             key: "/proc/net/snmp".into(),
-            why: format!("unreadable: {e}"),
+            why: format!("is unreadable: {e}"),
         });
     }
     ctx.facts.counter(group, name).ok_or_else(|| Unusable {
         key: format!("{group}:{name}"),
-        why: "not present in /proc/net/snmp or /proc/net/netstat".into(),
+        why: "is not present in /proc/net/snmp or /proc/net/netstat".into(),
     })
 }
 

@@ -185,7 +185,7 @@ pub fn run(facts: &HostFacts, target: &Target) -> Vec<Finding> {
             Err(u) => out.push(Finding::new(
                 &format!("unchecked-{}", check.id),
                 check.unknown_severity,
-                format!("Could not check {}: {} is {}.", check.about, u.key, u.why),
+                format!("Could not check {}: {} {}.", check.about, u.key, u.why),
             )),
         }
     }
