@@ -24,7 +24,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::{HostLimits, PathHint, Rate, Role, TuneMode};
+use tcptune_core::{HostLimits, PathHint, Rate, Role, TuneMode, Tuner, TunerContext};
 
 /// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
@@ -69,6 +69,19 @@ pub struct ClientConfig {
     /// Testing aid: the sender flips one byte of this message; the run must then fail with
     /// [`ClientError::Integrity`].
     pub corrupt_message: Option<u64>,
+    /// Build this end's tuners with this instead of `tune` (the server still runs `tune`):
+    /// for experimenting with a tuner of your own.
+    pub custom_tuner: Option<CustomTuner>,
+}
+
+/// A function that builds a tuner for one stream of this end.
+#[derive(Clone)]
+pub struct CustomTuner(pub Arc<dyn Fn(TunerContext) -> Box<dyn Tuner> + Send + Sync>);
+
+impl std::fmt::Debug for CustomTuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomTuner(..)")
+    }
 }
 
 impl ClientConfig {
@@ -94,6 +107,7 @@ impl ClientConfig {
             force_buffers: false,
             max_streams: 64,
             corrupt_message: None,
+            custom_tuner: None,
         }
     }
 }
@@ -205,6 +219,9 @@ fn validate(cfg: &ClientConfig) -> Result<(), ClientError> {
     }
     if cfg.duration.is_some_and(|d| d.is_zero()) || cfg.max_time.is_some_and(|d| d.is_zero()) {
         return bad("durations must be greater than zero".into());
+    }
+    if cfg.custom_tuner.is_none() {
+        crate::phase::mode_available(&cfg.tune).map_err(ClientError::Config)?;
     }
     if cfg.max_streams < cfg.streams {
         return bad(format!(
@@ -563,7 +580,10 @@ impl Ctx<'_> {
             epoch,
             idle_timeout: cfg.idle_timeout,
         });
-        let tuning = PhaseTuning::for_phase(phase, &cfg.tune);
+        let tuning = match (&cfg.custom_tuner, phase) {
+            (Some(c), Phase::Main) => PhaseTuning::Custom(c.0.clone()),
+            _ => PhaseTuning::for_phase(phase, &cfg.tune),
+        };
         let spec = DriverSpec {
             role,
             limits: self.local_limits.clone(),

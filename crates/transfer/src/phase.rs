@@ -10,13 +10,16 @@ use tcptune_core::{HostLimits, PathHint, Role, Time, TuneMode, Tuner, TunerConte
 use tcptune_sys::driver::TunerDriver;
 
 /// Which tuners the streams of a phase get.
-#[derive(Debug)]
 pub(crate) enum PhaseTuning {
     /// The transfer's mode.
     Mode(TunerFactory),
     /// The bandwidth probe's fixed setup.
     Probe,
+    /// A tuner supplied by the library's user.
+    Custom(CustomBuild),
 }
+
+pub(crate) type CustomBuild = std::sync::Arc<dyn Fn(TunerContext) -> Box<dyn Tuner> + Send + Sync>;
 
 impl PhaseTuning {
     pub(crate) fn for_phase(phase: Phase, mode: &TuneMode) -> PhaseTuning {
@@ -29,6 +32,7 @@ impl PhaseTuning {
     fn build(&self, ctx: TunerContext) -> Result<Box<dyn Tuner>, String> {
         match self {
             PhaseTuning::Probe => Ok(Box::new(ProbeTuner::new(&ctx))),
+            PhaseTuning::Custom(f) => Ok(f(ctx)),
             PhaseTuning::Mode(f) => {
                 // A tuning mode the core does not implement yet panics in build(); turn that
                 // into an error for this session instead of taking the process down.
@@ -38,6 +42,14 @@ impl PhaseTuning {
             }
         }
     }
+}
+
+/// Whether this build can run `mode` (the core's factory builds a tuner for it).
+pub(crate) fn mode_available(mode: &TuneMode) -> Result<(), String> {
+    let probe = PhaseTuning::Mode(TunerFactory::new(mode.clone()));
+    probe
+        .build(TunerContext::for_tests(Role::Sender))
+        .map(|_| ())
 }
 
 /// Everything needed to build the driver of one stream.

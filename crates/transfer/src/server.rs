@@ -388,9 +388,11 @@ fn handshake_phase(
         .map_err(|e| SessionEnd::Refuse(e.to_string()))?;
     match hello {
         ClientMsg::Hello { protocol, .. } if protocol == PROTOCOL_VERSION => {}
-        ClientMsg::Hello { protocol, .. } => return Err(SessionEnd::Refuse(format!(
+        ClientMsg::Hello { protocol, .. } => {
+            return Err(SessionEnd::Refuse(format!(
             "protocol version {protocol} is not supported (this server speaks {PROTOCOL_VERSION})"
-        ))),
+        )))
+        }
         other => {
             return Err(SessionEnd::Refuse(format!(
                 "expected hello, got {}",
@@ -433,6 +435,7 @@ fn handshake_phase(
         }
     }
     validate(&params, &cfg.limits).map_err(SessionEnd::Refuse)?;
+    crate::phase::mode_available(&params.tune).map_err(SessionEnd::Refuse)?;
     if counts.sessions.fetch_add(1, Ordering::AcqRel) >= cfg.max_sessions {
         counts.sessions.fetch_sub(1, Ordering::AcqRel);
         return Err(SessionEnd::Refuse(format!(
