@@ -1,12 +1,213 @@
-//! `tcptune serve` (being built; see its issue).
+//! `tcptune serve`: serve transfers for `tcptune send` clients.
 
+use crate::exit;
+use crate::out;
+use serde::Serialize;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tcptune_core::Bytes;
+use tcptune_transfer::auth::Secret;
+use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
 /// Options of `tcptune serve`.
+///
+/// Accepts any number of clients concurrently (each a control connection plus one data
+/// connection per stream on its own listening port, so the tuner's buffers are set before
+/// the SYN). Every bound below protects a public server; a client that misbehaves only
+/// ends its own session.
 #[derive(clap::Args, Debug)]
-pub(crate) struct Opts {}
+#[command(after_help = "\
+Examples:
+  tcptune serve                                  # port 5310 on all addresses
+  tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
+  tcptune serve -1 --json                        # one session, log as JSON lines
+
+Data connections use ephemeral ports on the same address: let them through a firewall.")]
+pub(crate) struct Opts {
+    /// Address to listen on.
+    #[arg(short = 'B', long, value_name = "ADDR", default_value = "0.0.0.0")]
+    bind: IpAddr,
+    /// Port of the control connection.
+    #[arg(short = 'p', long, default_value_t = server::DEFAULT_PORT)]
+    port: u16,
+    /// Sessions running at once (more are refused with "server busy").
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_sessions: u32,
+    /// Streams per session, including streams a tuner adds.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_streams: u32,
+    /// Largest message a client may ask for.
+    #[arg(long, value_name = "SIZE", default_value = "16m")]
+    max_message_size: Bytes,
+    /// Largest total of a message workload.
+    #[arg(long, value_name = "SIZE", default_value = "1024g")]
+    max_total: Bytes,
+    /// Longest duration workload or time cap, seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    max_duration: u64,
+    /// Seconds a client has to complete its handshake or connect a data stream.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    handshake_timeout: u64,
+    /// End a session with no control message and no data for this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    idle_timeout: u64,
+    /// Require clients to know the secret in this file (HMAC-SHA256 challenge-response).
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+    /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
+    #[arg(long)]
+    force_buffers: bool,
+    /// Exit after the first session.
+    #[arg(short = '1', long)]
+    one_off: bool,
+    /// Log sessions as JSON lines on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of the JSON log.
+#[derive(Serialize)]
+struct LogLine<'a> {
+    schema_version: u32,
+    event: &'static str,
+    peer: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tune: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streams: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reverse: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+fn log_event(json: bool, ev: &ServerEvent) {
+    let line = match ev {
+        ServerEvent::SessionStarted {
+            peer,
+            session,
+            params,
+        } => LogLine {
+            schema_version: 1,
+            event: "session_started",
+            peer: peer.to_string(),
+            session: Some(session),
+            tune: Some(params.tune.to_string()),
+            streams: Some(params.streams),
+            reverse: Some(params.reverse),
+            bytes: None,
+            error: None,
+        },
+        ServerEvent::SessionEnded {
+            peer,
+            session,
+            bytes,
+            error,
+        } => LogLine {
+            schema_version: 1,
+            event: "session_ended",
+            peer: peer.to_string(),
+            session: Some(session),
+            tune: None,
+            streams: None,
+            reverse: None,
+            bytes: Some(*bytes),
+            error: error.as_deref(),
+        },
+        ServerEvent::Refused { peer, reason } => LogLine {
+            schema_version: 1,
+            event: "refused",
+            peer: peer.to_string(),
+            session: None,
+            tune: None,
+            streams: None,
+            reverse: None,
+            bytes: None,
+            error: Some(reason),
+        },
+    };
+    if json {
+        if let Ok(s) = serde_json::to_string(&line) {
+            out::line(&s);
+        }
+        return;
+    }
+    let text = match ev {
+        ServerEvent::SessionStarted { params, .. } => format!(
+            "{} session {} started: tune {}, {} stream(s), {}{}",
+            line.peer,
+            line.session.unwrap_or(""),
+            params.tune,
+            params.streams,
+            match params.duration_ms {
+                Some(ms) => format!("{:.1} s", ms as f64 / 1000.0),
+                None => format!("{} x {}", params.messages, Bytes(params.message_size)),
+            },
+            if params.reverse { ", server sends" } else { "" }
+        ),
+        ServerEvent::SessionEnded { bytes, error, .. } => format!(
+            "{} session {} ended: {} moved{}",
+            line.peer,
+            line.session.unwrap_or(""),
+            Bytes(*bytes),
+            error
+                .as_ref()
+                .map_or(String::new(), |e| format!(", FAILED: {e}"))
+        ),
+        ServerEvent::Refused { reason, .. } => format!("{} refused: {reason}", line.peer),
+    };
+    out::line(&text);
+}
 
 /// Run `tcptune serve`.
-pub(crate) fn run(_opts: Opts) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("'tcptune serve' is not implemented yet")
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    let mut cfg = ServerConfig::default();
+    cfg.limits.max_streams = opts.max_streams;
+    cfg.limits.max_message_size = opts.max_message_size.0;
+    cfg.limits.max_total_bytes = opts.max_total.0;
+    cfg.limits.max_duration_ms = opts.max_duration.saturating_mul(1000);
+    cfg.max_sessions = opts.max_sessions;
+    cfg.handshake_timeout = Duration::from_secs(opts.handshake_timeout.max(1));
+    cfg.idle_timeout = Duration::from_secs(opts.idle_timeout.max(1));
+    cfg.force_buffers = opts.force_buffers;
+    cfg.one_off = opts.one_off;
+    if let Some(path) = &opts.secret_file {
+        cfg.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
+    }
+    let json = opts.json;
+    cfg.log = Some(Arc::new(move |ev: &ServerEvent| log_event(json, ev)));
+    let addr = SocketAddr::new(opts.bind, opts.port);
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::AddrInUse {
+            exit::ENVIRONMENT
+        } else {
+            exit::FAILURE
+        };
+        exit::fail(code, anyhow::anyhow!("listening on {addr}: {e}"))
+    })?;
+    let local = listener.local_addr().unwrap_or(addr);
+    if !json {
+        out::line(&format!("tcptune serve listening on {local}"));
+        out::line(&format!("limits: {}", server::describe_limits(&cfg)));
+    }
+    let stats =
+        server::run(listener, cfg, Shutdown::new()).map_err(|e| exit::fail(exit::FAILURE, e))?;
+    if !json {
+        out::line(&format!(
+            "served {} session(s), {} failed, {} refused",
+            stats.sessions_ok, stats.sessions_failed, stats.refused
+        ));
+    }
+    Ok(if stats.sessions_failed > 0 && opts.one_off {
+        ExitCode::from(exit::FAILURE)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
