@@ -154,6 +154,21 @@ impl Tracker {
     pub fn rows(&mut self, now: Duration, conns: Vec<DiagConn>, ctx: &HintContext) -> Vec<Row> {
         let mut next = HashMap::with_capacity(conns.len());
         let mut rows = Vec::with_capacity(conns.len());
+        // Both ends of connections within this namespace (loopback) are in the dump: the
+        // receiving socket's buffer tells a locked SO_RCVBUF from autotuning's cap.
+        let rcvbufs: HashMap<(SocketAddr, SocketAddr), PeerBuf> = conns
+            .iter()
+            .filter_map(|c| {
+                let t = c.tcp.as_ref()?;
+                Some((
+                    (c.local, c.remote),
+                    PeerBuf {
+                        size: t.rcvbuf_bytes?,
+                        used: t.rmem_alloc_bytes.unwrap_or(0),
+                    },
+                ))
+            })
+            .collect();
         for c in conns {
             let Some(t) = c.tcp.as_ref() else {
                 continue;
@@ -216,7 +231,8 @@ impl Tracker {
                 share_basis: basis,
                 limit: None,
             };
-            row.limit = limit_of(&row, ctx);
+            let peer = rcvbufs.get(&(row.peer, row.local)).copied();
+            row.limit = limit_of(&row, peer, ctx);
             rows.push(row);
         }
         self.prev = next;
@@ -224,8 +240,17 @@ impl Tracker {
     }
 }
 
+/// The receive buffer of a connection's other end, when that end is a socket of this host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerBuf {
+    /// `sk_rcvbuf`.
+    pub size: u32,
+    /// `sk_rmem_alloc`: memory holding data not yet read.
+    pub used: u32,
+}
+
 /// The dominant limitation of a row and its hint.
-pub fn limit_of(row: &Row, ctx: &HintContext) -> Option<Limit> {
+pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<Limit> {
     let rwnd = row.rwnd_limited.unwrap_or(0.0);
     let sndbuf = row.sndbuf_limited.unwrap_or(0.0);
     if rwnd.max(sndbuf) < LIMITED_SHARE {
@@ -240,32 +265,62 @@ pub fn limit_of(row: &Row, ctx: &HintContext) -> Option<Limit> {
     if rwnd >= sndbuf {
         let w = u64::from(row.snd_wnd_bytes.unwrap_or(0));
         let ceiling = Rate::from_bytes_over(Bytes(w), rtt).bits_per_sec();
-        let to = wanted.unwrap_or(w.saturating_mul(4));
-        let who = if row.peer.ip().is_loopback() {
-            "this host's"
-        } else {
-            "the receiver's"
-        };
-        let now_cap = match (&ctx.limits, row.peer.ip().is_loopback()) {
-            (Some(l), true) => format!(" (now {})", human_bytes(l.tcp_rmem[2].0)),
-            _ => String::new(),
-        };
-        let double = if wanted.is_none() {
-            " to double it"
-        } else {
-            ""
+        let head = format!(
+            "receive window {} caps it at {} at {} RTT",
+            human_bytes(w),
+            human_rate(ceiling),
+            human_duration(rtt)
+        );
+        let peer_full = peer.is_some_and(|p| u64::from(p.used) * 2 >= u64::from(p.size));
+        let hint = match (wanted, peer.map(|p| p.size), &ctx.limits) {
+            _ if w == 0 || peer_full => format!(
+                "{head}: the receiver's buffer is full, so the receiving application reads \
+                 too slowly (no buffer setting helps; look at the reader)"
+            ),
+            (Some(want), _, _) if want / 2 <= w => format!(
+                "{head}, already more than{target_words}: the receiving application reads \
+                 too slowly"
+            ),
+            (_, Some(rb), Some(l)) if u64::from(rb).saturating_mul(10) < l.tcp_rmem[2].0 * 9 => {
+                let to = wanted.unwrap_or(u64::from(rb).saturating_mul(2));
+                format!(
+                    "{head}: the receiving socket's buffer is fixed at {} (probably its \
+                     application set SO_RCVBUF; autotuning could grow it to {}): drop the \
+                     setting, or set at least {}{target_words} (net.core.rmem_max caps it at \
+                     twice {})",
+                    human_bytes(u64::from(rb)),
+                    human_bytes(l.tcp_rmem[2].0),
+                    human_bytes(to),
+                    human_bytes(l.rmem_max.0)
+                )
+            }
+            _ => {
+                let to = wanted.unwrap_or(w.saturating_mul(4));
+                let who = if row.peer.ip().is_loopback() {
+                    "this host's"
+                } else {
+                    "the receiver's"
+                };
+                let now_cap = match (&ctx.limits, row.peer.ip().is_loopback()) {
+                    (Some(l), true) => format!(" (now {})", human_bytes(l.tcp_rmem[2].0)),
+                    _ => String::new(),
+                };
+                let double = if wanted.is_none() {
+                    " to double it"
+                } else {
+                    ""
+                };
+                format!(
+                    "{head}: raise {who} net.ipv4.tcp_rmem max{now_cap} to at least \
+                     {}{target_words}{double}",
+                    human_bytes(to)
+                )
+            }
         };
         Some(Limit {
             kind: LimitKind::ReceiveWindow,
             share: rwnd,
-            hint: format!(
-                "receive window {} caps it at {} at {} RTT: raise {who} net.ipv4.tcp_rmem \
-                 max{now_cap} to at least {}{target_words}{double}",
-                human_bytes(w),
-                human_rate(ceiling),
-                human_duration(rtt),
-                human_bytes(to)
-            ),
+            hint,
         })
     } else {
         let s = u64::from(row.sndbuf_bytes.unwrap_or(0));

@@ -123,6 +123,50 @@ fn receive_window_hint_names_the_window_ceiling_and_target() {
 }
 
 #[test]
+fn receive_window_hint_blames_a_locked_receive_buffer_of_a_local_peer() {
+    let sender = conn(1, "127.0.0.1:5201", |t| {
+        t.busy_time_us = Some(1_000_000);
+        t.rwnd_limited_us = Some(700_000);
+        t.snd_wnd_bytes = Some(120 << 10);
+    });
+    // The receiving end, in the same dump, locked at 128 KiB (autotuning could go to 32 MiB).
+    let mut receiver = conn(2, "10.0.0.1:5201", |t| t.rcvbuf_bytes = Some(128 << 10));
+    receiver.local = "127.0.0.1:5201".parse().unwrap();
+    receiver.remote = sender.local;
+    let rows = Tracker::new().rows(
+        Duration::from_secs(1),
+        vec![sender.clone(), receiver.clone()],
+        &ctx(),
+    );
+    let hint = &rows[0].limit.as_ref().unwrap().hint;
+    assert!(hint.contains("fixed at 128 KiB"), "{hint}");
+    assert!(hint.contains("SO_RCVBUF"), "{hint}");
+    // The same receiver with its buffer full of unread data: the reader is the problem.
+    if let Some(t) = receiver.tcp.as_mut() {
+        t.rmem_alloc_bytes = Some(120 << 10);
+    }
+    let rows = Tracker::new().rows(Duration::from_secs(1), vec![sender, receiver], &ctx());
+    let hint = &rows[0].limit.as_ref().unwrap().hint;
+    assert!(hint.contains("reads too slowly"), "{hint}");
+}
+
+#[test]
+fn receive_window_already_above_target_blames_the_reader() {
+    let c = conn(1, "192.0.2.9:5201", |t| {
+        t.busy_time_us = Some(1_000_000);
+        t.rwnd_limited_us = Some(500_000);
+        t.snd_wnd_bytes = Some(64 << 20);
+    });
+    let cx = HintContext {
+        target: Some(Rate::mbit(100)),
+        ..ctx()
+    };
+    let rows = Tracker::new().rows(Duration::from_secs(1), vec![c], &cx);
+    let hint = &rows[0].limit.as_ref().unwrap().hint;
+    assert!(hint.contains("reads too slowly"), "{hint}");
+}
+
+#[test]
 fn send_buffer_hint_tells_locked_buffer_from_autotuning_cap() {
     let limited = |sndbuf: u32| {
         conn(1, "10.0.0.2:1", move |t| {
