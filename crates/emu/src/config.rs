@@ -17,7 +17,8 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10);
 /// The emulated path, applied in each direction (both directions are alike).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PathConfig {
-    /// One-way propagation delay (the RTT is twice this).
+    /// One-way propagation delay (the RTT is twice this). JSON: `delay_ns`.
+    #[serde(rename = "delay_ns", with = "duration_ns")]
     pub delay: Duration,
     /// Bottleneck rate; `None` means unlimited (no serialization, no queue).
     pub rate: Option<Rate>,
@@ -26,6 +27,8 @@ pub struct PathConfig {
     /// Random loss probability per packet, 0.0 to 1.0.
     pub loss: f64,
     /// Delay variation: each packet's delay is `delay ± jitter` (uniform, never below zero).
+    /// JSON: `jitter_ns`.
+    #[serde(rename = "jitter_ns", with = "duration_ns")]
     pub jitter: Duration,
     /// Seed of the random loss and jitter (each direction derives its own stream).
     pub seed: u64,
@@ -187,6 +190,20 @@ impl PathConfig {
         }
         s.push_str(&format!(", mtu {}, seed {}", self.mtu, self.seed));
         s
+    }
+}
+
+/// Durations as integer nanoseconds in JSON.
+mod duration_ns {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_nanos)
     }
 }
 

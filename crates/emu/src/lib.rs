@@ -14,12 +14,14 @@
 //! [`ADDR_B`] (198.19.0.1), from 198.18.0.0/15, the range RFC 2544 sets aside for
 //! benchmarking. Every topology uses the same two addresses in its own namespaces.
 
+pub mod capacity;
 pub mod config;
 pub mod packet;
 pub mod path;
 pub mod stage;
 pub mod stats;
 
+pub use capacity::capacity_warning;
 pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
 pub use path::Path;
 pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};

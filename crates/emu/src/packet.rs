@@ -263,9 +263,16 @@ impl Packet {
         }
     }
 
-    /// When the last segment is due to leave the emulator.
+    /// When the last segment is due to leave the current stage (set by the stages; before
+    /// the first stage, when the packet arrived).
     pub fn due(&self) -> Time {
         self.due
+    }
+
+    /// Set when the packet arrived (for feeding a [`crate::stage::Stage`] directly; a
+    /// [`crate::Path`] sets it itself).
+    pub fn set_due(&mut self, t: Time) {
+        self.due = t;
     }
 
     /// When segment `i` is due (earlier segments of a super-packet are due earlier).

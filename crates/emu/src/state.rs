@@ -4,7 +4,7 @@
 //! `/run/tcptune/NAME.json` is the [`TopologyRecord`] (created atomically before any
 //! namespace exists, so every namespace the emulator makes has a record naming its owner);
 //! `/run/tcptune/NAME.stats.json` holds the owner's latest [`EmuStats`], rewritten every
-//! half second. A record whose owner process is gone (pid and start time) is stale: its
+//! quarter second. A record whose owner process is gone (pid and start time) is stale: its
 //! namespaces, processes and files are removed by the next `up`, `run` or `down`.
 //! `/run/tcptune/.lock` serializes claiming names against cleaning up.
 

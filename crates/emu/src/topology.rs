@@ -224,7 +224,7 @@ impl Topology {
             .spawn(move || {
                 let mut last = Instant::now() - Duration::from_secs(1);
                 while !shared.stop.load(Ordering::Relaxed) {
-                    if last.elapsed() >= Duration::from_millis(500) {
+                    if last.elapsed() >= Duration::from_millis(250) {
                         let s = snapshot(&shared, &name, &path, started);
                         state::write_stats(&name, &s);
                         last = Instant::now();
@@ -367,6 +367,27 @@ impl Topology {
     pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<(), EmuError> {
         crate::config::check_namespaced_sysctl(key)?;
         self.try_run_in(side, || sys::write_sysctl(key, value))?
+    }
+
+    /// Number of listening TCP sockets (IPv4 and IPv6) in `side`'s namespace.
+    pub fn tcp_listeners(&self, side: Side) -> Result<usize, EmuError> {
+        self.try_run_in(side, || -> Result<usize, EmuError> {
+            let mut n = 0;
+            for f in ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"] {
+                let text = match std::fs::read_to_string(f) {
+                    Ok(t) => t,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(EmuError::sys(format!("reading {f}"), e)),
+                };
+                // Field 4 is the state; 0A is LISTEN.
+                n += text
+                    .lines()
+                    .skip(1)
+                    .filter(|l| l.split_whitespace().nth(3) == Some("0A"))
+                    .count();
+            }
+            Ok(n)
+        })?
     }
 
     /// Live counters of both directions (refreshed every 100 ms by the emulator threads).

@@ -1,0 +1,246 @@
+//! `tcptune emu` end to end (root): run, up, exec, status, down, exit codes, Ctrl-C.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn tcptune() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tcptune"))
+}
+
+fn can_run_as_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !root || !Path::new("/dev/net/tun").exists() {
+        assert!(
+            !ci,
+            "{test}: CI=true but not root or no /dev/net/tun: must run"
+        );
+        eprintln!("skipping {test}: needs root and /dev/net/tun");
+        return false;
+    }
+    true
+}
+
+/// A name unique to this process and call.
+fn name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Takes a daemon down even if the test fails half-way.
+struct DownOnDrop(String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = tcptune().args(["emu", "down", &self.0]).output();
+    }
+}
+
+#[test]
+fn run_passes_peer_address_and_exit_code_and_cleans_up() {
+    if !can_run_as_root("run_passes_peer_address_and_exit_code_and_cleans_up") {
+        return;
+    }
+    let n = name("r");
+    let stats = std::env::temp_dir().join(format!("{n}.json"));
+    let out = run(tcptune()
+        .args([
+            "emu",
+            "run",
+            "--name",
+            &n,
+            "--delay",
+            "5ms",
+            "--rate",
+            "100mbit",
+            "--server",
+            "sleep 60",
+            "--stats-json",
+        ])
+        .arg(&stats)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "test \"$TCPTUNE_PEER\" = 198.19.0.1 && test \"$TCPTUNE_SELF\" = 198.18.0.1 && \
+         ping -c 2 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && exit 3",
+        ]));
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert!(!Path::new(&format!("/run/netns/tt-{n}-a")).exists());
+    assert!(!Path::new(&format!("/run/tcptune/{n}.json")).exists());
+    let json = std::fs::read_to_string(&stats).unwrap_or_default();
+    let _ = std::fs::remove_file(&stats);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    assert_eq!(v["schema_version"], 1, "{json}");
+    assert!(v["a_to_b"]["packets_out"].as_u64() >= Some(2), "{json}");
+}
+
+#[test]
+fn run_with_iperf3_server_reaches_the_rate() {
+    if !can_run_as_root("run_with_iperf3_server_reaches_the_rate") {
+        return;
+    }
+    let out = run(tcptune().args([
+        "emu",
+        "run",
+        "--rtt",
+        "20ms",
+        "--rate",
+        "100mbit",
+        "--server",
+        "iperf3 -s -1",
+        "--",
+        "sh",
+        "-c",
+        "iperf3 -c $TCPTUNE_PEER -t 4 -J",
+    ]));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    // Goodput of 100 Mbit/s of IP packets at MTU 1500 is 96.5 Mbit/s; slow start costs some.
+    assert!((70e6..=101e6).contains(&bps), "received {bps} bit/s");
+}
+
+#[test]
+fn up_exec_status_down_cycle() {
+    if !can_run_as_root("up_exec_status_down_cycle") {
+        return;
+    }
+    let n = name("u");
+    let out = run(tcptune().args([
+        "emu",
+        "up",
+        &n,
+        "--rtt",
+        "10ms",
+        "--rate",
+        "50mbit",
+        "--loss",
+        "0%",
+        "--sysctl",
+        "net.ipv4.tcp_wmem=4096 16384 8388608",
+        "--json",
+    ]));
+    let _guard = DownOnDrop(n.clone());
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(v["netns_a"], format!("tt-{n}-a"));
+
+    // Name taken: exit 5.
+    let again = run(tcptune().args(["emu", "up", &n]));
+    assert_eq!(again.status.code(), Some(5), "{}", text(&again.stderr));
+
+    // exec: sysctl applied, peer reachable, exit code passed on.
+    let ex = run(tcptune().args([
+        "emu",
+        "exec",
+        &n,
+        "a",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/sys/net/ipv4/tcp_wmem; ping -c 3 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && exit 4",
+    ]));
+    assert_eq!(ex.status.code(), Some(4), "stderr: {}", text(&ex.stderr));
+    assert!(text(&ex.stdout).contains("8388608"));
+
+    // status: counters of the pings (published every 100-250 ms).
+    std::thread::sleep(Duration::from_millis(600));
+    let st = run(tcptune().args(["emu", "status", &n, "--json"]));
+    assert!(st.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
+    let t = &v["topologies"][0];
+    assert_eq!(t["alive"], true);
+    assert_eq!(t["owner_kind"], "daemon");
+    assert!(
+        t["stats"]["a_to_b"]["packets_out"].as_u64() >= Some(3),
+        "{}",
+        text(&st.stdout)
+    );
+    let human = run(tcptune().args(["emu", "status"]));
+    assert!(text(&human.stdout).contains(&n));
+
+    let down = run(tcptune().args(["emu", "down", &n]));
+    assert!(down.status.success(), "stderr: {}", text(&down.stderr));
+    assert!(!Path::new(&format!("/run/netns/tt-{n}-a")).exists());
+    let gone = run(tcptune().args(["emu", "status", &n]));
+    assert_eq!(gone.status.code(), Some(1));
+    let gone = run(tcptune().args(["emu", "exec", &n, "a", "--", "true"]));
+    assert_eq!(gone.status.code(), Some(1));
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for args in [
+        vec!["emu", "up", "x", "--queue", "lots"],
+        vec!["emu", "up", "x", "--loss", "150%"],
+        vec!["emu", "up", "x", "--delay", "25"],
+        vec!["emu", "up", "x", "--sysctl", "net.core.rmem_max=1"],
+        vec!["emu", "up", "bad/name"],
+        vec!["emu", "run", "--delay", "1ms"],
+    ] {
+        let out = run(tcptune().args(&args));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn interrupted_run_tears_down_and_exits_130() {
+    if !can_run_as_root("interrupted_run_tears_down_and_exits_130") {
+        return;
+    }
+    let n = name("i");
+    let mut child = tcptune()
+        .args([
+            "emu",
+            "run",
+            "--name",
+            &n,
+            "--delay",
+            "1ms",
+            "--server",
+            "sleep 120",
+            "--",
+            "sleep",
+            "120",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let ns = format!("/run/netns/tt-{n}-a");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !Path::new(&ns).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert_eq!(status.code(), Some(130));
+    assert!(!Path::new(&ns).exists(), "namespace left behind");
+    assert!(!Path::new(&format!("/run/tcptune/{n}.json")).exists());
+}
