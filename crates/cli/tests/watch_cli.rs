@@ -25,16 +25,16 @@ fn json(o: &Output) -> Value {
 
 /// A connection that moved 1 MiB, both ends open.
 fn busy_pair() -> (TcpListener, TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (mut s, _) = l.accept().unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").expect("loopback pair");
+    let mut c = TcpStream::connect(l.local_addr().expect("loopback pair")).expect("loopback pair");
+    let (mut s, _) = l.accept().expect("loopback pair");
     let t = std::thread::spawn(move || {
         let mut buf = vec![0u8; 1 << 20];
-        s.read_exact(&mut buf).unwrap();
+        s.read_exact(&mut buf).expect("loopback pair");
         s
     });
-    c.write_all(&vec![3u8; 1 << 20]).unwrap();
-    let s = t.join().unwrap();
+    c.write_all(&vec![3u8; 1 << 20]).expect("loopback pair");
+    let s = t.join().expect("loopback pair");
     (l, c, s)
 }
 

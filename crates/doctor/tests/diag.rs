@@ -18,7 +18,7 @@ fn fixture_chunks(name: &str) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut off = 0;
     while off + 4 <= raw.len() {
-        let len = u32::from_ne_bytes(raw[off..off + 4].try_into().unwrap()) as usize;
+        let len = u32::from_ne_bytes(raw[off..off + 4].try_into().expect("4 bytes")) as usize;
         out.push(raw[off + 4..off + 4 + len].to_vec());
         off += 4 + len;
     }
