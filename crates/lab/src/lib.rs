@@ -16,6 +16,7 @@ pub mod html;
 pub mod plan;
 pub mod record;
 pub mod results;
+pub mod runner;
 pub mod summary;
 pub mod svg;
 

@@ -159,7 +159,7 @@ impl TryFrom<String> for PlanMode {
 pub enum PlanError {
     /// The TOML did not parse or had unknown keys.
     #[error("plan file: {0}")]
-    Toml(#[from] toml::de::Error),
+    Toml(toml::de::Error),
     /// A value is out of range or inconsistent.
     #[error("plan: {0}")]
     Invalid(String),
@@ -167,6 +167,12 @@ pub enum PlanError {
 
 /// The largest per-stream size the `ideal` sweep tries (the paper's sweep ended at 64 MB).
 pub const MAX_IDEAL_SIZE: Bytes = Bytes::mib(64);
+
+impl From<toml::de::Error> for PlanError {
+    fn from(e: toml::de::Error) -> Self {
+        PlanError::Toml(e)
+    }
+}
 
 /// The sweep of fixed per-stream buffers that finds `ideal` on each path and stream count:
 /// powers of two from `below` octaves under BDP/streams to `above` octaves over it.

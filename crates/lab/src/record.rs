@@ -82,16 +82,17 @@ pub struct StreamSummary {
     pub receiver: SideDetail,
 }
 
-/// The emulator's view of one run, forward direction (A to B, the data).
+/// The emulator's view of one run, forward direction (A to B, the data); counted from the
+/// start of the run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EmuRunStats {
     /// Packets forwarded.
     pub packets: u64,
     /// Packets dropped (queue overflow and any other cause).
     pub drops: u64,
-    /// Largest queue seen, bytes (over the topology's life so far).
+    /// Largest queue seen, bytes.
     pub queue_peak_bytes: u64,
-    /// 99th percentile of how late packets left, microseconds (topology so far).
+    /// 99th percentile of how late packets left their due time, microseconds.
     pub lateness_p99_us: Option<f64>,
 }
 

@@ -1,12 +1,264 @@
-//! `tcptune lab` (being built; see its issue).
+//! `tcptune lab`: the paper's comparison of tuning techniques on emulated long fat pipes, and
+//! `tcptune lab report DIR` to rebuild the report from saved results.
 
+use crate::exit;
+use crate::out;
+use anyhow::Context as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use tcptune_core::{parse_duration, Rate};
+use tcptune_lab::plan::{Plan, PlanError};
+use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
 
 /// Options of `tcptune lab`.
+///
+/// Builds emulated paths (two network namespaces joined by tcptune's user-space emulator;
+/// RTT 0.5 to 200 ms at 1 Gbit/s by default), runs every tuning mode over them with the
+/// paper's workload (128 x 1 MiB messages over 1-8 parallel streams) under three host
+/// configurations (no tuning, kernel-only tuning with raised maxima, user+kernel tuning with
+/// setsockopt), and writes raw results (results.jsonl, results.csv, cells.csv),
+/// summary.json and report.html into a results folder. Needs root. The global
+/// net.core.rmem_max/wmem_max are raised for the tuned configurations and restored at the end
+/// (also on error or Ctrl-C); meta.json records what was changed.
 #[derive(clap::Args, Debug)]
-pub(crate) struct Opts {}
+#[command(args_conflicts_with_subcommands = true, after_long_help = AFTER_HELP)]
+pub(crate) struct Opts {
+    #[command(subcommand)]
+    command: Option<LabCommand>,
+
+    /// A small subset that finishes in under 10 minutes on 2 cores (3 paths, 1 and 4 streams,
+    /// one repetition, a coarse buffer sweep); the CI smoke test.
+    #[arg(long, conflicts_with = "plan")]
+    quick: bool,
+
+    /// Run the experiment described by a TOML plan file (see the documentation of
+    /// tcptune_lab::plan for the keys; missing keys take the full matrix's values).
+    #[arg(long, value_name = "FILE")]
+    plan: Option<PathBuf>,
+
+    /// Results folder (default: a new timestamped folder under ./lab-results/).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+
+    /// Bottleneck rate of every path (decimal units: 500mbit, 1gbit).
+    #[arg(long, value_name = "RATE")]
+    rate: Option<String>,
+
+    /// MTU of the emulated paths.
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<u32>,
+
+    /// Runs per cell (median and min-max are reported).
+    #[arg(long, value_name = "N")]
+    repetitions: Option<u32>,
+
+    /// Time cap of each run (e.g. 20s); a capped run's throughput comes from the bytes moved.
+    #[arg(long, value_name = "DURATION")]
+    max_time: Option<String>,
+
+    /// Seed of the emulator.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+
+    /// Print summary.json on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Skip the emulator calibration (results may then reflect the emulator, not TCP).
+    #[arg(long)]
+    no_calibrate: bool,
+
+    /// Run even if the calibration finds the emulator unfaithful at the rate.
+    #[arg(long)]
+    force: bool,
+
+    /// No progress bar on stderr.
+    #[arg(long)]
+    no_progress: bool,
+
+    /// Print the expanded plan (cells and expected time) and exit without running.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+const AFTER_HELP: &str = "\
+What runs: for each host configuration (untuned: the namespace's defaults; kernel_only: raised
+net.core.{r,w}mem_max and tcp_{r,w}mem maxima; user_kernel: raised maxima plus setsockopt), each
+path and each stream count, every mode the plan lists there; `ideal` is the best fixed:SIZE of a
+sweep around BDP/streams. Before the matrix, one well-buffered transfer checks that the emulator
+holds the rate (exit 5 with the highest faithful rate if not).
+
+Outputs in the results folder: plan.json, meta.json, results.jsonl (one record per run),
+results.csv, cells.csv, summary.json and report.html.
+
+A plan file (--plan FILE, TOML; every key optional, missing keys take the full matrix's):
+  name = \"mine\"
+  rate = \"1gbit\"
+  rtts = [\"0.5ms\", \"25ms\", \"100ms\"]
+  streams = [1, 2, 4, 8]
+  repetitions = 3
+  max_time = \"20s\"
+  congestion = \"cubic\"          # or \"default\"
+  [hosts]
+  untuned = [\"none\", \"kernel\", \"auto\"]
+  kernel_only = [\"kernel\", \"drs\", \"auto\"]
+  user_kernel = [\"manual\", \"ideal\", \"fixed:4m\"]
+  [ideal]                        # sweep around BDP/streams, in powers of two
+  below = 1
+  above = 2
+  [buffer_sweep]                 # the paper's Figure 5
+  rtts = [\"0.5ms\"]
+  streams = [1, 2]
+  min = \"8k\"
+  max = \"64m\"
+Other keys: mtu, queue_bdp, messages, message_size, seed, raised_max.
+
+Examples:
+  sudo tcptune lab --quick
+  sudo tcptune lab --rate 500mbit --out lab-results/500m
+  sudo tcptune lab --plan my-sweep.toml
+  tcptune lab report lab-results/20261122-101500";
+
+#[derive(clap::Subcommand, Debug)]
+enum LabCommand {
+    /// Rebuild report.html, summary.json and the CSVs from a saved results folder.
+    Report {
+        /// The results folder (holds plan.json, meta.json, results.jsonl).
+        dir: PathBuf,
+        /// Print summary.json on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn usage(e: impl Into<anyhow::Error>) -> anyhow::Error {
+    exit::fail(exit::USAGE, e)
+}
+
+fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
+    let mut plan = if let Some(f) = &o.plan {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("reading plan file {}", f.display()))
+            .map_err(usage)?;
+        Plan::from_toml(&text).map_err(usage)?
+    } else if o.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    if let Some(r) = &o.rate {
+        plan.rate = r
+            .parse::<Rate>()
+            .map_err(|e| usage(anyhow::anyhow!("--rate {r}: {e}")))?;
+    }
+    if let Some(m) = o.mtu {
+        plan.mtu = m;
+    }
+    if let Some(n) = o.repetitions {
+        plan.repetitions = n;
+    }
+    if let Some(s) = o.seed {
+        plan.seed = s;
+    }
+    if let Some(t) = &o.max_time {
+        let d = parse_duration(t).map_err(|e| usage(anyhow::anyhow!("--max-time {t}: {e}")))?;
+        plan.max_time_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    }
+    plan.validate().map_err(|e: PlanError| usage(e))?;
+    Ok(plan)
+}
 
 /// Run `tcptune lab`.
-pub(crate) fn run(_opts: Opts) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("'tcptune lab' is not implemented yet")
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    if let Some(LabCommand::Report { dir, json }) = &opts.command {
+        let built = tcptune_lab::rebuild(dir)
+            .with_context(|| format!("rebuilding the report in {}", dir.display()))?;
+        if *json {
+            out::json(&built.summary)?;
+        } else {
+            out::text(&built.table);
+            out::line(&format!(
+                "\nreport: {}",
+                dir.join(tcptune_lab::results::REPORT_FILE).display()
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let plan = build_plan(&opts)?;
+    if opts.dry_run {
+        let e = plan.expand();
+        let secs: f64 = e
+            .cells
+            .iter()
+            .map(|c| runner::progress::expected_seconds(&plan, &c.key))
+            .sum::<f64>()
+            * f64::from(plan.repetitions);
+        if opts.json {
+            out::json(&e)?;
+        } else {
+            for c in &e.cells {
+                out::line(&c.key.id());
+            }
+            out::line(&format!(
+                "{} cells x {} repetition(s) = {} runs, expected about {}",
+                e.cells.len(),
+                plan.repetitions,
+                e.runs(),
+                runner::progress::fmt_secs(std::time::Duration::from_secs_f64(secs))
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let tcptune = std::env::current_exe().context("finding the tcptune binary")?;
+    let cfg = RunnerConfig {
+        tcptune,
+        out: opts.out.clone().unwrap_or_else(env::default_out_dir),
+        plan,
+        calibrate: !opts.no_calibrate,
+        force: opts.force,
+        progress: !opts.no_progress,
+        port: 5310,
+    };
+    let outcome = match runner::run_lab(&cfg) {
+        Ok(o) => o,
+        Err(e) => {
+            let code = if e.downcast_ref::<Unavailable>().is_some()
+                || e.downcast_ref::<NotFaithful>().is_some()
+            {
+                exit::ENVIRONMENT
+            } else {
+                exit::FAILURE
+            };
+            return Err(exit::fail(code, e));
+        }
+    };
+    let b = &outcome.built;
+    if opts.json {
+        out::json(&b.summary)?;
+    } else {
+        out::text(&b.table);
+        out::line(&format!(
+            "\nreport: {}",
+            outcome
+                .dir
+                .join(tcptune_lab::results::REPORT_FILE)
+                .display()
+        ));
+    }
+    if outcome.interrupted {
+        eprintln!(
+            "tcptune lab: interrupted; the results in {} are partial",
+            outcome.dir.display()
+        );
+        return Ok(ExitCode::from(exit::FAILURE));
+    }
+    if !b.summary.missing_cells.is_empty() {
+        eprintln!(
+            "tcptune lab: {} planned cell(s) have no successful run (see the report's failed runs and {}/logs)",
+            b.summary.missing_cells.len(),
+            outcome.dir.display()
+        );
+        return Ok(ExitCode::from(exit::FAILURE));
+    }
+    Ok(ExitCode::SUCCESS)
 }

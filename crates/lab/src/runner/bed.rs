@@ -1,0 +1,370 @@
+//! One emulated path with a `tcptune serve` on side B: the only code in the lab that touches
+//! the emulator and child processes.
+
+use crate::plan::{CellKey, Plan};
+use crate::record::{EmuRunStats, RunRecord};
+use crate::runner::{env, signals};
+use anyhow::{bail, Context as _};
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use tcptune_core::Rate;
+use tcptune_emu::{EmuStats, PathConfig, QueueLimit, Side, Topology, TopologyConfig};
+use tcptune_transfer::report::Report;
+
+/// What to bring up.
+#[derive(Clone, Debug)]
+pub(crate) struct BedSpec {
+    /// Topology name (namespaces `tt-NAME-a`/`-b`).
+    pub(crate) name: String,
+    /// Round-trip time, microseconds.
+    pub(crate) rtt_us: u64,
+    /// Bottleneck rate.
+    pub(crate) rate: Rate,
+    /// MTU.
+    pub(crate) mtu: u32,
+    /// Queue in BDPs.
+    pub(crate) queue_bdp: f64,
+    /// Emulator seed.
+    pub(crate) seed: u64,
+    /// Namespace sysctls (both sides).
+    pub(crate) sysctls: Vec<(String, String)>,
+    /// The tcptune binary.
+    pub(crate) tcptune: PathBuf,
+    /// Server port inside the namespace.
+    pub(crate) port: u16,
+    /// Where logs go.
+    pub(crate) log_dir: PathBuf,
+}
+
+/// A running path and server.
+pub(crate) struct Bed {
+    spec: BedSpec,
+    topo: Option<Topology>,
+    server: Option<Child>,
+    peer: IpAddr,
+}
+
+/// How long to wait for the server to listen.
+const SERVER_READY: Duration = Duration::from_secs(15);
+/// Slack over the run's own time cap before the runner kills `send`.
+const RUN_SLACK: Duration = Duration::from_secs(45);
+
+impl Bed {
+    /// Bring the path up and start the server.
+    pub(crate) fn up(spec: &BedSpec) -> anyhow::Result<Bed> {
+        let path = PathConfig {
+            delay: Duration::from_nanos(spec.rtt_us * 500),
+            rate: Some(spec.rate),
+            queue: QueueLimit::Bdp(spec.queue_bdp),
+            mtu: spec.mtu,
+            seed: spec.seed,
+            ..PathConfig::default()
+        };
+        let mut tc = TopologyConfig::new(spec.name.clone(), path);
+        tc.sysctls = spec.sysctls.clone();
+        let topo = Topology::up(&tc).with_context(|| format!("emulator topology {}", spec.name))?;
+        let peer = topo.addr(Side::B);
+        let mut bed = Bed {
+            spec: spec.clone(),
+            topo: Some(topo),
+            server: None,
+            peer,
+        };
+        bed.start_server()?;
+        Ok(bed)
+    }
+
+    fn topo(&self) -> anyhow::Result<&Topology> {
+        self.topo
+            .as_ref()
+            .context("the emulated path is already down")
+    }
+
+    fn start_server(&mut self) -> anyhow::Result<()> {
+        let log_path = self
+            .spec
+            .log_dir
+            .join(format!("serve-{}.log", self.spec.name));
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let log2 = log
+            .try_clone()
+            .context("duplicating the server log handle")?;
+        let mut cmd = self.topo()?.command(Side::B, self.spec.tcptune.as_os_str());
+        cmd.args(["serve", "--port", &self.spec.port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} serve", self.spec.tcptune.display()))?;
+        let pid = child.id();
+        self.server = Some(child);
+        let deadline = Instant::now() + SERVER_READY;
+        while !listening(pid, self.spec.port) {
+            if let Some(s) = self
+                .server
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                bail!(
+                    "tcptune serve exited ({s}) before listening; see {}",
+                    log_path.display()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "tcptune serve did not listen on port {} within {} s; see {}",
+                    self.spec.port,
+                    SERVER_READY.as_secs(),
+                    log_path.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn ensure_server(&mut self) -> anyhow::Result<()> {
+        let dead = match self.server.as_mut() {
+            Some(c) => c.try_wait().ok().flatten().is_some(),
+            None => true,
+        };
+        if dead {
+            self.server = None;
+            self.start_server()?;
+        }
+        Ok(())
+    }
+
+    /// The emulator's counters.
+    pub(crate) fn stats(&self) -> Option<EmuStats> {
+        self.topo.as_ref().map(|t| t.stats())
+    }
+
+    /// Read sysctls inside side A's namespace (both sides get the same ones).
+    pub(crate) fn read_sysctls(&self, keys: &[&str]) -> Vec<(String, String)> {
+        let Some(t) = self.topo.as_ref() else {
+            return Vec::new();
+        };
+        let owned: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let read = t.try_run_in(Side::A, move || {
+            owned
+                .iter()
+                .map(|k| {
+                    let v = tcptune_sys::sysctl::read_sysctl(k)
+                        .unwrap_or_else(|e| format!("unreadable ({e})"));
+                    (k.clone(), v.replace('\t', " "))
+                })
+                .collect::<Vec<_>>()
+        });
+        read.unwrap_or_default()
+    }
+
+    /// Run one cell once and record it (never fails: a failed run is a record with an error).
+    pub(crate) fn run(&mut self, key: &CellKey, rep: u32, plan: &Plan) -> RunRecord {
+        let started = env::unix_now();
+        let t0 = Instant::now();
+        match self.try_run(key, rep, plan) {
+            Ok(mut r) => {
+                r.started_unix_s = started;
+                r
+            }
+            Err(e) => RunRecord::failed(
+                key.clone(),
+                rep,
+                started,
+                t0.elapsed().as_secs_f64(),
+                format!("{e:#}"),
+            ),
+        }
+    }
+
+    fn try_run(&mut self, key: &CellKey, rep: u32, plan: &Plan) -> anyhow::Result<RunRecord> {
+        self.ensure_server()?;
+        // Count this run alone (the counters restart within 100 ms).
+        if let Some(t) = self.topo.as_ref() {
+            t.reset_stats();
+        }
+        let out_path = self.spec.log_dir.join("send.out");
+        let err_path = self.spec.log_dir.join("send.err");
+        let out =
+            File::create(&out_path).with_context(|| format!("creating {}", out_path.display()))?;
+        let err =
+            File::create(&err_path).with_context(|| format!("creating {}", err_path.display()))?;
+        let target = match self.peer {
+            IpAddr::V4(a) => format!("{a}:{}", self.spec.port),
+            IpAddr::V6(a) => format!("[{a}]:{}", self.spec.port),
+        };
+        let max_time = Duration::from_millis(plan.max_time_ms);
+        let args: Vec<String> = vec![
+            "send".into(),
+            target,
+            "-P".into(),
+            key.streams.to_string(),
+            "-n".into(),
+            plan.messages.to_string(),
+            "-l".into(),
+            plan.message_size.0.to_string(),
+            "--tune".into(),
+            key.tune.clone(),
+            "--json".into(),
+            "--max-time".into(),
+            max_time_arg(max_time),
+        ];
+        let t0 = Instant::now();
+        let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
+        cmd.args(&args).stdin(Stdio::null()).stdout(out).stderr(err);
+        let mut child = cmd.spawn().context("starting tcptune send")?;
+        let deadline = t0 + max_time + RUN_SLACK;
+        let status = loop {
+            if let Some(s) = child.try_wait().context("waiting for tcptune send")? {
+                break s;
+            }
+            if signals::interrupted() || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                if signals::interrupted() {
+                    bail!("interrupted");
+                }
+                bail!(
+                    "tcptune send still running {} s after its --max-time; killed",
+                    RUN_SLACK.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let wall = t0.elapsed().as_secs_f64();
+        let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+        let report: Report = match serde_json::from_str(&stdout) {
+            Ok(r) => r,
+            Err(e) => {
+                self.keep_failure(key, rep, &stdout, &stderr);
+                bail!(
+                    "tcptune send exited with {status} without a JSON report ({e}); stderr: {}",
+                    tail(&stderr)
+                );
+            }
+        };
+        let mut rec = RunRecord::from_report(key.clone(), rep, 0.0, wall, &report);
+        if !status.success() && rec.error.is_none() && !rec.complete && !rec.capped {
+            rec.ok = false;
+            rec.error = Some(format!("exit {status}: {}", tail(&stderr)));
+        }
+        if !rec.ok {
+            self.keep_failure(key, rep, &stdout, &stderr);
+        }
+        // The counters are refreshed every 100 ms.
+        std::thread::sleep(Duration::from_millis(120));
+        if let Some(a) = self.stats() {
+            rec.emu = Some(EmuRunStats {
+                packets: a.a_to_b.packets_out,
+                drops: a.a_to_b.drops.total(),
+                queue_peak_bytes: a.a_to_b.queue_peak_bytes,
+                lateness_p99_us: Some(a.a_to_b.lateness.p99_us),
+            });
+        }
+        Ok(rec)
+    }
+
+    fn keep_failure(&self, key: &CellKey, rep: u32, stdout: &str, stderr: &str) {
+        let name = format!("failed-{}-rep{rep}.txt", key.id().replace(['/', ':'], "_"));
+        let _ = std::fs::write(
+            self.spec.log_dir.join(name),
+            format!("== stdout ==\n{stdout}\n== stderr ==\n{stderr}\n"),
+        );
+    }
+
+    /// Stop the server and tear the path down.
+    pub(crate) fn down(mut self) {
+        self.stop_server();
+        if let Some(t) = self.topo.take() {
+            if let Err(e) = t.down() {
+                eprintln!("tcptune lab: tearing down {}: {e}", self.spec.name);
+            }
+        }
+    }
+
+    fn stop_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            // SIGTERM first so it can close cleanly, then kill.
+            if let Ok(pid) = i32::try_from(c.id()) {
+                // SAFETY: kill(2) on a child we started and have not reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+            }
+            let end = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < end {
+                if c.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop_server();
+    }
+}
+
+/// The `--max-time` value for `tcptune send`.
+fn max_time_arg(d: Duration) -> String {
+    tcptune_core::format_duration(d)
+}
+
+fn tail(s: &str) -> String {
+    let t: Vec<&str> = s.lines().rev().take(5).collect();
+    let mut t: Vec<&str> = t.into_iter().rev().collect();
+    t.retain(|l| !l.trim().is_empty());
+    if t.is_empty() {
+        "(empty)".into()
+    } else {
+        t.join(" | ")
+    }
+}
+
+/// Whether process `pid`'s network namespace has a TCP socket listening on `port`.
+fn listening(pid: u32, port: u16) -> bool {
+    ["tcp", "tcp6"].iter().any(|f| {
+        let path = Path::new("/proc").join(pid.to_string()).join("net").join(f);
+        std::fs::read_to_string(path)
+            .map(|t| listens_on(&t, port))
+            .unwrap_or(false)
+    })
+}
+
+/// Parse `/proc/net/tcp` text: a line in state LISTEN (0A) on `port`.
+fn listens_on(proc_net_tcp: &str, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    proc_net_tcp.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_tcp_listen_lines_are_recognized() {
+        let t = "  sl  local_address rem_address   st tx_queue rx_queue\n   0: 00000000:14BE 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0\n   1: 0100007F:0016 0100007F:A000 01 0 0\n";
+        assert!(listens_on(t, 5310));
+        assert!(!listens_on(t, 22), "port 22 is established, not listening");
+        assert!(!listens_on(t, 80));
+        assert_eq!(tail("a\nb\n\nc\n"), "a | b | c");
+    }
+}

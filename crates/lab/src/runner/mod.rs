@@ -1,0 +1,408 @@
+//! The runner: the I/O side of the lab.
+//!
+//! Order of work: check privileges, write `plan.json` and `meta.json`, calibrate the emulator
+//! (refuse if it is not faithful at the plan's rate), then for each host configuration (the
+//! untuned one first, before any global sysctl is touched) and each path: bring up a
+//! [`Topology`] with the configuration's namespace sysctls, start `tcptune serve` on side B,
+//! and run every cell of that group `repetitions` times (repetition-major, so slow drift of
+//! the machine spreads over all cells) with `tcptune send ... --json` on side A. Each run's
+//! record is appended to `results.jsonl` as soon as it finishes. At the end (also after an
+//! error or Ctrl-C) the global sysctls are restored, `meta.json` is completed and every
+//! report is built.
+
+mod bed;
+pub mod calibrate;
+pub mod env;
+pub mod globals;
+pub mod progress;
+pub mod signals;
+
+use crate::plan::{CellKey, ExpandedPlan, HostConfig, Plan};
+use crate::record::{Calibration, LabMeta};
+use crate::results::{self, Built};
+use anyhow::{bail, Context as _};
+use bed::{Bed, BedSpec};
+use globals::GlobalSysctls;
+use progress::{expected_seconds, Progress};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tcptune_core::{Bytes, Rate};
+
+/// How to run a lab.
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    /// The `tcptune` binary to run as `serve` and `send` (the CLI passes its own path).
+    pub tcptune: PathBuf,
+    /// Results folder (created; must not already hold results).
+    pub out: PathBuf,
+    /// The plan.
+    pub plan: Plan,
+    /// Check the emulator before the matrix.
+    pub calibrate: bool,
+    /// Run even if the calibration finds the emulator unfaithful.
+    pub force: bool,
+    /// Show the progress bar.
+    pub progress: bool,
+    /// Port of the server inside the namespace.
+    pub port: u16,
+}
+
+/// What a finished (or interrupted) lab produced.
+#[derive(Debug)]
+pub struct LabOutcome {
+    /// The results folder.
+    pub dir: PathBuf,
+    /// Every output.
+    pub built: Built,
+    /// Ctrl-C stopped it; the results are partial.
+    pub interrupted: bool,
+}
+
+/// The lab refused to run: the emulator cannot hold the rate faithfully here.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct NotFaithful {
+    /// The whole explanation.
+    pub message: String,
+    /// The calibration that failed.
+    pub calibration: Calibration,
+    /// The highest rate found faithful, if any.
+    pub max_rate: Option<Rate>,
+}
+
+/// The lab cannot run here (privileges, devices, binary).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// The namespace sysctls of a host configuration.
+pub fn namespace_sysctls(plan: &Plan, host: HostConfig) -> Vec<(String, String)> {
+    let mut v = vec![
+        // The paper's guideline: do not let one run's cached ssthresh steer the next.
+        ("net.ipv4.tcp_no_metrics_save".to_string(), "1".to_string()),
+    ];
+    if let Some(cc) = &plan.congestion {
+        v.push(("net.ipv4.tcp_congestion_control".into(), cc.clone()));
+    }
+    if host.raises_limits() {
+        let max = plan.raised_limit().0;
+        v.push(("net.ipv4.tcp_rmem".into(), format!("4096 131072 {max}")));
+        v.push(("net.ipv4.tcp_wmem".into(), format!("4096 16384 {max}")));
+    }
+    v
+}
+
+/// The sysctls read back from a namespace for the record.
+const RECORDED_SYSCTLS: &[&str] = &[
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_mem",
+];
+
+fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(Unavailable(
+            "tcptune lab needs root (network namespaces, TUN devices and the global \
+             net.core.rmem_max/wmem_max): run it with sudo"
+                .into()
+        ));
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        bail!(Unavailable(
+            "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device"
+                .into()
+        ));
+    }
+    if !cfg.tcptune.exists() {
+        bail!(Unavailable(format!(
+            "the tcptune binary {} does not exist",
+            cfg.tcptune.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Run a lab from start to end.
+pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
+    check_environment(cfg)?;
+    cfg.plan.validate()?;
+    let expanded = cfg.plan.expand();
+    let dir = cfg.out.clone();
+    if dir.join(results::RESULTS_FILE).exists() {
+        bail!(
+            "{} already holds lab results: choose another --out, or rebuild its report with `tcptune lab report {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating the results folder {}", dir.display()))?;
+    results::write_json(&dir.join(results::PLAN_FILE), &expanded)?;
+    let mut meta = LabMeta {
+        schema_version: crate::record::RECORD_SCHEMA_VERSION,
+        tcptune_version: env::binary_version(&cfg.tcptune),
+        kernel: env::kernel_release(),
+        cpus: env::cpus(),
+        seed: cfg.plan.seed,
+        started_unix_s: env::unix_now(),
+        ..LabMeta::default()
+    };
+    results::write_json(&dir.join(results::META_FILE), &meta)?;
+    signals::install();
+
+    let mut globals = GlobalSysctls::new();
+    let result = run_matrix(cfg, &expanded, &dir, &mut meta, &mut globals);
+    let restore_errors = globals.restore();
+    meta.global_changes = globals.changes().to_vec();
+    meta.duration_s = env::unix_now() - meta.started_unix_s;
+    let interrupted = signals::interrupted();
+    meta.finished = result.is_ok() && !interrupted;
+    results::write_json(&dir.join(results::META_FILE), &meta)?;
+    let records = results::read_records(&dir)?;
+    let built = results::build(&expanded, &records, &meta);
+    results::write_outputs(&dir, &built)?;
+    if !restore_errors.is_empty() {
+        bail!(
+            "could not restore global sysctls: {} (set them back by hand)",
+            restore_errors.join("; ")
+        );
+    }
+    result?;
+    Ok(LabOutcome {
+        dir,
+        built,
+        interrupted,
+    })
+}
+
+fn unique_name(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    // Namespaces become tt-NAME-a/b: unique per process and per topology.
+    format!("lab{}{tag}{n}", std::process::id())
+}
+
+fn run_matrix(
+    cfg: &RunnerConfig,
+    plan: &ExpandedPlan,
+    dir: &std::path::Path,
+    meta: &mut LabMeta,
+    globals: &mut GlobalSysctls,
+) -> anyhow::Result<()> {
+    let p = &plan.plan;
+    if cfg.calibrate {
+        let cal = calibrate_rate(cfg, dir)?;
+        meta.calibration = Some(cal.clone());
+        results::write_json(&dir.join(results::META_FILE), meta)?;
+        if !cal.faithful && !cfg.force {
+            let max_rate = cal
+                .lower_rates
+                .iter()
+                .filter(|(_, ok)| *ok)
+                .map(|(r, _)| Rate(*r))
+                .max();
+            let hint = match max_rate {
+                Some(r) => format!(
+                    "the highest rate it held faithfully was {r}: rerun with --rate {r} (or --force to run anyway)"
+                ),
+                None => "no lower rate tried was faithful either (use --force to run anyway)".into(),
+            };
+            bail!(NotFaithful {
+                message: format!(
+                    "the emulator is not faithful at {} on this machine: {}; {hint}",
+                    p.rate, cal.verdict
+                ),
+                calibration: cal,
+                max_rate,
+            });
+        }
+    }
+
+    // Group the cells by host configuration and path.
+    let mut groups: BTreeMap<(HostConfig, u64), Vec<&CellKey>> = BTreeMap::new();
+    for c in &plan.cells {
+        groups
+            .entry((c.key.host, c.key.rtt_us))
+            .or_default()
+            .push(&c.key);
+    }
+    let total_runs = plan.runs();
+    let total_cost: f64 = plan
+        .cells
+        .iter()
+        .map(|c| expected_seconds(p, &c.key) * f64::from(p.repetitions))
+        .sum();
+    let mut progress = Progress::new(total_runs, total_cost, cfg.progress);
+    progress.note(&format!(
+        "tcptune lab: {} cells x {} repetition(s) = {total_runs} runs, expected about {} (results in {})",
+        plan.cells.len(),
+        p.repetitions,
+        progress::fmt_secs(std::time::Duration::from_secs_f64(total_cost)),
+        dir.display()
+    ));
+    let raised = p.raised_limit().0;
+    for ((host, rtt_us), cells) in groups {
+        if signals::interrupted() {
+            break;
+        }
+        if host.raises_limits() {
+            globals.raise_to("net.core.rmem_max", raised)?;
+            globals.raise_to("net.core.wmem_max", raised)?;
+        } else {
+            let errs = globals.restore();
+            if !errs.is_empty() {
+                bail!(
+                    "restoring global sysctls before an untuned group: {}",
+                    errs.join("; ")
+                );
+            }
+        }
+        meta.global_changes = globals.changes().to_vec();
+        let spec = BedSpec {
+            name: unique_name(host_tag(host)),
+            rtt_us,
+            rate: p.rate,
+            mtu: p.mtu,
+            queue_bdp: p.queue_bdp,
+            seed: p.seed,
+            sysctls: namespace_sysctls(p, host),
+            tcptune: cfg.tcptune.clone(),
+            port: cfg.port,
+            log_dir: dir.join("logs"),
+        };
+        let mut bed = Bed::up(&spec).with_context(|| {
+            format!(
+                "bringing up the emulated path for RTT {} ms ({host})",
+                rtt_us as f64 / 1000.0
+            )
+        })?;
+        if !meta.namespace_sysctls.iter().any(|(h, _)| *h == host) {
+            meta.namespace_sysctls
+                .push((host, bed.read_sysctls(RECORDED_SYSCTLS)));
+            results::write_json(&dir.join(results::META_FILE), meta)?;
+        }
+        'reps: for rep in 1..=p.repetitions {
+            for key in &cells {
+                if signals::interrupted() {
+                    break 'reps;
+                }
+                let what = key.id();
+                progress.starting(&what);
+                let rec = bed.run(key, rep, p);
+                let result = if rec.ok {
+                    format!(
+                        "{:.1} Mbit/s{}",
+                        rec.throughput_bps / 1e6,
+                        if rec.capped { " (capped)" } else { "" }
+                    )
+                } else {
+                    format!("FAILED: {}", rec.error.as_deref().unwrap_or("?"))
+                };
+                results::append_record(dir, &rec)?;
+                progress.finished(expected_seconds(p, key), &what, &result);
+            }
+        }
+        bed.down();
+    }
+    progress.done();
+    if signals::interrupted() {
+        progress.note("tcptune lab: interrupted; writing the partial report");
+    }
+    Ok(())
+}
+
+fn host_tag(h: HostConfig) -> &'static str {
+    match h {
+        HostConfig::Untuned => "u",
+        HostConfig::KernelOnly => "k",
+        HostConfig::UserKernel => "m",
+    }
+}
+
+/// Calibrate at the plan's rate; when that fails, try lower rates to tell the user what the
+/// machine can hold.
+fn calibrate_rate(cfg: &RunnerConfig, dir: &std::path::Path) -> anyhow::Result<Calibration> {
+    let p = &cfg.plan;
+    let mut cal = calibrate_once(cfg, dir, p.rate)?;
+    if !cal.faithful {
+        // A loaded machine can spoil one transfer: try once more before judging.
+        let again = calibrate_once(cfg, dir, p.rate)?;
+        if again.faithful || again.throughput_bps > cal.throughput_bps {
+            cal = again;
+        }
+    }
+    if cal.faithful {
+        return Ok(cal);
+    }
+    let mut lower = Vec::new();
+    let mut r = p.rate.0 / 2;
+    while r >= 50_000_000 && lower.len() < 4 {
+        let c = calibrate_once(cfg, dir, Rate(r))?;
+        lower.push((r, c.faithful));
+        if c.faithful {
+            break;
+        }
+        r /= 2;
+    }
+    cal.lower_rates = lower;
+    Ok(cal)
+}
+
+fn calibrate_once(
+    cfg: &RunnerConfig,
+    dir: &std::path::Path,
+    rate: Rate,
+) -> anyhow::Result<Calibration> {
+    let p = &cfg.plan;
+    let rtt_us = calibrate::CALIBRATION_RTT_US;
+    let spec = BedSpec {
+        name: unique_name("c"),
+        rtt_us,
+        rate,
+        mtu: p.mtu,
+        queue_bdp: p.queue_bdp,
+        seed: p.seed,
+        sysctls: namespace_sysctls(p, HostConfig::Untuned),
+        tcptune: cfg.tcptune.clone(),
+        port: cfg.port,
+        log_dir: dir.join("logs"),
+    };
+    let mut bed = Bed::up(&spec).context("bringing up the calibration path")?;
+    // Two BDPs of buffer per end (within the default 4 MiB caps at 10 ms and 1 Gbit/s):
+    // enough to fill the pipe without touching global sysctls.
+    let bdp = rate.bdp(std::time::Duration::from_micros(rtt_us)).0;
+    let size = (2 * bdp).clamp(256 * 1024, 4 << 20);
+    let mut cplan = p.clone();
+    cplan.max_time_ms = 15_000;
+    let key = CellKey {
+        rtt_us,
+        host: HostConfig::UserKernel,
+        streams: 1,
+        tune: format!("fixed:{}", Bytes(size).0),
+    };
+    let rec = bed.run(&key, 1, &cplan);
+    let stats = bed.stats();
+    bed.down();
+    if !rec.ok {
+        bail!(
+            "the calibration transfer failed: {}",
+            rec.error.unwrap_or_default()
+        );
+    }
+    let m = calibrate::Measured {
+        rate_bps: rate.0,
+        throughput_bps: rec.throughput_bps,
+        rtt_us: rec.hint_rtt_us.or(rec.rtt_min_us().map(u64::from)),
+        lateness_p99_us: stats.as_ref().map(|s| s.a_to_b.lateness.p99_us),
+        drops: stats.as_ref().map_or(0, |s| s.a_to_b.drops.total()),
+    };
+    Ok(calibrate::judge(&m, rtt_us))
+}
