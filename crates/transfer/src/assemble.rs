@@ -281,7 +281,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
             system_info: tcptune_sys::os::system_info(),
             connecting_to: ConnectingTo {
-                host: a.cfg.server.clone(),
+                host: host_part(&a.cfg.server),
                 port: a.addr.port(),
             },
             cookie: a.session_hex.to_string(),
@@ -341,6 +341,21 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         }),
     };
     (report, verdict)
+}
+
+/// The host of `HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`.
+fn host_part(s: &str) -> String {
+    let s = s.trim();
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return a.ip().to_string();
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest).to_string();
+    }
+    match s.split_once(':') {
+        Some((h, p)) if !p.contains(':') => h.to_string(),
+        _ => s.to_string(),
+    }
 }
 
 fn split_addr(s: &str) -> (String, u16) {

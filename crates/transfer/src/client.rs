@@ -516,6 +516,7 @@ impl Ctx<'_> {
         tuning: &PhaseTuning,
         spec: &DriverSpec,
         index: u32,
+        initial: u32,
     ) -> Result<(), ClientError> {
         self.send(&ClientMsg::OpenStream { stream: index })?;
         let port = match self.expect(
@@ -526,7 +527,7 @@ impl Ctx<'_> {
             other => return Err(unexpected("stream_port", &other)),
         };
         let mut driver = spec
-            .driver(tuning, index, index + 1)
+            .driver(tuning, index, initial.max(index + 1))
             .map_err(ClientError::Config)?;
         let addr = SocketAddr::new(self.addr.ip(), port);
         let fd = prepared_socket(&addr, &mut driver, spec, self.cfg.congestion.as_deref())
@@ -599,7 +600,7 @@ impl Ctx<'_> {
         self.expect("phase_ready", |m| matches!(m, ServerMsg::PhaseReady))?;
         let initial = if main { cfg.streams } else { 1 };
         for i in 0..initial {
-            if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i) {
+            if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i, initial) {
                 engine.abort();
                 return Err(e);
             }
@@ -676,7 +677,7 @@ impl Ctx<'_> {
                 }
                 while engine.streams() < plan.target {
                     let i = engine.streams();
-                    if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i) {
+                    if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i, initial) {
                         return Err(fail(&engine, e));
                     }
                 }

@@ -114,6 +114,8 @@ pub(crate) struct EngineConfig {
 
 struct Counters {
     bytes: AtomicU64,
+    /// Nanoseconds since the epoch of the last byte written or read (0: none yet).
+    last_io_ns: AtomicU64,
     done: AtomicBool,
 }
 
@@ -173,6 +175,10 @@ pub(crate) struct Engine {
     events_rx: Receiver<Event>,
     events_tx: Sender<Event>,
     congestion: String,
+}
+
+fn nanos_since(t: Instant, epoch: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn secs_between(t: Instant, t0: Instant) -> f64 {
@@ -254,6 +260,7 @@ impl Engine {
         let stream = Arc::new(stream);
         let counters = Arc::new(Counters {
             bytes: AtomicU64::new(0),
+            last_io_ns: AtomicU64::new(0),
             done: AtomicBool::new(false),
         });
         let thread = {
@@ -581,6 +588,9 @@ fn send_loop(
                         - before.saturating_sub(HEADER_LEN as u64);
                     out.bytes += payload;
                     counters.bytes.store(out.bytes, Ordering::Relaxed);
+                    counters
+                        .last_io_ns
+                        .store(nanos_since(now, cfg.epoch), Ordering::Relaxed);
                 }
                 Err(e) if is_timeout(&e) => {
                     if shared.abort.load(Ordering::Relaxed) {
@@ -680,6 +690,9 @@ fn recv_loop(
                 counters
                     .bytes
                     .store(checker.payload_bytes, Ordering::Relaxed);
+                counters
+                    .last_io_ns
+                    .store(nanos_since(now, cfg.epoch), Ordering::Relaxed);
             }
             Err(e) if is_timeout(&e) => {
                 if shared.abort.load(Ordering::Relaxed) {
@@ -769,8 +782,15 @@ fn sampler_main(
         if let (Some(every), Some(t0)) = (cfg.interval, shared.go.lock().ok().and_then(|g| *g)) {
             let start = *interval_start.get_or_insert(t0);
             let due = *next_interval.get_or_insert(t0 + every);
-            if now >= due || (finishing && now > start + Duration::from_millis(10)) {
-                let end = if finishing { now } else { due };
+            // The last interval ends with the last byte, not when the phase is wrapped up.
+            let last_io = entries
+                .iter()
+                .map(|e| e.counters.last_io_ns.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            let last_io = cfg.epoch + Duration::from_nanos(last_io);
+            if now >= due || (finishing && last_io > start + Duration::from_millis(1)) {
+                let end = if finishing { last_io.min(due) } else { due };
                 intervals.push(make_interval(&mut entries, start, end, t0, sender));
                 interval_start = Some(end);
                 next_interval = Some(end + every);

@@ -767,9 +767,13 @@ impl Session<'_> {
                 self.cfg.limits.max_streams
             )));
         }
+        let initial = match p.kind {
+            Phase::Main => self.setup.params.streams,
+            Phase::Probe { .. } => 1,
+        };
         let mut driver = p
             .spec
-            .driver(&p.tuning, index, index + 1)
+            .driver(&p.tuning, index, initial.max(index + 1))
             .map_err(SessionEnd::Fail)?;
         let local = self
             .ctrl
