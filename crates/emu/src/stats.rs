@@ -187,6 +187,9 @@ pub struct DirStats {
     pub in_flight_packets: u64,
     /// Lateness of each delivered packet against its due time.
     pub lateness: LatenessSummary,
+    /// Seconds these counters cover (since the start or the last reset, until they were
+    /// taken): `bytes_out * 8 / window_s` is the rate delivered.
+    pub window_s: f64,
 }
 
 /// Counters of a topology, both directions.

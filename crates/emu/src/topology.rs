@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tcptune_core::Time;
 
 /// Side A's address inside its namespace (198.18.0.0/15 is reserved for benchmarking).
 pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -200,6 +201,7 @@ impl Topology {
                 realtime: opts.realtime,
                 epoch,
                 shared: self.shared.clone(),
+                window_start: Time::ZERO,
             };
             let name = format!("tt-emu-{}", if dir == 0 { "ab" } else { "ba" });
             match std::thread::Builder::new()

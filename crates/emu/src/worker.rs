@@ -58,6 +58,8 @@ pub(crate) struct Worker {
     pub(crate) realtime: bool,
     pub(crate) epoch: Instant,
     pub(crate) shared: Arc<Shared>,
+    /// Start of the counters' window.
+    pub(crate) window_start: Time,
 }
 
 enum Read {
@@ -175,10 +177,13 @@ impl Worker {
     }
 
     fn publish(&mut self) {
+        let now = self.now();
         if self.shared.reset[self.dir].swap(false, Ordering::Relaxed) {
             self.path.reset_counters();
+            self.window_start = now;
         }
-        let s = self.path.stats();
+        let mut s = self.path.stats();
+        s.window_s = now.saturating_since(self.window_start).as_secs_f64();
         if let Ok(mut slot) = self.shared.snapshots[self.dir].lock() {
             *slot = s;
         }
