@@ -181,6 +181,8 @@ pub struct Progress {
     pub total_bytes: Option<u64>,
     /// Streams open.
     pub streams: u32,
+    /// Intervals completed since the previous call (for a live iperf3-like display).
+    pub intervals: Vec<crate::report::Interval>,
 }
 
 /// A progress callback.
@@ -624,6 +626,7 @@ impl Ctx<'_> {
         };
         let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
         let mut last_progress = Instant::now();
+        let mut shown = 0usize;
         let mut last_bytes = (0u64, Instant::now());
         let fail = |engine: &Engine, e: ClientError| {
             engine.abort();
@@ -710,8 +713,14 @@ impl Ctx<'_> {
                     },
                 ));
             }
+            let mut fresh = Vec::new();
+            while let Some(iv) = engine.poll_interval() {
+                fresh.push(iv);
+            }
+            shown += fresh.len();
+            let done = engine.all_done();
             if let Some(p) = progress.as_mut() {
-                if last_progress.elapsed() >= Duration::from_millis(200) {
+                if !fresh.is_empty() || last_progress.elapsed() >= Duration::from_millis(200) {
                     last_progress = Instant::now();
                     p(&Progress {
                         phase: if main { "transfer" } else { "probe" },
@@ -719,10 +728,11 @@ impl Ctx<'_> {
                         bytes: b,
                         total_bytes,
                         streams: engine.streams(),
+                        intervals: fresh,
                     });
                 }
             }
-            if engine.all_done() {
+            if done {
                 break;
             }
             let _ = engine.wait_event(Duration::from_millis(5));
@@ -738,6 +748,20 @@ impl Ctx<'_> {
             }
         };
         let (local, intervals) = engine.finish();
+        if let Some(p) = progress.as_mut() {
+            // The last, partial interval is only known now.
+            let rest = intervals.get(shown..).unwrap_or_default();
+            if !rest.is_empty() {
+                p(&Progress {
+                    phase: if main { "transfer" } else { "probe" },
+                    elapsed: start.elapsed(),
+                    bytes: local.streams.iter().map(|s| s.bytes).sum(),
+                    total_bytes,
+                    streams: local.streams.len() as u32,
+                    intervals: rest.to_vec(),
+                });
+            }
+        }
         Ok((
             local,
             remote,

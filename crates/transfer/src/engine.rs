@@ -174,6 +174,7 @@ pub(crate) struct Engine {
     sampler: Option<JoinHandle<SamplerOut>>,
     events_rx: Receiver<Event>,
     events_tx: Sender<Event>,
+    intervals_rx: Receiver<Interval>,
     congestion: String,
 }
 
@@ -204,13 +205,14 @@ impl Engine {
         });
         let (sampler_tx, sampler_rx) = mpsc::channel();
         let (events_tx, events_rx) = mpsc::channel();
+        let (intervals_tx, intervals_rx) = mpsc::channel();
         let sampler = {
             let shared = shared.clone();
             let events = events_tx.clone();
             let cfg = cfg.clone();
             std::thread::Builder::new()
                 .name("tcptune-sampler".into())
-                .spawn(move || sampler_main(sampler_rx, events, shared, cfg))
+                .spawn(move || sampler_main(sampler_rx, events, intervals_tx, shared, cfg))
                 .ok()
         };
         Engine {
@@ -221,6 +223,7 @@ impl Engine {
             sampler,
             events_rx,
             events_tx,
+            intervals_rx,
             congestion: String::new(),
         }
     }
@@ -335,6 +338,11 @@ impl Engine {
     /// The next event, if any.
     pub(crate) fn poll_event(&self) -> Option<Event> {
         self.events_rx.try_recv().ok()
+    }
+
+    /// The next completed interval, if any (they are also in [`Engine::finish`]'s result).
+    pub(crate) fn poll_interval(&self) -> Option<Interval> {
+        self.intervals_rx.try_recv().ok()
     }
 
     /// Wait up to `timeout` for the next event.
@@ -747,6 +755,7 @@ struct SamplerEntry {
 fn sampler_main(
     rx: Receiver<SamplerCmd>,
     events: Sender<Event>,
+    intervals_tx: Sender<Interval>,
     shared: Arc<Shared>,
     cfg: EngineConfig,
 ) -> SamplerOut {
@@ -791,7 +800,9 @@ fn sampler_main(
             let last_io = cfg.epoch + Duration::from_nanos(last_io);
             if now >= due || (finishing && last_io > start + Duration::from_millis(1)) {
                 let end = if finishing { last_io.min(due) } else { due };
-                intervals.push(make_interval(&mut entries, start, end, t0, sender));
+                let iv = make_interval(&mut entries, start, end, t0, sender);
+                let _ = intervals_tx.send(iv.clone());
+                intervals.push(iv);
                 interval_start = Some(end);
                 next_interval = Some(end + every);
             }

@@ -85,22 +85,27 @@ pub fn interval_lines(iv: &Interval) -> Vec<String> {
 
 /// The whole summary: intervals, per-stream results with buffers, totals, and the verdict.
 pub fn summary(r: &Report) -> String {
-    let mut o = String::new();
+    summary_with(r, true)
+}
+
+fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
     let t = &r.start.tcptune;
-    let _ = writeln!(
-        o,
-        "Connecting to {} port {} (session {}), {} stream(s), tune {}, {}",
-        r.start.connecting_to.host,
-        r.start.connecting_to.port,
-        r.start.cookie,
-        r.start.test_start.num_streams,
-        t.tune,
-        if t.workload == "duration" {
-            format!("{} s", r.start.test_start.duration)
-        } else {
-            format!("{} x {}", t.messages, Bytes(t.message_size))
-        }
-    );
+    if connecting {
+        let _ = writeln!(
+            o,
+            "Connecting to {} port {} (session {}), {} stream(s), tune {}, {}",
+            r.start.connecting_to.host,
+            r.start.connecting_to.port,
+            r.start.cookie,
+            r.start.test_start.num_streams,
+            t.tune,
+            if t.workload == "duration" {
+                format!("{} s", r.start.test_start.duration)
+            } else {
+                format!("{} x {}", t.messages, Bytes(t.message_size))
+            }
+        );
+    }
     let _ = writeln!(
         o,
         "Path: RTT {} (control connection){}{}; congestion control {}",
@@ -112,7 +117,15 @@ pub fn summary(r: &Report) -> String {
             .map_or(String::new(), |s| format!(" (probed for {s:.2} s)")),
         t.congestion
     );
-    if !r.intervals.is_empty() {
+}
+
+/// The summary, with or without the "Connecting to" line and the interval table (leave
+/// them out when they were already shown live).
+pub fn summary_with(r: &Report, intervals: bool) -> String {
+    let mut o = String::new();
+    let t = &r.start.tcptune;
+    write_preamble(&mut o, r, intervals);
+    if intervals && !r.intervals.is_empty() {
         let _ = writeln!(o, "{}", interval_header());
         for iv in &r.intervals {
             for l in interval_lines(iv) {

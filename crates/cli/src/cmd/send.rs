@@ -173,37 +173,65 @@ fn progress_line(p: &Progress) -> String {
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let cfg = opts.config()?;
     let show_progress = !opts.no_progress && std::io::stderr().is_terminal();
-    let mut shown = false;
+    let live_intervals = !opts.json;
+    if live_intervals {
+        out::line(&format!(
+            "Connecting to {} (port {} unless given), {} stream(s), tune {}, {}",
+            opts.server,
+            opts.port,
+            opts.streams,
+            opts.tune,
+            match opts.duration {
+                Some(d) => format!("{:.1} s", d.as_secs_f64()),
+                None => format!("{} x {}", opts.messages, opts.message_size),
+            }
+        ));
+    }
+    let mut progress_shown = false;
+    let mut header_shown = false;
     let mut cb = |p: &Progress| {
-        shown = true;
-        let mut e = std::io::stderr().lock();
-        let _ = e.write_all(progress_line(p).as_bytes());
-        let _ = e.flush();
+        if progress_shown {
+            eprint!("\r{:79}\r", "");
+            progress_shown = false;
+        }
+        if live_intervals {
+            for iv in &p.intervals {
+                if !header_shown {
+                    out::line(&human::interval_header());
+                    header_shown = true;
+                }
+                for l in human::interval_lines(iv) {
+                    out::line(&l);
+                }
+            }
+        }
+        if show_progress {
+            let mut e = std::io::stderr().lock();
+            let _ = e.write_all(progress_line(p).as_bytes());
+            let _ = e.flush();
+            progress_shown = true;
+        }
     };
-    let result = if show_progress {
-        client::run(&cfg, Some(&mut cb))
-    } else {
-        client::run(&cfg, None)
-    };
-    if shown {
+    let result = client::run(&cfg, Some(&mut cb));
+    if progress_shown {
         eprint!("\r{:79}\r", "");
     }
+    let print = |r: &tcptune_transfer::report::Report| -> anyhow::Result<()> {
+        if opts.json {
+            out::json(r)
+        } else {
+            out::text(&human::summary_with(r, false));
+            Ok(())
+        }
+    };
     match result {
         Ok(report) => {
-            if opts.json {
-                out::json(&report)?;
-            } else {
-                out::text(&human::summary(&report));
-            }
+            print(&report)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             if let Some(report) = e.report() {
-                if opts.json {
-                    out::json(report)?;
-                } else {
-                    out::text(&human::summary(report));
-                }
+                print(report)?;
             }
             let code = match &e {
                 ClientError::Config(_) => exit::USAGE,
