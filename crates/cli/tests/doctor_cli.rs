@@ -351,3 +351,58 @@ fn path_whose_packets_vanish_is_filtered() {
         stderr(&o)
     );
 }
+
+/// A `tcptune serve` child on loopback, killed on drop.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn path_to_a_tcptune_server_runs_the_bandwidth_probe() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let _server = Server(
+        tcptune()
+            .args(["serve", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn server"),
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(std::time::Instant::now() < deadline, "server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = run(&[
+        "doctor",
+        &addr,
+        "--samples",
+        "3",
+        "--probe-time",
+        "1s",
+        "--probe-streams",
+        "2",
+        "--json",
+    ]);
+    let j = json(&o);
+    let probe = &j["path"]["probe"];
+    let bps = probe["bits_per_second"].as_u64().unwrap_or(0);
+    assert!(bps > 0, "{j}");
+    assert_eq!(probe["streams"], 2);
+    // Without --target the probe's rate sizes the advice.
+    assert_eq!(j["target"]["rate"], bps);
+    // --no-probe sends only the handshakes.
+    let o = run(&["doctor", &addr, "--samples", "2", "--no-probe", "--json"]);
+    let j = json(&o);
+    assert!(j["path"]["probe"].is_null());
+    assert_eq!(j["path"]["probe_skipped"], "--no-probe");
+}

@@ -8,12 +8,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{parse_duration, Rate};
 use tcptune_doctor::path::{self, PathError, RttConfig};
-use tcptune_doctor::report::{render_text, DoctorReport, Mode, PathReport};
+use tcptune_doctor::report::{render_text, DoctorReport, Mode, PathReport, ProbeResult};
 use tcptune_doctor::sizing::{Sizing, Target, TargetSource};
 use tcptune_doctor::{apply, checks, sysctl_file, FactSource, HostFacts};
+use tcptune_transfer::client::{self, ClientConfig};
 
-/// The port `doctor HOST` measures when none is given (tcptune's and iperf3's default).
-const DEFAULT_PORT: u16 = 5201;
+/// The port `doctor HOST` measures when none is given: `tcptune serve`'s default.
+const DEFAULT_PORT: u16 = tcptune_transfer::server::DEFAULT_PORT;
 
 /// Options of `tcptune doctor`.
 #[derive(clap::Args, Debug)]
@@ -21,7 +22,9 @@ const DEFAULT_PORT: u16 = 5201;
 Examples:
   tcptune doctor                              audit this host for a 1 Gbit/s x 100 ms path
   tcptune doctor --target 10gbit --rtt 80ms   size the advice for your path
-  tcptune doctor data.example.org:5201        measure the path's RTT by TCP handshakes
+  tcptune doctor data.example.org             measure the path's RTT by TCP handshakes to
+                                              port 5310 (a tcptune server: also a short
+                                              bandwidth probe)
   tcptune doctor --target 10gbit --rtt 80ms --write-sysctl 90-tcptune.conf
   tcptune doctor --target 10gbit --rtt 80ms --apply   (changes the running system)
 
@@ -32,8 +35,9 @@ filtered, name not resolved).
 Without --target/--rtt the advice is sized for the fastest interface's speed (1 Gbit/s if
 unknown) at 100 ms: a long fat pipe. In path mode the RTT is the median handshake time.")]
 pub(crate) struct Opts {
-    /// Measure the path to HOST[:PORT] (port 5201 if omitted; [v6addr]:port for IPv6) by
-    /// timing TCP handshakes, no ICMP needed.
+    /// Measure the path to HOST[:PORT] (port 5310, tcptune serve's, if omitted;
+    /// [v6addr]:port for IPv6) by timing TCP handshakes, no ICMP needed. With a tcptune server
+    /// there, also run a short bandwidth probe.
     #[arg(value_name = "HOST[:PORT]")]
     host: Option<String>,
 
@@ -67,6 +71,40 @@ pub(crate) struct Opts {
     /// Print the facts and findings as JSON (schema_version 1).
     #[arg(long)]
     json: bool,
+
+    /// Skip the bandwidth probe in path mode (only the handshakes are sent).
+    #[arg(long)]
+    no_probe: bool,
+
+    /// How long the bandwidth probe sends.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    probe_time: Duration,
+
+    /// Parallel streams of the bandwidth probe (several, so that this host's buffer limits
+    /// do not hide the path's capacity).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    probe_streams: u32,
+}
+
+/// A short transfer to a tcptune server at `addr`: the path's rate as the receiver saw it.
+/// Any failure (no tcptune server there, authentication required) is a reason, not an error.
+fn probe(opts: &Opts, addr: std::net::SocketAddr) -> Result<ProbeResult, String> {
+    let mut cfg = ClientConfig::new(addr.to_string());
+    cfg.duration = Some(opts.probe_time);
+    cfg.streams = opts.probe_streams;
+    // Kernel autotuning on both ends: the probe measures the path, not a tuner.
+    cfg.tune = tcptune_core::TuneMode::Kernel;
+    cfg.interval = None;
+    cfg.connect_timeout = opts.timeout;
+    cfg.idle_timeout = opts.timeout.max(Duration::from_secs(5));
+    match client::run(&cfg, None) {
+        Ok(r) => Ok(ProbeResult {
+            bits_per_second: r.end.sum_received.bits_per_second.max(0.0).round() as u64,
+            seconds: r.end.sum_received.seconds,
+            streams: opts.probe_streams,
+        }),
+        Err(e) => Err(format!("no usable tcptune server at {addr}: {e}")),
+    }
 }
 
 fn default_rate(facts: &HostFacts) -> Rate {
@@ -100,17 +138,28 @@ fn measure_path(opts: &Opts, spec: &str) -> anyhow::Result<PathReport> {
     for addr in &addrs {
         match path::measure_rtt(*addr, &cfg) {
             Ok(rtt) => {
+                let (probe, probe_skipped) = if opts.no_probe {
+                    (None, Some("--no-probe".to_string()))
+                } else {
+                    if !opts.json {
+                        eprintln!(
+                            "probing the bandwidth for {} with {} streams...",
+                            tcptune_core::format_duration(opts.probe_time),
+                            opts.probe_streams
+                        );
+                    }
+                    match probe(opts, *addr) {
+                        Ok(p) => (Some(p), None),
+                        Err(why) => (None, Some(why)),
+                    }
+                };
                 return Ok(PathReport {
                     host,
                     port,
                     rtt,
-                    probe: None,
-                    probe_skipped: Some(
-                        "the bandwidth probe needs the transfer engine's client, which is not \
-                         available in this build"
-                            .into(),
-                    ),
-                })
+                    probe,
+                    probe_skipped,
+                });
             }
             Err(e) => errors.push(e),
         }
@@ -133,6 +182,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         return Err(exit::fail(
             exit::USAGE,
             anyhow::anyhow!("--timeout must be greater than zero"),
+        ));
+    }
+    if opts.probe_time.is_zero() || opts.probe_time > Duration::from_secs(60) {
+        return Err(exit::fail(
+            exit::USAGE,
+            anyhow::anyhow!("--probe-time must be between 0 and 60 s"),
         ));
     }
     if opts.target.is_some_and(|r| r.bits_per_sec() == 0) {
