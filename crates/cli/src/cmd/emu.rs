@@ -186,6 +186,10 @@ struct RunOpts {
     /// Print the emulator's final counters (as JSON on stderr with --json).
     #[arg(long)]
     json: bool,
+    /// Reset the counters this long after CMD starts, so that the final counters describe
+    /// the steady state (for example after TCP's slow start), e.g. 3s.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    warmup: Option<Duration>,
     /// The command to run on side A, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<OsString>,
@@ -380,7 +384,13 @@ fn run_in_topology(topo: &Topology, o: &RunOpts) -> anyhow::Result<u8> {
         .args(args)
         .spawn()
         .with_context(|| format!("starting {} on side A", prog.to_string_lossy()))?;
+    let started = Instant::now();
+    let mut warmup = o.warmup;
     let status = loop {
+        if warmup.is_some_and(|w| started.elapsed() >= w) {
+            topo.reset_stats();
+            warmup = None;
+        }
         if SIGNALLED.load(Ordering::SeqCst) != 0 {
             terminate(&mut child, Duration::from_secs(2));
             break None;

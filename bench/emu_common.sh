@@ -1,0 +1,82 @@
+# Shared helpers of bench/emu_*.sh (sourced, not run). Needs root, iperf3, iproute2, python3.
+
+TCPTUNE=${TCPTUNE:-target/release/tcptune}
+REPS=${REPS:-3}
+# Per-namespace buffers big enough for the largest BDP measured (never the global
+# net.core.rmem_max/wmem_max).
+EMU_SYSCTLS=(--sysctl "net.ipv4.tcp_rmem=4096 131072 536870912"
+             --sysctl "net.ipv4.tcp_wmem=4096 16384 536870912")
+
+need() {
+    for t in "$@"; do
+        command -v "$t" >/dev/null || { echo "missing: $t" >&2; exit 5; }
+    done
+    [ "$(id -u)" = 0 ] || { echo "run as root (network namespaces)" >&2; exit 5; }
+    [ -x "$TCPTUNE" ] || { echo "build first: cargo build --release (or set TCPTUNE=)" >&2; exit 5; }
+}
+
+# median of the numbers on stdin
+median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else print a[int((NR+1)/2)]}'; }
+
+# Run iperf3 across an emulated path.
+# emu_iperf SECS WARMUP [emu run path options...] -> "link_mbit p50_us p99_us max_us goodput_mbit drops"
+emu_iperf() {
+    local secs=$1 warm=$2; shift 2
+    local stats json
+    stats=$(mktemp) json=$(mktemp)
+    "$TCPTUNE" emu run "$@" "${EMU_SYSCTLS[@]}" --warmup "${warm}s" --stats-json "$stats" \
+        --server 'iperf3 -s -1 >/dev/null' \
+        -- sh -c "iperf3 -c \$TCPTUNE_PEER -t $secs -J" >"$json" 2>/dev/null || true
+    python3 - "$stats" "$json" <<'PY'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))["a_to_b"]
+    link = s["bytes_out"] * 8 / max(s["window_s"], 1e-9) / 1e6
+    l = s["lateness"]
+    drops = s["drops"]["queue"] + s["drops"]["loss"]
+    p50, p99, mx = l["p50_us"], l["p99_us"], l["max_us"]
+except Exception:
+    link = p50 = p99 = mx = float("nan"); drops = -1
+try:
+    g = json.load(open(sys.argv[2]))["end"]["sum_received"]["bits_per_second"] / 1e6
+except Exception:
+    g = float("nan")
+print(f"{link:.1f} {p50:.0f} {p99:.0f} {mx:.0f} {g:.1f} {drops}")
+PY
+    rm -f "$stats" "$json"
+}
+
+# Two namespaces joined by a plain veth pair (the physical limit), same addresses as emu.
+VETH_NS=()
+veth_up() { # veth_up MTU
+    local mtu=$1 a="tt-vbench-$$-a" b="tt-vbench-$$-b"
+    ip netns add "$a"; ip netns add "$b"; VETH_NS=("$a" "$b")
+    ip link add tt-va netns "$a" mtu "$mtu" type veth peer name tt-vb netns "$b" mtu "$mtu"
+    ip -n "$a" addr add 198.18.0.1/32 peer 198.19.0.1/32 dev tt-va
+    ip -n "$b" addr add 198.19.0.1/32 peer 198.18.0.1/32 dev tt-vb
+    for ns in "$a" "$b"; do
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set dev "tt-v${ns: -1}" up
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 131072 536870912" \
+            net.ipv4.tcp_wmem="4096 16384 536870912"
+    done
+}
+veth_down() {
+    local ns
+    for ns in "${VETH_NS[@]}"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    VETH_NS=()
+}
+# veth_iperf SECS -> goodput_mbit
+veth_iperf() {
+    local secs=$1 a=${VETH_NS[0]} b=${VETH_NS[1]}
+    ip netns exec "$b" iperf3 -s -1 >/dev/null 2>&1 &
+    sleep 0.5
+    ip netns exec "$a" iperf3 -c 198.19.0.1 -t "$secs" -J 2>/dev/null | python3 -c '
+import json, sys
+try: print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6))
+except Exception: print("nan")'
+    wait || true
+}
