@@ -3,8 +3,10 @@
 #
 # For 1 and 4 streams, REPS repetitions each, interleaved (tcptune then iperf3, then the
 # other order), both tools send for the same DURATION with kernel-autotuned buffers
-# (tcptune --tune kernel; iperf3 sets no buffer either), 128 KiB writes. Throughput is the
-# receiver-measured end.sum_received.bits_per_second of each tool's JSON; CPU is the
+# (tcptune --tune kernel; iperf3 sets no buffer either), 128 KiB writes. Equal CPU: with
+# two or more CPUs every client runs pinned to CPU 0 and every server to CPU 1 (taskset),
+# so each tool gets at most one core per end however many threads it runs. Throughput is
+# the receiver-measured end.sum_received.bits_per_second of each tool's JSON; CPU is the
 # user+system time of the client and the server process over each run (from /proc).
 # Writes docs/bench/transfer.md with medians and ratios, and the load of the machine.
 #
@@ -71,10 +73,15 @@ def wait_port(port):
             time.sleep(0.05)
     sys.exit(f"server on port {port} did not come up")
 
+PIN = os.cpu_count() >= 2 and subprocess.run(["sh", "-c", "command -v taskset"],
+                                            capture_output=True).returncode == 0
+def pin(cpu, cmd):
+    return (["taskset", "-c", str(cpu)] + cmd) if PIN else cmd
+
 tp, ip = free_port(), free_port()
-tsrv = subprocess.Popen([BIN, "serve", "--bind", "127.0.0.1", "--port", str(tp), "--json"],
+tsrv = subprocess.Popen(pin(1, [BIN, "serve", "--bind", "127.0.0.1", "--port", str(tp), "--json"]),
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-isrv = subprocess.Popen(["iperf3", "-s", "-B", "127.0.0.1", "-p", str(ip)],
+isrv = subprocess.Popen(pin(1, ["iperf3", "-s", "-B", "127.0.0.1", "-p", str(ip)]),
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 wait_port(tp); wait_port(ip)
 time.sleep(0.3)
@@ -89,7 +96,7 @@ def run(tool, streams):
         srv = isrv.pid
     s0 = proc_cpu(srv)
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(pin(0, cmd), capture_output=True, text=True)
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s1 = proc_cpu(srv)
     if out.returncode != 0:
@@ -140,7 +147,11 @@ lines.append(f"Measured by `bench/transfer_vs_iperf3.sh` on {time.strftime('%Y-%
              f"{subprocess.run(['iperf3','--version'],capture_output=True,text=True).stdout.split()[1]}.\n")
 lines.append(f"Each tool sent for {DUR:g} s with kernel-autotuned buffers (`tcptune send -t {DUR:g} --tune kernel`, "
              f"`iperf3 -c -t {DUR:g}`), {REPS} repetitions per stream count, the two tools interleaved "
-             "(alternating which goes first). Throughput is each tool's receiver-measured "
+             "(alternating which goes first). "
+             + ("Equal CPU: every client ran pinned to CPU 0 and every server to CPU 1 (`taskset`), so each "
+                "tool had at most one core per end however many threads it runs. " if PIN else
+                "No CPU pinning (taskset missing or one CPU). ")
+             + "Throughput is each tool's receiver-measured "
              "`end.sum_received.bits_per_second`; CPU is user+system time of the client plus the "
              "server process over each run. Medians; min-max in brackets. tcptune also verifies every "
              "byte it receives, iperf3 does not.\n")
