@@ -5,13 +5,17 @@
 //! (`tcptune-sys`) reads `TCP_INFO` and applies the actions; simulations drive the same
 //! tuners without any socket.
 
+pub mod estimate;
+pub mod linux;
 pub mod mode;
+pub mod sim;
 pub mod snapshot;
 pub mod time;
 pub mod tuner;
 pub mod tuners;
 pub mod units;
 
+pub use estimate::{PathEstimate, PathEstimator};
 pub use mode::{ParseModeError, TuneMode, TunerFactory};
 pub use snapshot::{TcpSnapshot, TcpState};
 pub use time::Time;

@@ -1,7 +1,8 @@
 //! The `--tune MODE` spellings and the factory that builds a tuner per stream.
 
-use crate::tuner::{Tuner, TunerContext};
+use crate::tuner::{HostLimits, Tuner, TunerContext};
 use crate::tuners;
+use crate::tuners::pool::{PoolConfig, SharedPool};
 use crate::units::{Bytes, ParseQuantityError, Rate};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -54,8 +55,12 @@ impl TuneMode {
     /// Whether the transfer engine must run a short bandwidth probe before the transfer and
     /// put the measured rate in [`PathHint::rate`](crate::PathHint) (the engine always puts the
     /// control connection's RTT in `PathHint::rtt`).
+    ///
+    /// `probe` is built on it; `auto` uses it to size buffers and count streams before the
+    /// first byte (without it, `auto` falls back to in-band decisions, which come late on
+    /// long paths).
     pub fn needs_rate_probe(&self) -> bool {
-        matches!(self, TuneMode::Probe)
+        matches!(self, TuneMode::Probe | TuneMode::Auto)
     }
 
     /// The technique's short name without parameters (`fixed`, `manual`, ...).
@@ -168,21 +173,62 @@ impl TryFrom<String> for TuneMode {
 /// Builds one tuner per stream for a transfer, holding the state the streams of one process
 /// share (PSC's memory pool).
 ///
-/// Create one factory per transfer end; call [`TunerFactory::build`] for each stream.
+/// Create one factory per transfer end; call [`TunerFactory::build`] for each stream, the
+/// streams a tuner asked for ([`Action::OpenStreams`](crate::Action)) included, with
+/// `stream_index` counting on and `streams` the new total. Every `psc` tuner built by one
+/// factory shares the factory's [`SharedPool`]; feed all of them `now` from one clock
+/// (one epoch), since the pool recomputes its fair share every 500 ms of that `now`.
+///
+/// What each mode does before connecting (the actions of `ConnEvent::BeforeConnect`):
+///
+/// | mode | sender | receiver |
+/// | --- | --- | --- |
+/// | `none`, `fixed:S` | `SO_SNDBUF` | `SO_RCVBUF` |
+/// | `kernel` | nothing | nothing |
+/// | `manual[:R]` | `SO_SNDBUF` = 2 x BDP (nothing without an RTT hint) | `SO_RCVBUF` likewise |
+/// | `psc` | `SO_SNDBUF` = 16 KiB, then grows | `SO_RCVBUF` = `rmem_max` |
+/// | `drs` | nothing | `SO_RCVBUF` = `rmem_max` (then clamp + buffer grow) |
+/// | `probe` | `SO_SNDBUF` = 1.25 x BDP (nothing without rate and RTT) | `SO_RCVBUF` likewise |
+/// | `auto` | maybe `OpenStreams` (stream 0), `SO_SNDBUF` + `TCP_NOTSENT_LOWAT` for large shares | usually nothing |
 #[derive(Debug)]
 pub struct TunerFactory {
     mode: TuneMode,
+    pool: SharedPool,
+    peer_limits: Option<HostLimits>,
 }
 
 impl TunerFactory {
-    /// A factory for `mode`.
+    /// A factory for `mode`, with a PSC pool of [`PoolConfig::default`].
     pub fn new(mode: TuneMode) -> TunerFactory {
-        TunerFactory { mode }
+        TunerFactory {
+            mode,
+            pool: PoolConfig::default().shared(),
+            peer_limits: None,
+        }
+    }
+
+    /// Use a pool with this configuration (size = PSC's `AUTO_SND_THRESH`).
+    pub fn with_pool_config(mut self, cfg: PoolConfig) -> TunerFactory {
+        self.pool = cfg.shared();
+        self
+    }
+
+    /// The other end's buffer limits, when known (the report carries both ends'): `auto`
+    /// then counts the streams it needs against the receiver's real limits instead of
+    /// assuming they equal this host's.
+    pub fn with_peer_limits(mut self, limits: HostLimits) -> TunerFactory {
+        self.peer_limits = Some(limits);
+        self
     }
 
     /// The mode this factory builds.
     pub fn mode(&self) -> &TuneMode {
         &self.mode
+    }
+
+    /// The memory pool shared by this factory's `psc` tuners.
+    pub fn pool(&self) -> &SharedPool {
+        &self.pool
     }
 
     /// A tuner for one stream.
@@ -197,8 +243,23 @@ impl TunerFactory {
                 Box::new(tuners::fixed::FixedConfig::default().buffer(*b).build(ctx))
             }
             TuneMode::Kernel => Box::new(tuners::kernel::KernelConfig::default().build(ctx)),
-            // The remaining techniques land with issue 2 (one file each under tuners/).
-            other => unimplemented!("tuning mode {other} is not implemented yet"),
+            TuneMode::Manual(rate) => Box::new(
+                tuners::manual::ManualConfig::default()
+                    .rate(*rate)
+                    .build(ctx),
+            ),
+            TuneMode::Psc => Box::new(
+                tuners::psc::PscConfig::default()
+                    .pool(self.pool.clone())
+                    .build(ctx),
+            ),
+            TuneMode::Drs => Box::new(tuners::drs::DrsConfig::default().build(ctx)),
+            TuneMode::Probe => Box::new(tuners::probe::ProbeConfig::default().build(ctx)),
+            TuneMode::Auto => Box::new(
+                tuners::auto::AutoConfig::default()
+                    .peer_limits(self.peer_limits.clone())
+                    .build(ctx),
+            ),
         }
     }
 }
@@ -250,5 +311,49 @@ mod tests {
             "bogus".parse::<TuneMode>(),
             Err(ParseModeError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn factory_builds_every_mode_under_its_own_name() {
+        use crate::tuner::Role;
+        for mode in TuneMode::all()
+            .into_iter()
+            .chain([TuneMode::Fixed(Bytes::mib(1))])
+        {
+            let f = TunerFactory::new(mode.clone());
+            for role in [Role::Sender, Role::Receiver] {
+                let t = f.build(TunerContext::for_tests(role));
+                let expected = match mode {
+                    TuneMode::None => "fixed",
+                    ref m => m.name(),
+                };
+                assert_eq!(t.name(), expected, "{mode}");
+            }
+        }
+    }
+
+    #[test]
+    fn psc_tuners_of_one_factory_share_its_pool() {
+        use crate::time::Time;
+        use crate::tuner::{ConnEvent, Role};
+        let f = TunerFactory::new(TuneMode::Psc);
+        let mut a = f.build(TunerContext::for_tests(Role::Sender));
+        let mut b = f.build(TunerContext::for_tests(Role::Sender));
+        a.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        b.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert_eq!(f.pool().with(|p| p.len()), 2);
+        a.handle_event(Time::ZERO, ConnEvent::Closed);
+        drop(b);
+        assert!(f.pool().with(|p| p.is_empty()));
+    }
+
+    #[test]
+    fn probe_and_auto_ask_the_engine_for_a_rate_probe() {
+        let probing: Vec<String> = TuneMode::all()
+            .into_iter()
+            .filter(TuneMode::needs_rate_probe)
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(probing, ["probe", "auto"]);
     }
 }

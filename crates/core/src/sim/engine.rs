@@ -1,0 +1,472 @@
+//! The simulation loop: the bottleneck, the delay lines, the streams and their tuners.
+
+use super::tcp::{Ack, Receiver, Seg, Sender};
+use super::{SimConfig, SimOutcome};
+use crate::mode::TunerFactory;
+use crate::time::Time;
+use crate::tuner::{Action, ConnEvent, PathHint, Role, Tuner, TunerContext};
+use crate::units::{Bytes, Rate};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+/// SplitMix64: small, seedable, good enough for wake-up jitter.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn duration_up_to(&mut self, max: Duration) -> Duration {
+        let n = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        if n == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.next_u64() % (n + 1))
+    }
+}
+
+/// The bottleneck: a drop-tail FIFO drained at the link rate.
+struct Bottleneck {
+    bytes_per_ns: f64,
+    cap: u64,
+    q: VecDeque<Seg>,
+    bytes: u64,
+    credit: f64,
+}
+
+impl Bottleneck {
+    /// Queue what fits; returns the dropped tail, if any.
+    fn enqueue(&mut self, seg: Seg) -> Option<Seg> {
+        let room = self.cap.saturating_sub(self.bytes);
+        if room == 0 {
+            return Some(seg);
+        }
+        let take = seg.len().min(room);
+        let kept = Seg {
+            end: seg.start + take,
+            ..seg
+        };
+        self.q.push_back(kept);
+        self.bytes += take;
+        (take < seg.len()).then_some(Seg {
+            start: seg.start + take,
+            ..seg
+        })
+    }
+
+    fn drain(&mut self, dt: Duration, mut out: impl FnMut(Seg)) {
+        self.credit += dt.as_nanos() as f64 * self.bytes_per_ns;
+        while let Some(front) = self.q.front_mut() {
+            let avail = self.credit as u64;
+            if avail == 0 {
+                break;
+            }
+            let len = front.len();
+            if len <= avail {
+                let seg = *front;
+                self.q.pop_front();
+                self.bytes -= len;
+                self.credit -= len as f64;
+                out(seg);
+            } else {
+                let part = Seg {
+                    end: front.start + avail,
+                    ..*front
+                };
+                front.start += avail;
+                self.bytes -= avail;
+                self.credit -= avail as f64;
+                out(part);
+            }
+        }
+        if self.q.is_empty() {
+            // An idle link does not save up credit.
+            self.credit = self.credit.min(1.0);
+        }
+    }
+
+    fn delay(&self) -> Duration {
+        Duration::from_nanos((self.bytes as f64 / self.bytes_per_ns) as u64)
+    }
+}
+
+struct Stream {
+    snd: Sender,
+    rcv: Receiver,
+    snd_tuner: Box<dyn Tuner>,
+    rcv_tuner: Box<dyn Tuner>,
+    established_at: Time,
+    established: bool,
+    next_snd: Option<Time>,
+    next_rcv: Option<Time>,
+    closed: bool,
+    done_at: Option<Time>,
+    peak_sndbuf: u64,
+    peak_wmem: u64,
+    peak_rcvbuf: u64,
+    peak_rmem: u64,
+}
+
+type Loss = Reverse<(Time, u64, usize, u64, u64)>;
+
+struct Engine<'a> {
+    cfg: &'a SimConfig,
+    now: Time,
+    dt: Duration,
+    half_rtt: Duration,
+    snd_factory: TunerFactory,
+    rcv_factory: TunerFactory,
+    hint: PathHint,
+    streams: Vec<Stream>,
+    link: Bottleneck,
+    fwd: VecDeque<(Time, Seg)>,
+    rev: VecDeque<(Time, Ack)>,
+    losses: BinaryHeap<Loss>,
+    loss_seq: u64,
+    rng: Rng,
+    actions: u64,
+    pending_open: u32,
+    reason: Option<String>,
+    segs: Vec<Seg>,
+    step_count: u64,
+}
+
+/// Run one simulated transfer.
+pub fn run(cfg: &SimConfig) -> SimOutcome {
+    Engine::new(cfg).run()
+}
+
+fn clamp_interval(d: Duration) -> Duration {
+    d.clamp(Duration::from_millis(10), Duration::from_millis(200))
+}
+
+impl<'a> Engine<'a> {
+    fn new(cfg: &'a SimConfig) -> Engine<'a> {
+        let rtt = cfg.path.rtt;
+        let dt = (rtt / 20).clamp(Duration::from_micros(25), Duration::from_millis(1));
+        let probe = cfg
+            .mode
+            .needs_rate_probe()
+            .then(|| Rate((cfg.path.rate.0 as f64 * cfg.probe_accuracy.clamp(0.01, 10.0)) as u64));
+        Engine {
+            cfg,
+            now: Time::ZERO,
+            dt,
+            half_rtt: rtt / 2,
+            snd_factory: TunerFactory::new(cfg.mode.clone())
+                .with_peer_limits(cfg.receiver_limits.clone()),
+            rcv_factory: TunerFactory::new(cfg.mode.clone())
+                .with_peer_limits(cfg.sender_limits.clone()),
+            hint: PathHint {
+                rtt: Some(rtt),
+                rate: probe,
+            },
+            streams: Vec::new(),
+            link: Bottleneck {
+                bytes_per_ns: cfg.path.rate.0 as f64 / 8e9,
+                cap: cfg.path.queue.0,
+                q: VecDeque::new(),
+                bytes: 0,
+                credit: 0.0,
+            },
+            fwd: VecDeque::new(),
+            rev: VecDeque::new(),
+            losses: BinaryHeap::new(),
+            loss_seq: 0,
+            rng: Rng(cfg.seed),
+            actions: 0,
+            pending_open: 0,
+            reason: None,
+            segs: Vec::new(),
+            step_count: 0,
+        }
+    }
+
+    fn run(mut self) -> SimOutcome {
+        let initial = self.cfg.streams.clamp(1, self.cfg.max_streams.max(1));
+        self.open(initial);
+        let end = Time::ZERO + self.cfg.max_time;
+        loop {
+            self.now += self.dt;
+            self.step();
+            if self.streams.iter().all(|s| s.closed) || self.now >= end {
+                break;
+            }
+        }
+        self.outcome()
+    }
+
+    /// Open `count` streams now and spread the messages not yet started over all open ones.
+    fn open(&mut self, count: u32) {
+        let room = self
+            .cfg
+            .max_streams
+            .saturating_sub(self.streams.len() as u32);
+        let count = count.min(room);
+        if count == 0 {
+            return;
+        }
+        let msg = self.cfg.message_size.0.max(1);
+        let mut unstarted = if self.streams.is_empty() {
+            self.cfg.messages
+        } else {
+            0
+        };
+        for s in self.streams.iter_mut().filter(|s| !s.closed) {
+            let started = s.snd.written.div_ceil(msg) * msg;
+            let started = started.min(s.snd.target);
+            unstarted += (s.snd.target - started) / msg;
+            s.snd.target = started;
+        }
+        let total = self.streams.len() as u32 + count;
+        let rtt = self.cfg.path.rtt;
+        for _ in 0..count {
+            let index = self.streams.len() as u32;
+            let ctx = |role| TunerContext {
+                role,
+                limits: match role {
+                    Role::Sender => self.cfg.sender_limits.clone(),
+                    Role::Receiver => self.cfg.receiver_limits.clone(),
+                },
+                hint: self.hint.clone(),
+                stream_index: index,
+                streams: total,
+            };
+            let snd_tuner = self.snd_factory.build(ctx(Role::Sender));
+            let rcv_tuner = self.rcv_factory.build(ctx(Role::Receiver));
+            self.streams.push(Stream {
+                snd: Sender::new(self.cfg.path.mss, &self.cfg.sender_limits),
+                rcv: Receiver::new(self.cfg.path.mss, &self.cfg.receiver_limits),
+                snd_tuner,
+                rcv_tuner,
+                established_at: self.now + rtt,
+                established: false,
+                next_snd: None,
+                next_rcv: None,
+                closed: false,
+                done_at: None,
+                peak_sndbuf: 0,
+                peak_wmem: 0,
+                peak_rcvbuf: 0,
+                peak_rmem: 0,
+            });
+            let i = index as usize;
+            let now = self.now;
+            self.streams[i]
+                .snd_tuner
+                .handle_event(now, ConnEvent::BeforeConnect);
+            self.streams[i]
+                .rcv_tuner
+                .handle_event(now, ConnEvent::BeforeConnect);
+            self.drain(i, Role::Sender, false);
+            self.drain(i, Role::Receiver, false);
+            self.streams[i].rcv.connect(now, rtt);
+        }
+        let open: Vec<usize> = (0..self.streams.len())
+            .filter(|&i| !self.streams[i].closed)
+            .collect();
+        let n = open.len() as u64;
+        for (k, &i) in open.iter().enumerate() {
+            let extra = unstarted / n + u64::from((k as u64) < unstarted % n);
+            self.streams[i].snd.target += extra * msg;
+        }
+    }
+
+    fn drain(&mut self, i: usize, side: Role, connected: bool) {
+        loop {
+            let action = match side {
+                Role::Sender => self.streams[i].snd_tuner.poll_action(),
+                Role::Receiver => self.streams[i].rcv_tuner.poll_action(),
+            };
+            let Some(action) = action else {
+                break;
+            };
+            self.actions += 1;
+            let s = &mut self.streams[i];
+            match (side, action) {
+                (Role::Sender, Action::SetSndBuf(v)) => s.snd.set_sndbuf(v),
+                (Role::Sender, Action::SetNotsentLowat(l)) => s.snd.set_lowat(l.0),
+                (Role::Receiver, Action::SetRcvBuf(v)) => s.rcv.set_rcvbuf(v),
+                (Role::Receiver, Action::SetWindowClamp(c)) => s.rcv.set_clamp(c.0, connected),
+                (_, Action::OpenStreams { count, reason }) => {
+                    self.pending_open = self.pending_open.saturating_add(count);
+                    self.reason.get_or_insert(reason);
+                }
+                // The other direction's buffers are not modelled.
+                _ => {}
+            }
+            if connected && side == Role::Receiver {
+                if let Some(ack) = self.streams[i].rcv.window_update(i) {
+                    self.rev.push_back((self.now + self.half_rtt, ack));
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.now;
+        self.step_count += 1;
+        while let Some(&(t, ack)) = self.rev.front() {
+            if t > now {
+                break;
+            }
+            self.rev.pop_front();
+            self.streams[ack.stream].snd.on_ack(now, &ack);
+        }
+        while let Some(&Reverse((t, _, i, a, b))) = self.losses.peek() {
+            if t > now {
+                break;
+            }
+            self.losses.pop();
+            self.streams[i].snd.on_loss(now, a, b);
+        }
+        while let Some(&(t, seg)) = self.fwd.front() {
+            if t > now {
+                break;
+            }
+            self.fwd.pop_front();
+            let ack = self.streams[seg.stream]
+                .rcv
+                .on_data(now, &seg, self.half_rtt);
+            self.rev.push_back((now + self.half_rtt, ack));
+        }
+
+        let n = self.streams.len();
+        let first = (self.step_count as usize) % n.max(1);
+        let rtt = self.cfg.path.rtt;
+        let jitter = self.cfg.writer_jitter;
+        self.segs.clear();
+        for k in 0..n {
+            let i = (first + k) % n;
+            let s = &mut self.streams[i];
+            if s.closed {
+                continue;
+            }
+            if !s.established {
+                if now < s.established_at {
+                    continue;
+                }
+                s.established = true;
+                s.snd.established(now, rtt);
+                s.snd_tuner.handle_event(now, ConnEvent::Established);
+                s.rcv_tuner.handle_event(now, ConnEvent::Established);
+                s.next_snd = s.snd_tuner.poll_interval().map(|d| now + clamp_interval(d));
+                s.next_rcv = s.rcv_tuner.poll_interval().map(|d| now + clamp_interval(d));
+                self.drain(i, Role::Sender, true);
+                self.drain(i, Role::Receiver, true);
+            }
+            let s = &mut self.streams[i];
+            if s.rcv.tick(now) {
+                // Autotuning moved the window edge: a window update goes out.
+                self.rev.push_back((now + self.half_rtt, s.rcv.ack_now(i)));
+            }
+            let rng = &mut self.rng;
+            s.snd.app_write(now, || rng.duration_up_to(jitter));
+            s.snd.transmit(now, i, &mut self.segs);
+            s.snd.account(self.dt);
+            s.snd.record_delivery(now);
+        }
+        for seg in std::mem::take(&mut self.segs) {
+            if let Some(lost) = self.link.enqueue(seg) {
+                let at = now + rtt + self.link.delay();
+                self.loss_seq += 1;
+                self.losses.push(Reverse((
+                    at,
+                    self.loss_seq,
+                    lost.stream,
+                    lost.start,
+                    lost.end,
+                )));
+            }
+        }
+        let arrive = now + self.half_rtt;
+        let fwd = &mut self.fwd;
+        self.link.drain(self.dt, |seg| fwd.push_back((arrive, seg)));
+
+        for i in 0..n {
+            self.sample(i);
+            let s = &mut self.streams[i];
+            if !s.established {
+                // Like the engine, which samples connected sockets: a limit set on the
+                // listener and lowered at once after the handshake is not a peak.
+                continue;
+            }
+            s.peak_sndbuf = s.peak_sndbuf.max(s.snd.sk_sndbuf);
+            s.peak_wmem = s.peak_wmem.max(s.snd.queued_mem());
+            s.peak_rcvbuf = s.peak_rcvbuf.max(s.rcv.sk_rcvbuf);
+            s.peak_rmem = s.peak_rmem.max(s.rcv.rmem_alloc());
+            if !s.closed && s.established && s.rcv.rcv_nxt >= s.snd.target && s.snd.done() {
+                s.closed = true;
+                s.done_at = Some(now);
+                s.snd_tuner.handle_event(now, ConnEvent::Closed);
+                s.rcv_tuner.handle_event(now, ConnEvent::Closed);
+            }
+        }
+        if self.pending_open > 0 {
+            let count = std::mem::take(&mut self.pending_open);
+            self.open(count);
+        }
+    }
+
+    fn sample(&mut self, i: usize) {
+        let now = self.now;
+        let s = &mut self.streams[i];
+        if s.closed || !s.established {
+            return;
+        }
+        if s.next_snd.is_some_and(|t| t <= now) {
+            let snap = s.snd.snapshot(now);
+            s.snd_tuner.handle_snapshot(now, &snap);
+            s.next_snd = s.snd_tuner.poll_interval().map(|d| now + clamp_interval(d));
+            self.drain(i, Role::Sender, true);
+        }
+        let s = &mut self.streams[i];
+        if s.next_rcv.is_some_and(|t| t <= now) {
+            let snap = s.rcv.snapshot();
+            s.rcv_tuner.handle_snapshot(now, &snap);
+            s.next_rcv = s.rcv_tuner.poll_interval().map(|d| now + clamp_interval(d));
+            self.drain(i, Role::Receiver, true);
+        }
+    }
+
+    fn outcome(&self) -> SimOutcome {
+        let first = self.streams.iter().filter_map(|s| s.rcv.first_byte).min();
+        let bytes: u64 = self.streams.iter().map(|s| s.rcv.rcv_nxt).sum();
+        let capped = !self.streams.iter().all(|s| s.closed);
+        let last = if capped {
+            Some(self.now)
+        } else {
+            self.streams.iter().filter_map(|s| s.done_at).max()
+        };
+        let seconds = match (first, last) {
+            (Some(f), Some(l)) => l.saturating_since(f).as_secs_f64(),
+            _ => 0.0,
+        };
+        let throughput = if seconds > 0.0 {
+            Rate((bytes as f64 * 8.0 / seconds) as u64)
+        } else {
+            Rate(0)
+        };
+        let sum = |f: fn(&Stream) -> u64| Bytes(self.streams.iter().map(f).sum());
+        SimOutcome {
+            throughput,
+            seconds,
+            bytes,
+            capped,
+            streams_used: self.streams.len() as u32,
+            streams_reason: self.reason.clone(),
+            peak_sndbuf: sum(|s| s.peak_sndbuf),
+            peak_wmem_queued: sum(|s| s.peak_wmem),
+            peak_rcvbuf: sum(|s| s.peak_rcvbuf),
+            peak_rmem_alloc: sum(|s| s.peak_rmem),
+            retransmitted: sum(|s| s.snd.retrans_bytes),
+            actions: self.actions,
+        }
+    }
+}

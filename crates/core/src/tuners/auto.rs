@@ -1,0 +1,963 @@
+//! `auto`: tcptune's own tuner. It takes from each technique what works on today's Linux and
+//! decides early, because at long RTTs a transfer is mostly slow start.
+//!
+//! # Design
+//!
+//! **What it knows before connecting.** The engine measures the RTT on the control
+//! connection and, because [`TuneMode::needs_rate_probe`](crate::TuneMode::needs_rate_probe)
+//! is true for `auto`, runs a short bandwidth probe: `hint.rtt x hint.rate` is the BDP
+//! (NLANR's out-of-band measurement). Without a rate the tuner starts from Linux's defaults
+//! and works in band only (below).
+//!
+//! **How much one socket can hold.** The larger of send autotuning's cap (`tcp_wmem[2]`)
+//! and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90% of it payload.
+//! A writer blocked on a full send buffer is woken only when a third of it is free, so a
+//! socket whose buffer is the limit keeps two thirds of that in flight without stalling
+//! (less half the unsent reserve described below). On the receiving host: the larger of
+//! receive autotuning's cap (`tcp_rmem[2]`, half of it window) and `SO_RCVBUF` (`rmem_max`
+//! of window). On a default namespace that is about 5 MB in flight per sending socket (short
+//! of a 50 ms BDP at 1 Gbit/s) and 16 MiB of window per receiving socket.
+//!
+//! **Parallel streams when one socket cannot hold the BDP.** If `1.25 x BDP` does not fit in
+//! the streams the user asked for, stream 0 asks for `ceil(1.25 x BDP / per-socket)` streams
+//! in all, once, *before connecting* ([`Action::OpenStreams`] with a sentence saying which
+//! limit forced it), so the extra streams start one handshake after the first and share its
+//! slow start (N streams open their windows N times faster). The quarter of headroom keeps
+//! a stream from being exactly one BDP (BBR probes at 1.25 x, CUBIC oscillates above it).
+//! Every stream computes the same plan from the same hint, so each sizes itself for its share
+//! `BDP / N` of the final count; streams opened later are built with the new count.
+//!
+//! **Explicit sizing where the kernel would be limited, or wasteful.** For a stream whose
+//! share of the BDP is large, the tuner sets `SO_SNDBUF` before connecting so the buffer
+//! holds `1.5 x share` in flight plus the unsent reserve, capped at `wmem_max`. That is enough
+//! to keep the pipe full (throughput needs one BDP in flight; the half more absorbs probe
+//! error and queueing) and it stops a loss-based sender from filling the bottleneck queue with
+//! a second BDP. It also sets `TCP_NOTSENT_LOWAT` to the reserve: the application may keep
+//! only that much unsent data in the kernel (about 6 ms at the stream's rate, at least
+//! 128 KiB, at most 4 MiB), so memory in use is what is in flight plus a few milliseconds,
+//! not a full buffer. Together: about `1.5 x BDP` of memory in use and `1.7 x BDP` of kernel
+//! buffer for the whole transfer, under the 2 x BDP goal.
+//!
+//! **Kernel autotuning where it is not limited.** For small shares (no more than the unsent
+//! reserve, e.g. any stream at 0.5 ms) explicit sizing saves nothing: Linux's send
+//! autotuning follows the congestion window and stays far below its cap. The tuner then sets
+//! nothing at the sender. At the receiver it leaves Linux's receive autotuning (itself
+//! DRS-derived, and allowed up to `tcp_rmem[2]`) in charge whenever it can grow to twice the
+//! window the stream needs; only when it cannot (autotuning off, or `rmem_max` larger than
+//! its cap) does it set `SO_RCVBUF` before listening.
+//!
+//! **In band, from the stream's own `TCP_INFO`** (sampled about twice per RTT):
+//! * a send buffer that limits a stream whose pipe is not full (smoothed RTT close to the
+//!   minimum, or, for a single stream, delivery rate below the best seen or probed) for two
+//!   RTTs grows by a quarter, up to `wmem_max` and, when the rate was probed, up to twice the
+//!   stream's share of rate x minimum RTT (last 10 s) in kernel memory (the 2 x BDP
+//!   budget): this
+//!   corrects a low rate estimate and follows an RTT that grew. A sender running on kernel
+//!   autotuning switches to explicit sizing the same way once autotuning sits at
+//!   `tcp_wmem[2]` and still limits it (the no-hint case at long RTT);
+//! * if the socket ran dry while the buffer had room, the application did not refill it in
+//!   time: the unsent reserve doubles;
+//! * if stream 0 is still send-buffer-limited at `wmem_max` with an unfull pipe and has not
+//!   asked for streams yet, it asks once for as many again.
+//!
+//! Nothing shrinks: the unsent reserve already bounds memory in use, and a shrinking buffer
+//! would only throttle a stream the next time its window opens.
+//!
+//! # What it cannot fix
+//!
+//! A receiver whose every limit is below the window, a path much faster than the probe
+//! measured (streams are only added once more), or a transfer shorter than slow start.
+
+use super::common::{interval_from_rtt, scale, Outbox};
+use crate::estimate::PathEstimator;
+use crate::linux;
+use crate::snapshot::TcpSnapshot;
+use crate::time::Time;
+use crate::tuner::{Action, ConnEvent, HostLimits, Role, Tuner, TunerContext};
+use crate::units::{format_duration, Bytes, Rate};
+use std::time::Duration;
+
+/// Configuration of the [`AutoTuner`].
+#[derive(Clone, Debug)]
+pub struct AutoConfig {
+    peer_limits: Option<HostLimits>,
+    headroom: f64,
+    stream_headroom: f64,
+    lowat_time: Duration,
+    min_lowat: Bytes,
+    max_lowat: Bytes,
+    max_streams: u32,
+}
+
+impl Default for AutoConfig {
+    /// Headroom 1.5 x share in flight, 1.25 x BDP per stream count, 6 ms of unsent data
+    /// (128 KiB to 4 MiB), at most 16 streams, the peer assumed to have this host's limits.
+    fn default() -> Self {
+        AutoConfig {
+            peer_limits: None,
+            headroom: 1.5,
+            stream_headroom: 1.25,
+            lowat_time: Duration::from_millis(6),
+            min_lowat: Bytes::kib(128),
+            max_lowat: Bytes::mib(4),
+            max_streams: 16,
+        }
+    }
+}
+
+impl AutoConfig {
+    /// The other end's buffer limits (default: the same as this host's).
+    pub fn peer_limits(mut self, limits: Option<HostLimits>) -> Self {
+        self.peer_limits = limits;
+        self
+    }
+
+    /// In-flight capacity of an explicitly sized send buffer, in multiples of the stream's
+    /// share of the BDP (at least 1).
+    pub fn headroom(mut self, h: f64) -> Self {
+        self.headroom = if h.is_finite() { h.max(1.0) } else { 1.5 };
+        self
+    }
+
+    /// Streams are added until each holds this multiple of its share (at least 1).
+    pub fn stream_headroom(mut self, h: f64) -> Self {
+        self.stream_headroom = if h.is_finite() { h.max(1.0) } else { 1.25 };
+        self
+    }
+
+    /// Unsent data kept per stream, as time at the stream's rate.
+    pub fn lowat_time(mut self, t: Duration) -> Self {
+        self.lowat_time = t;
+        self
+    }
+
+    /// Never ask for more streams in all than this (or than the transfer already has).
+    pub fn max_streams(mut self, n: u32) -> Self {
+        self.max_streams = n.max(1);
+        self
+    }
+
+    /// Build the tuner.
+    pub fn build(&self, ctx: TunerContext) -> AutoTuner {
+        let plan = AutoPlan::compute(self, &ctx);
+        // The hint's RTT seeds the estimator; its rate (the whole path's) is kept apart and
+        // divided among the streams.
+        let mut est = PathEstimator::new();
+        est.seed(
+            Time::ZERO,
+            &crate::tuner::PathHint {
+                rtt: ctx.hint.rtt,
+                rate: None,
+            },
+        );
+        let max_value = if ctx.limits.can_force {
+            Bytes(1 << 30)
+        } else {
+            ctx.limits.wmem_max
+        };
+        AutoTuner {
+            role: ctx.role,
+            stream_index: ctx.stream_index,
+            tcp_wmem_max: ctx.limits.tcp_wmem[2],
+            max_value,
+            max_lowat: self.max_lowat,
+            min_lowat: self.min_lowat,
+            lowat_time: self.lowat_time,
+            send: plan.send,
+            lowat: match plan.send {
+                SendPlan::Explicit(_) => Some(plan.lowat),
+                SendPlan::Kernel => None,
+            },
+            asked: ctx.stream_index != 0 || plan.extra_streams > 0,
+            plan,
+            est,
+            hint_rate: ctx.hint.rate,
+            last: None,
+            evidence: None,
+            srtt: ctx.hint.rtt,
+            stopped: false,
+            out: Outbox::default(),
+        }
+    }
+}
+
+/// How the send buffer is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendPlan {
+    /// Leave Linux's send autotuning in charge.
+    Kernel,
+    /// `SO_SNDBUF` with this value (plus `TCP_NOTSENT_LOWAT`).
+    Explicit(Bytes),
+}
+
+/// How the receive buffer is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvPlan {
+    /// Leave Linux's receive autotuning in charge.
+    Kernel,
+    /// `SO_RCVBUF` with this value before connecting.
+    Explicit(Bytes),
+}
+
+/// What `auto` decides from the hint before connecting. Every stream of a transfer computes
+/// the same plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoPlan {
+    /// Bandwidth-delay product from the hint.
+    pub bdp: Option<Bytes>,
+    /// Streams the transfer should have in all.
+    pub streams_total: u32,
+    /// Streams stream 0 asks for (beyond those the transfer has).
+    pub extra_streams: u32,
+    /// This stream's share of the BDP.
+    pub share: Option<Bytes>,
+    /// Unsent-data reserve per stream (`TCP_NOTSENT_LOWAT` when sizing explicitly).
+    pub lowat: Bytes,
+    /// Send-buffer handling (meaningful at the sender).
+    pub send: SendPlan,
+    /// Receive-buffer handling (meaningful at the receiver).
+    pub recv: RecvPlan,
+    /// Why more streams are needed, when they are.
+    pub reason: Option<String>,
+}
+
+impl AutoPlan {
+    /// The plan for a stream with this context.
+    pub fn compute(cfg: &AutoConfig, ctx: &TunerContext) -> AutoPlan {
+        let own = &ctx.limits;
+        let peer = cfg.peer_limits.as_ref().unwrap_or(own);
+        let (send_limits, recv_limits) = match ctx.role {
+            Role::Sender => (own, peer),
+            Role::Receiver => (peer, own),
+        };
+        let n0 = ctx.streams.max(1);
+        let kernel_recv = RecvPlan::Kernel;
+        let no_autotune_recv = RecvPlan::Explicit(recv_limits.rmem_max);
+        let (Some(rtt), Some(rate)) = (ctx.hint.rtt, ctx.hint.rate) else {
+            return AutoPlan {
+                bdp: None,
+                streams_total: n0,
+                extra_streams: 0,
+                share: None,
+                lowat: cfg.min_lowat,
+                send: SendPlan::Kernel,
+                recv: if recv_limits.moderate_rcvbuf {
+                    kernel_recv
+                } else {
+                    no_autotune_recv
+                },
+                reason: None,
+            };
+        };
+        let bdp = rate.bdp(rtt).0.max(1);
+        let lowat_for = |n: u32| -> u64 {
+            let per_stream = rate.bytes_per_sec() / u64::from(n.max(1));
+            let t = (per_stream as f64 * cfg.lowat_time.as_secs_f64()) as u64;
+            t.clamp(cfg.min_lowat.0, cfg.max_lowat.0)
+        };
+        let needed_bdp = scale(bdp, cfg.stream_headroom);
+        let send_cap = linux::max_send_payload(send_limits);
+        let recv_cap = linux::max_receive_window(recv_limits);
+        // A writer blocked on a full buffer wakes only when a third of it is free (and,
+        // with a low-water mark, when less than half of that is unsent): what a socket keeps
+        // in flight without stalling is two thirds of its payload less half the reserve.
+        let usable = |cap: u64, n: u32| -> u64 { (cap * 2 / 3).saturating_sub(lowat_for(n) / 2) };
+        let n_send = |n: u32| -> u64 {
+            match send_cap {
+                None => 1,
+                Some(cap) => needed_bdp.div_ceil(usable(cap, n).max(1)),
+            }
+        };
+        let n_recv = recv_cap.map_or(1, |cap| needed_bdp.div_ceil(cap.max(1)));
+        let cap_streams = u64::from(cfg.max_streams.max(n0));
+        let mut n = u64::from(n0).max(n_recv).max(n_send(n0));
+        n = n.max(n_send(n as u32)).min(cap_streams);
+        let n = n as u32;
+        let extra = n - n0.min(n);
+        let share = bdp / u64::from(n);
+        let lowat = lowat_for(n);
+
+        let need_payload = scale(share, cfg.headroom) + lowat;
+        let kernel_payload = linux::sndbuf_payload(send_limits.tcp_wmem[2].0);
+        let send = if share <= lowat && need_payload <= kernel_payload {
+            SendPlan::Kernel
+        } else {
+            let v = linux::sndbuf_value_for_payload(need_payload);
+            SendPlan::Explicit(if send_limits.can_force {
+                v
+            } else {
+                v.min(send_limits.wmem_max)
+            })
+        };
+
+        let need_window = scale(share, cfg.headroom);
+        let auto_window = linux::rcvbuf_window(recv_limits.tcp_rmem[2].0);
+        let recv = if recv_limits.moderate_rcvbuf && auto_window >= 2 * need_window {
+            RecvPlan::Kernel
+        } else {
+            let v = linux::rcvbuf_value_for_window(need_window);
+            let v = if recv_limits.can_force {
+                v
+            } else {
+                v.min(recv_limits.rmem_max)
+            };
+            let explicit_window =
+                linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(v, recv_limits));
+            if !recv_limits.moderate_rcvbuf || explicit_window > auto_window {
+                RecvPlan::Explicit(v)
+            } else {
+                RecvPlan::Kernel
+            }
+        };
+
+        let reason = (extra > 0).then(|| {
+            let limit = match (send_cap, recv_cap) {
+                (Some(s), Some(r)) if r < s => format!(
+                    "one socket can advertise about {} of receive window (tcp_rmem max {}, rmem_max {})",
+                    Bytes(r),
+                    recv_limits.tcp_rmem[2],
+                    recv_limits.rmem_max
+                ),
+                (Some(s), _) => format!(
+                    "one socket keeps at most about {} in flight (wmem_max {}, tcp_wmem max {})",
+                    Bytes(usable(s, n)),
+                    send_limits.wmem_max,
+                    send_limits.tcp_wmem[2]
+                ),
+                (None, Some(r)) => format!(
+                    "one socket can advertise about {} of receive window",
+                    Bytes(r)
+                ),
+                (None, None) => "the per-socket maximum is too small".to_string(),
+            };
+            format!(
+                "{limit}, but 1.25 x the bandwidth-delay product is {} ({} x {}): {} streams in all, {} more",
+                Bytes(needed_bdp),
+                rate,
+                format_duration(rtt),
+                n,
+                extra
+            )
+        });
+
+        AutoPlan {
+            bdp: Some(Bytes(bdp)),
+            streams_total: n,
+            extra_streams: extra,
+            share: Some(Bytes(share)),
+            lowat: Bytes(lowat),
+            send,
+            recv,
+            reason,
+        }
+    }
+}
+
+/// tcptune's own tuner (see the module documentation for the design).
+#[derive(Debug)]
+pub struct AutoTuner {
+    role: Role,
+    stream_index: u32,
+    tcp_wmem_max: Bytes,
+    max_value: Bytes,
+    max_lowat: Bytes,
+    min_lowat: Bytes,
+    lowat_time: Duration,
+    plan: AutoPlan,
+    send: SendPlan,
+    lowat: Option<Bytes>,
+    /// Stream 0 asks for streams at most once; other streams never do.
+    asked: bool,
+    est: PathEstimator,
+    hint_rate: Option<Rate>,
+    /// Previous sample: time and cumulative send-buffer-limited time.
+    last: Option<(Time, Option<u64>)>,
+    /// What the samples have been showing, and since when.
+    evidence: Option<(Evidence, Time)>,
+    srtt: Option<Duration>,
+    stopped: bool,
+    out: Outbox,
+}
+
+impl AutoTuner {
+    /// The plan made before connecting.
+    pub fn plan(&self) -> &AutoPlan {
+        &self.plan
+    }
+
+    /// How the send buffer is handled now.
+    pub fn send(&self) -> SendPlan {
+        self.send
+    }
+
+    /// The `TCP_NOTSENT_LOWAT` in force, if any.
+    pub fn lowat(&self) -> Option<Bytes> {
+        self.lowat
+    }
+
+    fn before_connect(&mut self) {
+        match self.role {
+            Role::Sender => {
+                if self.stream_index == 0 && self.plan.extra_streams > 0 {
+                    self.out.push(Action::OpenStreams {
+                        count: self.plan.extra_streams,
+                        reason: self.plan.reason.clone().unwrap_or_default(),
+                    });
+                }
+                if let SendPlan::Explicit(v) = self.send {
+                    self.out.push(Action::SetSndBuf(v));
+                    if let Some(l) = self.lowat {
+                        self.out.push(Action::SetNotsentLowat(l));
+                    }
+                }
+            }
+            Role::Receiver => {
+                if let RecvPlan::Explicit(v) = self.plan.recv {
+                    self.out.push(Action::SetRcvBuf(v));
+                }
+            }
+        }
+    }
+
+    fn lowat_from_estimate(&self) -> Bytes {
+        // The estimator holds this stream's own rate.
+        let rate = self.est.estimate().rate.unwrap_or(Rate(0));
+        let t = (rate.bytes_per_sec() as f64 * self.lowat_time.as_secs_f64()) as u64;
+        Bytes(t.clamp(self.min_lowat.0, self.max_lowat.0))
+    }
+
+    fn on_sender_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
+        self.est.observe(now, s);
+        let estimate = self.est.estimate();
+        self.srtt = estimate.srtt.or(self.srtt);
+        let prev = self.last.replace((now, s.sndbuf_limited_us));
+        let Some((t0, lim0)) = prev else {
+            return;
+        };
+        let dt = now.saturating_since(t0);
+        if dt.is_zero() {
+            return;
+        }
+        // Was the socket starved of data while the application waited for buffer space?
+        let limited = match (lim0, s.sndbuf_limited_us) {
+            (Some(a), Some(b)) => b.saturating_sub(a) * 10 >= dt.as_micros() as u64,
+            // Old kernel: nothing unsent, fewer bytes in flight than cwnd allows.
+            _ => {
+                s.notsent_bytes.unwrap_or(0) == 0
+                    && s.unacked_segs < s.snd_cwnd_segs
+                    && !s.delivery_rate_app_limited
+            }
+        };
+        // A blocked writer is only woken below two thirds of the buffer: above 60% the
+        // buffer is what holds it back; below half, the writer was merely late.
+        let (full, roomy) = match (s.wmem_queued_bytes, s.sndbuf_bytes) {
+            (Some(q), Some(b)) => (
+                u64::from(q) * 10 >= u64::from(b) * 6,
+                u64::from(q) * 2 < u64::from(b),
+            ),
+            _ => (true, false),
+        };
+        let delivery = s
+            .delivery_rate_bytes_per_sec
+            .map(|r| r.saturating_mul(8))
+            .unwrap_or(0);
+        // The best this stream has delivered, or its share of the probed rate.
+        let streams = u64::from(self.plan.streams_total.max(1));
+        let share_of_hint = self.hint_rate.map_or(0, |r| r.0 / streams);
+        let best = estimate.rate.map_or(0, |r| r.0).max(share_of_hint);
+        let below_best = (delivery as f64) < best as f64 * 0.85;
+        // A buffer-limited stream whose pipe is not full: no queue yet, or less delivered
+        // than the path carries.
+        // With several streams, one stream delivering less than its share says little
+        // (streams share a bottleneck unevenly); the queue (RTT) speaks for all of them.
+        let single = streams == 1;
+        let buffer_short = limited && full && (!estimate.rtt_inflated() || (single && below_best));
+        let starved = limited && roomy && self.lowat.is_some();
+        // Act only on evidence that lasts two RTTs: slow start overshoots for a round or
+        // two before RTT and delivery rate catch up.
+        let srtt = self.srtt.unwrap_or(Duration::from_millis(100));
+        let evidence = if buffer_short {
+            Evidence::BufferShort
+        } else if starved {
+            Evidence::Starved
+        } else {
+            Evidence::None
+        };
+        let lasting = match self.evidence {
+            Some((kind, since)) if kind == evidence => now.saturating_since(since) >= srtt * 2,
+            _ => {
+                self.evidence = (evidence != Evidence::None).then_some((evidence, now));
+                false
+            }
+        };
+        if !lasting {
+            return;
+        }
+        self.evidence = Some((evidence, now));
+        match evidence {
+            Evidence::None => {}
+            Evidence::Starved => {
+                // The buffer had room: the application did not refill it in time.
+                if let Some(l) = self.lowat {
+                    let bigger = Bytes((l.0 * 2).min(self.max_lowat.0));
+                    if bigger > l {
+                        self.lowat = Some(bigger);
+                        self.out.push(Action::SetNotsentLowat(bigger));
+                    }
+                }
+            }
+            Evidence::BufferShort => self.grow(s, &estimate),
+        }
+    }
+
+    /// How far in-band growth may take `SO_SNDBUF`: `wmem_max`, and with a probed rate no
+    /// more than this stream's share of rate x minimum RTT (a kernel buffer of twice that:
+    /// the 2 x BDP memory budget). The minimum RTT is taken over the last 10 s, so the
+    /// budget follows a path whose RTT grew once the old minimum has aged out.
+    fn growth_cap(&self, estimate: &crate::estimate::PathEstimate) -> Bytes {
+        let Some(hint) = self.hint_rate else {
+            return self.max_value;
+        };
+        let n = u64::from(self.plan.streams_total.max(1));
+        let own = estimate.rate.map_or(0, |r| r.0.saturating_mul(n));
+        let rtt = estimate.min_rtt.or(self.srtt).unwrap_or(Duration::ZERO);
+        let share = Rate(hint.0.max(own)).bdp(rtt).0 / n;
+        Bytes(share).min(self.max_value)
+    }
+
+    fn grow(&mut self, s: &TcpSnapshot, estimate: &crate::estimate::PathEstimate) {
+        match self.send {
+            SendPlan::Kernel => {
+                let sndbuf = u64::from(s.sndbuf_bytes.unwrap_or(0));
+                if sndbuf * 10 >= self.tcp_wmem_max.0 * 9 {
+                    // Autotuning sits at its cap and still limits: take over.
+                    let v = Bytes(scale(sndbuf, 0.75)).min(self.max_value);
+                    self.send = SendPlan::Explicit(v);
+                    self.out.push(Action::SetSndBuf(v));
+                    let l = self.lowat_from_estimate();
+                    self.lowat = Some(l);
+                    self.out.push(Action::SetNotsentLowat(l));
+                }
+            }
+            SendPlan::Explicit(v) if v < self.growth_cap(estimate) => {
+                let bigger = Bytes(scale(v.0, 1.25)).min(self.growth_cap(estimate));
+                self.send = SendPlan::Explicit(bigger);
+                self.out.push(Action::SetSndBuf(bigger));
+            }
+            SendPlan::Explicit(_) => {
+                // Only without a measured BDP: with one, the plan already counted streams,
+                // and streams opened late mostly slow the end of a transfer down.
+                if !self.asked && self.plan.bdp.is_none() {
+                    self.asked = true;
+                    let n = self.plan.streams_total.max(1);
+                    self.out.push(Action::OpenStreams {
+                        count: n,
+                        reason: format!(
+                            "the send buffer is at its per-socket maximum ({} of SO_SNDBUF) and still \
+                             limits a stream whose pipe is not full (RTT {}): doubling to {} streams",
+                            self.max_value,
+                            estimate.srtt.map_or_else(|| "unknown".to_string(), format_duration),
+                            2 * n
+                        ),
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evidence {
+    None,
+    /// The send buffer limits a stream whose pipe is not full.
+    BufferShort,
+    /// The socket ran dry while its buffer had room (unsent reserve too small).
+    Starved,
+}
+
+impl Tuner for AutoTuner {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+
+    fn handle_event(&mut self, _now: Time, event: ConnEvent) {
+        if self.stopped {
+            return;
+        }
+        match event {
+            ConnEvent::BeforeConnect => self.before_connect(),
+            ConnEvent::Established => {}
+            ConnEvent::UserSetBuffer | ConnEvent::Closed => self.stopped = true,
+        }
+    }
+
+    fn handle_snapshot(&mut self, now: Time, snapshot: &TcpSnapshot) {
+        if self.stopped || self.role == Role::Receiver {
+            return;
+        }
+        self.on_sender_snapshot(now, snapshot);
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        self.out.pop()
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        (!self.stopped && self.role == Role::Sender).then(|| interval_from_rtt(self.srtt, 2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tuner::PathHint;
+
+    fn ctx(role: Role, rtt_ms: f64, rate: Option<Rate>, index: u32, streams: u32) -> TunerContext {
+        TunerContext {
+            role,
+            hint: PathHint {
+                rtt: Some(Duration::from_secs_f64(rtt_ms / 1000.0)),
+                rate,
+            },
+            stream_index: index,
+            streams,
+            ..TunerContext::for_tests(role)
+        }
+    }
+
+    fn sender(rtt_ms: f64, rate: Option<Rate>) -> AutoTuner {
+        AutoConfig::default().build(ctx(Role::Sender, rtt_ms, rate, 0, 1))
+    }
+
+    fn actions(t: &mut AutoTuner) -> Vec<Action> {
+        std::iter::from_fn(|| t.poll_action()).collect()
+    }
+
+    /// A sender sample: RTT, kernel send buffer, memory queued, cumulative
+    /// send-buffer-limited time, delivery rate.
+    fn snap(rtt_ms: u32, sndbuf: u32, queued: u32, limited_us: u64, rate: Rate) -> TcpSnapshot {
+        TcpSnapshot {
+            rtt_us: rtt_ms * 1000,
+            snd_mss_bytes: 1448,
+            snd_cwnd_segs: 10_000,
+            unacked_segs: queued / 1448,
+            sndbuf_bytes: Some(sndbuf),
+            wmem_queued_bytes: Some(queued),
+            sndbuf_limited_us: Some(limited_us),
+            delivery_rate_bytes_per_sec: Some(rate.bytes_per_sec()),
+            delivery_rate_app_limited: true,
+            ..TcpSnapshot::empty()
+        }
+    }
+
+    /// Feed `n` samples `step_ms` apart, starting at `t0`; `f(k)` makes sample `k`.
+    fn feed(
+        t: &mut AutoTuner,
+        t0: Time,
+        step_ms: u64,
+        n: u64,
+        f: impl Fn(u64) -> TcpSnapshot,
+    ) -> Time {
+        let mut now = t0;
+        for k in 0..n {
+            t.handle_snapshot(now, &f(k));
+            now += Duration::from_millis(step_ms);
+        }
+        now
+    }
+
+    #[test]
+    fn streams_needed_per_path_on_a_default_host() {
+        let cfg = AutoConfig::default();
+        for (rtt, want) in [(0.5, 1), (25.0, 1), (50.0, 2), (100.0, 4), (200.0, 7)] {
+            let plan = AutoPlan::compute(&cfg, &ctx(Role::Sender, rtt, Some(Rate::gbit(1)), 0, 1));
+            assert_eq!(plan.streams_total, want, "rtt {rtt} ms");
+        }
+    }
+
+    #[test]
+    fn small_bdp_leaves_kernel_autotuning_in_charge() {
+        let mut t = sender(0.5, Some(Rate::gbit(1)));
+        assert_eq!(t.plan().send, SendPlan::Kernel);
+        assert_eq!(t.plan().recv, RecvPlan::Kernel);
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        t.handle_event(Time::ZERO, ConnEvent::Established);
+        assert!(actions(&mut t).is_empty());
+        assert_eq!(t.lowat(), None);
+    }
+
+    #[test]
+    fn large_share_gets_an_explicit_buffer_under_twice_the_bdp() {
+        let mut t = sender(25.0, Some(Rate::gbit(1)));
+        let bdp = 3_125_000u64;
+        let SendPlan::Explicit(v) = t.plan().send else {
+            panic!("expected explicit sizing: {:?}", t.plan());
+        };
+        let kernel = linux::sndbuf_after_setsockopt(v, &HostLimits::linux_defaults());
+        assert!(kernel <= 2 * bdp, "kernel buffer {kernel} over 2 x BDP");
+        let lowat = t.plan().lowat;
+        assert_eq!(lowat, Bytes(750_000), "6 ms at 1 Gbit/s");
+        assert!(linux::sndbuf_payload(kernel) - lowat.0 >= bdp * 3 / 2 - 1);
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert_eq!(
+            actions(&mut t),
+            vec![Action::SetSndBuf(v), Action::SetNotsentLowat(lowat)]
+        );
+    }
+
+    #[test]
+    fn stream_zero_asks_for_streams_before_connect_when_one_socket_cannot_hold_the_bdp() {
+        let mut s0 =
+            AutoConfig::default().build(ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 1));
+        s0.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let a = actions(&mut s0);
+        let Some(Action::OpenStreams { count, reason }) = a.first() else {
+            panic!("expected OpenStreams first: {a:?}");
+        };
+        assert_eq!(*count, 6);
+        assert!(reason.contains("wmem_max 4MiB"), "{reason}");
+        assert!(reason.contains("7 streams in all"), "{reason}");
+        // Each stream sizes itself for a seventh of the BDP: within wmem_max, and the
+        // kernel buffers of all seven hold under 2 x BDP.
+        let share = 25_000_000 / 7;
+        assert!(
+            matches!(a[1], Action::SetSndBuf(v) if v.0 > share / 2 && v < Bytes::mib(4) && 7 * 2 * v.0 <= 50_000_000),
+            "{a:?}"
+        );
+
+        // The streams opened on request never ask again.
+        let mut s3 =
+            AutoConfig::default().build(ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 3, 7));
+        s3.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert!(!actions(&mut s3)
+            .iter()
+            .any(|a| matches!(a, Action::OpenStreams { .. })));
+    }
+
+    #[test]
+    fn streams_the_user_asked_for_count_toward_the_total() {
+        let plan = AutoPlan::compute(
+            &AutoConfig::default(),
+            &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 4),
+        );
+        assert_eq!((plan.streams_total, plan.extra_streams), (7, 3));
+        let plan = AutoPlan::compute(
+            &AutoConfig::default(),
+            &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 8),
+        );
+        assert_eq!((plan.streams_total, plan.extra_streams), (8, 0));
+        assert_eq!(plan.reason, None);
+    }
+
+    #[test]
+    fn raised_limits_hold_a_200ms_bdp_in_one_stream() {
+        let raised = crate::sim::raised_limits();
+        let c = TunerContext {
+            limits: raised.clone(),
+            ..ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 1)
+        };
+        let plan = AutoPlan::compute(&AutoConfig::default(), &c);
+        assert_eq!(plan.streams_total, 1);
+        assert!(matches!(plan.send, SendPlan::Explicit(v) if v > Bytes::mib(20)));
+    }
+
+    #[test]
+    fn a_small_peer_receive_limit_adds_streams() {
+        let small = HostLimits {
+            tcp_rmem: [Bytes(4096), Bytes(131_072), Bytes::mib(4)],
+            ..HostLimits::linux_defaults()
+        };
+        let plan = AutoPlan::compute(
+            &AutoConfig::default().peer_limits(Some(small)),
+            &ctx(Role::Sender, 50.0, Some(Rate::gbit(1)), 0, 1),
+        );
+        // 1.25 x 6.25 MB over about 4 MiB of window per receiving socket.
+        assert_eq!(plan.streams_total, 2);
+        assert!(plan.reason.expect("reason").contains("receive window"));
+    }
+
+    #[test]
+    fn receiver_leaves_autotuning_in_charge_unless_it_is_off() {
+        let mut r =
+            AutoConfig::default().build(ctx(Role::Receiver, 100.0, Some(Rate::gbit(1)), 0, 1));
+        r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert!(actions(&mut r).is_empty());
+        assert_eq!(r.poll_interval(), None);
+
+        let off = HostLimits {
+            moderate_rcvbuf: false,
+            ..HostLimits::linux_defaults()
+        };
+        let mut r = AutoConfig::default().build(TunerContext {
+            limits: off,
+            ..ctx(Role::Receiver, 10.0, Some(Rate::gbit(1)), 0, 1)
+        });
+        r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        // 1.5 x 1.25 MB of window.
+        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes(1_875_000))]);
+    }
+
+    #[test]
+    fn without_a_rate_starts_on_autotuning_and_takes_over_when_it_caps_in_slow_start() {
+        let mut t = sender(100.0, None);
+        assert_eq!(t.plan().send, SendPlan::Kernel);
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert!(actions(&mut t).is_empty());
+        // Autotuning at its 4 MiB cap, buffer full, starved half the time, no queue.
+        let cap = 4 << 20;
+        let now = feed(&mut t, Time::ZERO, 50, 4, |k| {
+            snap(100, cap, cap, k * 25_000, Rate::mbit(300))
+        });
+        assert!(
+            actions(&mut t).is_empty(),
+            "one RTT of evidence is not enough"
+        );
+        feed(&mut t, now, 50, 2, |k| {
+            snap(100, cap, cap, (4 + k) * 25_000, Rate::mbit(300))
+        });
+        let a = actions(&mut t);
+        assert_eq!(a[0], Action::SetSndBuf(Bytes(3 << 20)));
+        assert!(matches!(a[1], Action::SetNotsentLowat(_)));
+        assert!(matches!(t.send(), SendPlan::Explicit(_)));
+    }
+
+    #[test]
+    fn grows_the_buffer_when_the_rtt_grows_under_it() {
+        let mut t = sender(25.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let SendPlan::Explicit(v) = t.send() else {
+            panic!("explicit expected");
+        };
+        actions(&mut t);
+        let kernel = (2 * v.0) as u32;
+        // Path RTT jumps from 25 to 60 ms: the same buffer now delivers less than half.
+        let now = feed(&mut t, Time::ZERO, 12, 2, |_| {
+            snap(25, kernel, kernel / 2, 0, Rate::gbit(1))
+        });
+        let now = feed(&mut t, now, 30, 8, |k| {
+            snap(60, kernel, kernel, (k + 1) * 20_000, Rate::mbit(400))
+        });
+        // At once: up to the budget of the BDP measured so far (1 Gbit/s x 25 ms).
+        assert_eq!(actions(&mut t), vec![Action::SetSndBuf(Bytes(3_125_000))]);
+        // Once the 25 ms minimum has aged out (10 s), the budget follows the new RTT.
+        let kernel = 6_250_000;
+        feed(&mut t, now, 30, 400, |k| {
+            snap(60, kernel, kernel, (k + 9) * 20_000, Rate::mbit(400))
+        });
+        let grown: Vec<Action> = actions(&mut t);
+        assert_eq!(grown.first(), Some(&Action::SetSndBuf(Bytes(3_906_250))));
+        assert_eq!(grown.last(), Some(&Action::SetSndBuf(Bytes::mib(4))));
+    }
+
+    #[test]
+    fn a_building_queue_means_the_buffer_is_large_enough() {
+        let mut t = sender(25.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        let now = feed(&mut t, Time::ZERO, 12, 2, |_| {
+            snap(25, 6_000_000, 3_000_000, 0, Rate::gbit(1))
+        });
+        // Limited by the buffer, but RTT 40% up and full delivery: the pipe is full.
+        feed(&mut t, now, 17, 10, |k| {
+            snap(35, 6_000_000, 6_000_000, (k + 1) * 10_000, Rate::gbit(1))
+        });
+        assert!(actions(&mut t).is_empty());
+    }
+
+    #[test]
+    fn slow_start_overshoot_for_one_round_changes_nothing() {
+        let mut t = sender(50.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        // Limited and no queue yet for one RTT, then the queue shows.
+        let now = feed(&mut t, Time::ZERO, 25, 3, |k| {
+            snap(50, 8_000_000, 8_000_000, k * 20_000, Rate::mbit(500))
+        });
+        feed(&mut t, now, 25, 8, |k| {
+            snap(70, 8_000_000, 8_000_000, (3 + k) * 20_000, Rate::gbit(1))
+        });
+        assert!(actions(&mut t).is_empty());
+    }
+
+    #[test]
+    fn doubles_the_unsent_reserve_when_the_application_refills_too_late() {
+        let mut t = sender(50.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        let l = t.lowat().expect("lowat");
+        // Starved half the time while the buffer is less than half full.
+        feed(&mut t, Time::ZERO, 25, 8, |k| {
+            snap(55, 8_000_000, 3_000_000, k * 12_500, Rate::mbit(700))
+        });
+        assert_eq!(
+            actions(&mut t),
+            vec![Action::SetNotsentLowat(Bytes(2 * l.0))]
+        );
+    }
+
+    #[test]
+    fn app_limited_or_cwnd_limited_sender_is_left_alone() {
+        let mut t = sender(50.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        // Never send-buffer-limited: application-limited, then a loss collapses cwnd.
+        feed(&mut t, Time::ZERO, 25, 10, |_| {
+            snap(50, 8_000_000, 100_000, 0, Rate::mbit(10))
+        });
+        feed(&mut t, Time::from_millis(250), 25, 10, |_| {
+            let mut s = snap(60, 8_000_000, 7_000_000, 0, Rate::mbit(300));
+            s.ca_state = 4;
+            s.snd_cwnd_segs = 10;
+            s
+        });
+        assert!(actions(&mut t).is_empty());
+    }
+
+    #[test]
+    fn without_a_bdp_stream_zero_asks_for_more_streams_once_at_the_maximum() {
+        let mut t = sender(200.0, None);
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let full = 8 << 20;
+        // Explicit at wmem_max after taking over from autotuning; still starved, no queue.
+        t.send = SendPlan::Explicit(Bytes::mib(4));
+        feed(&mut t, Time::ZERO, 100, 30, |k| {
+            snap(200, full, full, k * 50_000, Rate::mbit(250))
+        });
+        let asks: Vec<Action> = actions(&mut t)
+            .into_iter()
+            .filter(|a| matches!(a, Action::OpenStreams { .. }))
+            .collect();
+        assert_eq!(asks.len(), 1, "{asks:?}");
+        assert!(
+            matches!(&asks[0], Action::OpenStreams { count: 1, reason } if reason.contains("doubling to 2"))
+        );
+    }
+
+    #[test]
+    fn with_a_measured_bdp_late_evidence_does_not_add_streams() {
+        let mut t = sender(25.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        t.send = SendPlan::Explicit(Bytes::mib(4));
+        let full = 8 << 20;
+        feed(&mut t, Time::ZERO, 12, 40, |k| {
+            snap(25, full, full, k * 6_000, Rate::mbit(250))
+        });
+        assert!(!actions(&mut t)
+            .iter()
+            .any(|a| matches!(a, Action::OpenStreams { .. })));
+    }
+
+    #[test]
+    fn user_set_buffer_stops_tuning() {
+        let mut t = sender(25.0, Some(Rate::gbit(1)));
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut t);
+        t.handle_event(Time::ZERO, ConnEvent::UserSetBuffer);
+        feed(&mut t, Time::ZERO, 12, 20, |k| {
+            snap(25, 1 << 20, 1 << 20, k * 6_000, Rate::mbit(100))
+        });
+        assert!(actions(&mut t).is_empty());
+        assert_eq!(t.poll_interval(), None);
+    }
+}

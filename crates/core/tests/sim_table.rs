@@ -1,0 +1,146 @@
+//! The simulation's table of throughput and buffer use per RTT, checked against a committed
+//! snapshot (smoltcp's netsim test is the model), plus the claims the table must support.
+//!
+//! Regenerate the snapshot after an intended change with
+//! `TCPTUNE_BLESS=1 cargo test --release -p tcptune-core --test sim_table`
+//! and review the diff like code.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tcptune_core::sim::table::{self, Row};
+use tcptune_core::{Bytes, Rate};
+
+fn rows() -> &'static [Row] {
+    static ROWS: OnceLock<Vec<Row>> = OnceLock::new();
+    ROWS.get_or_init(|| {
+        let rtts: Vec<Duration> = [500u64, 25_000, 50_000, 100_000, 200_000]
+            .iter()
+            .map(|&us| Duration::from_micros(us))
+            .collect();
+        table::rows(&rtts, &[1, 4])
+    })
+}
+
+fn row(rtt_ms: f64, streams: u32, label: &str) -> &'static Row {
+    rows()
+        .iter()
+        .find(|r| {
+            r.streams == streams
+                && r.label == label
+                && (r.rtt.as_secs_f64() * 1000.0 - rtt_ms).abs() < 1e-9
+        })
+        .unwrap_or_else(|| panic!("no row {rtt_ms} ms / {streams} / {label}"))
+}
+
+fn bdp(rtt_ms: f64) -> f64 {
+    Rate::gbit(1)
+        .bdp(Duration::from_secs_f64(rtt_ms / 1000.0))
+        .0 as f64
+}
+
+#[test]
+fn simulation_table_matches_the_committed_snapshot() {
+    let text = table::paper_table();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/sim_table.txt");
+    if std::env::var_os("TCPTUNE_BLESS").is_some() {
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e} (run with TCPTUNE_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    if text != expected {
+        let mut diff = String::new();
+        for (got, want) in text.lines().zip(expected.lines()) {
+            if got != want {
+                diff.push_str(&format!("- {want}\n+ {got}\n"));
+            }
+        }
+        panic!(
+            "the simulation table changed (TCPTUNE_BLESS=1 regenerates it after review):\n{diff}\n\
+             full table:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn auto_reaches_the_ideal_buffer_within_twice_the_bdp_on_long_paths() {
+    for rtt in [0.5, 25.0, 50.0, 100.0, 200.0] {
+        for p in [1, 4] {
+            let auto = row(rtt, p, "auto");
+            assert!(
+                auto.of_ideal >= 0.95,
+                "auto at {rtt} ms x {p}: {:.2} of ideal",
+                auto.of_ideal
+            );
+            assert!(!auto.outcome.capped);
+            assert_eq!(auto.outcome.bytes, 128 << 20);
+            if rtt >= 25.0 {
+                let queued = auto.outcome.peak_wmem_queued.0 as f64;
+                let kernel = auto.outcome.peak_sndbuf.0 as f64;
+                assert!(queued <= 2.0 * bdp(rtt), "{rtt} ms x {p}: queued {queued}");
+                assert!(kernel <= 2.0 * bdp(rtt), "{rtt} ms x {p}: sndbuf {kernel}");
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_beats_the_default_kernel_where_its_limits_bite() {
+    for rtt in [50.0, 100.0, 200.0] {
+        let auto = row(rtt, 1, "auto").outcome.throughput.0 as f64;
+        let kernel = row(rtt, 1, "kernel").outcome.throughput.0 as f64;
+        assert!(auto > 1.5 * kernel, "{rtt} ms: auto {auto} kernel {kernel}");
+    }
+    // Where the kernel is not limited, auto leaves it alone and matches it.
+    let a = &row(0.5, 1, "auto").outcome;
+    let k = &row(0.5, 1, "kernel").outcome;
+    assert_eq!(a.throughput, k.throughput);
+    assert_eq!(a.peak_sndbuf, k.peak_sndbuf);
+}
+
+#[test]
+fn auto_asks_for_streams_only_where_one_socket_cannot_hold_the_bdp() {
+    assert_eq!(row(25.0, 1, "auto").outcome.streams_used, 1);
+    assert!(row(200.0, 1, "auto").outcome.streams_used >= 5);
+    let reason = row(200.0, 1, "auto")
+        .outcome
+        .streams_reason
+        .clone()
+        .expect("a reason");
+    assert!(reason.contains("wmem_max"), "{reason}");
+    // With the raised limits one socket is enough.
+    assert_eq!(row(200.0, 1, "auto+").outcome.streams_used, 1);
+}
+
+#[test]
+fn untuned_throughput_follows_streams_times_window_over_delay() {
+    // Weigle & Feng: untuned throughput = processes x C / delay. With 64 KiB windows,
+    // C = 64 KiB x 8 bit: 21 Mbit/s at 25 ms, four times that with four streams.
+    for rtt in [25.0, 50.0, 100.0, 200.0] {
+        for p in [1u32, 4] {
+            let got = row(rtt, p, "none").outcome.throughput.0 as f64;
+            let want = f64::from(p) * 65_536.0 * 8.0 / (rtt / 1000.0);
+            assert!(
+                (got / want - 1.0).abs() < 0.1,
+                "{rtt} ms x {p}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn psc_and_drs_behave_as_their_linux_mappings_say() {
+    // PSC's receiver asks for rmem_max: 8 MiB of kernel buffer per stream.
+    assert_eq!(row(25.0, 1, "psc").outcome.peak_rcvbuf, Bytes::mib(8));
+    // PSC's sender follows cwnd up to wmem_max (8 MiB of kernel buffer).
+    assert!(row(200.0, 1, "psc").outcome.peak_sndbuf <= Bytes::mib(8));
+    // User-space DRS advertises at most what rmem_max supports: about 4 MiB of window,
+    // so at 100 ms it is window-limited near 4 MiB / RTT.
+    let drs = row(100.0, 1, "drs").outcome.throughput.as_mbit_f64();
+    assert!(drs < 4.2 * 8.0 / 0.1 * 1.05, "{drs}");
+}
