@@ -1,0 +1,103 @@
+//! `tcptune doctor HOST` across the emulator: the RTT it reports and the bandwidth its probe
+//! measures match the emulated path (20 ms RTT, 50 Mbit/s).
+
+use serde_json::Value;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tcptune_core::Rate;
+use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+
+fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if !root || !std::path::Path::new("/dev/net/tun").exists() {
+        assert!(
+            !ci,
+            "CI=true: the emulator test must run (root, /dev/net/tun)"
+        );
+        eprintln!("skipping: needs root and /dev/net/tun for the emulator");
+        return false;
+    }
+    true
+}
+
+/// Kill a child on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn doctor_measures_rtt_and_rate_of_an_emulated_path() {
+    if !can_run() {
+        return;
+    }
+    let cfg = TopologyConfig::new(
+        unique_name("docpath"),
+        PathConfig {
+            delay: Duration::from_millis(10),
+            rate: Some(Rate::mbit(50)),
+            ..PathConfig::default()
+        },
+    );
+    let topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
+    let bin = env!("CARGO_BIN_EXE_tcptune");
+    let b = topo.addr(Side::B).to_string();
+    let _server = Child(
+        topo.command(Side::B, bin)
+            .args(["serve", "-B", &b, "-p", "5310"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve in B"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while topo.tcp_listeners(Side::B).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = topo
+        .command(Side::A, bin)
+        .args([
+            "doctor",
+            &b,
+            "--json",
+            "--samples",
+            "7",
+            "--probe-time",
+            "3s",
+        ])
+        .output()
+        .expect("doctor in A");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let rtt = &j["path"]["rtt"];
+    let (min, median) = (
+        rtt["min_us"].as_u64().unwrap_or(0),
+        rtt["median_us"].as_u64().unwrap_or(0),
+    );
+    eprintln!(
+        "emulated 20 ms / 50 Mbit/s: RTT min {min} us, median {median} us, probe {}",
+        j["path"]["probe"]
+    );
+    assert_eq!(j["path"]["port"], 5310);
+    assert!(min + 200 >= 20_000, "{rtt}");
+    assert!(median.abs_diff(20_000) <= 2_000, "{rtt}");
+    let bps = j["path"]["probe"]["bits_per_second"].as_u64().unwrap_or(0);
+    // Never faster than the bottleneck (5% for counting), and well above half of it.
+    assert!((25_000_000..=52_500_000).contains(&bps), "{}", j["path"]);
+    // The sizing uses the measured RTT and rate: BDP = rate x median RTT.
+    let bdp = j["sizing"]["bdp_bytes"].as_u64().unwrap_or(0);
+    let want = bps as u128 * median as u128 / 8_000_000;
+    assert!((bdp as i128 - want as i128).abs() <= 2, "{bdp} vs {want}");
+}
