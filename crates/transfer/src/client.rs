@@ -267,7 +267,14 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
     )?;
-    let welcome: ServerMsg = reader.recv_until(&mut ctrl, hs_deadline, "the server's welcome")?;
+    let welcome: ServerMsg = reader
+        .recv_until(&mut ctrl, hs_deadline, "the server's welcome")
+        .map_err(|e| match e {
+            ProtoError::TooLong { .. } | ProtoError::Malformed(_) => ClientError::Connect(format!(
+                "{addr} does not answer like a tcptune server ({e})"
+            )),
+            other => other.into(),
+        })?;
     let challenge = match welcome {
         ServerMsg::Welcome {
             protocol,

@@ -343,3 +343,24 @@ fn a_tuner_asking_for_streams_gets_them_mid_transfer_bounded_by_the_server() {
         assert!(t.streams.iter().skip(1).all(|s| s.opened_at_s >= 0.0));
     }
 }
+
+#[test]
+fn a_server_that_is_not_tcptune_is_a_connection_error() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let t = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut b = [0u8; 64];
+            let _ = s.read(&mut b);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        }
+    });
+    let mut c = tcptune_transfer::client::ClientConfig::new(addr.to_string());
+    c.tune = TuneMode::Kernel;
+    match run(&c, None) {
+        Err(ClientError::Connect(m)) => assert!(m.contains("tcptune server"), "{m}"),
+        other => panic!("expected a connection error, got {other:?}"),
+    }
+    let _ = t.join();
+}
