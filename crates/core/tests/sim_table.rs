@@ -69,6 +69,8 @@ fn simulation_table_matches_the_committed_snapshot() {
 
 #[test]
 fn auto_reaches_the_ideal_buffer_within_twice_the_bdp_on_long_paths() {
+    // Below ~10 ms the per-stream BDP is smaller than the scheduling reserve and auto leaves
+    // the kernel's autotuning in charge: its memory is not bounded by 2 x BDP there.
     for rtt in [0.5, 25.0, 50.0, 100.0, 200.0] {
         for p in [1, 4] {
             let auto = row(rtt, p, "auto");
@@ -80,10 +82,13 @@ fn auto_reaches_the_ideal_buffer_within_twice_the_bdp_on_long_paths() {
             assert!(!auto.outcome.capped);
             assert_eq!(auto.outcome.bytes, 128 << 20);
             if rtt >= 25.0 {
-                let queued = auto.outcome.peak_wmem_queued.0 as f64;
-                let kernel = auto.outcome.peak_sndbuf.0 as f64;
+                // The lab's measure: the larger end's kernel-held peak, halved into
+                // setsockopt units; and the memory actually queued at the sender.
+                let o = &auto.outcome;
+                let held = o.peak_sndbuf.max(o.peak_rcvbuf).0 as f64 / 2.0;
+                let queued = o.peak_wmem_queued.0 as f64;
+                assert!(held <= 2.0 * bdp(rtt), "{rtt} ms x {p}: held {held}");
                 assert!(queued <= 2.0 * bdp(rtt), "{rtt} ms x {p}: queued {queued}");
-                assert!(kernel <= 2.0 * bdp(rtt), "{rtt} ms x {p}: sndbuf {kernel}");
             }
         }
     }
@@ -112,7 +117,7 @@ fn auto_asks_for_streams_only_where_one_socket_cannot_hold_the_bdp() {
         .streams_reason
         .clone()
         .expect("a reason");
-    assert!(reason.contains("wmem_max"), "{reason}");
+    assert!(reason.contains("rmem_max 4MiB"), "{reason}");
     // With the raised limits one socket is enough.
     assert_eq!(row(200.0, 1, "auto+").outcome.streams_used, 1);
 }
@@ -143,4 +148,16 @@ fn psc_and_drs_behave_as_their_linux_mappings_say() {
     // so at 100 ms it is window-limited near 4 MiB / RTT.
     let drs = row(100.0, 1, "drs").outcome.throughput.as_mbit_f64();
     assert!(drs < 4.2 * 8.0 / 0.1 * 1.05, "{drs}");
+}
+
+#[test]
+fn a_probe_limited_by_one_socket_costs_auto_streams_on_long_paths() {
+    // The engine's probe is one stream: at 200 ms it cannot report more than one socket
+    // carries, and auto then plans too few streams. Shown here so the gap stays visible.
+    let good = row(200.0, 1, "auto").outcome.throughput.0;
+    let limited = row(200.0, 1, "auto-1p");
+    assert!(limited.outcome.throughput.0 < good);
+    assert!(limited.outcome.streams_used < row(200.0, 1, "auto").outcome.streams_used);
+    let reason = limited.outcome.streams_reason.clone().unwrap_or_default();
+    assert!(reason.contains("may be faster"), "{reason}");
 }

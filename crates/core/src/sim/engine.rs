@@ -150,10 +150,15 @@ impl<'a> Engine<'a> {
     fn new(cfg: &'a SimConfig) -> Engine<'a> {
         let rtt = cfg.path.rtt;
         let dt = (rtt / 20).clamp(Duration::from_micros(25), Duration::from_millis(1));
-        let probe = cfg
-            .mode
-            .needs_rate_probe()
-            .then(|| Rate((cfg.path.rate.0 as f64 * cfg.probe_accuracy.clamp(0.01, 10.0)) as u64));
+        let probe = cfg.mode.needs_rate_probe().then(|| {
+            let measured = cfg.path.rate.0 as f64 * cfg.probe_accuracy.clamp(0.01, 10.0);
+            let one_socket = crate::linux::max_send_payload(&cfg.sender_limits)
+                .filter(|_| cfg.probe_single_socket)
+                .map_or(f64::INFINITY, |p| {
+                    p as f64 * 2.0 / 3.0 * 8.0 / rtt.as_secs_f64()
+                });
+            Rate(measured.min(one_socket) as u64)
+        });
         Engine {
             cfg,
             now: Time::ZERO,
@@ -468,5 +473,95 @@ impl<'a> Engine<'a> {
             retransmitted: sum(|s| s.snd.retrans_bytes),
             actions: self.actions,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mode::TuneMode;
+    use crate::sim::raised_limits;
+
+    fn paper(mode: TuneMode, rtt_ms: u64, streams: u32) -> SimConfig {
+        SimConfig::paper(mode, Duration::from_millis(rtt_ms), streams)
+    }
+
+    #[test]
+    fn fixed_window_limits_throughput_to_window_over_rtt() {
+        // SO_RCVBUF 1 MiB: a window of about 1 MiB; 1 MiB per 50 ms is 168 Mbit/s.
+        let out = run(&paper(TuneMode::Fixed(Bytes::mib(1)), 50, 1));
+        let want = 1_048_576.0 * 8.0 / 0.05;
+        let got = out.throughput.0 as f64;
+        assert!((got / want - 1.0).abs() < 0.05, "{got} vs {want}");
+        assert_eq!(
+            out.peak_sndbuf,
+            Bytes::mib(2),
+            "the kernel holds twice the value"
+        );
+        assert_eq!(out.retransmitted, Bytes::ZERO);
+    }
+
+    #[test]
+    fn same_seed_gives_the_same_run() {
+        let cfg = paper(TuneMode::Auto, 25, 2);
+        assert_eq!(run(&cfg), run(&cfg));
+        let mut other = cfg.clone();
+        other.seed = 7;
+        other.writer_jitter = Duration::from_millis(2);
+        let (a, b) = (run(&cfg), run(&other));
+        assert_eq!(a.bytes, b.bytes);
+    }
+
+    #[test]
+    fn opened_streams_take_over_unstarted_messages_and_every_byte_arrives() {
+        let out = run(&paper(TuneMode::Auto, 200, 1));
+        assert!(out.streams_used > 1);
+        assert!(!out.capped);
+        assert_eq!(out.bytes, 128 << 20);
+        assert!(out.streams_reason.is_some());
+    }
+
+    #[test]
+    fn queue_overflow_is_recovered_by_retransmission() {
+        let cfg = paper(TuneMode::Kernel, 25, 1).with_limits(raised_limits());
+        let out = run(&cfg);
+        assert!(out.retransmitted > Bytes::ZERO);
+        assert!(!out.capped);
+        assert_eq!(out.bytes, 128 << 20);
+    }
+
+    #[test]
+    fn time_cap_reports_the_bytes_that_moved() {
+        let mut cfg = paper(TuneMode::None, 200, 1);
+        cfg.max_time = Duration::from_secs(2);
+        let out = run(&cfg);
+        assert!(out.capped);
+        assert!(out.bytes < 128 << 20);
+        let want = 65_536.0 * 8.0 / 0.2;
+        assert!((out.throughput.0 as f64 / want - 1.0).abs() < 0.15);
+    }
+
+    #[test]
+    fn bottleneck_drops_what_does_not_fit_and_drains_at_the_link_rate() {
+        let mut b = Bottleneck {
+            bytes_per_ns: 0.125, // 1 Gbit/s
+            cap: 10_000,
+            q: VecDeque::new(),
+            bytes: 0,
+            credit: 0.0,
+        };
+        let seg = |start, end| Seg {
+            stream: 0,
+            start,
+            end,
+            sent: Time::ZERO,
+        };
+        assert!(b.enqueue(seg(0, 6_000)).is_none());
+        let dropped = b.enqueue(seg(6_000, 12_000)).expect("tail dropped");
+        assert_eq!((dropped.start, dropped.end), (10_000, 12_000));
+        let mut out = Vec::new();
+        b.drain(Duration::from_micros(40), |s| out.push(s)); // 5000 bytes
+        assert_eq!(out.iter().map(Seg::len).sum::<u64>(), 5_000);
+        assert_eq!(b.delay(), Duration::from_micros(40));
     }
 }

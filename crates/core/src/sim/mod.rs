@@ -78,6 +78,9 @@ pub struct SimConfig {
     /// What the engine's pre-transfer probe reports, as a fraction of the bottleneck rate
     /// (only for modes that ask for a probe).
     pub probe_accuracy: f64,
+    /// The probe is one stream with the largest send buffer the host allows: it then
+    /// reports at most what that socket carries (two thirds of its payload per RTT).
+    pub probe_single_socket: bool,
     /// A woken writer runs again after a uniformly random delay up to this.
     pub writer_jitter: Duration,
     /// Stop after this much simulated time (the result is then marked capped).
@@ -90,8 +93,8 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// The paper's workload (128 x 1 MiB) over a 1 Gbit/s path of this RTT with a 1-BDP
-    /// queue, default Linux limits at both ends, a probe that reports 90% of the rate, up to
-    /// 200 µs of wake-up latency, 10 s cap, seed 1.
+    /// queue, default Linux limits at both ends, a probe that reports 90% of the rate (not
+    /// limited by one socket), up to 200 µs of wake-up latency, 10 s cap, seed 1.
     pub fn paper(mode: TuneMode, rtt: Duration, streams: u32) -> SimConfig {
         SimConfig {
             path: SimPath::new(Rate::gbit(1), rtt),
@@ -102,6 +105,7 @@ impl SimConfig {
             sender_limits: HostLimits::linux_defaults(),
             receiver_limits: HostLimits::linux_defaults(),
             probe_accuracy: 0.9,
+            probe_single_socket: false,
             writer_jitter: Duration::from_micros(200),
             max_time: Duration::from_secs(10),
             max_streams: 32,

@@ -672,3 +672,122 @@ impl Receiver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::Bytes;
+
+    fn defaults() -> HostLimits {
+        HostLimits::linux_defaults()
+    }
+
+    #[test]
+    fn locked_receive_buffer_before_connect_fixes_a_small_window_scale() {
+        let mut r = Receiver::new(1448, &defaults());
+        r.set_rcvbuf(Bytes::kib(64));
+        r.connect(Time::ZERO, Duration::from_millis(10));
+        // 128 KiB of buffer, 64 KiB of window: scale 1, at most 128 KiB of window ever.
+        assert_eq!(r.max_window, linux::max_window(1));
+        // Growing the buffer after connecting does not raise the clamp...
+        r.set_rcvbuf(Bytes::mib(4));
+        assert_eq!(r.clamp, 65_536);
+        // ... TCP_WINDOW_CLAMP does, up to what the scale can express.
+        r.set_clamp(4 << 20, true);
+        assert_eq!(r.window(), linux::max_window(1).min(65_535));
+    }
+
+    #[test]
+    fn unlocked_receiver_scales_from_tcp_rmem_max_and_autotunes() {
+        let mut r = Receiver::new(1448, &defaults());
+        r.connect(Time::ZERO, Duration::from_millis(10));
+        assert_eq!(r.max_window, linux::max_window(10));
+        let mut now = Time::ZERO;
+        let mut seq = 0;
+        // The sender doubles per RTT; the receiver reads everything at once.
+        for round in 0..8u64 {
+            now += Duration::from_millis(10);
+            let n = 14_480 << round;
+            let seg = Seg {
+                stream: 0,
+                start: seq,
+                end: seq + n.min(r.adv_edge - seq),
+                sent: now - Duration::from_millis(5),
+            };
+            seq = seg.end;
+            r.on_data(now, &seg, Duration::from_millis(5));
+            r.tick(now);
+        }
+        assert!(r.sk_rcvbuf > 4 << 20, "autotuning grew it: {}", r.sk_rcvbuf);
+        assert!(r.sk_rcvbuf <= 32 << 20);
+    }
+
+    #[test]
+    fn out_of_order_data_waits_for_the_hole() {
+        let mut r = Receiver::new(1448, &defaults());
+        r.connect(Time::ZERO, Duration::from_millis(10));
+        let seg = |start, end| Seg {
+            stream: 0,
+            start,
+            end,
+            sent: Time::ZERO,
+        };
+        let a = r.on_data(Time::from_millis(1), &seg(1000, 3000), Duration::ZERO);
+        assert_eq!((a.cum, a.newly), (0, 2000));
+        assert_eq!(r.rmem_alloc(), 4000, "out-of-order bytes cost truesize");
+        let b = r.on_data(Time::from_millis(2), &seg(0, 1000), Duration::ZERO);
+        assert_eq!((b.cum, b.newly), (3000, 1000));
+        assert_eq!(r.rmem_alloc(), 0);
+        let dup = r.on_data(Time::from_millis(3), &seg(0, 1000), Duration::ZERO);
+        assert_eq!(dup.newly, 0);
+    }
+
+    #[test]
+    fn blocked_writer_waits_until_a_third_of_the_buffer_is_free() {
+        let mut s = Sender::new(1448, &defaults());
+        s.set_sndbuf(Bytes(100_000)); // 200 KB of kernel memory, 180 KB of payload
+        s.target = 10 << 20;
+        s.app_write(Time::ZERO, || Duration::ZERO);
+        assert_eq!(s.written, 180_000);
+        // Half a third acknowledged: still asleep.
+        s.una = 30_000;
+        s.app_write(Time::from_millis(1), || Duration::ZERO);
+        assert_eq!(s.written, 180_000);
+        // A third free: it runs again and fills the buffer.
+        s.una = 60_000;
+        s.app_write(Time::from_millis(2), || Duration::ZERO);
+        assert_eq!(s.written, 240_000);
+    }
+
+    #[test]
+    fn notsent_lowat_bounds_unsent_data() {
+        let mut s = Sender::new(1448, &defaults());
+        s.set_sndbuf(Bytes::mib(4));
+        s.set_lowat(100_000);
+        s.target = 10 << 20;
+        s.app_write(Time::ZERO, || Duration::ZERO);
+        assert_eq!(s.written, 100_000);
+        s.nxt = 60_000; // sent 60 KB: 40 KB unsent, less than half the mark
+        s.app_write(Time::from_millis(1), || Duration::from_micros(500));
+        assert_eq!(s.written, 100_000, "woken, but not running yet");
+        s.app_write(Time::from_millis(2), || Duration::ZERO);
+        assert_eq!(s.written, 160_000);
+    }
+
+    #[test]
+    fn send_autotuning_follows_cwnd_up_to_tcp_wmem_max() {
+        let mut s = Sender::new(1448, &defaults());
+        s.established(Time::ZERO, Duration::from_millis(10));
+        assert_eq!(s.sk_sndbuf, linux::autotune_sndbuf(10));
+        s.cwnd = 100.0 * 1448.0;
+        s.autotune();
+        assert_eq!(s.sk_sndbuf, linux::autotune_sndbuf(100));
+        s.cwnd = 100_000.0 * 1448.0;
+        s.autotune();
+        assert_eq!(s.sk_sndbuf, 4 << 20);
+        s.set_sndbuf(Bytes::kib(64));
+        s.cwnd *= 2.0;
+        s.autotune();
+        assert_eq!(s.sk_sndbuf, 128 << 10, "locked: autotuning is off");
+    }
+}

@@ -155,7 +155,18 @@ impl AutoConfig {
         } else {
             ctx.limits.wmem_max
         };
+        let drs = match (ctx.role, plan.recv) {
+            (Role::Receiver, RecvPlan::Sized { window, max_buffer }) => Some(
+                super::drs::DrsConfig::default()
+                    .initial_window(window)
+                    .factor(1.2)
+                    .max_buffer(max_buffer)
+                    .build(ctx.clone()),
+            ),
+            _ => None,
+        };
         AutoTuner {
+            drs,
             role: ctx.role,
             stream_index: ctx.stream_index,
             tcp_wmem_max: ctx.limits.tcp_wmem[2],
@@ -195,8 +206,17 @@ pub enum SendPlan {
 pub enum RecvPlan {
     /// Leave Linux's receive autotuning in charge.
     Kernel,
-    /// `SO_RCVBUF` with this value before connecting.
-    Explicit(Bytes),
+    /// `SO_RCVBUF` with this value before connecting, never changed.
+    Fixed(Bytes),
+    /// Right-sized: `SO_RCVBUF` = `max_buffer` before connecting (so the window scale can
+    /// reach it), then buffer and window clamp at `window` once connected, grown in band
+    /// as Dynamic Right-Sizing does (1.2 x the largest per-RTT estimate).
+    Sized {
+        /// The window advertised from the start.
+        window: Bytes,
+        /// The largest buffer it may grow to (and the `SO_RCVBUF` before connecting).
+        max_buffer: Bytes,
+    },
 }
 
 /// What `auto` decides from the hint before connecting. Every stream of a transfer computes
@@ -205,6 +225,11 @@ pub enum RecvPlan {
 pub struct AutoPlan {
     /// Bandwidth-delay product from the hint.
     pub bdp: Option<Bytes>,
+    /// The BDP from the hint is about what one socket holds (60-100% of its payload): a
+    /// one-stream probe may have been limited by its own socket, so the BDP may be a lower
+    /// bound. Buffers may then grow past the 2 x BDP budget (on evidence only) and stream 0
+    /// may ask for streams in band if the plan did not.
+    pub bdp_lower_bound: bool,
     /// Streams the transfer should have in all.
     pub streams_total: u32,
     /// Streams stream 0 asks for (beyond those the transfer has).
@@ -231,21 +256,21 @@ impl AutoPlan {
             Role::Receiver => (peer, own),
         };
         let n0 = ctx.streams.max(1);
-        let kernel_recv = RecvPlan::Kernel;
-        let no_autotune_recv = RecvPlan::Explicit(recv_limits.rmem_max);
+        let unsized_recv = if recv_limits.moderate_rcvbuf {
+            RecvPlan::Kernel
+        } else {
+            RecvPlan::Fixed(recv_limits.rmem_max)
+        };
         let (Some(rtt), Some(rate)) = (ctx.hint.rtt, ctx.hint.rate) else {
             return AutoPlan {
                 bdp: None,
+                bdp_lower_bound: false,
                 streams_total: n0,
                 extra_streams: 0,
                 share: None,
                 lowat: cfg.min_lowat,
                 send: SendPlan::Kernel,
-                recv: if recv_limits.moderate_rcvbuf {
-                    kernel_recv
-                } else {
-                    no_autotune_recv
-                },
+                recv: unsized_recv,
                 reason: None,
             };
         };
@@ -257,11 +282,23 @@ impl AutoPlan {
         };
         let needed_bdp = scale(bdp, cfg.stream_headroom);
         let send_cap = linux::max_send_payload(send_limits);
-        let recv_cap = linux::max_receive_window(recv_limits);
         // A writer blocked on a full buffer wakes only when a third of it is free (and,
         // with a low-water mark, when less than half of that is unsent): what a socket keeps
         // in flight without stalling is two thirds of its payload less half the reserve.
         let usable = |cap: u64, n: u32| -> u64 { (cap * 2 / 3).saturating_sub(lowat_for(n) / 2) };
+        // The receiver locks its buffer to stay within the memory budget (autotuning would
+        // grow it to tcp_rmem[2]), so what counts is the window SO_RCVBUF can give.
+        let recv_cap = (!recv_limits.can_force).then(|| {
+            linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+                recv_limits.rmem_max,
+                recv_limits,
+            ))
+        });
+        // A probe that is one stream cannot measure more than one socket carries: when the
+        // BDP it implies is about what one socket holds (60% to 100% of its payload), the
+        // path may well be faster.
+        let bdp_lower_bound = send_cap
+            .is_some_and(|cap| bdp.saturating_mul(10) >= cap.saturating_mul(6) && bdp <= cap);
         let n_send = |n: u32| -> u64 {
             match send_cap {
                 None => 1,
@@ -279,7 +316,8 @@ impl AutoPlan {
 
         let need_payload = scale(share, cfg.headroom) + lowat;
         let kernel_payload = linux::sndbuf_payload(send_limits.tcp_wmem[2].0);
-        let send = if share <= lowat && need_payload <= kernel_payload {
+        let small = share <= lowat && need_payload <= kernel_payload;
+        let send = if small {
             SendPlan::Kernel
         } else {
             let v = linux::sndbuf_value_for_payload(need_payload);
@@ -290,32 +328,30 @@ impl AutoPlan {
             })
         };
 
-        let need_window = scale(share, cfg.headroom);
-        let auto_window = linux::rcvbuf_window(recv_limits.tcp_rmem[2].0);
-        let recv = if recv_limits.moderate_rcvbuf && auto_window >= 2 * need_window {
-            RecvPlan::Kernel
+        let recv = if small {
+            unsized_recv
         } else {
-            let v = linux::rcvbuf_value_for_window(need_window);
-            let v = if recv_limits.can_force {
-                v
+            let max_buffer = if recv_limits.can_force {
+                // Room to grow to twice the share's window.
+                linux::rcvbuf_value_for_window(scale(share, 2.0 * cfg.headroom))
             } else {
-                v.min(recv_limits.rmem_max)
+                recv_limits.rmem_max
             };
-            let explicit_window =
-                linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(v, recv_limits));
-            if !recv_limits.moderate_rcvbuf || explicit_window > auto_window {
-                RecvPlan::Explicit(v)
-            } else {
-                RecvPlan::Kernel
+            let max_window =
+                linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, recv_limits));
+            let window = scale(share, cfg.headroom).min(max_window);
+            RecvPlan::Sized {
+                window: Bytes(window),
+                max_buffer,
             }
         };
 
         let reason = (extra > 0).then(|| {
             let limit = match (send_cap, recv_cap) {
-                (Some(s), Some(r)) if r < s => format!(
-                    "one socket can advertise about {} of receive window (tcp_rmem max {}, rmem_max {})",
+                (Some(s), Some(r)) if r < usable(s, n) => format!(
+                    "one socket can advertise about {} of receive window within the memory budget \
+                     (rmem_max {})",
                     Bytes(r),
-                    recv_limits.tcp_rmem[2],
                     recv_limits.rmem_max
                 ),
                 (Some(s), _) => format!(
@@ -325,13 +361,19 @@ impl AutoPlan {
                     send_limits.tcp_wmem[2]
                 ),
                 (None, Some(r)) => format!(
-                    "one socket can advertise about {} of receive window",
-                    Bytes(r)
+                    "one socket can advertise about {} of receive window (rmem_max {})",
+                    Bytes(r),
+                    recv_limits.rmem_max
                 ),
                 (None, None) => "the per-socket maximum is too small".to_string(),
             };
+            let bound = if bdp_lower_bound {
+                " (at least: the probe's rate is about what one socket carries, the path may be faster)"
+            } else {
+                ""
+            };
             format!(
-                "{limit}, but 1.25 x the bandwidth-delay product is {} ({} x {}): {} streams in all, {} more",
+                "{limit}, but 1.25 x the bandwidth-delay product is {}{bound} ({} x {}): {} streams in all, {} more",
                 Bytes(needed_bdp),
                 rate,
                 format_duration(rtt),
@@ -342,6 +384,7 @@ impl AutoPlan {
 
         AutoPlan {
             bdp: Some(Bytes(bdp)),
+            bdp_lower_bound,
             streams_total: n,
             extra_streams: extra,
             share: Some(Bytes(share)),
@@ -356,6 +399,8 @@ impl AutoPlan {
 /// tcptune's own tuner (see the module documentation for the design).
 #[derive(Debug)]
 pub struct AutoTuner {
+    /// The receiver's right-sizing, when the plan sizes the receive buffer.
+    drs: Option<super::drs::DrsTuner>,
     role: Role,
     stream_index: u32,
     tcp_wmem_max: Bytes,
@@ -412,7 +457,7 @@ impl AutoTuner {
                 }
             }
             Role::Receiver => {
-                if let RecvPlan::Explicit(v) = self.plan.recv {
+                if let RecvPlan::Fixed(v) = self.plan.recv {
                     self.out.push(Action::SetRcvBuf(v));
                 }
             }
@@ -515,7 +560,7 @@ impl AutoTuner {
     /// the 2 x BDP memory budget). The minimum RTT is taken over the last 10 s, so the
     /// budget follows a path whose RTT grew once the old minimum has aged out.
     fn growth_cap(&self, estimate: &crate::estimate::PathEstimate) -> Bytes {
-        let Some(hint) = self.hint_rate else {
+        let Some(hint) = self.hint_rate.filter(|_| !self.plan.bdp_lower_bound) else {
             return self.max_value;
         };
         let n = u64::from(self.plan.streams_total.max(1));
@@ -545,9 +590,10 @@ impl AutoTuner {
                 self.out.push(Action::SetSndBuf(bigger));
             }
             SendPlan::Explicit(_) => {
-                // Only without a measured BDP: with one, the plan already counted streams,
-                // and streams opened late mostly slow the end of a transfer down.
-                if !self.asked && self.plan.bdp.is_none() {
+                // Only without a trustworthy BDP: with one, the plan already counted
+                // streams, and streams opened late mostly slow the end of a transfer down.
+                let untrusted = self.plan.bdp.is_none() || self.plan.bdp_lower_bound;
+                if !self.asked && untrusted {
                     self.asked = true;
                     let n = self.plan.streams_total.max(1);
                     self.out.push(Action::OpenStreams {
@@ -580,9 +626,12 @@ impl Tuner for AutoTuner {
         "auto"
     }
 
-    fn handle_event(&mut self, _now: Time, event: ConnEvent) {
+    fn handle_event(&mut self, now: Time, event: ConnEvent) {
         if self.stopped {
             return;
+        }
+        if let Some(d) = self.drs.as_mut() {
+            d.handle_event(now, event);
         }
         match event {
             ConnEvent::BeforeConnect => self.before_connect(),
@@ -592,18 +641,33 @@ impl Tuner for AutoTuner {
     }
 
     fn handle_snapshot(&mut self, now: Time, snapshot: &TcpSnapshot) {
-        if self.stopped || self.role == Role::Receiver {
+        if self.stopped {
             return;
         }
-        self.on_sender_snapshot(now, snapshot);
+        match self.role {
+            Role::Sender => self.on_sender_snapshot(now, snapshot),
+            Role::Receiver => {
+                if let Some(d) = self.drs.as_mut() {
+                    d.handle_snapshot(now, snapshot);
+                }
+            }
+        }
     }
 
     fn poll_action(&mut self) -> Option<Action> {
-        self.out.pop()
+        self.out
+            .pop()
+            .or_else(|| self.drs.as_mut().and_then(|d| d.poll_action()))
     }
 
     fn poll_interval(&self) -> Option<Duration> {
-        (!self.stopped && self.role == Role::Sender).then(|| interval_from_rtt(self.srtt, 2))
+        if self.stopped {
+            return None;
+        }
+        match self.role {
+            Role::Sender => Some(interval_from_rtt(self.srtt, 2)),
+            Role::Receiver => self.drs.as_ref().and_then(|d| d.poll_interval()),
+        }
     }
 }
 
@@ -669,7 +733,7 @@ mod tests {
     #[test]
     fn streams_needed_per_path_on_a_default_host() {
         let cfg = AutoConfig::default();
-        for (rtt, want) in [(0.5, 1), (25.0, 1), (50.0, 2), (100.0, 4), (200.0, 7)] {
+        for (rtt, want) in [(0.5, 1), (25.0, 1), (50.0, 2), (100.0, 4), (200.0, 8)] {
             let plan = AutoPlan::compute(&cfg, &ctx(Role::Sender, rtt, Some(Rate::gbit(1)), 0, 1));
             assert_eq!(plan.streams_total, want, "rtt {rtt} ms");
         }
@@ -714,14 +778,14 @@ mod tests {
         let Some(Action::OpenStreams { count, reason }) = a.first() else {
             panic!("expected OpenStreams first: {a:?}");
         };
-        assert_eq!(*count, 6);
-        assert!(reason.contains("wmem_max 4MiB"), "{reason}");
-        assert!(reason.contains("7 streams in all"), "{reason}");
-        // Each stream sizes itself for a seventh of the BDP: within wmem_max, and the
-        // kernel buffers of all seven hold under 2 x BDP.
-        let share = 25_000_000 / 7;
+        assert_eq!(*count, 7);
+        assert!(reason.contains("rmem_max 4MiB"), "{reason}");
+        assert!(reason.contains("8 streams in all"), "{reason}");
+        // Each stream sizes itself for an eighth of the BDP: within wmem_max, and the
+        // kernel buffers of all eight hold under 2 x BDP.
+        let share = 25_000_000 / 8;
         assert!(
-            matches!(a[1], Action::SetSndBuf(v) if v.0 > share / 2 && v < Bytes::mib(4) && 7 * 2 * v.0 <= 50_000_000),
+            matches!(a[1], Action::SetSndBuf(v) if v.0 > share / 2 && v < Bytes::mib(4) && 8 * 2 * v.0 <= 50_000_000),
             "{a:?}"
         );
 
@@ -740,7 +804,7 @@ mod tests {
             &AutoConfig::default(),
             &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 4),
         );
-        assert_eq!((plan.streams_total, plan.extra_streams), (7, 3));
+        assert_eq!((plan.streams_total, plan.extra_streams), (8, 4));
         let plan = AutoPlan::compute(
             &AutoConfig::default(),
             &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 8),
@@ -764,23 +828,62 @@ mod tests {
     #[test]
     fn a_small_peer_receive_limit_adds_streams() {
         let small = HostLimits {
-            tcp_rmem: [Bytes(4096), Bytes(131_072), Bytes::mib(4)],
+            rmem_max: Bytes::mib(1),
             ..HostLimits::linux_defaults()
         };
         let plan = AutoPlan::compute(
             &AutoConfig::default().peer_limits(Some(small)),
             &ctx(Role::Sender, 50.0, Some(Rate::gbit(1)), 0, 1),
         );
-        // 1.25 x 6.25 MB over about 4 MiB of window per receiving socket.
-        assert_eq!(plan.streams_total, 2);
+        // 1.25 x 6.25 MB over about 1 MiB of window per receiving socket.
+        assert_eq!(plan.streams_total, 8);
         assert!(plan.reason.expect("reason").contains("receive window"));
     }
 
     #[test]
-    fn receiver_leaves_autotuning_in_charge_unless_it_is_off() {
+    fn receiver_right_sizes_a_locked_buffer_for_its_share() {
         let mut r =
-            AutoConfig::default().build(ctx(Role::Receiver, 100.0, Some(Rate::gbit(1)), 0, 1));
+            AutoConfig::default().build(ctx(Role::Receiver, 100.0, Some(Rate::gbit(1)), 0, 8));
+        let share = 12_500_000 / 8;
+        let window = Bytes(share * 3 / 2);
+        assert_eq!(
+            r.plan().recv,
+            RecvPlan::Sized {
+                window,
+                max_buffer: Bytes::mib(4)
+            }
+        );
+        // The maximum before listening, so the window scale can reach it...
         r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes::mib(4))]);
+        // ... then 1.5 x the share, buffer and clamp (in setsockopt units 1.5 x BDP in all).
+        r.handle_event(Time::ZERO, ConnEvent::Established);
+        assert_eq!(
+            actions(&mut r),
+            vec![Action::SetRcvBuf(window), Action::SetWindowClamp(window)]
+        );
+        assert!(r.poll_interval().is_some());
+        // A sender delivering more than the window per RTT gets a larger one (DRS, 1.2 x).
+        let rx = |b: u64| TcpSnapshot {
+            bytes_received: Some(b),
+            rcv_rtt_us: 100_000,
+            ..TcpSnapshot::empty()
+        };
+        r.handle_snapshot(Time::from_millis(100), &rx(0));
+        r.handle_snapshot(Time::from_millis(200), &rx(4_000_000));
+        assert_eq!(
+            actions(&mut r).last(),
+            Some(&Action::SetWindowClamp(Bytes(4_194_304)))
+        );
+    }
+
+    #[test]
+    fn receiver_leaves_autotuning_in_charge_for_small_shares_unless_it_is_off() {
+        let mut r =
+            AutoConfig::default().build(ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1));
+        assert_eq!(r.plan().recv, RecvPlan::Kernel);
+        r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        r.handle_event(Time::ZERO, ConnEvent::Established);
         assert!(actions(&mut r).is_empty());
         assert_eq!(r.poll_interval(), None);
 
@@ -790,11 +893,26 @@ mod tests {
         };
         let mut r = AutoConfig::default().build(TunerContext {
             limits: off,
-            ..ctx(Role::Receiver, 10.0, Some(Rate::gbit(1)), 0, 1)
+            ..ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1)
         });
         r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-        // 1.5 x 1.25 MB of window.
-        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes(1_875_000))]);
+        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes::mib(4))]);
+    }
+
+    #[test]
+    fn a_bdp_about_one_socket_is_taken_as_a_lower_bound() {
+        // What a one-stream probe with a 4 MiB SO_SNDBUF reports at 200 ms: ~250 Mbit/s.
+        let plan = AutoPlan::compute(
+            &AutoConfig::default(),
+            &ctx(Role::Sender, 200.0, Some(Rate::mbit(250)), 0, 1),
+        );
+        assert!(plan.bdp_lower_bound);
+        assert!(plan.reason.expect("reason").contains("may be faster"));
+        let plan = AutoPlan::compute(
+            &AutoConfig::default(),
+            &ctx(Role::Sender, 25.0, Some(Rate::gbit(1)), 0, 1),
+        );
+        assert!(!plan.bdp_lower_bound);
     }
 
     #[test]
