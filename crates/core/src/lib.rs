@@ -4,6 +4,16 @@
 //! connection state as [`TcpSnapshot`], and decisions go out as [`Action`]s. The Linux glue
 //! (`tcptune-sys`) reads `TCP_INFO` and applies the actions; simulations drive the same
 //! tuners without any socket.
+//!
+//! * [`units`], [`time`], [`snapshot`], [`tuner`], [`mode`]: the shared contracts.
+//! * [`estimate`]: a [`PathEstimate`] (minimum and smoothed RTT, bottleneck rate, BDP) from
+//!   samples.
+//! * [`linux`]: the kernel's socket-buffer rules the tuners reason with.
+//! * [`tuners`]: one file per technique (`fixed`, `kernel`, `manual`, `psc` with its shared
+//!   `pool`, `drs`, `probe`, `auto`), built through [`TunerFactory`].
+//! * [`sim`]: a deterministic fluid simulation of the paper's experiment that runs every
+//!   tuner against a bottleneck with Linux's buffer semantics
+//!   (`cargo run --release -p tcptune-core --example sim_table` prints its table).
 
 pub mod estimate;
 pub mod linux;

@@ -7,7 +7,7 @@
 //! locking, autotuning caps, writer wake-up rules and `TCP_NOTSENT_LOWAT`, window scale and
 //! clamp fixed at SYN time). The workload is the paper's: M messages of S bytes split evenly
 //! over the streams, timed at the receiver from the first byte to the last. Each stream's
-//! tuners (one per end, built by a [`TunerFactory`] per end exactly as the transfer engine
+//! tuners (one per end, built by a [`TunerFactory`](crate::TunerFactory) per end exactly as the transfer engine
 //! does) are fed snapshots at their requested interval (clamped to 10..200 ms like the real
 //! driver) and their actions are applied; `OpenStreams` opens more streams and hands them
 //! the messages not yet started.

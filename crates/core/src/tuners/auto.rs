@@ -1,72 +1,80 @@
 //! `auto`: tcptune's own tuner. It takes from each technique what works on today's Linux and
-//! decides early, because at long RTTs a transfer is mostly slow start.
+//! decides early, because at long RTTs the paper's transfer (128 MiB, about a second at
+//! line rate) is mostly slow start.
 //!
 //! # Design
 //!
 //! **What it knows before connecting.** The engine measures the RTT on the control
 //! connection and, because [`TuneMode::needs_rate_probe`](crate::TuneMode::needs_rate_probe)
 //! is true for `auto`, runs a short bandwidth probe: `hint.rtt x hint.rate` is the BDP
-//! (NLANR's out-of-band measurement). Without a rate the tuner starts from Linux's defaults
-//! and works in band only (below).
+//! (NLANR's out-of-band measurement). Every stream, at both ends, computes the same
+//! [`AutoPlan`] from it. Without a rate the tuner starts from Linux's defaults and works in
+//! band only (below).
 //!
-//! **How much one socket can hold.** The larger of send autotuning's cap (`tcp_wmem[2]`)
-//! and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90% of it payload.
-//! A writer blocked on a full send buffer is woken only when a third of it is free, so a
-//! socket whose buffer is the limit keeps two thirds of that in flight without stalling
-//! (less half the unsent reserve described below). On the receiving host: the larger of
-//! receive autotuning's cap (`tcp_rmem[2]`, half of it window) and `SO_RCVBUF` (`rmem_max`
-//! of window). On a default namespace that is about 5 MB in flight per sending socket (short
-//! of a 50 ms BDP at 1 Gbit/s) and 16 MiB of window per receiving socket.
+//! **How much one socket can hold.** Sending: the larger of send autotuning's cap
+//! (`tcp_wmem[2]`) and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90%
+//! of it payload. A writer blocked on a full send buffer is woken only when a third of it is
+//! free (`sk_stream_write_space`), so a socket whose buffer is the limit keeps two thirds of
+//! its payload in flight without stalling, less half the unsent reserve. Receiving: the
+//! window a locked `SO_RCVBUF` gives (`rmem_max` of window), because receive autotuning,
+//! though it could reach `tcp_rmem[2]`, overshoots to it in slow start and would spend the
+//! memory budget. On a default namespace: about 5 MB in flight and 4 MiB of window per
+//! socket, short of a 50 ms BDP at 1 Gbit/s.
 //!
 //! **Parallel streams when one socket cannot hold the BDP.** If `1.25 x BDP` does not fit in
 //! the streams the user asked for, stream 0 asks for `ceil(1.25 x BDP / per-socket)` streams
-//! in all, once, *before connecting* ([`Action::OpenStreams`] with a sentence saying which
-//! limit forced it), so the extra streams start one handshake after the first and share its
-//! slow start (N streams open their windows N times faster). The quarter of headroom keeps
-//! a stream from being exactly one BDP (BBR probes at 1.25 x, CUBIC oscillates above it).
-//! Every stream computes the same plan from the same hint, so each sizes itself for its share
-//! `BDP / N` of the final count; streams opened later are built with the new count.
+//! in all, once, from its *before-connect* drain ([`Action::OpenStreams`] with a sentence
+//! naming the limit), so the extra streams start one handshake after the first and share its
+//! slow start (N streams open their windows N times faster). The quarter of headroom keeps a
+//! stream from running at exactly one BDP (BBR probes at 1.25 x, CUBIC oscillates above it).
+//! Each stream sizes itself for its share `BDP / N` of the final count; streams opened on
+//! request are built with the new count and never ask.
 //!
-//! **Explicit sizing where the kernel would be limited, or wasteful.** For a stream whose
-//! share of the BDP is large, the tuner sets `SO_SNDBUF` before connecting so the buffer
-//! holds `1.5 x share` in flight plus the unsent reserve, capped at `wmem_max`. That is enough
-//! to keep the pipe full (throughput needs one BDP in flight; the half more absorbs probe
-//! error and queueing) and it stops a loss-based sender from filling the bottleneck queue with
-//! a second BDP. It also sets `TCP_NOTSENT_LOWAT` to the reserve: the application may keep
-//! only that much unsent data in the kernel (about 6 ms at the stream's rate, at least
-//! 128 KiB, at most 4 MiB), so memory in use is what is in flight plus a few milliseconds,
-//! not a full buffer. Together: about `1.5 x BDP` of memory in use and `1.7 x BDP` of kernel
-//! buffer for the whole transfer, under the 2 x BDP goal.
+//! **Explicit sizing where the kernel would be limited, or wasteful (shares above the unsent
+//! reserve).** The sender sets `SO_SNDBUF` before connecting so the buffer holds `1.5 x
+//! share` plus the unsent reserve, capped at `wmem_max`: enough to keep the pipe full
+//! (throughput needs one BDP in flight; the rest absorbs probe error and the writer's
+//! wake-up rule) and it stops a loss-based sender from filling the bottleneck queue with a
+//! second BDP. It sets `TCP_NOTSENT_LOWAT` to the reserve (about 6 ms at the stream's rate,
+//! 128 KiB to 4 MiB): the application keeps only that much unsent data in the kernel, so
+//! memory in use is what is in flight plus a few milliseconds. The receiver sets `SO_RCVBUF`
+//! to its maximum before listening (so the window scale can reach it), then, once connected,
+//! buffer and window clamp to `1.5 x share`, grown in band by Dynamic Right-Sizing (1.2 x the
+//! largest bytes-per-RTT estimate, up to `rmem_max`). In `setsockopt` units the larger end
+//! then holds about 1.3-1.5 x BDP for the whole transfer (the kernel holds twice that), and
+//! the sender's memory in use stays near 1.4 x BDP: under the 2 x BDP goal.
 //!
 //! **Kernel autotuning where it is not limited.** For small shares (no more than the unsent
-//! reserve, e.g. any stream at 0.5 ms) explicit sizing saves nothing: Linux's send
-//! autotuning follows the congestion window and stays far below its cap. The tuner then sets
-//! nothing at the sender. At the receiver it leaves Linux's receive autotuning (itself
-//! DRS-derived, and allowed up to `tcp_rmem[2]`) in charge whenever it can grow to twice the
-//! window the stream needs; only when it cannot (autotuning off, or `rmem_max` larger than
-//! its cap) does it set `SO_RCVBUF` before listening.
+//! reserve, e.g. any stream at 0.5 ms) explicit sizing cannot save memory without risking
+//! throughput on the application's wake-up latency: both ends leave Linux's autotuning in
+//! charge (a receiver with autotuning switched off gets `rmem_max`).
 //!
-//! **In band, from the stream's own `TCP_INFO`** (sampled about twice per RTT):
+//! **In band, from the stream's own `TCP_INFO`** (sampled about twice per RTT; a condition
+//! must hold for two RTTs before anything changes, so slow start's overshoot is ignored):
 //! * a send buffer that limits a stream whose pipe is not full (smoothed RTT close to the
-//!   minimum, or, for a single stream, delivery rate below the best seen or probed) for two
-//!   RTTs grows by a quarter, up to `wmem_max` and, when the rate was probed, up to twice the
-//!   stream's share of rate x minimum RTT (last 10 s) in kernel memory (the 2 x BDP
-//!   budget): this
-//!   corrects a low rate estimate and follows an RTT that grew. A sender running on kernel
-//!   autotuning switches to explicit sizing the same way once autotuning sits at
-//!   `tcp_wmem[2]` and still limits it (the no-hint case at long RTT);
-//! * if the socket ran dry while the buffer had room, the application did not refill it in
-//!   time: the unsent reserve doubles;
-//! * if stream 0 is still send-buffer-limited at `wmem_max` with an unfull pipe and has not
-//!   asked for streams yet, it asks once for as many again.
+//!   minimum, or, for a single stream, delivery rate below the best seen or probed) grows
+//!   by a quarter, up to `wmem_max` and, when the rate was probed, up to the stream's share
+//!   of rate x minimum RTT (last 10 s) in `setsockopt` units (the 2 x BDP budget; the
+//!   budget follows a path whose RTT grew once the old minimum ages out). A sender on
+//!   kernel autotuning switches to explicit sizing the same way once autotuning sits at
+//!   `tcp_wmem[2]` and still limits it (the no-hint case at long RTTs);
+//! * if the socket ran dry while its buffer was less than half full, the application did not
+//!   refill it in time: the unsent reserve doubles;
+//! * without a trustworthy BDP (no rate, or a rate about what one socket carries: a one-stream
+//!   probe cannot measure more, see [`AutoPlan::bdp_lower_bound`]), stream 0 still
+//!   send-buffer-limited at `wmem_max` with an unfull pipe asks once for as many streams
+//!   again, if it has not asked before.
 //!
 //! Nothing shrinks: the unsent reserve already bounds memory in use, and a shrinking buffer
 //! would only throttle a stream the next time its window opens.
 //!
 //! # What it cannot fix
 //!
-//! A receiver whose every limit is below the window, a path much faster than the probe
-//! measured (streams are only added once more), or a transfer shorter than slow start.
+//! A probe that underestimates the path (a one-stream probe reports at most one socket's
+//! worth: about 250 Mbit/s at 200 ms on a default host), a receiver whose every limit is
+//! below the window, or a transfer shorter than slow start. Below about 10 ms of RTT the
+//! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
+//! safer than buffers smaller than the scheduling latency.
 
 use super::common::{interval_from_rtt, scale, Outbox};
 use crate::estimate::PathEstimator;
