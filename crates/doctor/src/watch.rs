@@ -262,7 +262,10 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
         .target
         .map(|r| format!(" for {}", human_rate(r.bits_per_sec())))
         .unwrap_or_default();
-    if rwnd >= sndbuf {
+    // A closed window means the reader stalls; the send buffer then fills too, and the
+    // kernel books the time as send-buffer limited (it ranks above receive-window limited).
+    let window_closed = row.snd_wnd_bytes == Some(0);
+    if rwnd >= sndbuf || window_closed {
         let w = u64::from(row.snd_wnd_bytes.unwrap_or(0));
         let ceiling = Rate::from_bytes_over(Bytes(w), rtt).bits_per_sec();
         let head = format!(
@@ -319,7 +322,7 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
         };
         Some(Limit {
             kind: LimitKind::ReceiveWindow,
-            share: rwnd,
+            share: rwnd.max(sndbuf),
             hint,
         })
     } else {

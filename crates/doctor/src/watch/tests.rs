@@ -304,3 +304,18 @@ fn table_highlights_limited_rows_with_their_hint() {
     );
     assert!(capped.contains("1 more"), "{capped}");
 }
+
+#[test]
+fn send_buffer_time_behind_a_closed_window_blames_the_reader() {
+    let c = conn(1, "10.0.0.2:1", |t| {
+        t.busy_time_us = Some(1_000_000);
+        t.sndbuf_limited_us = Some(900_000);
+        t.rwnd_limited_us = Some(50_000);
+        t.snd_wnd_bytes = Some(0);
+    });
+    let rows = Tracker::new().rows(Duration::from_secs(1), vec![c], &ctx());
+    let l = rows[0].limit.as_ref().expect("limited");
+    assert_eq!(l.kind, LimitKind::ReceiveWindow);
+    assert_eq!(l.share, 0.9);
+    assert!(l.hint.contains("reads too slowly"), "{}", l.hint);
+}
