@@ -32,12 +32,12 @@ pub enum EmuError {
     #[error("no topology named '{0}' (see 'tcptune emu status')")]
     NotFound(String),
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     Sys {
         /// What was being attempted.
         what: String,
-        /// The error.
-        source: std::io::Error,
+        /// The error (shown in the message, so not also chained as a source).
+        error: std::io::Error,
     },
     /// A command (`ip ...`) failed.
     #[error("{what} failed: {detail}")]
@@ -84,7 +84,7 @@ impl EmuError {
     pub(crate) fn sys(what: impl Into<String>, source: std::io::Error) -> EmuError {
         EmuError::Sys {
             what: what.into(),
-            source,
+            error: source,
         }
     }
 

@@ -81,7 +81,11 @@ fn measure(rate: Rate, rtt_ms: u64, secs: u64) -> (DirStats, f64) {
     (stats, goodput)
 }
 
+/// One measurement at a time: two flows on two cores would measure each other.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check_rate(mbit: u64, rtt_ms: u64) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rate = Rate::mbit(mbit);
     let mut seen = Vec::new();
     for _ in 0..3 {
