@@ -325,6 +325,34 @@ mod tests {
     }
 
     #[test]
+    fn congestion_avoidance_sawtooth_leaves_the_window_alone() {
+        let mut t = receiver(None);
+        let mut now = Time::ZERO;
+        let mut total = 0;
+        t.handle_snapshot(now, &rx(total, 20));
+        // Per-RTT deliveries between 1 and 1.9 MB (a sawtooth): the first peak sets the
+        // window (twice it, give or take the 1/16 step that spares syscalls).
+        let mut after_first_peak = Bytes::ZERO;
+        for k in 0..30u64 {
+            now += Duration::from_millis(20);
+            total += 1_000_000 + (k % 10) * 100_000;
+            t.handle_snapshot(now, &rx(total, 20));
+            if k == 9 {
+                after_first_peak = t.window();
+                clamp_of(&mut t);
+            }
+        }
+        assert_eq!(
+            clamp_of(&mut t),
+            None,
+            "no change over two more sawtooth periods"
+        );
+        assert_eq!(t.window(), after_first_peak);
+        assert_eq!(t.largest_estimate(), Bytes(1_900_000));
+        assert!(t.window().0 * 16 >= 2 * 1_900_000 * 15);
+    }
+
+    #[test]
     fn measures_over_a_whole_rtt_when_sampled_faster() {
         let mut t = receiver(None);
         t.handle_snapshot(Time::ZERO, &rx(0, 100));

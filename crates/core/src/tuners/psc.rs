@@ -421,6 +421,27 @@ mod tests {
     }
 
     #[test]
+    fn follows_cwnd_when_the_rtt_doubles() {
+        let pool = PoolConfig::default().shared();
+        let mut t = sender(&pool);
+        t.handle_snapshot(Time::from_millis(50), &bulk(200, t.current()));
+        let before = t.net_target();
+        last_sndbuf(&mut t);
+        // Same rate, twice the RTT: CUBIC's window doubles over a few rounds.
+        let mut now = Time::from_millis(50);
+        for cwnd in [250u32, 300, 350, 400] {
+            now += Duration::from_millis(100);
+            let mut s = bulk(cwnd, t.current());
+            s.rtt_us = 100_000;
+            t.handle_snapshot(now, &s);
+        }
+        assert_eq!(t.net_target(), Bytes(2 * 400 * u64::from(MSS)));
+        assert!(t.net_target() > before);
+        assert_eq!(last_sndbuf(&mut t), Some(t.net_target()));
+        assert_eq!(t.poll_interval(), Some(Duration::from_millis(25)));
+    }
+
+    #[test]
     fn app_limited_connection_keeps_a_small_buffer() {
         let pool = PoolConfig::default().shared();
         let mut t = sender(&pool);
