@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::{HostLimits, Role};
+use tcptune_core::{HostLimits, PathHint, Role};
 use tcptune_sys::driver::TunerDriver;
 
 /// Tells a running server to stop accepting and end its sessions.
@@ -543,6 +543,34 @@ pub fn validate(p: &TestParams, l: &ServerLimits) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest bandwidth probe a client may ask for.
+pub const MAX_PROBE: Duration = Duration::from_secs(10);
+
+fn check_phase(kind: Phase) -> Result<(), String> {
+    match kind {
+        Phase::Probe { duration_ms }
+            if duration_ms == 0 || duration_ms > MAX_PROBE.as_millis() as u64 =>
+        {
+            Err(format!(
+                "a probe of {duration_ms} ms; this server allows 1 to {} ms",
+                MAX_PROBE.as_millis()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A client's path hint, bounded so that no tuner arithmetic can overflow on it: RTT at
+/// most 60 s, rate at most 10 Tbit/s.
+fn sanitize_hint(h: PathHint) -> PathHint {
+    PathHint {
+        rtt: h.rtt.map(|r| r.min(Duration::from_secs(60))),
+        rate: h
+            .rate
+            .map(|r| tcptune_core::Rate(r.0.min(10_000_000_000_000))),
+    }
+}
+
 type Accepted = (u32, Result<TcpStream, String>, Box<TunerDriver>);
 
 struct PhaseState {
@@ -629,6 +657,8 @@ impl Session<'_> {
                     if phase.is_some() {
                         return Err(SessionEnd::Fail("a phase is already running".into()));
                     }
+                    check_phase(kind).map_err(SessionEnd::Fail)?;
+                    let hint = sanitize_hint(hint);
                     let messages = match kind {
                         Phase::Probe { .. } => None,
                         Phase::Main => self
@@ -907,6 +937,23 @@ mod tests {
             seed: 1,
             corrupt_message: None,
         }
+    }
+
+    #[test]
+    fn hostile_probe_lengths_and_hints_are_bounded() {
+        assert!(check_phase(Phase::Probe {
+            duration_ms: u64::MAX
+        })
+        .is_err());
+        assert!(check_phase(Phase::Probe { duration_ms: 0 }).is_err());
+        assert!(check_phase(Phase::Probe { duration_ms: 500 }).is_ok());
+        assert!(check_phase(Phase::Main).is_ok());
+        let h = sanitize_hint(PathHint {
+            rtt: Some(Duration::MAX),
+            rate: Some(tcptune_core::Rate(u64::MAX)),
+        });
+        assert_eq!(h.rtt, Some(Duration::from_secs(60)));
+        assert!(h.rate.is_some_and(|r| r.0 <= 10_000_000_000_000));
     }
 
     #[test]

@@ -289,3 +289,52 @@ fn a_sender_of_garbage_data_is_told_it_failed_integrity() {
     let mut b = [0u8; 8];
     assert!(matches!(d.read(&mut b), Ok(0) | Err(_)));
 }
+
+#[test]
+fn absurd_probe_lengths_and_hints_end_only_that_session() {
+    let server = TestServer::start(ServerConfig::default());
+    for (phase, hint) in [
+        (
+            Phase::Probe {
+                duration_ms: u64::MAX,
+            },
+            PathHint::default(),
+        ),
+        (
+            Phase::Main,
+            PathHint {
+                rtt: Some(Duration::MAX),
+                rate: Some(tcptune_core::Rate(u64::MAX)),
+            },
+        ),
+    ] {
+        let mut s = connect(server.addr);
+        let mut r = FrameReader::new(proto::MAX_SERVER_FRAME);
+        proto::write_msg(&mut s, &hello()).expect("hello");
+        assert!(matches!(recv(&mut s, &mut r), ServerMsg::Welcome { .. }));
+        let mut p = params();
+        p.tune = TuneMode::Fixed(tcptune_core::Bytes::kib(64));
+        proto::write_msg(
+            &mut s,
+            &ClientMsg::Setup {
+                auth: None,
+                params: p,
+            },
+        )
+        .expect("setup");
+        assert!(matches!(recv(&mut s, &mut r), ServerMsg::Accepted { .. }));
+        proto::write_msg(&mut s, &ClientMsg::StartPhase { phase, hint }).expect("start");
+        match recv(&mut s, &mut r) {
+            ServerMsg::Abort { reason, .. } => assert!(reason.contains("probe"), "{reason}"),
+            ServerMsg::PhaseReady => {
+                proto::write_msg(&mut s, &ClientMsg::OpenStream { stream: 0 }).expect("open");
+                assert!(matches!(recv(&mut s, &mut r), ServerMsg::StreamPort { .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut c = server.client();
+    c.tune = TuneMode::Kernel;
+    c.messages = 2;
+    assert!(run(&c, None).expect("still serving").end.tcptune.complete);
+}
