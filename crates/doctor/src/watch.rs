@@ -314,8 +314,8 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
                     ""
                 };
                 format!(
-                    "{head}: raise {who} net.ipv4.tcp_rmem max{now_cap} to at least \
-                     {}{target_words}{double}",
+                    "{head}: raise {who} net.ipv4.tcp_rmem max{now_cap} (or the SO_RCVBUF \
+                     its application sets) to at least {}{target_words}{double}",
                     human_bytes(to)
                 )
             }
@@ -335,17 +335,31 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
             ""
         };
         let hint = match &ctx.limits {
-            Some(l) if s.saturating_mul(10) < l.tcp_wmem[2].0.saturating_mul(9) => format!(
-                "send buffer fixed at {} below autotuning's {} (the application set \
-                 SO_SNDBUF, capped at twice net.core.wmem_max = {}): caps it near {} at {}; \
-                 let autotuning work or raise net.core.wmem_max to at least {}{target_words}",
-                human_bytes(s),
-                human_bytes(l.tcp_wmem[2].0),
-                human_bytes(l.wmem_max.0),
-                human_rate(ceiling),
-                human_duration(rtt),
-                human_bytes(to / 2)
-            ),
+            Some(l) if s.saturating_mul(10) < l.tcp_wmem[2].0.saturating_mul(9) => {
+                // SO_SNDBUF(v) stores 2 * min(v, wmem_max): was the request capped?
+                let capped = s.saturating_mul(10) >= l.wmem_max.0.saturating_mul(2 * 9);
+                let fix = if capped {
+                    format!(
+                        "raise net.core.wmem_max (now {}) to at least {}{target_words}",
+                        human_bytes(l.wmem_max.0),
+                        human_bytes(to / 2)
+                    )
+                } else {
+                    format!(
+                        "have the application ask for at least {}{target_words} (the kernel \
+                         doubles it) or not set SO_SNDBUF at all",
+                        human_bytes(to / 2)
+                    )
+                };
+                format!(
+                    "send buffer fixed at {} below autotuning's {} (the application set \
+                     SO_SNDBUF, which turns autotuning off): caps it near {} at {} RTT; {fix}",
+                    human_bytes(s),
+                    human_bytes(l.tcp_wmem[2].0),
+                    human_rate(ceiling),
+                    human_duration(rtt),
+                )
+            }
             _ => format!(
                 "send buffer {} (autotuning's cap, net.ipv4.tcp_wmem max) caps it near {} at \
                  {} RTT: raise net.ipv4.tcp_wmem max to at least {}{target_words}{double}",

@@ -179,10 +179,25 @@ fn send_buffer_hint_tells_locked_buffer_from_autotuning_cap() {
     let hint = &rows[0].limit.as_ref().unwrap().hint;
     assert!(hint.contains("autotuning's cap"), "{hint}");
     assert!(hint.contains("8 MiB to double"), "{hint}");
+    // 416 KiB: an application asked for 208 KiB, well under the 4 MiB cap.
     let rows = Tracker::new().rows(Duration::from_secs(1), vec![limited(425_984)], &ctx());
     let hint = &rows[0].limit.as_ref().unwrap().hint;
     assert!(hint.contains("SO_SNDBUF"), "{hint}");
-    assert!(hint.contains("net.core.wmem_max"), "{hint}");
+    assert!(
+        hint.contains("have the application ask for at least 416 KiB"),
+        "{hint}"
+    );
+    // 3.6 MiB, below autotuning's 4 MiB cap but at twice a 1.8 MiB wmem_max: capped.
+    let mut cx = ctx();
+    if let Some(l) = cx.limits.as_mut() {
+        l.wmem_max = Bytes(1_887_436);
+    }
+    let rows = Tracker::new().rows(Duration::from_secs(1), vec![limited(3_774_872)], &cx);
+    let hint = &rows[0].limit.as_ref().unwrap().hint;
+    assert!(
+        hint.contains("raise net.core.wmem_max (now 1.8 MiB)"),
+        "{hint}"
+    );
 }
 
 #[test]
