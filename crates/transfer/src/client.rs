@@ -258,7 +258,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         .map_err(io)?;
     ctrl.set_write_timeout(Some(cfg.idle_timeout)).map_err(io)?;
     let mut reader = FrameReader::new(MAX_SERVER_FRAME);
-    let hs_deadline = Instant::now() + cfg.connect_timeout;
+    let hs_deadline = crate::after(cfg.connect_timeout);
 
     proto::write_msg(
         &mut ctrl,
@@ -348,7 +348,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     for seq in 0..4u64 {
         let t = Instant::now();
         proto::write_msg(&mut ctrl, &ClientMsg::Ping { seq })?;
-        let deadline = Instant::now() + cfg.idle_timeout;
+        let deadline = crate::after(cfg.idle_timeout);
         loop {
             match reader.recv_until::<ServerMsg>(&mut ctrl, deadline, "pong")? {
                 ServerMsg::Pong { seq: s } if s == seq => break,
@@ -506,7 +506,7 @@ impl Ctx<'_> {
         what: &'static str,
         mut pick: impl FnMut(&ServerMsg) -> bool,
     ) -> Result<ServerMsg, ClientError> {
-        let deadline = Instant::now() + self.cfg.idle_timeout;
+        let deadline = crate::after(self.cfg.idle_timeout);
         loop {
             let m: ServerMsg = self.reader.recv_until(&mut self.ctrl, deadline, what)?;
             if pick(&m) {
@@ -708,7 +708,9 @@ impl Ctx<'_> {
             let b = engine.bytes();
             if b != last_bytes.0 {
                 last_bytes = (b, Instant::now());
-            } else if last_bytes.1.elapsed() > cfg.idle_timeout + Duration::from_secs(5) {
+            } else if last_bytes.1.elapsed()
+                > cfg.idle_timeout.saturating_add(Duration::from_secs(5))
+            {
                 return Err(fail(
                     &engine,
                     ClientError::Transfer {

@@ -24,3 +24,11 @@ pub mod report;
 pub mod server;
 
 pub use engine::{SideResult, StreamSide};
+
+/// `now + d`, saturating (about a century ahead) instead of panicking on huge durations
+/// from configuration.
+pub(crate) fn after(d: std::time::Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let cap = std::time::Duration::from_secs(100 * 365 * 86_400);
+    now.checked_add(d.min(cap)).unwrap_or(now)
+}

@@ -382,7 +382,7 @@ fn handshake_phase(
     cfg: &ServerConfig,
     counts: &Counts,
 ) -> Result<Setup, SessionEnd> {
-    let deadline = Instant::now() + cfg.handshake_timeout;
+    let deadline = crate::after(cfg.handshake_timeout);
     let hello: ClientMsg = reader
         .recv_until(ctrl, deadline, "the client's hello")
         .map_err(|e| SessionEnd::Refuse(e.to_string()))?;
@@ -616,10 +616,11 @@ impl Session<'_> {
         let mut phase: Option<PhaseState> = None;
         let mut last_activity = Instant::now();
         let mut last_bytes = 0u64;
-        let session_deadline = Instant::now()
-            + Duration::from_millis(self.cfg.limits.max_duration_ms)
-            + 2 * self.cfg.idle_timeout
-            + Duration::from_secs(10);
+        let session_deadline = crate::after(
+            Duration::from_millis(self.cfg.limits.max_duration_ms)
+                .saturating_add(self.cfg.idle_timeout.saturating_mul(2))
+                .saturating_add(Duration::from_secs(10)),
+        );
         loop {
             if self.shutdown.is_triggered() {
                 return Err(SessionEnd::Fail("the server is shutting down".into()));
@@ -722,7 +723,9 @@ impl Session<'_> {
                             .or(self.setup.params.max_time_ms),
                     };
                     p.sender_deadline = limit_ms.map(|ms| {
-                        Instant::now() + Duration::from_millis(ms) + Duration::from_secs(5)
+                        crate::after(
+                            Duration::from_millis(ms).saturating_add(Duration::from_secs(5)),
+                        )
                     });
                 }
                 ClientMsg::Stop { .. } => {
@@ -824,7 +827,7 @@ impl Session<'_> {
             .map_err(|e| SessionEnd::Fail(format!("stream listener address: {e}")))?
             .port();
         let session = self.setup.session;
-        let deadline = Instant::now() + self.cfg.handshake_timeout;
+        let deadline = crate::after(self.cfg.handshake_timeout);
         let tx = p.accepted_tx.clone();
         let shutdown = self.shutdown.clone();
         std::thread::Builder::new()
@@ -839,7 +842,7 @@ impl Session<'_> {
     }
 
     fn end_phase(&mut self, mut p: PhaseState) -> Result<crate::engine::SideResult, SessionEnd> {
-        let deadline = Instant::now() + self.cfg.idle_timeout;
+        let deadline = crate::after(self.cfg.idle_timeout);
         // Streams still being accepted must arrive (or fail) first.
         while p.pending > 0 || !p.engine.all_done() {
             self.service_phase(&mut p)?;
