@@ -340,14 +340,14 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
                 let capped = s.saturating_mul(10) >= l.wmem_max.0.saturating_mul(2 * 9);
                 let fix = if capped {
                     format!(
-                        "raise net.core.wmem_max (now {}) to at least {}{target_words}",
+                        "raise net.core.wmem_max (now {}) to at least {}{target_words}{double}",
                         human_bytes(l.wmem_max.0),
                         human_bytes(to / 2)
                     )
                 } else {
                     format!(
-                        "have the application ask for at least {}{target_words} (the kernel \
-                         doubles it) or not set SO_SNDBUF at all",
+                        "have the application ask for at least {}{target_words}{double} (the \
+                         kernel doubles the request) or not set SO_SNDBUF at all",
                         human_bytes(to / 2)
                     )
                 };
