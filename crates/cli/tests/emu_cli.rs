@@ -249,3 +249,32 @@ fn interrupted_run_tears_down_and_exits_130() {
     assert!(!Path::new(&ns).exists(), "namespace left behind");
     assert!(!Path::new(&format!("/run/tcptune/{n}.json")).exists());
 }
+
+#[test]
+fn without_net_admin_capability_exit_code_is_5() {
+    if !can_run_as_root("without_net_admin_capability_exit_code_is_5") {
+        return;
+    }
+    // Drop CAP_NET_ADMIN and CAP_SYS_ADMIN from a root process with util-linux's setpriv.
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set=-net_admin,-sys_admin",
+            "--inh-caps=-net_admin,-sys_admin",
+            env!("CARGO_BIN_EXE_tcptune"),
+            "emu",
+            "run",
+            "--",
+            "true",
+        ])
+        .output();
+    let Ok(out) = out else {
+        eprintln!("skipping: setpriv (util-linux) not available");
+        return;
+    };
+    assert_eq!(out.status.code(), Some(5), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("needs root"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -245,7 +245,18 @@ pub(crate) fn process_alive(pid: u32, start: u64) -> bool {
 /// Write a sysctl of the calling thread's network namespace.
 pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
     let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
-    fs::write(&path, value).map_err(|e| EmuError::sys(format!("writing sysctl {key}={value}"), e))
+    fs::write(&path, value).map_err(|e| {
+        let hint =
+            if key == "net.ipv4.tcp_congestion_control" && e.raw_os_error() == Some(libc::EPERM) {
+                " (outside the host's own namespace the default algorithm must be listed in the \
+             host's net.ipv4.tcp_allowed_congestion_control, a global sysctl the emulator \
+             does not change: add it there, e.g. sysctl -w \
+             net.ipv4.tcp_allowed_congestion_control='reno bbr cubic')"
+            } else {
+                ""
+            };
+        EmuError::sys(format!("writing sysctl {key}={value}{hint}"), e)
+    })
 }
 
 /// Lower the calling thread's timer slack to 1 ns (the default 50 us would add to every
