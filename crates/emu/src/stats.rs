@@ -153,12 +153,16 @@ pub struct Drops {
     pub malformed: u64,
     /// The kernel refused the write to the output TUN device.
     pub write_failed: u64,
+    /// Dropped by the kernel before the emulator read them: the input TUN device's queue
+    /// (10,000 packets) was full because the emulator fell behind (its `tx_dropped`).
+    #[serde(default)]
+    pub device: u64,
 }
 
 impl Drops {
     /// All drops.
     pub fn total(&self) -> u64 {
-        self.queue + self.loss + self.malformed + self.write_failed
+        self.queue + self.loss + self.malformed + self.write_failed + self.device
     }
 }
 

@@ -152,27 +152,36 @@ impl Topology {
             topo.ns_fds.push(Arc::new(sys::open_netns(&ns)?));
         }
         for side in [Side::A, Side::B] {
-            let tun = topo.setup_side(side, opts.offload)?;
+            let (tun, netdev) = topo.setup_side(side, opts.offload)?;
             topo.tuns.push(Arc::new(tun));
+            if let Ok(mut n) = topo.shared.netdev.lock() {
+                n.push(netdev);
+            }
         }
         topo.start_workers(opts);
         topo.wait_ready()?;
         Ok(topo)
     }
 
-    fn setup_side(&self, side: Side, offload: bool) -> Result<OwnedFd, EmuError> {
+    /// Configure `side`'s namespace and create its TUN device; also opens that namespace's
+    /// `/proc/net/dev` for the device drop counter.
+    fn setup_side(&self, side: Side, offload: bool) -> Result<(OwnedFd, std::fs::File), EmuError> {
         let ns = self.netns(side).to_string();
         let (me, peer) = (self.addr(side), self.addr(side.peer()));
         let mtu = self.cfg.path.mtu;
         let sysctls = self.cfg.sysctls.clone();
-        let tun = self.try_run_in(side, move || -> Result<OwnedFd, EmuError> {
+        let (tun, netdev) = self.try_run_in(side, move || -> Result<_, EmuError> {
             // No IPv6 on the emulated link: no router solicitations or MLD crossing it.
             sys::write_sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
             sys::write_sysctl("net.ipv6.conf.default.disable_ipv6", "1")?;
             for (k, v) in &sysctls {
                 sys::write_sysctl(k, v)?;
             }
-            sys::open_tun(TUN_NAME, offload)
+            let tun = sys::open_tun(TUN_NAME, offload)?;
+            let dev = "/proc/thread-self/net/dev";
+            let netdev =
+                std::fs::File::open(dev).map_err(|e| EmuError::sys(format!("opening {dev}"), e))?;
+            Ok((tun, netdev))
         })??;
         let cmds = format!(
             "link set lo up\n\
@@ -180,7 +189,7 @@ impl Topology {
              addr add {me}/32 peer {peer}/32 dev {TUN_NAME}\n"
         );
         sys::ip(&["-n", &ns, "-batch", "-"], Some(&cmds))?;
-        Ok(tun)
+        Ok((tun, netdev))
     }
 
     fn start_workers(&mut self, opts: &UpOptions) {
@@ -408,6 +417,10 @@ impl Topology {
 
     /// Start counting from zero (counters, queue peaks, lateness) within 100 ms.
     pub fn reset_stats(&self) {
+        for dir in 0..2 {
+            let now = self.shared.device_drops(dir);
+            self.shared.device_drop_base[dir].store(now, Ordering::SeqCst);
+        }
         for r in &self.shared.reset {
             r.store(true, Ordering::SeqCst);
         }
@@ -486,10 +499,14 @@ impl Topology {
 
 fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuStats {
     let get = |i: usize| {
-        shared.snapshots[i]
+        let mut s = shared.snapshots[i]
             .lock()
             .map(|s| s.clone())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        s.drops.device = shared
+            .device_drops(i)
+            .saturating_sub(shared.device_drop_base[i].load(Ordering::SeqCst));
+        s
     };
     EmuStats {
         schema_version: STATS_SCHEMA_VERSION,

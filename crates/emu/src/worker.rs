@@ -43,10 +43,44 @@ pub(crate) struct Shared {
     pub(crate) running: [AtomicBool; 2],
     pub(crate) failures: Mutex<Vec<String>>,
     pub(crate) notes: Mutex<Vec<String>>,
+    /// `/proc/net/dev` of side A and side B, opened inside each namespace.
+    pub(crate) netdev: Mutex<Vec<std::fs::File>>,
+    /// Device drops counted before the last reset, per direction.
+    pub(crate) device_drop_base: [std::sync::atomic::AtomicU64; 2],
 }
 
 impl Shared {
-    fn fail(&self, msg: String) {
+    /// `tx_dropped` of the TUN device that feeds direction `dir` (A's for A→B).
+    pub(crate) fn device_drops(&self, dir: usize) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let Ok(files) = self.netdev.lock() else {
+            return 0;
+        };
+        let Some(f) = files.get(dir) else {
+            return 0;
+        };
+        let mut buf = vec![0u8; 16 * 1024];
+        let n = f.read_at(&mut buf, 0).unwrap_or(0);
+        parse_tx_dropped(
+            &String::from_utf8_lossy(&buf[..n]),
+            crate::topology::TUN_NAME,
+        )
+        .unwrap_or(0)
+    }
+}
+
+/// The `tx drop` column of `device` in `/proc/net/dev`.
+pub(crate) fn parse_tx_dropped(text: &str, device: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{device}:")))?;
+    let fields: Vec<&str> = line.split(':').nth(1)?.split_whitespace().collect();
+    // rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes packets errs drop
+    fields.get(11)?.parse().ok()
+}
+
+impl Shared {
+    pub(crate) fn fail(&self, msg: String) {
         if let Ok(mut f) = self.failures.lock() {
             f.push(msg);
         }
@@ -278,5 +312,21 @@ impl Worker {
             Ok(p) => Read::Packet(p),
             Err(_) => Read::Malformed(ip_len),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tx_dropped_is_read_from_the_devices_line() {
+        let text = "Inter-|   Receive                            |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
+   tt0: 1000 10 0 1 0 0 0 0 5000 50 0 7 0 0 0 0
+";
+        assert_eq!(parse_tx_dropped(text, "tt0"), Some(7));
+        assert_eq!(parse_tx_dropped(text, "eth0"), None);
     }
 }

@@ -421,10 +421,10 @@ fn dir_line(label: &str, d: &DirStats) -> String {
         Bytes(d.bytes_out),
         d.drops.queue,
         d.drops.loss,
-        if d.drops.malformed + d.drops.write_failed > 0 {
+        if d.drops.malformed + d.drops.write_failed + d.drops.device > 0 {
             format!(
-                " malformed {} write-failed {}",
-                d.drops.malformed, d.drops.write_failed
+                " device {} malformed {} write-failed {}",
+                d.drops.device, d.drops.malformed, d.drops.write_failed
             )
         } else {
             String::new()
