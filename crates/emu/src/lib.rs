@@ -10,28 +10,51 @@
 //! * [`Topology`] is the driver: it creates the namespaces and TUN devices, runs the
 //!   emulator threads and tears everything down when dropped.
 //!
+//! * [`state`] keeps a record per topology under `/run/tcptune/` (owner pid and start time,
+//!   live counters), so that `tcptune emu status` sees every topology and a crashed owner's
+//!   leftovers are removed by the next `up` — never those of a live owner.
+//!
 //! Addresses (inside the namespaces only): side A is [`ADDR_A`] (198.18.0.1), side B is
 //! [`ADDR_B`] (198.19.0.1), from 198.18.0.0/15, the range RFC 2544 sets aside for
-//! benchmarking. Every topology uses the same two addresses in its own namespaces.
+//! benchmarking. Every topology uses the same two addresses in its own namespaces
+//! (`tt-NAME-a`, `tt-NAME-b`), each with a TUN device `tt0` and point-to-point routes.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tcptune_core::Rate;
+//! use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+//!
+//! let path = PathConfig {
+//!     delay: Duration::from_millis(25),
+//!     rate: Some(Rate::gbit(1)),
+//!     ..PathConfig::default()
+//! };
+//! let cfg = TopologyConfig::new(unique_name("demo"), path)
+//!     .sysctl("net.ipv4.tcp_wmem", "4096 16384 268435456");
+//! let topo = Topology::up(&cfg)?;
+//! let status = topo.command(Side::A, "ping").args(["-c", "3", "198.19.0.1"]).status();
+//! let stats = topo.down()?;
+//! println!("{} packets A->B, p99 lateness {} us", stats.a_to_b.packets_out, stats.a_to_b.lateness.p99_us);
+//! # Ok::<(), tcptune_emu::EmuError>(())
+//! ```
 
 pub mod capacity;
 pub mod config;
 pub mod packet;
 pub mod path;
 pub mod stage;
-pub mod stats;
-
-pub use capacity::capacity_warning;
-pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
-pub use path::Path;
-pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};
 pub mod state;
+pub mod stats;
 
 mod error;
 mod sys;
 mod topology;
 mod worker;
 
+pub use capacity::capacity_warning;
+pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
 pub use error::EmuError;
+pub use path::Path;
 pub use state::{OwnerKind, TopologyRecord};
+pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};
 pub use topology::{unique_name, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};
