@@ -6,7 +6,9 @@
 //! compared like with like: the kernel-held peak (`sk_sndbuf`/`sk_rcvbuf`, the larger end,
 //! summed over streams) is halved into `setsockopt` units (the kernel stores twice what
 //! `setsockopt` asks for), and that is what must stay within 2 x BDP: the size the classic
-//! manual rule would ask for.
+//! manual rule would ask for. The buffer sizes are limits the kernel may fill (a receive
+//! buffer fills with out-of-order data after a loss); the memory actually in use at the peak
+//! (`sk_wmem_queued`, `sk_rmem_alloc`) is reported beside them but not judged.
 
 use crate::aggregate::Aggregate;
 use crate::plan::{ExpandedPlan, HostConfig};
@@ -42,6 +44,9 @@ pub struct HeadlineRow {
     pub auto_over_kernel: Option<f64>,
     /// `auto`'s peak kernel-held buffer (larger end, all streams), bytes.
     pub auto_peak_buffer_bytes: Option<u64>,
+    /// `auto`'s peak memory actually in use (`sk_wmem_queued` or `sk_rmem_alloc`, the larger
+    /// end, all streams), bytes.
+    pub auto_peak_used_bytes: Option<u64>,
     /// `ideal`'s peak kernel-held buffer, bytes.
     pub ideal_peak_buffer_bytes: Option<u64>,
     /// `auto`'s memory / `ideal`'s.
@@ -107,6 +112,7 @@ pub fn headline(plan: &ExpandedPlan, agg: &Aggregate) -> Headline {
                 auto_over_ideal,
                 auto_over_kernel: ratio(auto_bps, kernel_default_bps),
                 auto_peak_buffer_bytes: auto_buf.map(|b| b as u64),
+                auto_peak_used_bytes: auto.map(|s| s.peak_used_bytes.median as u64),
                 ideal_peak_buffer_bytes: ideal_buf.map(|b| b as u64),
                 auto_mem_over_ideal: ratio(auto_buf, ideal_buf),
                 auto_mem_bdp,
@@ -122,7 +128,7 @@ pub fn headline(plan: &ExpandedPlan, agg: &Aggregate) -> Headline {
             }
             if let (Some(false), Some(r)) = (row.throughput_goal_met, row.auto_over_ideal) {
                 h.shortfalls.push(format!(
-                    "{path}: auto reached {:.2} of ideal ({} vs {}), below the {THROUGHPUT_GOAL} goal",
+                    "{path}: auto reached {:.3} of ideal ({} vs {}), below the {THROUGHPUT_GOAL} goal",
                     r,
                     fmt_mbps(auto_bps),
                     fmt_mbps(ideal_bps)
@@ -225,7 +231,7 @@ mod tests {
         assert_eq!((h.goals_met, h.judged), (0, 1));
         assert_eq!(h.shortfalls.len(), 2, "{:?}", h.shortfalls);
         assert!(
-            h.shortfalls[0].contains("0.50 of ideal"),
+            h.shortfalls[0].contains("0.500 of ideal"),
             "{}",
             h.shortfalls[0]
         );

@@ -32,6 +32,7 @@ h3{font-size:15px;margin:18px 0 6px}
 .sub{color:#555;margin-top:0}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;vertical-align:top}
+td{white-space:nowrap}td.l{white-space:normal}
 th{background:#f5f5f5}td.l,th.l{text-align:left}
 .ok{background:#e6f4ea}.bad{background:#fce8e6}.na{color:#888}.part{background:#fff4d6}
 .grid{display:grid;gap:6px 10px}
@@ -73,7 +74,7 @@ fn rationale(mode: &str) -> &'static str {
     match mode {
         "none" => "fixed 64 KiB buffers (setsockopt), the untuned stack of 2002 (2.2.20-none); the same under every configuration, so run with the defaults",
         "kernel" => "Linux autotuning, nothing set (the paper's 2.4.17-Auto): with default maxima (case 1) and with raised maxima (case 2); setting buffers would switch it off",
-        "manual" => "2 x BDP from the measured RTT, set once with setsockopt: user tuning (case 3); under defaults it shows what the default caps allow",
+        "manual" => "2 x BDP from the RTT measured before the transfer and the path's configured rate (the lab passes manual:RATE, as a person with pathchar would), set once with setsockopt: user tuning (case 3); under defaults it shows what the default caps allow",
         "psc" => "sender-side dynamic tuning (Semke et al.): a kernel-style technique, cases 1 and 2",
         "drs" => "receiver-side Dynamic Right-Sizing: a kernel-style technique, cases 1 and 2 (the paper's 2.4.17-DRS)",
         "probe" => "measure the path once, then a static setsockopt (NLANR's auto-tuned FTP): user tuning",
@@ -147,11 +148,11 @@ fn headline_section(h: &mut String, i: &ReportInput) {
         )
     };
     let _ = write!(h, "<p><b>Verdict: {}.</b></p>", esc(&verdict));
-    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP</th><th>auto (host)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / kernel</th><th>auto peak buffer<br>(kernel-held)</th><th>ideal peak buffer<br>(kernel-held)</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
+    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP</th><th>auto (host)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / kernel</th><th>auto peak buffer<br>(kernel-held)</th><th>auto peak<br>in use</th><th>ideal peak buffer<br>(kernel-held)</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
     for r in &hl.rows {
         let _ = write!(
             h,
-            "<tr><td>{} ms</td><td>{}</td><td>{} MiB</td><td>{} ({})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+            "<tr><td>{} ms</td><td>{}</td><td>{} MiB</td><td>{} ({})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
             r.rtt_ms,
             r.streams,
             mib(r.bdp_bytes as f64),
@@ -164,6 +165,7 @@ fn headline_section(h: &mut String, i: &ReportInput) {
             pct(r.auto_over_ideal),
             pct(r.auto_over_kernel),
             r.auto_peak_buffer_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
+            r.auto_peak_used_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
             r.ideal_peak_buffer_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
             pct(r.auto_mem_over_ideal),
             goal_class(r.memory_goal_met),
@@ -236,7 +238,7 @@ fn sweep_section(h: &mut String, i: &ReportInput) {
     let _ = write!(
         h,
         "<div class=\"grid\" style=\"grid-template-columns:repeat({},minmax(0,1fr))\">",
-        b.rtts_us.len().min(3)
+        b.rtts_us.len().clamp(2, 3)
     );
     for &rtt in &b.rtts_us {
         h.push_str("<div>");
@@ -296,55 +298,85 @@ fn memory_section(h: &mut String, i: &ReportInput) {
     h.push_str("<h2>Memory efficiency</h2>");
     let _ = write!(
         h,
-        "<p class=\"note\">Throughput per MiB of peak socket buffer. {} Efficiency divides the median throughput (Mbit/s) by the median kernel-held peak of the larger end (MiB). The row with the best efficiency among those reaching at least 90% of the best throughput in its group is highlighted.</p>",
+        "<p class=\"note\">Throughput per MiB of peak socket buffer: the median throughput (Mbit/s) divided by the median kernel-held peak buffer of the larger end (MiB, all streams). \"in use\" is the peak memory actually queued in those buffers. {} In each column, the most efficient mode among those reaching at least 90% of the column's best throughput is highlighted. Full numbers per run: results.csv; per cell: cells.csv.</p>",
         esc(UNITS)
     );
     for p in &i.summary.paths {
+        let counts: Vec<u32> = p.streams.iter().map(|s| s.streams).collect();
         let _ = write!(
             h,
-            "<h3>{} ms (BDP {} MiB)</h3><table><tr><th>streams</th><th class=\"l\">mode</th><th class=\"l\">host</th><th>Mbit/s</th><th>peak sndbuf MiB</th><th>peak rcvbuf MiB</th><th>peak (larger) / BDP</th><th>Mbit/s per MiB</th><th>streams used</th></tr>",
+            "<h3>{} ms (BDP {} MiB)</h3><table><tr><th class=\"l\" rowspan=\"2\">mode</th><th class=\"l\" rowspan=\"2\">host</th>",
             p.rtt_ms,
             mib(p.bdp_bytes as f64)
         );
+        for n in &counts {
+            let _ = write!(
+                h,
+                "<th colspan=\"4\">{n} stream{}</th>",
+                if *n == 1 { "" } else { "s" }
+            );
+        }
+        h.push_str("</tr><tr>");
+        for _ in &counts {
+            h.push_str(
+                "<th>Mbit/s</th><th>peak MiB</th><th>in use MiB</th><th>Mbit/s per MiB</th>",
+            );
+        }
+        h.push_str("</tr>");
+        let eff = |m: &crate::summary::ModeSummary| {
+            let b = m.peak_buffer_bytes as f64 / f64::from(1u32 << 20);
+            (b > 0.0).then(|| m.throughput_bps / 1e6 / b)
+        };
+        // The highlighted winner of each column.
+        let winners: Vec<Option<(String, HostConfig)>> = p
+            .streams
+            .iter()
+            .map(|st| {
+                let best = st
+                    .modes
+                    .iter()
+                    .map(|m| m.throughput_bps)
+                    .fold(0.0, f64::max);
+                st.modes
+                    .iter()
+                    .filter(|m| m.throughput_bps >= 0.9 * best)
+                    .filter_map(|m| eff(m).map(|e| (e, m.mode.clone(), m.host)))
+                    .max_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|w| (w.1, w.2))
+            })
+            .collect();
+        let mut rows: Vec<(String, HostConfig)> = Vec::new();
         for st in &p.streams {
-            if st.modes.is_empty() {
-                continue;
-            }
-            let best = st
-                .modes
-                .iter()
-                .map(|m| m.throughput_bps)
-                .fold(0.0, f64::max);
-            let eff = |m: &crate::summary::ModeSummary| {
-                let b = m.peak_buffer_bytes as f64 / f64::from(1u32 << 20);
-                (b > 0.0).then(|| m.throughput_bps / 1e6 / b)
-            };
-            let winner = st
-                .modes
-                .iter()
-                .filter(|m| m.throughput_bps >= 0.9 * best)
-                .filter_map(|m| eff(m).map(|e| (e, m.mode.clone(), m.host)))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
             for m in &st.modes {
-                let hi = winner
-                    .as_ref()
-                    .is_some_and(|w| w.1 == m.mode && w.2 == m.host);
-                let _ = write!(
-                    h,
-                    "<tr{}><td>{}</td><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
-                    if hi { " class=\"ok\"" } else { "" },
-                    st.streams,
-                    esc(&m.mode),
-                    m.tune.as_ref().map_or(String::new(), |t| format!(" ({})", esc(t))),
-                    m.host,
-                    m.throughput_bps / 1e6,
-                    mib(m.peak_sndbuf_bytes as f64),
-                    mib(m.peak_rcvbuf_bytes as f64),
-                    m.peak_buffer_bytes as f64 / p.bdp_bytes.max(1) as f64,
-                    eff(m).map_or("-".into(), |e| format!("{e:.0}")),
-                    m.streams_used
-                );
+                if !rows.iter().any(|(mm, hh)| *mm == m.mode && *hh == m.host) {
+                    rows.push((m.mode.clone(), m.host));
+                }
             }
+        }
+        for (mode, host) in rows {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{host}</td>",
+                esc(&mode)
+            );
+            for (st, w) in p.streams.iter().zip(&winners) {
+                match st.modes.iter().find(|m| m.mode == mode && m.host == host) {
+                    Some(m) => {
+                        let hi = w.as_ref().is_some_and(|w| w.0 == mode && w.1 == host);
+                        let cls = if hi { " class=\"ok\"" } else { "" };
+                        let _ = write!(
+                            h,
+                            "<td{cls}>{:.0}</td><td{cls}>{}</td><td{cls}>{}</td><td{cls}>{}</td>",
+                            m.throughput_bps / 1e6,
+                            mib(m.peak_buffer_bytes as f64),
+                            mib(m.peak_used_bytes as f64),
+                            eff(m).map_or("-".into(), |e| format!("{e:.0}"))
+                        );
+                    }
+                    None => h.push_str("<td class=\"na\" colspan=\"4\">-</td>"),
+                }
+            }
+            h.push_str("</tr>");
         }
         h.push_str("</table>");
     }

@@ -81,6 +81,8 @@ pub struct ModeSummary {
     pub peak_buffer_bytes: u64,
     /// Median peak kernel-held send buffer (sender, all streams), bytes.
     pub peak_sndbuf_bytes: u64,
+    /// Median peak memory in use (`sk_wmem_queued` or `sk_rmem_alloc`, larger end), bytes.
+    pub peak_used_bytes: u64,
     /// Median peak kernel-held receive buffer (receiver, all streams), bytes.
     pub peak_rcvbuf_bytes: u64,
     /// Median streams used.
@@ -111,6 +113,7 @@ fn mode_summary(mode: &str, host: HostConfig, s: &CellStats, tune: Option<String
         throughput_max_bps: s.throughput_bps.max,
         peak_buffer_bytes: s.peak_buffer_bytes.median as u64,
         peak_sndbuf_bytes: s.peak_sndbuf_bytes.median as u64,
+        peak_used_bytes: s.peak_used_bytes.median as u64,
         peak_rcvbuf_bytes: s.peak_rcvbuf_bytes.median as u64,
         streams_used: s.streams_used.median,
         runs: s.runs,
@@ -179,6 +182,8 @@ pub const UNITS: &str =
     "Throughput is measured at the receiver (first byte to last byte), in bit/s \
 (decimal: 1 Mbit/s = 10^6 bit/s). Buffer figures are kernel-held bytes (sk_sndbuf at the sender, \
 sk_rcvbuf at the receiver, from SO_MEMINFO), summed over streams; peak_buffer is the larger end. \
+These are limits the kernel may fill; peak_used is the memory actually queued at the peak \
+(sk_wmem_queued at the sender, sk_rmem_alloc at the receiver, the larger end). \
 The kernel holds twice what setsockopt asks for, so a fixed:S run holds about 2 S per stream; \
 sizes of fixed modes and of ideal are setsockopt values. 1 MiB = 2^20 bytes.";
 

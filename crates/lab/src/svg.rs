@@ -95,13 +95,14 @@ pub fn esc(s: &str) -> String {
     o
 }
 
-/// The smallest of 1, 2, 2.5, 5 x 10^k at or above `v` (1 for non-positive input).
+/// The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k at or above `v` (1 for
+/// non-positive input): a round axis top that wastes little of the plot.
 pub fn nice_ceil(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+    for m in [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if m * p >= v * 0.999_999 {
             return m * p;
         }
@@ -355,9 +356,10 @@ mod tests {
     }
 
     #[test]
-    fn nice_ceil_rounds_up_to_1_2_2_5_5() {
+    fn nice_ceil_rounds_up_to_a_round_value_close_above() {
         assert_eq!(nice_ceil(430.0), 500.0);
         assert_eq!(nice_ceil(1000.0), 1000.0);
+        assert_eq!(nice_ceil(1005.0), 1200.0);
         assert_eq!(nice_ceil(210.0), 250.0);
         assert_eq!(nice_ceil(0.0), 1.0);
         assert_eq!(nice_ceil(1.5), 2.0);

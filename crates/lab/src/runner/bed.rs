@@ -143,6 +143,16 @@ impl Bed {
         Ok(())
     }
 
+    /// Set a sysctl in both namespaces.
+    pub(crate) fn set_sysctl(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        let t = self.topo()?;
+        for side in [Side::A, Side::B] {
+            t.set_sysctl(side, key, value)
+                .with_context(|| format!("in {}", t.netns(side)))?;
+        }
+        Ok(())
+    }
+
     /// The emulator's counters.
     pub(crate) fn stats(&self) -> Option<EmuStats> {
         self.topo.as_ref().map(|t| t.stats())
@@ -213,11 +223,16 @@ impl Bed {
             "-l".into(),
             plan.message_size.0.to_string(),
             "--tune".into(),
-            key.tune.clone(),
+            tune_arg(key, plan),
             "--json".into(),
             "--max-time".into(),
             max_time_arg(max_time),
         ];
+        let mut args = args;
+        if let Some(cc) = &plan.congestion {
+            args.push("-C".into());
+            args.push(cc.clone());
+        }
         let t0 = Instant::now();
         let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
         cmd.args(&args).stdin(Stdio::null()).stdout(out).stderr(err);
@@ -320,9 +335,19 @@ impl Drop for Bed {
     }
 }
 
-/// The `--max-time` value for `tcptune send`.
+/// The `--tune` value: `manual` gets the path's configured rate (the paper's manual tuning
+/// measures bandwidth with pathchar; the lab knows it), everything else as planned.
+fn tune_arg(key: &CellKey, plan: &Plan) -> String {
+    if key.tune == "manual" {
+        format!("manual:{}bit", plan.rate.0)
+    } else {
+        key.tune.clone()
+    }
+}
+
+/// The `--max-time` value for `tcptune send`: seconds (`6`, `6.5`).
 fn max_time_arg(d: Duration) -> String {
-    tcptune_core::format_duration(d)
+    format!("{}", d.as_secs_f64())
 }
 
 fn tail(s: &str) -> String {

@@ -1,14 +1,15 @@
 //! The runner: the I/O side of the lab.
 //!
 //! Order of work: check privileges, write `plan.json` and `meta.json`, calibrate the emulator
-//! (refuse if it is not faithful at the plan's rate), then for each host configuration (the
-//! untuned one first, before any global sysctl is touched) and each path: bring up a
-//! [`Topology`] with the configuration's namespace sysctls, start `tcptune serve` on side B,
-//! and run every cell of that group `repetitions` times (repetition-major, so slow drift of
-//! the machine spreads over all cells) with `tcptune send ... --json` on side A. Each run's
-//! record is appended to `results.jsonl` as soon as it finishes. At the end (also after an
-//! error or Ctrl-C) the global sysctls are restored, `meta.json` is completed and every
-//! report is built.
+//! (refuse if it is not faithful at the plan's rate), then for each path: bring up a
+//! `tcptune_emu::Topology`, start `tcptune serve` on side B, and run every cell of that path
+//! `repetitions` times with `tcptune send ... --json` on side A, in a seeded random order per
+//! repetition so that drift of a shared machine spreads over all cells. Before each run whose
+//! host configuration differs from the previous one, the namespaces' `tcp_rmem`/`tcp_wmem`
+//! and the global `net.core.{r,w}mem_max` are switched (raised through a guard, or put back
+//! to the host's values for the untuned configuration). Each run's record is appended to
+//! `results.jsonl` as soon as it finishes. At the end (also after an error or Ctrl-C) the
+//! global sysctls are restored, `meta.json` is completed and every report is built.
 
 mod bed;
 pub mod calibrate;
@@ -75,21 +76,71 @@ pub struct NotFaithful {
 #[error("{0}")]
 pub struct Unavailable(pub String);
 
-/// The namespace sysctls of a host configuration.
-pub fn namespace_sysctls(plan: &Plan, host: HostConfig) -> Vec<(String, String)> {
-    let mut v = vec![
-        // The paper's guideline: do not let one run's cached ssthresh steer the next.
-        ("net.ipv4.tcp_no_metrics_save".to_string(), "1".to_string()),
-    ];
-    if let Some(cc) = &plan.congestion {
-        v.push(("net.ipv4.tcp_congestion_control".into(), cc.clone()));
-    }
+/// Namespace sysctls set when a path comes up, whatever the host configuration.
+pub fn base_sysctls() -> Vec<(String, String)> {
+    // The paper's guideline: do not let one run's cached ssthresh steer the next. (The
+    // congestion control is set per transfer with `send -C`: a namespace's default can only
+    // be one of the host's tcp_allowed_congestion_control.)
+    vec![("net.ipv4.tcp_no_metrics_save".to_string(), "1".to_string())]
+}
+
+/// The per-namespace buffer sysctls of a host configuration; `defaults` are the namespace's
+/// own `tcp_rmem`/`tcp_wmem` (what the untuned configuration puts back).
+pub fn host_sysctls(
+    plan: &Plan,
+    host: HostConfig,
+    defaults: &[(String, String)],
+) -> Vec<(String, String)> {
     if host.raises_limits() {
         let max = plan.raised_limit().0;
-        v.push(("net.ipv4.tcp_rmem".into(), format!("4096 131072 {max}")));
-        v.push(("net.ipv4.tcp_wmem".into(), format!("4096 16384 {max}")));
+        vec![
+            ("net.ipv4.tcp_rmem".into(), format!("4096 131072 {max}")),
+            ("net.ipv4.tcp_wmem".into(), format!("4096 16384 {max}")),
+        ]
+    } else {
+        defaults.to_vec()
     }
-    v
+}
+
+fn restore_globals(globals: &mut GlobalSysctls) -> anyhow::Result<()> {
+    let errs = globals.restore();
+    if !errs.is_empty() {
+        bail!("restoring global sysctls: {}", errs.join("; "));
+    }
+    Ok(())
+}
+
+/// Put the path's namespaces and the global maxima into a host configuration.
+fn switch_host(
+    bed: &Bed,
+    plan: &Plan,
+    host: HostConfig,
+    defaults: &[(String, String)],
+    globals: &mut GlobalSysctls,
+) -> anyhow::Result<()> {
+    if host.raises_limits() {
+        let raised = plan.raised_limit().0;
+        globals.raise_to("net.core.rmem_max", raised)?;
+        globals.raise_to("net.core.wmem_max", raised)?;
+    } else {
+        restore_globals(globals)?;
+    }
+    for (k, v) in host_sysctls(plan, host, defaults) {
+        bed.set_sysctl(&k, &v)
+            .with_context(|| format!("setting {k}={v} for the {host} configuration"))?;
+    }
+    Ok(())
+}
+
+/// Fisher-Yates with a small xorshift generator (deterministic for a seed).
+fn shuffle<T>(v: &mut [T], state: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let j = (*state % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
 }
 
 /// The sysctls read back from a namespace for the record.
@@ -102,7 +153,6 @@ const RECORDED_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_moderate_rcvbuf",
     "net.ipv4.tcp_window_scaling",
     "net.ipv4.tcp_no_metrics_save",
-    "net.ipv4.tcp_mem",
 ];
 
 fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
@@ -199,7 +249,17 @@ fn run_matrix(
 ) -> anyhow::Result<()> {
     let p = &plan.plan;
     if cfg.calibrate {
+        if cfg.progress {
+            eprintln!(
+                "tcptune lab: checking that the emulator holds {} (one well-buffered transfer at {} ms RTT)",
+                p.rate,
+                calibrate::CALIBRATION_RTT_US / 1000
+            );
+        }
         let cal = calibrate_rate(cfg, dir)?;
+        if cfg.progress {
+            eprintln!("tcptune lab: calibration: {}", cal.verdict);
+        }
         meta.calibration = Some(cal.clone());
         results::write_json(&dir.join(results::META_FILE), meta)?;
         if !cal.faithful && !cfg.force {
@@ -226,13 +286,10 @@ fn run_matrix(
         }
     }
 
-    // Group the cells by host configuration and path.
-    let mut groups: BTreeMap<(HostConfig, u64), Vec<&CellKey>> = BTreeMap::new();
+    // Group the cells by path; the host configuration is switched run by run.
+    let mut groups: BTreeMap<u64, Vec<&CellKey>> = BTreeMap::new();
     for c in &plan.cells {
-        groups
-            .entry((c.key.host, c.key.rtt_us))
-            .or_default()
-            .push(&c.key);
+        groups.entry(c.key.rtt_us).or_default().push(&c.key);
     }
     let total_runs = plan.runs();
     let total_cost: f64 = plan
@@ -248,51 +305,52 @@ fn run_matrix(
         progress::fmt_secs(std::time::Duration::from_secs_f64(total_cost)),
         dir.display()
     ));
-    let raised = p.raised_limit().0;
-    for ((host, rtt_us), cells) in groups {
+    let mut rng = p.seed ^ 0x9e37_79b9_7f4a_7c15;
+    for (rtt_us, cells) in groups {
         if signals::interrupted() {
             break;
         }
-        if host.raises_limits() {
-            globals.raise_to("net.core.rmem_max", raised)?;
-            globals.raise_to("net.core.wmem_max", raised)?;
-        } else {
-            let errs = globals.restore();
-            if !errs.is_empty() {
-                bail!(
-                    "restoring global sysctls before an untuned group: {}",
-                    errs.join("; ")
-                );
-            }
-        }
-        meta.global_changes = globals.changes().to_vec();
+        // Bring the path up under the host's own global limits.
+        restore_globals(globals)?;
         let spec = BedSpec {
-            name: unique_name(host_tag(host)),
+            name: unique_name("p"),
             rtt_us,
             rate: p.rate,
             mtu: p.mtu,
             queue_bdp: p.queue_bdp,
             seed: p.seed,
-            sysctls: namespace_sysctls(p, host),
+            sysctls: base_sysctls(),
             tcptune: cfg.tcptune.clone(),
             port: cfg.port,
             log_dir: dir.join("logs"),
         };
         let mut bed = Bed::up(&spec).with_context(|| {
             format!(
-                "bringing up the emulated path for RTT {} ms ({host})",
+                "bringing up the emulated path for RTT {} ms",
                 rtt_us as f64 / 1000.0
             )
         })?;
-        if !meta.namespace_sysctls.iter().any(|(h, _)| *h == host) {
-            meta.namespace_sysctls
-                .push((host, bed.read_sysctls(RECORDED_SYSCTLS)));
-            results::write_json(&dir.join(results::META_FILE), meta)?;
-        }
+        let defaults = bed.read_sysctls(&["net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"]);
+        let mut current: Option<HostConfig> = None;
         'reps: for rep in 1..=p.repetitions {
-            for key in &cells {
+            // A fresh seeded order each repetition, so that drift of a shared machine does
+            // not favour the host configurations or modes that happen to run first.
+            let mut order = cells.clone();
+            shuffle(&mut order, &mut rng);
+            for key in order {
                 if signals::interrupted() {
                     break 'reps;
+                }
+                if current != Some(key.host) {
+                    switch_host(&bed, p, key.host, &defaults, globals)?;
+                    current = Some(key.host);
+                    meta.global_changes = globals.changes().to_vec();
+                    if !meta.namespace_sysctls.iter().any(|(h, _)| *h == key.host) {
+                        meta.namespace_sysctls
+                            .push((key.host, bed.read_sysctls(RECORDED_SYSCTLS)));
+                        meta.namespace_sysctls.sort_by_key(|(h, _)| *h);
+                    }
+                    results::write_json(&dir.join(results::META_FILE), meta)?;
                 }
                 let what = key.id();
                 progress.starting(&what);
@@ -317,14 +375,6 @@ fn run_matrix(
         progress.note("tcptune lab: interrupted; writing the partial report");
     }
     Ok(())
-}
-
-fn host_tag(h: HostConfig) -> &'static str {
-    match h {
-        HostConfig::Untuned => "u",
-        HostConfig::KernelOnly => "k",
-        HostConfig::UserKernel => "m",
-    }
 }
 
 /// Calibrate at the plan's rate; when that fails, try lower rates to tell the user what the
@@ -370,7 +420,7 @@ fn calibrate_once(
         mtu: p.mtu,
         queue_bdp: p.queue_bdp,
         seed: p.seed,
-        sysctls: namespace_sysctls(p, HostConfig::Untuned),
+        sysctls: base_sysctls(),
         tcptune: cfg.tcptune.clone(),
         port: cfg.port,
         log_dir: dir.join("logs"),
@@ -405,4 +455,49 @@ fn calibrate_once(
         drops: stats.as_ref().map_or(0, |s| s.a_to_b.drops.total()),
     };
     Ok(calibrate::judge(&m, rtt_us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raised_configurations_lift_both_maxima_and_untuned_puts_defaults_back() {
+        let plan = Plan::quick();
+        let defaults = vec![
+            (
+                "net.ipv4.tcp_rmem".to_string(),
+                "4096 131072 33554432".to_string(),
+            ),
+            (
+                "net.ipv4.tcp_wmem".to_string(),
+                "4096 16384 4194304".to_string(),
+            ),
+        ];
+        assert_eq!(
+            host_sysctls(&plan, HostConfig::Untuned, &defaults),
+            defaults
+        );
+        let raised = host_sysctls(&plan, HostConfig::KernelOnly, &defaults);
+        assert_eq!(raised[0].1, "4096 131072 134217728");
+        assert_eq!(raised[1].1, "4096 16384 134217728");
+        assert_eq!(
+            host_sysctls(&plan, HostConfig::UserKernel, &defaults),
+            raised
+        );
+    }
+
+    #[test]
+    fn shuffle_is_a_seeded_permutation() {
+        let mut a: Vec<u32> = (0..20).collect();
+        let mut b = a.clone();
+        let (mut s1, mut s2) = (7u64, 7u64);
+        shuffle(&mut a, &mut s1);
+        shuffle(&mut b, &mut s2);
+        assert_eq!(a, b, "same seed, same order");
+        assert_ne!(a, (0..20).collect::<Vec<u32>>());
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..20).collect::<Vec<u32>>());
+    }
 }
