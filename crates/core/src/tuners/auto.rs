@@ -31,18 +31,20 @@
 //! request are built with the new count and never ask.
 //!
 //! **Explicit sizing where the kernel would be limited, or wasteful (shares above the unsent
-//! reserve).** The sender sets `SO_SNDBUF` before connecting so the buffer holds `1.5 x
+//! reserve).** The sender sets `SO_SNDBUF` before connecting so the buffer holds `1.75 x
 //! share` plus the unsent reserve, capped at `wmem_max`: enough to keep the pipe full
 //! (throughput needs one BDP in flight; the rest absorbs probe error and the writer's
-//! wake-up rule) and it stops a loss-based sender from filling the bottleneck queue with a
-//! second BDP. It sets `TCP_NOTSENT_LOWAT` to the reserve (about 6 ms at the stream's rate,
+//! wake-up rule, which keeps only two thirds of a full buffer busy) and it stops a
+//! loss-based sender from filling the bottleneck queue with a second BDP. It sets `TCP_NOTSENT_LOWAT` to the reserve (about 6 ms at the stream's rate,
 //! 128 KiB to 4 MiB): the application keeps only that much unsent data in the kernel, so
 //! memory in use is what is in flight plus a few milliseconds. The receiver sets `SO_RCVBUF`
-//! to its maximum before listening (so the window scale can reach it), then, once connected,
-//! buffer and window clamp to `1.5 x share`, grown in band by Dynamic Right-Sizing (1.2 x the
-//! largest bytes-per-RTT estimate, up to `rmem_max`). In `setsockopt` units the larger end
-//! then holds about 1.3-1.5 x BDP for the whole transfer (the kernel holds twice that), and
-//! the sender's memory in use stays near 1.4 x BDP: under the 2 x BDP goal.
+//! to its maximum (`1.75 x share`, at most `rmem_max`) before listening, so the window scale
+//! can reach it, then, once connected, buffer and window clamp to `1.5 x share`, grown in
+//! band by Dynamic Right-Sizing (1.2 x the largest bytes-per-RTT estimate) up to that
+//! maximum. The receive window, which never stalls like a blocked writer, is then what
+//! bounds data in flight. In `setsockopt` units the larger end holds 1.3-1.75 x BDP for the
+//! whole transfer (the kernel holds twice that), and the sender's memory in use stays near
+//! 1.5 x BDP: under the 2 x BDP goal.
 //!
 //! **Kernel autotuning where it is not limited.** For small shares (no more than the unsent
 //! reserve, e.g. any stream at 0.5 ms) explicit sizing cannot save memory without risking
@@ -85,6 +87,9 @@ use crate::tuner::{Action, ConnEvent, HostLimits, Role, Tuner, TunerContext};
 use crate::units::{format_duration, Bytes, Rate};
 use std::time::Duration;
 
+/// The receive window a right-sized receiver starts with, in multiples of its share.
+const RECV_HEADROOM: f64 = 1.5;
+
 /// Configuration of the [`AutoTuner`].
 #[derive(Clone, Debug)]
 pub struct AutoConfig {
@@ -98,12 +103,12 @@ pub struct AutoConfig {
 }
 
 impl Default for AutoConfig {
-    /// Headroom 1.5 x share in flight, 1.25 x BDP per stream count, 6 ms of unsent data
+    /// Headroom 1.75 x share in the send buffer, 1.25 x BDP per stream count, 6 ms of unsent data
     /// (128 KiB to 4 MiB), at most 16 streams, the peer assumed to have this host's limits.
     fn default() -> Self {
         AutoConfig {
             peer_limits: None,
-            headroom: 1.5,
+            headroom: 1.75,
             stream_headroom: 1.25,
             lowat_time: Duration::from_millis(6),
             min_lowat: Bytes::kib(128),
@@ -339,15 +344,18 @@ impl AutoPlan {
         let recv = if small {
             unsized_recv
         } else {
-            let max_buffer = if recv_limits.can_force {
-                // Room to grow to twice the share's window.
-                linux::rcvbuf_value_for_window(scale(share, 2.0 * cfg.headroom))
-            } else {
-                recv_limits.rmem_max
+            // The window starts at 1.5 x the share (the pipe needs one; the sender's buffer
+            // allows a little more) and may grow, by DRS, to the sender's headroom: within
+            // the 2 x BDP budget. With a BDP that may be a lower bound, to rmem_max.
+            let budget = linux::rcvbuf_value_for_window(scale(share, cfg.headroom));
+            let max_buffer = match (recv_limits.can_force, bdp_lower_bound) {
+                (true, _) => budget,
+                (false, true) => recv_limits.rmem_max,
+                (false, false) => budget.min(recv_limits.rmem_max),
             };
             let max_window =
                 linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, recv_limits));
-            let window = scale(share, cfg.headroom).min(max_window);
+            let window = scale(share, RECV_HEADROOM).min(max_window);
             RecvPlan::Sized {
                 window: Bytes(window),
                 max_buffer,
@@ -766,10 +774,11 @@ mod tests {
             panic!("expected explicit sizing: {:?}", t.plan());
         };
         let kernel = linux::sndbuf_after_setsockopt(v, &HostLimits::linux_defaults());
-        assert!(kernel <= 2 * bdp, "kernel buffer {kernel} over 2 x BDP");
+        // Within the 2 x BDP budget in setsockopt units (the kernel holds twice the value).
+        assert!(v.0 <= 2 * bdp, "SO_SNDBUF {v} over 2 x BDP");
         let lowat = t.plan().lowat;
         assert_eq!(lowat, Bytes(750_000), "6 ms at 1 Gbit/s");
-        assert!(linux::sndbuf_payload(kernel) - lowat.0 >= bdp * 3 / 2 - 1);
+        assert!(linux::sndbuf_payload(kernel) - lowat.0 >= bdp * 7 / 4 - 1);
         t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
         assert_eq!(
             actions(&mut t),
@@ -854,16 +863,17 @@ mod tests {
             AutoConfig::default().build(ctx(Role::Receiver, 100.0, Some(Rate::gbit(1)), 0, 8));
         let share = 12_500_000 / 8;
         let window = Bytes(share * 3 / 2);
+        let max = Bytes(share * 7 / 4);
         assert_eq!(
             r.plan().recv,
             RecvPlan::Sized {
                 window,
-                max_buffer: Bytes::mib(4)
+                max_buffer: max
             }
         );
         // The maximum before listening, so the window scale can reach it...
         r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes::mib(4))]);
+        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(max)]);
         // ... then 1.5 x the share, buffer and clamp (in setsockopt units 1.5 x BDP in all).
         r.handle_event(Time::ZERO, ConnEvent::Established);
         assert_eq!(
@@ -871,7 +881,8 @@ mod tests {
             vec![Action::SetRcvBuf(window), Action::SetWindowClamp(window)]
         );
         assert!(r.poll_interval().is_some());
-        // A sender delivering more than the window per RTT gets a larger one (DRS, 1.2 x).
+        // A sender delivering more than the window per RTT gets a larger one (DRS, 1.2 x),
+        // up to the sender's headroom.
         let rx = |b: u64| TcpSnapshot {
             bytes_received: Some(b),
             rcv_rtt_us: 100_000,
@@ -879,10 +890,7 @@ mod tests {
         };
         r.handle_snapshot(Time::from_millis(100), &rx(0));
         r.handle_snapshot(Time::from_millis(200), &rx(4_000_000));
-        assert_eq!(
-            actions(&mut r).last(),
-            Some(&Action::SetWindowClamp(Bytes(4_194_304)))
-        );
+        assert_eq!(actions(&mut r).last(), Some(&Action::SetWindowClamp(max)));
     }
 
     #[test]
@@ -963,16 +971,16 @@ mod tests {
         let now = feed(&mut t, now, 30, 8, |k| {
             snap(60, kernel, kernel, (k + 1) * 20_000, Rate::mbit(400))
         });
-        // At once: up to the budget of the BDP measured so far (1 Gbit/s x 25 ms).
-        assert_eq!(actions(&mut t), vec![Action::SetSndBuf(Bytes(3_125_000))]);
+        // Not at once: the buffer already exceeds the budget of the BDP measured so far
+        // (1 Gbit/s x 25 ms, in setsockopt units).
+        assert!(v > Bytes(3_125_000));
+        assert_eq!(actions(&mut t), vec![]);
         // Once the 25 ms minimum has aged out (10 s), the budget follows the new RTT.
-        let kernel = 6_250_000;
         feed(&mut t, now, 30, 400, |k| {
             snap(60, kernel, kernel, (k + 9) * 20_000, Rate::mbit(400))
         });
-        let grown: Vec<Action> = actions(&mut t);
-        assert_eq!(grown.first(), Some(&Action::SetSndBuf(Bytes(3_906_250))));
-        assert_eq!(grown.last(), Some(&Action::SetSndBuf(Bytes::mib(4))));
+        let want = Bytes(scale(v.0, 1.25)).min(Bytes::mib(4));
+        assert_eq!(actions(&mut t), vec![Action::SetSndBuf(want)]);
     }
 
     #[test]
