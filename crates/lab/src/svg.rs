@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(nice_ceil(1005.0), 1200.0);
         assert_eq!(nice_ceil(210.0), 250.0);
         assert_eq!(nice_ceil(0.0), 1.0);
-        assert_eq!(nice_ceil(1.5), 2.0);
+        assert_eq!(nice_ceil(1.7), 2.0);
         assert_eq!(tick_label(0.25), "0.25");
         assert_eq!(tick_label(250.0), "250");
     }
