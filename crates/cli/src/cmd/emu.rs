@@ -99,6 +99,9 @@ struct PathOpts {
     /// Do not run the emulator threads at real-time priority (for benchmarks).
     #[arg(long, hide = true)]
     no_realtime: bool,
+    /// Spin this long before a packet is due instead of sleeping (for benchmarks).
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    spin: Option<Duration>,
 }
 
 fn parse_loss(s: &str) -> Result<f64, String> {
@@ -149,11 +152,13 @@ impl PathOpts {
     }
 
     fn up_options(&self, owner: OwnerKind) -> UpOptions {
+        let default = UpOptions::default();
         UpOptions {
             offload: !self.no_offload,
             realtime: !self.no_realtime,
+            spin: self.spin.unwrap_or(default.spin),
             owner,
-            ..UpOptions::default()
+            ..default
         }
     }
 }
@@ -248,6 +253,7 @@ struct DaemonSpec {
     topology: TopologyConfig,
     offload: bool,
     realtime: bool,
+    spin_ns: u64,
 }
 
 /// Run `tcptune emu`.
@@ -463,6 +469,7 @@ fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
         topology: cfg.clone(),
         offload: up_opts.offload,
         realtime: up_opts.realtime,
+        spin_ns: u64::try_from(up_opts.spin.as_nanos()).unwrap_or(u64::MAX),
     };
     let exe = std::env::current_exe().context("finding the tcptune executable")?;
     let mut cmd = Command::new(exe);
@@ -568,6 +575,7 @@ fn daemon(o: DaemonOpts) -> anyhow::Result<ExitCode> {
     let opts = UpOptions {
         offload: spec.offload,
         realtime: spec.realtime,
+        spin: Duration::from_nanos(spec.spin_ns),
         owner: OwnerKind::Daemon,
         ..UpOptions::default()
     };
