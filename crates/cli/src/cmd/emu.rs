@@ -23,7 +23,9 @@ use tcptune_emu::{
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
 Examples:
-  tcptune emu run --rtt 100ms --rate 1gbit --server 'iperf3 -s' -- iperf3 -c '$TCPTUNE_PEER'
+  tcptune emu run --rtt 100ms --rate 1gbit --server 'iperf3 -s' -- iperf3 -c 198.19.0.1
+  tcptune emu run --rtt 50ms --rate 500mbit --loss 0.01% --server 'tcptune serve' \\
+      -- sh -c 'tcptune send $TCPTUNE_PEER --json'
   sudo tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
   tcptune emu exec wan b -- iperf3 -s -D
   tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
@@ -32,8 +34,9 @@ Examples:
 
 Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and tt-NAME-b
 joined by a TUN device each; the emulator threads carry packets between them through the
-path, the same in both directions. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN),
-/dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.")]
+path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
+side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
+them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.")]
 pub(crate) struct Opts {
     #[command(subcommand)]
     command: EmuCommand,
