@@ -257,6 +257,29 @@ pub fn set_nodelay(fd: BorrowedFd<'_>, on: bool) -> Result<(), SockoptError> {
     )
 }
 
+/// `SO_LINGER` on with a zero timeout: `close()` then resets the connection and discards
+/// data still queued instead of sending it.
+pub fn set_linger_zero(fd: BorrowedFd<'_>) -> Result<(), SockoptError> {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: pointer to a live linger and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(os_err("setsockopt SO_LINGER={on,0}"));
+    }
+    Ok(())
+}
+
 /// `TCP_CONGESTION`: select the congestion control (`cubic`, `bbr`, `reno`).
 pub fn set_congestion(fd: BorrowedFd<'_>, name: &str) -> Result<(), SockoptError> {
     let op = format!("setsockopt TCP_CONGESTION={name}");

@@ -697,17 +697,23 @@ impl Ctx<'_> {
                 if !stopped && start.elapsed() >= limit {
                     stopped = true;
                     capped = is_cap && !engine.all_done();
-                    if role == Role::Sender {
-                        engine.stop();
-                    } else {
+                    // The cap ends the transfer at once at both ends (queued data is
+                    // discarded); a duration workload lets written data arrive.
+                    if capped || role == Role::Receiver {
                         self.send(&ClientMsg::Stop { capped })?;
+                    }
+                    if capped {
+                        engine.abort();
+                    } else if role == Role::Sender {
+                        engine.stop();
                     }
                 }
             }
             // Stall detection.
             let b = engine.bytes();
-            if b != last_bytes.0 {
-                last_bytes = (b, Instant::now());
+            let moved = engine.progress();
+            if moved != last_bytes.0 {
+                last_bytes = (moved, Instant::now());
             } else if last_bytes.1.elapsed()
                 > cfg.idle_timeout.saturating_add(Duration::from_secs(5))
             {

@@ -116,6 +116,9 @@ struct Counters {
     bytes: AtomicU64,
     /// Nanoseconds since the epoch of the last byte written or read (0: none yet).
     last_io_ns: AtomicU64,
+    /// TCP-level progress from the last sample (`tcpi_bytes_acked` at a sender,
+    /// `tcpi_bytes_received` at a receiver): moves even while the application is blocked.
+    tcp_bytes: AtomicU64,
     done: AtomicBool,
 }
 
@@ -264,6 +267,7 @@ impl Engine {
         let counters = Arc::new(Counters {
             bytes: AtomicU64::new(0),
             last_io_ns: AtomicU64::new(0),
+            tcp_bytes: AtomicU64::new(0),
             done: AtomicBool::new(false),
         });
         let thread = {
@@ -326,11 +330,14 @@ impl Engine {
         self.go();
     }
 
-    /// Tear down: every data thread ends as soon as it can.
+    /// Tear down: every data thread ends as soon as it can, and data still queued in the
+    /// kernel is discarded when the sockets close (`SO_LINGER` 0: a reset instead of
+    /// draining a full send buffer over a slow path). Used for errors and for the time cap.
     pub(crate) fn abort(&self) {
         self.shared.abort.store(true, Ordering::Release);
         self.stop();
         for s in &self.slots {
+            let _ = tcptune_sys::sockopt::set_linger_zero(s.stream.as_fd());
             let _ = s.stream.shutdown(Shutdown::Both);
         }
     }
@@ -362,6 +369,18 @@ impl Engine {
         self.slots
             .iter()
             .map(|s| s.counters.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// A number that grows while any data moves, at the application or in TCP (for idle
+    /// detection: a sender blocked on a full buffer still makes TCP progress).
+    pub(crate) fn progress(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| {
+                s.counters.bytes.load(Ordering::Relaxed)
+                    + s.counters.tcp_bytes.load(Ordering::Relaxed)
+            })
             .sum()
     }
 
@@ -549,6 +568,7 @@ fn send_loop(
     let size = pattern.message_size();
     let mut w = stream;
     let mut last_progress = Instant::now();
+    let mut last_tcp = 0u64;
     'messages: loop {
         if shared.stop.load(Ordering::Relaxed) {
             break;
@@ -603,6 +623,11 @@ fn send_loop(
                 Err(e) if is_timeout(&e) => {
                     if shared.abort.load(Ordering::Relaxed) {
                         break 'messages;
+                    }
+                    let tcp = counters.tcp_bytes.load(Ordering::Relaxed);
+                    if tcp != last_tcp {
+                        last_tcp = tcp;
+                        last_progress = Instant::now();
                     }
                     if last_progress.elapsed() > cfg.idle_timeout {
                         out.error = Some(format!(
@@ -765,11 +790,11 @@ fn sampler_main(
             u64::try_from(t.saturating_duration_since(cfg.epoch).as_nanos()).unwrap_or(u64::MAX),
         )
     };
+    let sender = cfg.role == Role::Sender;
     let mut entries: Vec<SamplerEntry> = Vec::new();
     let mut intervals = Vec::new();
     let mut next_interval: Option<Instant> = None;
     let mut interval_start: Option<Instant> = None;
-    let sender = cfg.role == Role::Sender;
     let mut finishing = false;
     loop {
         let now = Instant::now();
@@ -779,9 +804,20 @@ fn sampler_main(
             if e.counters.done.load(Ordering::Acquire) {
                 e.driver.close(t, Some(s.as_fd()));
                 e.stream = None;
-            } else if t >= e.driver.next_due() && e.driver.sample(t, s.as_fd()).is_err() {
-                e.driver.close(t, None);
-                e.stream = None;
+            } else if t >= e.driver.next_due() {
+                if e.driver.sample(t, s.as_fd()).is_err() {
+                    e.driver.close(t, None);
+                    e.stream = None;
+                } else if let Some(snap) = e.driver.last_snapshot() {
+                    let v = if sender {
+                        snap.bytes_acked
+                    } else {
+                        snap.bytes_received
+                    };
+                    e.counters
+                        .tcp_bytes
+                        .store(v.unwrap_or(0), Ordering::Relaxed);
+                }
             }
             for req in e.driver.take_stream_requests() {
                 let _ = events.send(Event::MoreStreams(req));

@@ -633,7 +633,7 @@ impl Session<'_> {
             }
             // Data progress counts as activity.
             if let Some(p) = &phase {
-                let b = p.engine.bytes();
+                let b = p.engine.progress();
                 if b != last_bytes {
                     last_bytes = b;
                     last_activity = now;
@@ -728,17 +728,26 @@ impl Session<'_> {
                         )
                     });
                 }
-                ClientMsg::Stop { .. } => {
+                ClientMsg::Stop { capped } => {
                     if let Some(p) = &phase {
-                        p.engine.stop();
+                        // The cap ends the transfer at once; the end of a duration workload
+                        // lets the data already written arrive, as iperf3 does.
+                        if capped {
+                            p.engine.abort();
+                        } else {
+                            p.engine.stop();
+                        }
                     }
                 }
                 ClientMsg::EndPhase => {
                     let Some(p) = phase.take() else {
                         return Err(SessionEnd::Fail("end_phase outside a phase".into()));
                     };
+                    let main = p.kind == Phase::Main;
                     let result = self.end_phase(p)?;
-                    self.bytes = result.streams.iter().map(|s| s.bytes).sum();
+                    if main {
+                        self.bytes = result.streams.iter().map(|s| s.bytes).sum();
+                    }
                     let integrity = result.integrity_error.clone();
                     self.send(&ServerMsg::PhaseResult(Box::new(result)))?;
                     if let Some(e) = integrity {

@@ -172,10 +172,10 @@ fn max_time_caps_a_transfer_that_cannot_finish_and_reports_what_moved() {
         assert!(e.tcptune.capped);
         assert!(!e.tcptune.complete);
         assert!(e.sum_received.bytes > 0);
-        assert_eq!(
-            e.sum_received.bytes, e.sum_sent.bytes,
-            "every byte sent was verified"
-        );
+        // At the cap both ends stop at once: what was still queued is discarded, so the
+        // receiver verified at most what was written.
+        assert!(e.sum_received.bytes <= e.sum_sent.bytes);
+        assert!(e.sum_received.seconds > 0.3 && e.sum_received.seconds < 5.0);
         assert!(e.sum_received.bits_per_second > 0.0);
         assert!(e.tcptune.messages_received < 200_000);
     }
