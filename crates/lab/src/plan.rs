@@ -400,12 +400,16 @@ impl Plan {
         }
     }
 
-    /// The `--quick` subset (the CI smoke test; under 10 minutes on 2 cores): three paths,
-    /// 1 and 4 streams, one repetition, the modes the headline needs, a coarse Figure 5.
+    /// The `--quick` subset (the CI smoke test; about 5 minutes on 2 cores): three paths,
+    /// 1 and 4 streams, one repetition, the modes the headline and the DRS-vs-kernel claims
+    /// need, a coarse Figure 5.
     pub fn quick() -> Plan {
         let mut hosts = BTreeMap::new();
-        hosts.insert(HostConfig::Untuned, modes(&["none", "kernel", "auto"]));
-        hosts.insert(HostConfig::KernelOnly, modes(&["kernel", "auto"]));
+        hosts.insert(
+            HostConfig::Untuned,
+            modes(&["none", "kernel", "drs", "auto"]),
+        );
+        hosts.insert(HostConfig::KernelOnly, modes(&["kernel", "drs", "auto"]));
         hosts.insert(HostConfig::UserKernel, modes(&["manual", "ideal"]));
         Plan {
             name: "quick".into(),
@@ -778,7 +782,7 @@ mod tests {
     #[test]
     fn quick_preset_is_small() {
         let e = Plan::quick().expand();
-        assert!(e.runs() <= 80, "quick has {} runs", e.runs());
+        assert!(e.runs() <= 90, "quick has {} runs", e.runs());
         assert!(e.cells.iter().any(|c| c.key.tune == "auto"));
     }
 

@@ -15,6 +15,7 @@ mod bed;
 pub mod calibrate;
 pub mod env;
 pub mod globals;
+mod lock;
 pub mod progress;
 pub mod signals;
 
@@ -183,6 +184,8 @@ fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
 pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
     check_environment(cfg)?;
     cfg.plan.validate()?;
+    // Two labs at once would each take the other's raised maxima for the host's own.
+    let _lock = lock::LabLock::acquire()?;
     let expanded = cfg.plan.expand();
     let dir = cfg.out.clone();
     if dir.join(results::RESULTS_FILE).exists() {
@@ -355,6 +358,10 @@ fn run_matrix(
                 let what = key.id();
                 progress.starting(&what);
                 let rec = bed.run(key, rep, p);
+                if signals::interrupted() {
+                    // The run was cut short by Ctrl-C: not a result.
+                    break 'reps;
+                }
                 let result = if rec.ok {
                     format!(
                         "{:.1} Mbit/s{}",
