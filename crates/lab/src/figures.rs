@@ -204,14 +204,14 @@ mod tests {
         ]);
         let c = streams_panel(&plan, &agg, u, 25_000);
         let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, vec!["none", "kernel", "auto"]);
+        assert_eq!(names, vec!["none", "kernel", "drs", "auto"]);
         let none = &c.series[0].points;
         assert_eq!(
             none.iter().map(|p| (p.x, p.y)).collect::<Vec<_>>(),
             vec![(1.0, 20.0), (4.0, 80.0)]
         );
         assert!(none[0].hollow && !none[1].hollow);
-        let auto = &c.series[2].points[0];
+        let auto = &c.series[3].points[0];
         assert_eq!((auto.y, auto.lo, auto.hi), (800.0, 700.0, 900.0));
         assert!(c.series[1].points.is_empty(), "kernel was not run");
         assert_eq!(c.x_ticks.len(), 2);
