@@ -366,3 +366,139 @@ fn split_addr(s: &str) -> (String, u16) {
         Err(_) => (s.to_string(), 0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::SideDetail;
+    use tcptune_core::TuneMode;
+
+    fn side(sender: bool, bytes: &[u64], messages: u64, partial: u64) -> SideResult {
+        SideResult {
+            streams: bytes
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| StreamSide {
+                    stream: i as u32 + 1,
+                    sender,
+                    bytes: b,
+                    messages,
+                    partial_bytes: partial,
+                    first_s: Some(0.1 * i as f64),
+                    last_s: Some(1.0 + 0.5 * i as f64),
+                    opened_at_s: 0.0,
+                    tail_bits_per_second: None,
+                    local: "127.0.0.1:1000".into(),
+                    remote: "127.0.0.1:2000".into(),
+                    detail: SideDetail::default(),
+                    error: None,
+                })
+                .collect(),
+            wall_s: 2.0,
+            ..SideResult::default()
+        }
+    }
+
+    fn params(messages: u64) -> TestParams {
+        TestParams {
+            tune: TuneMode::Kernel,
+            streams: 2,
+            message_size: 100,
+            messages,
+            duration_ms: None,
+            max_time_ms: None,
+            reverse: false,
+            samples: false,
+            congestion: None,
+            seed: 1,
+            corrupt_message: None,
+        }
+    }
+
+    fn judge(
+        local: &SideResult,
+        remote: &SideResult,
+        p: &TestParams,
+        capped: bool,
+    ) -> (Report, Result<(), Verdict>) {
+        let cfg = ClientConfig::new("127.0.0.1:5310");
+        assemble(Assembly {
+            cfg: &cfg,
+            params: p,
+            addr: "127.0.0.1:5310".parse().expect("addr"),
+            session_hex: "00",
+            hint: &PathHint::default(),
+            probe_seconds: None,
+            sender_limits: HostLimits::linux_defaults(),
+            receiver_limits: HostLimits::linux_defaults(),
+            congestion: "cubic".into(),
+            local,
+            remote,
+            intervals: Vec::new(),
+            host_cpu: CpuTimes::default(),
+            host_wall: Duration::from_secs(2),
+            capped,
+            streams_reason: None,
+        })
+    }
+
+    #[test]
+    fn receiver_span_is_first_arrival_to_last_arrival_over_all_streams() {
+        let (r, v) = judge(
+            &side(true, &[500, 500], 5, 0),
+            &side(false, &[500, 500], 5, 0),
+            &params(10),
+            false,
+        );
+        assert_eq!(v, Ok(()));
+        assert!(r.end.tcptune.complete);
+        assert_eq!(r.end.sum_received.bytes, 1000);
+        // Stream 1 from 0.0 to 1.0, stream 2 from 0.1 to 1.5: 1.5 s in all.
+        assert!((r.end.sum_received.seconds - 1.5).abs() < 1e-9);
+        assert!((r.end.sum_received.bits_per_second - 8000.0 / 1.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn fewer_bytes_at_the_receiver_is_an_integrity_failure_unless_capped() {
+        let snd = side(true, &[500, 500], 5, 0);
+        let rcv = side(false, &[500, 450], 4, 50);
+        let (r, v) = judge(&snd, &rcv, &params(10), false);
+        assert!(
+            matches!(v, Err(Verdict::Integrity(ref m)) if m.contains("short transfer")),
+            "{v:?}"
+        );
+        assert!(!r.end.tcptune.complete);
+        assert!(r.error.is_some());
+        let (r, v) = judge(&snd, &rcv, &params(10), true);
+        assert_eq!(v, Ok(()));
+        assert!(r.end.tcptune.capped && !r.end.tcptune.complete);
+        // More at the receiver than was sent can never be right.
+        let (_, v) = judge(&side(true, &[10, 10], 0, 0), &rcv, &params(10), true);
+        assert!(matches!(v, Err(Verdict::Integrity(_))));
+    }
+
+    #[test]
+    fn missing_messages_and_stream_errors_fail_the_run() {
+        let (_, v) = judge(
+            &side(true, &[400, 400], 4, 0),
+            &side(false, &[400, 400], 4, 0),
+            &params(10),
+            false,
+        );
+        assert!(
+            matches!(v, Err(Verdict::Integrity(ref m)) if m.contains("8 of 10")),
+            "{v:?}"
+        );
+        let mut snd = side(true, &[500, 500], 5, 0);
+        snd.streams[1].error = Some("write: broken pipe".into());
+        let (_, v) = judge(&snd, &side(false, &[500, 500], 5, 0), &params(10), false);
+        assert!(
+            matches!(v, Err(Verdict::Failed(ref m)) if m.contains("sender stream 2")),
+            "{v:?}"
+        );
+        let mut rcv = side(false, &[500, 500], 5, 0);
+        rcv.integrity_error = Some("stream 1: message 3 byte 7".into());
+        let (_, v) = judge(&side(true, &[500, 500], 5, 0), &rcv, &params(10), false);
+        assert!(matches!(v, Err(Verdict::Integrity(ref m)) if m.contains("message 3")));
+    }
+}
