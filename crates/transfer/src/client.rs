@@ -697,12 +697,14 @@ impl Ctx<'_> {
                 if !stopped && start.elapsed() >= limit {
                     stopped = true;
                     capped = is_cap && !engine.all_done();
-                    // The cap ends the transfer at once at both ends (queued data is
-                    // discarded); a duration workload lets written data arrive.
-                    if capped || role == Role::Receiver {
-                        self.send(&ClientMsg::Stop { capped })?;
+                    // The cap and the end of the probe end the phase at once at both ends
+                    // (queued data is discarded: a full send buffer may take long to drain
+                    // over a slow path); a duration workload lets written data arrive.
+                    let hard = capped || !main;
+                    if hard || role == Role::Receiver {
+                        self.send(&ClientMsg::Stop { capped: hard })?;
                     }
-                    if capped {
+                    if hard {
                         engine.abort();
                     } else if role == Role::Sender {
                         engine.stop();

@@ -180,9 +180,10 @@ pub enum ClientMsg {
     },
     /// Start sending (all initial streams are connected).
     Go,
-    /// Senders stop now (duration over, or the time cap hit).
+    /// Senders stop now (duration over, the time cap hit, or the probe's time is up).
     Stop {
-        /// Whether it is the `--max-time` cap (not the end of a duration workload).
+        /// End at once, discarding queued data (the `--max-time` cap or the end of the
+        /// probe), rather than letting written data arrive (end of a duration workload).
         capped: bool,
     },
     /// The client's side of the phase is done; send the result.
