@@ -452,7 +452,10 @@ fn untuned_law(c: &Ctx) -> Claim {
     if total == 0 {
         return missing(id, claim, paper, "untuned runs at RTT >= 20 ms");
     }
-    parts.push("a fixed 64 KiB window alone predicts C = 524".into());
+    parts.push(
+        "a 64 KiB window would give C = 524; setsockopt(64 KiB) lets the kernel hold 128 KiB, so none's window can be larger"
+            .into(),
+    );
     Claim {
         id: id.into(),
         claim: claim.into(),

@@ -247,7 +247,8 @@ fn sweep_section(h: &mut String, i: &ReportInput) {
     }
     h.push_str("</div>");
     if !i.agg.ideal.is_empty() {
-        h.push_str("<h3>ideal on every path: the winning size of each sweep</h3><table><tr><th>RTT</th><th>streams</th><th>BDP / streams</th><th>ideal size / stream</th><th>ideal / (BDP/streams)</th><th>throughput</th><th>sizes tried</th><th class=\"l\">note</th></tr>");
+        let _ = write!(h, "<h3>ideal on every path: the winning size of each sweep</h3><p class=\"note\">ideal is the smallest fixed size whose median throughput is within {:.0}% of the best size's (closer than run-to-run noise); it runs under user/kernel tuning.</p>", crate::aggregate::IDEAL_TIE * 100.0);
+        h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP / streams</th><th>ideal size / stream</th><th>ideal / (BDP/streams)</th><th>throughput</th><th>sizes tried</th><th class=\"l\">note</th></tr>");
         for ((rtt, n), p) in &i.agg.ideal {
             let per = i.plan.plan.bdp(*rtt).0 as f64 / f64::from(*n);
             let _ = write!(
