@@ -517,3 +517,62 @@ fn setup_section(h: &mut String, i: &ReportInput) {
     }
     let _ = write!(h, "<p class=\"note\">{}</p>", esc(UNITS));
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::aggregate::tests::run;
+    use crate::plan::{HostConfig, Plan};
+    use crate::record::LabMeta;
+
+    #[test]
+    fn page_has_a_panel_per_host_and_path_and_says_where_the_goal_fails() {
+        let plan = Plan::quick().expand();
+        let mut recs = Vec::new();
+        for c in &plan.cells {
+            let mbps = match c.key.tune.as_str() {
+                "auto" => 600.0,
+                "none" => 20.0,
+                _ => 900.0,
+            };
+            recs.push(run(
+                c.key.rtt_us,
+                c.key.host,
+                c.key.streams,
+                &c.key.tune,
+                1,
+                mbps,
+                1 << 20,
+            ));
+        }
+        let meta = LabMeta {
+            kernel: "6.18.0-test".into(),
+            ..LabMeta::default()
+        };
+        let b = crate::results::build(&plan, &recs, &meta);
+        let html = &b.html;
+        // 3 host configurations x 3 paths, plus 2 buffer-sweep panels.
+        assert_eq!(html.matches("<svg").count(), 3 * 3 + 2);
+        assert!(html.contains("No tuning, 0.5 ms"));
+        assert!(html.contains("User/kernel tuning, 100 ms"));
+        assert!(html.contains("Buffer sweep, 25 ms"));
+        // Auto at 600 of ideal's 900 misses the goal everywhere, and the page says so.
+        assert!(
+            html.contains("the goal is met on 0 of 6 judged rows"),
+            "verdict"
+        );
+        assert!(html.contains("auto reached 0.667 of ideal"));
+        // Unfinished labs are flagged.
+        assert!(html.contains("did not finish"));
+        // Units are spelled out.
+        assert!(html.contains("kernel holds twice what setsockopt asks for"));
+        // The modes table says where each mode ran.
+        assert!(html.contains("<code>drs</code>"));
+        assert_eq!(b.summary.headline.rows.len(), 6);
+        assert!(b
+            .summary
+            .headline
+            .rows
+            .iter()
+            .all(|r| r.auto_host == HostConfig::Untuned));
+    }
+}

@@ -171,6 +171,16 @@ fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
                 .into()
         ));
     }
+    if let Some(cc) = &cfg.plan.congestion {
+        let avail = tcptune_sys::sysctl::read_sysctl("net.ipv4.tcp_available_congestion_control")
+            .unwrap_or_default();
+        if !avail.split_whitespace().any(|a| a == cc) {
+            bail!(Unavailable(format!(
+                "congestion control '{cc}' is not available on this kernel (available: {avail}); \
+                 load its module (modprobe tcp_{cc}) or set congestion = \"default\" in a plan"
+            )));
+        }
+    }
     if !cfg.tcptune.exists() {
         bail!(Unavailable(format!(
             "the tcptune binary {} does not exist",
