@@ -463,6 +463,28 @@ fn setup_section(h: &mut String, i: &ReportInput) {
             ),
         );
     }
+    let late: Vec<f64> = i
+        .records
+        .iter()
+        .filter_map(|r| r.emu.as_ref().and_then(|e| e.lateness_p99_us))
+        .collect();
+    if let Some(sp) = crate::aggregate::Spread::of(late.iter().copied()) {
+        let bad = late
+            .iter()
+            .filter(|&&l| l > crate::runner::calibrate::MAX_LATENESS_P99_US)
+            .count();
+        row(
+            h,
+            "emulator during the runs",
+            format!(
+                "99th-percentile lateness per run: median {:.0} us, worst {:.0} us; {bad} of {} runs above {:.0} ms",
+                sp.median,
+                sp.max,
+                sp.n,
+                crate::runner::calibrate::MAX_LATENESS_P99_US / 1000.0
+            ),
+        );
+    }
     for (host, kv) in &m.namespace_sysctls {
         row(
             h,

@@ -208,11 +208,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// One row per run.
 pub fn results_csv(records: &[RunRecord]) -> String {
-    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,wall_s,error\n");
+    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,emu_drops,emu_lateness_p99_us,wall_s,error\n");
     for r in records {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}",
             r.cell.rtt_ms(),
             r.cell.host,
             r.cell.streams,
@@ -233,6 +233,12 @@ pub fn results_csv(records: &[RunRecord]) -> String {
             opt(r.rtt_min_us()),
             r.rwnd_limited_us(),
             r.sndbuf_limited_us(),
+            opt(r.emu.as_ref().map(|e| e.drops)),
+            opt(r
+                .emu
+                .as_ref()
+                .and_then(|e| e.lateness_p99_us)
+                .map(|l| l.round())),
             r.wall_s,
             csv_field(r.error.as_deref().unwrap_or(""))
         );
