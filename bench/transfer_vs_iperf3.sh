@@ -173,7 +173,7 @@ lines.append("How to read it: the efficiency ratio (bits moved per CPU-second, c
              "sampler thread that reads TCP_INFO and SO_MEMINFO of every stream every 10-200 ms; iperf3 "
              "versions before 3.16 run all streams in one thread, so with -P 4 on a loaded or pinned core "
              "the two differ in how they compete for it, not in what a byte costs. tcptune's receiver "
-             "compares every byte against the expected pattern (a memcmp against a 256 KiB template that "
+             "compares every byte against the expected pattern (a memcmp against a 32 KiB template that "
              "stays in cache), which is included in its CPU time.\n")
 lines.append(f"Reproduce: `bench/transfer_vs_iperf3.sh --reps {REPS} --duration {DUR:g}` (installs iperf3 "
              "with apt-get when missing and root; needs python3; builds tcptune in release mode).\n")

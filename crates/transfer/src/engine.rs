@@ -35,6 +35,8 @@ use tcptune_sys::os::{thread_cpu, CpuTimes};
 
 /// Read and write size of the data loops (iperf3's default block).
 const IO_CHUNK: usize = 128 * 1024;
+/// Template slices per write (IO_CHUNK / TEMPLATE_LEN, plus one for a partial start).
+const MAX_PIECES: usize = IO_CHUNK / crate::pattern::TEMPLATE_LEN + 1;
 /// How often blocked data threads wake to look at the abort flag.
 const WAKE: Duration = Duration::from_millis(500);
 
@@ -586,20 +588,39 @@ fn send_loop(
                 break 'messages;
             }
             let payload_pos = pos.saturating_sub(HEADER_LEN as u64);
-            let chunk = pattern.chunk(m, payload_pos, IO_CHUNK);
-            let chunk: Cow<'_, [u8]> = match corrupt_at {
-                Some(at) if at >= payload_pos && at < payload_pos + chunk.len() as u64 => {
-                    let mut v = chunk.to_vec();
-                    v[(at - payload_pos) as usize] ^= 0x01;
-                    Cow::Owned(v)
+            // Up to IO_CHUNK bytes of payload in one writev: the template period is short
+            // (it stays in the receiver's L1 cache), so a write takes several slices of it.
+            let mut pieces: [Cow<'_, [u8]>; MAX_PIECES] = Default::default();
+            let mut npieces = 0;
+            let mut at = payload_pos;
+            let end = (payload_pos + IO_CHUNK as u64).min(size);
+            while at < end && npieces < MAX_PIECES {
+                let c = pattern.chunk(m, at, (end - at) as usize);
+                if c.is_empty() {
+                    break;
                 }
-                _ => Cow::Borrowed(chunk),
-            };
-            let r = if pos < HEADER_LEN as u64 {
-                w.write_vectored(&[IoSlice::new(&header[pos as usize..]), IoSlice::new(&chunk)])
-            } else {
-                w.write(&chunk)
-            };
+                pieces[npieces] = match corrupt_at {
+                    Some(x) if x >= at && x < at + c.len() as u64 => {
+                        let mut v = c.to_vec();
+                        v[(x - at) as usize] ^= 0x01;
+                        Cow::Owned(v)
+                    }
+                    _ => Cow::Borrowed(c),
+                };
+                at += c.len() as u64;
+                npieces += 1;
+            }
+            let mut iov: [IoSlice<'_>; MAX_PIECES + 1] = [IoSlice::new(&[]); MAX_PIECES + 1];
+            let mut niov = 0;
+            if pos < HEADER_LEN as u64 {
+                iov[0] = IoSlice::new(&header[pos as usize..]);
+                niov = 1;
+            }
+            for p in &pieces[..npieces] {
+                iov[niov] = IoSlice::new(p);
+                niov += 1;
+            }
+            let r = w.write_vectored(&iov[..niov]);
             match r {
                 Ok(0) => {
                     out.error = Some("the connection accepted no more data".into());

@@ -14,16 +14,20 @@
 //! therefore costs nothing beyond the `write` (the window is a slice of a doubled template),
 //! and the receiver checks every byte with a `memcmp` against the same slice, which is far
 //! cheaper than the kernel's copy. Different messages have different rotations, so a
-//! misplaced or repeated block is detected as well as a flipped bit.
+//! misplaced or repeated message is detected as well as a flipped bit, a lost or a
+//! duplicated byte. The template's period is 16 KiB (so the comparison reads it from L1
+//! cache): within one message, a block displaced by an exact multiple of 16 KiB would pass,
+//! which TCP's in-order byte stream cannot produce and the engine's contiguous writes do not.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Length of the message header.
 pub(crate) const HEADER_LEN: usize = 16;
 const MAGIC: [u8; 4] = *b"TTm1";
-/// Template period in bytes (the doubled template is twice this): small enough to stay in
-/// a core's L2 cache next to the read buffer.
-pub(crate) const TEMPLATE_LEN: usize = 128 * 1024;
+/// Template period in bytes (the doubled template is twice this): small enough that the
+/// receiver's comparison reads the template from L1 cache and only the received bytes from
+/// L2. A write takes several slices of it (`writev`).
+pub(crate) const TEMPLATE_LEN: usize = 16 * 1024;
 
 /// SplitMix64: a fast, well-mixed 64-bit function.
 pub(crate) fn splitmix64(mut z: u64) -> u64 {
