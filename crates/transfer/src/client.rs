@@ -633,6 +633,7 @@ impl Ctx<'_> {
         };
         let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
         let mut last_progress = Instant::now();
+        let mut integrity_failed = false;
         let mut shown = 0usize;
         let mut last_bytes = (0u64, Instant::now());
         let fail = |engine: &Engine, e: ClientError| {
@@ -662,18 +663,19 @@ impl Ctx<'_> {
             while let Some(ev) = engine.poll_event() {
                 match ev {
                     Event::StreamDone => {}
-                    Event::Integrity(reason) => {
-                        let _ = self.send(&ClientMsg::Stop { capped: false });
-                        return Err(fail(
-                            &engine,
-                            ClientError::Integrity {
-                                reason,
-                                report: None,
-                            },
-                        ));
+                    Event::Integrity(_) => {
+                        // Our receiver found bad data: stop both ends at once, then collect
+                        // both sides' results so the error comes with a report (the event
+                        // is kept by the engine and judged in `assemble`).
+                        integrity_failed = true;
                     }
                     Event::MoreStreams(r) => wanted.push((r.known_streams, r.count, r.reason)),
                 }
+            }
+            if integrity_failed {
+                self.send(&ClientMsg::Stop { capped: true })?;
+                engine.abort();
+                break;
             }
             // More streams, deduplicated: the target is what the asking tuner saw plus what
             // it asked for, bounded by both ends' maximum.

@@ -218,8 +218,14 @@ fn a_corrupted_byte_fails_the_run_with_an_integrity_error_in_both_directions() {
         c.reverse = reverse;
         c.corrupt_message = Some(5);
         match run(&c, None) {
-            Err(ClientError::Integrity { reason, .. }) => {
+            Err(ClientError::Integrity { reason, report }) => {
                 assert!(reason.contains("message 5"), "{reason}");
+                if reverse {
+                    // Our own receiver caught it: the error comes with both sides' numbers.
+                    let r = report.expect("a report with the integrity failure");
+                    assert!(!r.end.tcptune.complete);
+                    assert!(r.error.as_deref().is_some_and(|e| e.contains("message 5")));
+                }
             }
             other => panic!("reverse={reverse}: expected an integrity failure, got {other:?}"),
         }
