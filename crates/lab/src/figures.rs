@@ -23,8 +23,8 @@ pub fn color(mode: &str) -> &'static str {
     }
 }
 
-/// Colours for the stream counts of the buffer sweep.
-fn stream_color(i: usize) -> &'static str {
+/// Colours for the stream counts of the buffer sweep (the i-th count listed in the plan).
+pub fn stream_color(i: usize) -> &'static str {
     ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"][i % 5]
 }
 

@@ -2,7 +2,7 @@
 
 use crate::aggregate::Aggregate;
 use crate::claims::Verdict;
-use crate::figures::{color, rtt_label, short_size, streams_panel, sweep_panel};
+use crate::figures::{color, rtt_label, short_size, stream_color, streams_panel, sweep_panel};
 use crate::headline::{fmt_mbps, MEMORY_GOAL_BDP, THROUGHPUT_GOAL};
 use crate::plan::{CellRole, ExpandedPlan, HostConfig};
 use crate::record::{LabMeta, RunRecord};
@@ -235,6 +235,16 @@ fn sweep_section(h: &mut String, i: &ReportInput) {
     };
     h.push_str("<h2>Effect of buffer size (the paper's Figure 5)</h2>");
     h.push_str("<p class=\"note\">Throughput against a fixed per-stream buffer (the value passed to setsockopt; the kernel holds twice it), under user/kernel tuning. The dotted vertical line is the path's bandwidth-delay product.</p>");
+    h.push_str("<p class=\"legend\">");
+    for (i, n) in b.streams.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<span><i style=\"background:{}\"></i>{n} stream{}</span>",
+            stream_color(i),
+            if *n == 1 { "" } else { "s" }
+        );
+    }
+    h.push_str("<span>whiskers: min-max over repetitions; hollow marker: time-capped</span></p>");
     let _ = write!(
         h,
         "<div class=\"grid\" style=\"grid-template-columns:repeat({},minmax(0,1fr))\">",
