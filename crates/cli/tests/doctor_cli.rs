@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+use tcptune_testkit::{ip, Need, Netns};
 
 fn tcptune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tcptune"))
@@ -141,73 +141,16 @@ fn write_sysctl_writes_a_commented_file_and_changes_nothing() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("wrote "));
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// A network namespace of our own, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!(
-            "ttdcli{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.0, env!("CARGO_BIN_EXE_tcptune")])
-            .args(args)
-            .output()
-            .expect("ip netns exec")
-    }
-
-    fn sysctl(&self, key: &str) -> String {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.0, "cat"])
-            .arg(format!("/proc/sys/{}", key.replace('.', "/")))
-            .output()
-            .expect("cat");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    fn set(&self, key: &str, value: &str) {
-        let st = Command::new("ip")
-            .args(["netns", "exec", &self.0, "sysctl", "-qw"])
-            .arg(format!("{key}={value}"))
-            .status()
-            .expect("sysctl");
-        assert!(st.success());
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &[&str]) {
-    let st = Command::new("ip").args(args).status().expect("ip");
-    assert!(st.success(), "ip {}", args.join(" "));
+/// Run tcptune with `args` inside `ns`.
+fn tcptune_in(ns: &Netns, args: &[&str]) -> Output {
+    ns.command(env!("CARGO_BIN_EXE_tcptune"))
+        .args(args)
+        .output()
+        .expect("ip netns exec tcptune")
 }
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs as root"
-        );
-        eprintln!("skipping: needs root for network namespaces");
-    }
-    root
+    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Root])
 }
 
 #[test]
@@ -215,15 +158,18 @@ fn apply_in_a_namespace_fixes_per_namespace_settings_and_prints_previous_values(
     if !root() {
         return;
     }
-    let ns = Netns::new();
-    ns.set("net.ipv4.tcp_timestamps", "0");
-    ns.set("net.ipv4.tcp_sack", "0");
+    let ns = Netns::new("dcli");
+    ns.set_sysctl("net.ipv4.tcp_timestamps", "0");
+    ns.set_sysctl("net.ipv4.tcp_sack", "0");
     let host_ts = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_timestamps").unwrap();
     // A tiny target: the only problems are the two switches, both per-namespace sysctls,
     // so nothing global (net.core.*) is touched.
-    let o = ns.exec(&[
-        "doctor", "--apply", "--json", "--target", "1mbit", "--rtt", "1ms",
-    ]);
+    let o = tcptune_in(
+        &ns,
+        &[
+            "doctor", "--apply", "--json", "--target", "1mbit", "--rtt", "1ms",
+        ],
+    );
     let j = json(&o);
     let applied = j["applied"].as_array().expect("applied");
     let keys: Vec<&str> = applied.iter().filter_map(|a| a["key"].as_str()).collect();
@@ -246,8 +192,11 @@ fn apply_in_a_namespace_fixes_per_namespace_settings_and_prints_previous_values(
     // After the change nothing stands: exit 0.
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // The text form prints how to undo it.
-    ns.set("net.ipv4.tcp_sack", "0");
-    let o = ns.exec(&["doctor", "--apply", "--target", "1mbit", "--rtt", "1ms"]);
+    ns.set_sysctl("net.ipv4.tcp_sack", "0");
+    let o = tcptune_in(
+        &ns,
+        &["doctor", "--apply", "--target", "1mbit", "--rtt", "1ms"],
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("net.ipv4.tcp_sack: 0 -> 1"), "{out}");
     assert!(out.contains("sysctl -w net.ipv4.tcp_sack=0"), "{out}");
@@ -302,9 +251,9 @@ fn path_without_a_route_is_unreachable() {
     if !root() {
         return;
     }
-    let ns = Netns::new();
+    let ns = Netns::new("dcli");
     // Only loopback exists in the namespace: no route to 10.88.0.1.
-    let o = ns.exec(&["doctor", "10.88.0.1:80", "--samples", "1"]);
+    let o = tcptune_in(&ns, &["doctor", "10.88.0.1:80", "--samples", "1"]);
     assert_eq!(code(&o), 3, "{}", stderr(&o));
     assert!(stderr(&o).contains("unreachable"), "{}", stderr(&o));
 }
@@ -314,18 +263,27 @@ fn path_whose_packets_vanish_is_filtered() {
     if !root() {
         return;
     }
-    let ns = Netns::new();
+    let ns = Netns::new("dcli");
     // A veth pair inside our namespace; 10.77.0.2 has a fixed MAC, so SYNs leave v0, arrive
     // at v1 (no address, no forwarding) and are dropped: no answer, as behind a firewall.
     ip(&[
-        "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        "-n",
+        ns.name(),
+        "link",
+        "add",
+        "v0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "v1",
     ]);
-    ip(&["-n", &ns.0, "addr", "add", "10.77.0.1/24", "dev", "v0"]);
-    ip(&["-n", &ns.0, "link", "set", "v0", "up"]);
-    ip(&["-n", &ns.0, "link", "set", "v1", "up"]);
+    ip(&["-n", ns.name(), "addr", "add", "10.77.0.1/24", "dev", "v0"]);
+    ip(&["-n", ns.name(), "link", "set", "v0", "up"]);
+    ip(&["-n", ns.name(), "link", "set", "v1", "up"]);
     ip(&[
         "-n",
-        &ns.0,
+        ns.name(),
         "neigh",
         "add",
         "10.77.0.2",
@@ -336,14 +294,17 @@ fn path_whose_packets_vanish_is_filtered() {
         "nud",
         "permanent",
     ]);
-    let o = ns.exec(&[
-        "doctor",
-        "10.77.0.2:80",
-        "--samples",
-        "1",
-        "--timeout",
-        "1s",
-    ]);
+    let o = tcptune_in(
+        &ns,
+        &[
+            "doctor",
+            "10.77.0.2:80",
+            "--samples",
+            "1",
+            "--timeout",
+            "1s",
+        ],
+    );
     assert_eq!(code(&o), 3, "{}", stderr(&o));
     assert!(
         stderr(&o).contains("no answer from 10.77.0.2:80"),

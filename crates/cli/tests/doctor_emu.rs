@@ -3,33 +3,13 @@
 
 use serde_json::Value;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tcptune_core::Rate;
 use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+use tcptune_testkit::{wait_for, ChildGuard, Need};
 
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !root || !std::path::Path::new("/dev/net/tun").exists() {
-        assert!(
-            !ci,
-            "CI=true: the emulator test must run (root, /dev/net/tun)"
-        );
-        eprintln!("skipping: needs root and /dev/net/tun for the emulator");
-        return false;
-    }
-    true
-}
-
-/// Kill a child on drop.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    tcptune_testkit::require(module_path!(), &[Need::Root, Need::Tun])
 }
 
 #[test]
@@ -48,19 +28,19 @@ fn doctor_measures_rtt_and_rate_of_an_emulated_path() {
     let topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
     let bin = env!("CARGO_BIN_EXE_tcptune");
     let b = topo.addr(Side::B).to_string();
-    let _server = Child(
+    let _server = ChildGuard::spawn(
         topo.command(Side::B, bin)
             .args(["serve", "-B", &b, "-p", "5310"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve in B"),
+            .stderr(Stdio::null()),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while topo.tcp_listeners(Side::B).unwrap_or(0) == 0 {
-        assert!(Instant::now() < deadline, "server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        wait_for(Duration::from_secs(20), || topo
+            .tcp_listeners(Side::B)
+            .unwrap_or(0)
+            > 0),
+        "server did not listen"
+    );
     let out = topo
         .command(Side::A, bin)
         .args([

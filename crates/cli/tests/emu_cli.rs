@@ -3,35 +3,19 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tcptune_testkit::Need;
 
 fn tcptune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tcptune"))
 }
 
 fn can_run_as_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !root || !Path::new("/dev/net/tun").exists() {
-        assert!(
-            !ci,
-            "{test}: CI=true but not root or no /dev/net/tun: must run"
-        );
-        eprintln!("skipping {test}: needs root and /dev/net/tun");
-        return false;
-    }
-    true
+    tcptune_testkit::require(test, &[Need::Root, Need::Tun])
 }
 
-/// A name unique to this process and call.
+/// A topology name unique to this process and call.
 fn name(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{prefix}{}x{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    tcptune_emu::unique_name(prefix)
 }
 
 fn run(cmd: &mut Command) -> Output {

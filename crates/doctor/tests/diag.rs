@@ -5,10 +5,9 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use tcptune_core::TcpState;
 use tcptune_doctor::diag::{dump_tcp, parse_messages, DiagConn, DiagSocket, NlItem};
+use tcptune_testkit::{Need, Netns};
 
 fn fixture_chunks(name: &str) -> Vec<Vec<u8>> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -127,77 +126,14 @@ fn live_ipv4_and_ipv6_loopback_connections_appear_with_tcp_info() {
             assert!(me.tcp.as_ref().unwrap().bytes_acked.unwrap_or(0) >= 200_000);
         }
         None => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "IPv6 loopback unavailable under CI"
-            );
+            assert!(!tcptune_testkit::ci(), "IPv6 loopback unavailable under CI");
             eprintln!("skipping the IPv6 part: no ::1 on this host");
         }
     }
 }
 
-/// A network namespace of our own ("tt" + pid + counter), deleted on drop.
-struct Netns(String);
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-impl Netns {
-    fn new() -> Result<Netns, String> {
-        let name = format!(
-            "ttdoc{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let ok = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .status()
-                .map_err(|e| format!("ip {}: {e}", args.join(" ")))
-                .and_then(|s| {
-                    s.success()
-                        .then_some(())
-                        .ok_or_else(|| format!("ip {} failed", args.join(" ")))
-                })
-        };
-        ok(&["netns", "add", &name])?;
-        let ns = Netns(name);
-        ok(&["-n", &ns.0, "link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// Run `f` on a thread that has entered the namespace.
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.0);
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("open netns");
-            use std::os::fd::AsRawFd;
-            // SAFETY: setns on a valid namespace fd, affecting only this thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .expect("namespace thread")
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
 fn can_use_namespaces() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI must run this as root"
-        );
-        eprintln!("skipping: needs root for network namespaces");
-    }
-    root
+    tcptune_testkit::require("dump_inside_a_fresh_namespace", &[Need::Root])
 }
 
 #[test]
@@ -205,8 +141,8 @@ fn dump_inside_a_fresh_namespace_sees_exactly_its_own_sockets() {
     if !can_use_namespaces() {
         return;
     }
-    let ns = Netns::new().expect("netns");
-    let (conns, client) = ns.run(|| {
+    let ns = Netns::new("doc");
+    let (conns, client) = ns.run_in(|| {
         let (c4, s4) = transfer_pair("127.0.0.1:0").expect("v4 in netns");
         let v6 = transfer_pair("[::1]:0");
         let mut sock = DiagSocket::open().expect("netlink in netns");

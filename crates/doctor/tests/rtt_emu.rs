@@ -5,20 +5,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 use tcptune_doctor::path::{measure_rtt, RttConfig, RttStats};
 use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+use tcptune_testkit::Need;
 
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !root || !std::path::Path::new("/dev/net/tun").exists() {
-        assert!(
-            !ci,
-            "CI=true: the emulator RTT test must run (root, /dev/net/tun)"
-        );
-        eprintln!("skipping: needs root and /dev/net/tun for the emulator");
-        return false;
-    }
-    true
+    tcptune_testkit::require(module_path!(), &[Need::Root, Need::Tun])
 }
 
 fn measure_across(topo: &Topology, samples: u32) -> RttStats {

@@ -13,20 +13,10 @@ use tcptune_core::HostLimits;
 use tcptune_doctor::diag::{dump_tcp, DiagSocket};
 use tcptune_doctor::watch::{HintContext, LimitKind, Row, Tracker};
 use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+use tcptune_testkit::Need;
 
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !root || !std::path::Path::new("/dev/net/tun").exists() {
-        assert!(
-            !ci,
-            "CI=true: the emulator test must run (root, /dev/net/tun)"
-        );
-        eprintln!("skipping: needs root and /dev/net/tun for the emulator");
-        return false;
-    }
-    true
+    tcptune_testkit::require(module_path!(), &[Need::Root, Need::Tun])
 }
 
 fn set_buf(fd: i32, opt: libc::c_int, bytes: i32) {

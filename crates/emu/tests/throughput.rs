@@ -14,19 +14,7 @@ use tcptune_core::Rate;
 use tcptune_emu::{unique_name, DirStats, PathConfig, Side, Topology, TopologyConfig};
 
 fn have_iperf3(test: &str) -> bool {
-    let ok = std::process::Command::new("iperf3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok();
-    if !ok {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "{test}: CI=true but iperf3 is not installed"
-        );
-        eprintln!("skipping {test}: iperf3 not installed");
-    }
-    ok
+    tcptune_testkit::require(test, &[tcptune_testkit::Need::Program("iperf3")])
 }
 
 /// Run iperf3 for `secs` over a fresh topology; returns the A->B counters of the last

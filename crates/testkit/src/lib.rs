@@ -1,0 +1,298 @@
+//! Test support shared by tcptune's integration tests (a dev-dependency only).
+//!
+//! * [`require`]: the one rule for tests that need root, TUN devices or a program: outside CI
+//!   they skip and say why; under `CI=true` a missing requirement fails the test.
+//! * [`Netns`]: a network namespace of the test's own (name starting with `tt`, unique per
+//!   process and call), removed on drop together with every process left inside it, also
+//!   when the test panics. [`Netns::veth_pair`] joins two of them.
+//! * [`ChildGuard`]: kills and reaps a child process on drop.
+//! * [`median`], [`wait_for`]: small helpers that several test files need.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Whether this is a CI run (`CI=true`), where tests must not skip.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Something a test needs from the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Root (network namespaces, sysctls, TUN devices).
+    Root,
+    /// `/dev/net/tun` (the emulator).
+    Tun,
+    /// A program on `PATH` (`iperf3`, `ss`, ...).
+    Program(&'static str),
+}
+
+impl Need {
+    fn missing(self) -> Option<String> {
+        match self {
+            Need::Root if !is_root() => Some("needs root (network namespaces)".into()),
+            Need::Tun if !Path::new("/dev/net/tun").exists() => {
+                Some("/dev/net/tun is missing".into())
+            }
+            Need::Program(p) if !on_path(p) => Some(format!("{p} is not installed")),
+            _ => None,
+        }
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Whether `test` can run here. When something in `needs` is missing it prints why and
+/// returns false, except under `CI=true`, where it panics: CI must run every test.
+///
+/// ```no_run
+/// if !tcptune_testkit::require("rtt_is_twice_the_delay", &[tcptune_testkit::Need::Root]) {
+///     return;
+/// }
+/// ```
+pub fn require(test: &str, needs: &[Need]) -> bool {
+    for need in needs {
+        if let Some(why) = need.missing() {
+            assert!(!ci(), "{test}: CI=true but {why}: this test must run in CI");
+            eprintln!("skipping {test}: {why}");
+            return false;
+        }
+    }
+    true
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A name for something this test creates: `tt<tag><pid>-<n>`, unique per process and call.
+/// Keep `tag` short: interface names are limited to 15 bytes.
+pub fn unique_name(tag: &str) -> String {
+    format!(
+        "tt{tag}{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Run `ip ARGS`, panicking with its stderr if it fails.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running ip {}: {e}", args.join(" ")));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// A named network namespace owned by the test, with `lo` up. Dropping it kills every
+/// process still inside and deletes it.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Create `tt<tag><pid>-<n>` and bring its loopback up.
+    pub fn new(tag: &str) -> Netns {
+        let ns = Netns {
+            name: unique_name(tag),
+        };
+        ip(&["netns", "add", &ns.name]);
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Two namespaces joined by a veth pair, `a` at `10.231.0.1/30` and `b` at
+    /// `10.231.0.2/30` (addresses that exist only inside them).
+    pub fn veth_pair(tag: &str) -> (Netns, Netns) {
+        let a = Netns::new(&format!("{tag}a"));
+        let b = Netns::new(&format!("{tag}b"));
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (va, vb) = (format!("ttva{n}"), format!("ttvb{n}"));
+        ip(&[
+            "-n", &a.name, "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns",
+            &b.name,
+        ]);
+        ip(&["-n", &a.name, "addr", "add", "10.231.0.1/30", "dev", &va]);
+        ip(&["-n", &b.name, "addr", "add", "10.231.0.2/30", "dev", &vb]);
+        ip(&["-n", &a.name, "link", "set", &va, "up"]);
+        ip(&["-n", &b.name, "link", "set", &vb, "up"]);
+        (a, b)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name]).arg(program);
+        c
+    }
+
+    /// Read a sysctl of the namespace.
+    pub fn sysctl(&self, key: &str) -> String {
+        let out = self
+            .command("cat")
+            .arg(format!("/proc/sys/{}", key.replace('.', "/")))
+            .output()
+            .unwrap_or_else(|e| panic!("reading {key} in {}: {e}", self.name));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Set a sysctl of the namespace (panics on failure).
+    pub fn set_sysctl(&self, key: &str, value: &str) {
+        let st = self
+            .command("sysctl")
+            .arg("-qw")
+            .arg(format!("{key}={value}"))
+            .status()
+            .unwrap_or_else(|e| panic!("sysctl {key} in {}: {e}", self.name));
+        assert!(st.success(), "sysctl -w {key}={value} in {}", self.name);
+    }
+
+    /// Run `f` on a thread that has entered the namespace (its sockets live there).
+    pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path)
+                .unwrap_or_else(|e| panic!("opening network namespace {path}: {e}"));
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on a namespace descriptor; it affects only this thread.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for signal in [libc::SIGTERM, libc::SIGKILL] {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                // SAFETY: kill(2) on a process inside the namespace this test created.
+                unsafe { libc::kill(pid, signal) };
+            }
+            wait_for(Duration::from_secs(2), || self.pids().is_empty());
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A child process that is killed and reaped when the guard drops.
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Spawn `cmd` under a guard.
+    pub fn spawn(cmd: &mut Command) -> ChildGuard {
+        ChildGuard(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}")),
+        )
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The median of `values` (the upper one of the two middle values for an even count).
+///
+/// # Panics
+///
+/// On an empty list.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    assert!(!values.is_empty(), "median of nothing");
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+/// Poll `f` every 20 ms until it is true or `timeout` passes; returns its last answer.
+pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_picks_the_middle() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+    }
+
+    #[test]
+    fn names_are_unique_and_marked_as_ours() {
+        let (a, b) = (unique_name("x"), unique_name("x"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("ttx"));
+    }
+
+    #[test]
+    fn a_namespace_and_what_runs_in_it_are_gone_after_drop() {
+        if !require("namespace_cleanup", &[Need::Root]) {
+            return;
+        }
+        let ns = Netns::new("kit");
+        let name = ns.name().to_string();
+        let _sleeper = ChildGuard::spawn(ns.command("sleep").arg("30"));
+        assert!(wait_for(Duration::from_secs(5), || !ns.pids().is_empty()));
+        drop(ns);
+        let list = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip");
+        assert!(!String::from_utf8_lossy(&list.stdout).contains(&name));
+    }
+}
