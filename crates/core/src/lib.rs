@@ -9,6 +9,9 @@
 //! * [`estimate`]: a [`PathEstimate`] (minimum and smoothed RTT, bottleneck rate, BDP) from
 //!   samples.
 //! * [`linux`]: the kernel's socket-buffer rules the tuners reason with.
+//! * [`fullpipe`]: the pre-transfer bandwidth probe's decisions (how many streams, when the
+//!   pipe is full).
+//! * [`pathdb`]: the database of per-path measurements (lookup, merging, aging).
 //! * [`tuners`]: one file per technique (`fixed`, `kernel`, `manual`, `psc` with its shared
 //!   `pool`, `drs`, `probe`, `auto`), built through [`TunerFactory`].
 //! * [`sim`]: a deterministic fluid simulation of the paper's experiment that runs every
@@ -16,8 +19,10 @@
 //!   (`cargo run --release -p tcptune-core --example sim_table` prints its table).
 
 pub mod estimate;
+pub mod fullpipe;
 pub mod linux;
 pub mod mode;
+pub mod pathdb;
 pub mod sim;
 pub mod snapshot;
 pub mod time;
