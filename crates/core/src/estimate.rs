@@ -347,6 +347,7 @@ mod tests {
         let hint = PathHint {
             rtt: Some(Duration::from_millis(50)),
             rate: Some(Rate::gbit(1)),
+            ..Default::default()
         };
         assert_eq!(PathEstimate::from_hint(&hint).bdp(), Some(Bytes(6_250_000)));
         let mut e = PathEstimator::new();

@@ -87,6 +87,11 @@ pub struct PathHint {
     pub rtt: Option<Duration>,
     /// Bottleneck rate, if given by the user or measured by a probe.
     pub rate: Option<Rate>,
+    /// `rate` is only a lower bound: a probe limited by its own sockets, or what an earlier
+    /// transfer delivered (the path may be faster). Tuners may then grow past what the rate
+    /// implies, on evidence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rate_is_lower_bound: bool,
 }
 
 /// Everything a tuner is told when it is built.

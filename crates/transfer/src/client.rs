@@ -368,6 +368,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
             TuneMode::Manual(Some(r)) => Some(*r),
             _ => None,
         },
+        ..Default::default()
     };
 
     let mut ctx = Ctx {

@@ -568,6 +568,7 @@ fn sanitize_hint(h: PathHint) -> PathHint {
         rate: h
             .rate
             .map(|r| tcptune_core::Rate(r.0.min(10_000_000_000_000))),
+        rate_is_lower_bound: h.rate_is_lower_bound,
     }
 }
 
@@ -963,6 +964,7 @@ mod tests {
         let h = sanitize_hint(PathHint {
             rtt: Some(Duration::MAX),
             rate: Some(tcptune_core::Rate(u64::MAX)),
+            ..Default::default()
         });
         assert_eq!(h.rtt, Some(Duration::from_secs(60)));
         assert!(h.rate.is_some_and(|r| r.0 <= 10_000_000_000_000));

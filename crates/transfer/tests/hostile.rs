@@ -305,6 +305,7 @@ fn absurd_probe_lengths_and_hints_end_only_that_session() {
             PathHint {
                 rtt: Some(Duration::MAX),
                 rate: Some(tcptune_core::Rate(u64::MAX)),
+                ..Default::default()
             },
         ),
     ] {

@@ -111,6 +111,9 @@ struct Stream {
     peak_wmem: u64,
     peak_rcvbuf: u64,
     peak_rmem: u64,
+    /// Streams the transfer had when this stream's tuners were built (what their
+    /// `OpenStreams` counts from, as in the transfer engine).
+    known: u32,
 }
 
 type Loss = Reverse<(Time, u64, usize, u64, u64)>;
@@ -131,7 +134,8 @@ struct Engine<'a> {
     loss_seq: u64,
     rng: Rng,
     actions: u64,
-    pending_open: u32,
+    /// Streams in all that tuners asked for (the transfer engine's target).
+    want_total: u32,
     reason: Option<String>,
     segs: Vec<Seg>,
     step_count: u64,
@@ -150,14 +154,18 @@ impl<'a> Engine<'a> {
     fn new(cfg: &'a SimConfig) -> Engine<'a> {
         let rtt = cfg.path.rtt;
         let dt = (rtt / 20).clamp(Duration::from_micros(25), Duration::from_millis(1));
-        let probe = cfg.mode.needs_rate_probe().then(|| {
+        let probe = (cfg.mode.needs_rate_probe() && cfg.probe_enabled).then(|| {
             let measured = cfg.path.rate.0 as f64 * cfg.probe_accuracy.clamp(0.01, 10.0);
             let one_socket = crate::linux::max_send_payload(&cfg.sender_limits)
                 .filter(|_| cfg.probe_single_socket)
                 .map_or(f64::INFINITY, |p| {
                     p as f64 * 2.0 / 3.0 * 8.0 / rtt.as_secs_f64()
                 });
-            Rate(measured.min(one_socket) as u64)
+            // A probe limited by its socket knows it (it measured about its own capacity).
+            (
+                Rate(measured.min(one_socket) as u64),
+                one_socket <= measured,
+            )
         });
         Engine {
             cfg,
@@ -170,7 +178,8 @@ impl<'a> Engine<'a> {
                 .with_peer_limits(cfg.sender_limits.clone()),
             hint: PathHint {
                 rtt: Some(rtt),
-                rate: probe,
+                rate: probe.map(|(r, _)| r),
+                rate_is_lower_bound: probe.is_some_and(|(_, lb)| lb),
             },
             streams: Vec::new(),
             link: Bottleneck {
@@ -186,7 +195,7 @@ impl<'a> Engine<'a> {
             loss_seq: 0,
             rng: Rng(cfg.seed),
             actions: 0,
-            pending_open: 0,
+            want_total: 0,
             reason: None,
             segs: Vec::new(),
             step_count: 0,
@@ -260,6 +269,7 @@ impl<'a> Engine<'a> {
                 peak_wmem: 0,
                 peak_rcvbuf: 0,
                 peak_rmem: 0,
+                known: total,
             });
             let i = index as usize;
             let now = self.now;
@@ -300,7 +310,8 @@ impl<'a> Engine<'a> {
                 (Role::Receiver, Action::SetRcvBuf(v)) => s.rcv.set_rcvbuf(v),
                 (Role::Receiver, Action::SetWindowClamp(c)) => s.rcv.set_clamp(c.0, connected),
                 (_, Action::OpenStreams { count, reason }) => {
-                    self.pending_open = self.pending_open.saturating_add(count);
+                    let want = s.known.saturating_add(count);
+                    self.want_total = self.want_total.max(want);
                     self.reason.get_or_insert(reason);
                 }
                 // The other direction's buffers are not modelled.
@@ -413,9 +424,9 @@ impl<'a> Engine<'a> {
                 s.rcv_tuner.handle_event(now, ConnEvent::Closed);
             }
         }
-        if self.pending_open > 0 {
-            let count = std::mem::take(&mut self.pending_open);
-            self.open(count);
+        let have = self.streams.len() as u32;
+        if self.want_total > have {
+            self.open(self.want_total - have);
         }
     }
 

@@ -79,8 +79,12 @@ pub struct SimConfig {
     /// (only for modes that ask for a probe).
     pub probe_accuracy: f64,
     /// The probe is one stream with the largest send buffer the host allows: it then
-    /// reports at most what that socket carries (two thirds of its payload per RTT).
+    /// reports at most what that socket carries (two thirds of its payload per RTT), and
+    /// says the rate is a lower bound.
     pub probe_single_socket: bool,
+    /// Modes that ask for a rate get one (else they start without: no probe, no database
+    /// entry).
+    pub probe_enabled: bool,
     /// A woken writer runs again after a uniformly random delay up to this.
     pub writer_jitter: Duration,
     /// Stop after this much simulated time (the result is then marked capped).
@@ -106,6 +110,7 @@ impl SimConfig {
             receiver_limits: HostLimits::linux_defaults(),
             probe_accuracy: 0.9,
             probe_single_socket: false,
+            probe_enabled: true,
             writer_jitter: Duration::from_micros(200),
             max_time: Duration::from_secs(10),
             max_streams: 32,

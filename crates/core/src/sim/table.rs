@@ -56,8 +56,9 @@ pub fn ideal(rtt: Duration, streams: u32) -> (Bytes, SimOutcome) {
 }
 
 /// Run the matrix: for each RTT and stream count, `ideal`, every mode under default limits,
-/// `kernel`/`auto` under raised limits (suffix `+`), and `auto` fed by a probe that is one
-/// socket wide (`auto-1p`, what a one-stream probe measures under default limits).
+/// `kernel`/`auto` under raised limits (suffix `+`), `auto` fed by a probe that is one
+/// socket wide (`auto-1p`: a rate that is only a lower bound) and `auto` without any rate
+/// (`auto-0`: no probe, no database entry; in-band decisions only).
 pub fn rows(rtts: &[Duration], streams: &[u32]) -> Vec<Row> {
     let mut out = Vec::new();
     for &rtt in rtts {
@@ -90,6 +91,9 @@ pub fn rows(rtts: &[Duration], streams: &[u32]) -> Vec<Row> {
             let mut one_socket = SimConfig::paper(TuneMode::Auto, rtt, p);
             one_socket.probe_single_socket = true;
             push("auto-1p".to_string(), run(&one_socket));
+            let mut blind = SimConfig::paper(TuneMode::Auto, rtt, p);
+            blind.probe_enabled = false;
+            push("auto-0".to_string(), run(&blind));
         }
     }
     out
@@ -150,7 +154,8 @@ pub fn paper_table() -> String {
     let header = "# tcptune-core simulation: 1 Gbit/s, queue 1 BDP, 128 x 1 MiB, CUBIC-like sender.\n\
                   # Modes under default limits (tcp_wmem max 4 MiB, *mem_max 4 MiB, tcp_rmem max 32 MiB);\n\
                   # '+' rows and ideal (best fixed buffer) under raised limits (256 MiB);\n\
-                  # auto-1p: auto fed by a one-stream probe (at most what one socket carries).\n\
+                  # auto-1p: auto fed by a lower-bound rate (a one-stream probe: what one socket carries);\n\
+                  # auto-0: auto without any rate (in-band decisions only).\n\
                   # sndbuf/queued/rcvbuf: MiB, sum over streams of per-stream peaks; q/BDP: queued / BDP;\n\
                   # retx: MiB retransmitted.\n";
     format!("{header}{}", render(&rows(&rtts, &[1, 4])))

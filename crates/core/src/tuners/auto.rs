@@ -97,6 +97,7 @@ pub struct AutoConfig {
     headroom: f64,
     stream_headroom: f64,
     lowat_time: Duration,
+    reader_time: Duration,
     min_lowat: Bytes,
     max_lowat: Bytes,
     max_streams: u32,
@@ -104,13 +105,15 @@ pub struct AutoConfig {
 
 impl Default for AutoConfig {
     /// Headroom 1.75 x share in the send buffer, 1.25 x BDP per stream count, 6 ms of unsent data
-    /// (128 KiB to 4 MiB), at most 16 streams, the peer assumed to have this host's limits.
+    /// (128 KiB to 4 MiB), 1.5 ms of reader latency in the receive window, at most 16
+    /// streams, the peer assumed to have this host's limits.
     fn default() -> Self {
         AutoConfig {
             peer_limits: None,
             headroom: 1.75,
             stream_headroom: 1.25,
             lowat_time: Duration::from_millis(6),
+            reader_time: Duration::from_micros(1500),
             min_lowat: Bytes::kib(128),
             max_lowat: Bytes::mib(4),
             max_streams: 16,
@@ -144,6 +147,13 @@ impl AutoConfig {
         self
     }
 
+    /// Receive window kept beyond a stream's share of the BDP for the time the reader may
+    /// not be scheduled (what arrives meanwhile must fit): it sizes short paths' windows.
+    pub fn reader_time(mut self, t: Duration) -> Self {
+        self.reader_time = t;
+        self
+    }
+
     /// Never ask for more streams in all than this (or than the transfer already has).
     pub fn max_streams(mut self, n: u32) -> Self {
         self.max_streams = n.max(1);
@@ -161,6 +171,7 @@ impl AutoConfig {
             &crate::tuner::PathHint {
                 rtt: ctx.hint.rtt,
                 rate: None,
+                ..Default::default()
             },
         );
         let max_value = if ctx.limits.can_force {
@@ -192,7 +203,18 @@ impl AutoConfig {
                 SendPlan::Explicit(_) => Some(plan.lowat),
                 SendPlan::Kernel => None,
             },
-            asked: ctx.stream_index != 0 || plan.extra_streams > 0,
+            asks_left: match (ctx.stream_index, plan.extra_streams > 0, plan.trusted()) {
+                (1.., _, _) => 0,
+                (0, _, true) => 0,
+                (0, true, false) => 1,
+                (0, false, false) => 2,
+            },
+            base_streams: ctx.streams.max(1),
+            max_streams: self.max_streams,
+            last_ask: None,
+            slow_start_since: None,
+            total_streams: plan.streams_total,
+            slow_start_cap: linux::max_send_payload(&ctx.limits).map(|p| p * 2 / 3),
             plan,
             est,
             hint_rate: ctx.hint.rate,
@@ -260,6 +282,11 @@ pub struct AutoPlan {
 }
 
 impl AutoPlan {
+    /// Whether the plan rests on a BDP that is not a lower bound.
+    pub fn trusted(&self) -> bool {
+        self.bdp.is_some() && !self.bdp_lower_bound
+    }
+
     /// The plan for a stream with this context.
     pub fn compute(cfg: &AutoConfig, ctx: &TunerContext) -> AutoPlan {
         let own = &ctx.limits;
@@ -288,10 +315,25 @@ impl AutoPlan {
             };
         };
         let bdp = rate.bdp(rtt).0.max(1);
+        let per_stream_rate = |n: u32| rate.bytes_per_sec() as f64 / f64::from(n.max(1));
+        // The window one stream advertises: 1.5 x its share of the BDP, and at least its
+        // share plus what arrives while the reader is not scheduled (short paths).
+        let window_for = |n: u32| -> u64 {
+            let share = bdp / u64::from(n.max(1));
+            let reader = (per_stream_rate(n) * cfg.reader_time.as_secs_f64()) as u64;
+            scale(share, RECV_HEADROOM).max(share + reader)
+        };
+        // The largest window the receiver may grow to: the sender's headroom over the
+        // share, or the starting window where that is larger (short paths).
+        let max_window_for =
+            |n: u32| -> u64 { scale(bdp / u64::from(n.max(1)), cfg.headroom).max(window_for(n)) };
+        // Unsent data kept per stream: ~6 ms at the stream's rate (128 KiB..4 MiB), but no
+        // more than what is in flight (on short paths the reserve would otherwise be most of
+        // the memory).
         let lowat_for = |n: u32| -> u64 {
-            let per_stream = rate.bytes_per_sec() / u64::from(n.max(1));
-            let t = (per_stream as f64 * cfg.lowat_time.as_secs_f64()) as u64;
+            let t = (per_stream_rate(n) * cfg.lowat_time.as_secs_f64()) as u64;
             t.clamp(cfg.min_lowat.0, cfg.max_lowat.0)
+                .min(max_window_for(n))
         };
         let needed_bdp = scale(bdp, cfg.stream_headroom);
         let send_cap = linux::max_send_payload(send_limits);
@@ -307,11 +349,7 @@ impl AutoPlan {
                 recv_limits,
             ))
         });
-        // A probe that is one stream cannot measure more than one socket carries: when the
-        // BDP it implies is about what one socket holds (60% to 100% of its payload), the
-        // path may well be faster.
-        let bdp_lower_bound = send_cap
-            .is_some_and(|cap| bdp.saturating_mul(10) >= cap.saturating_mul(6) && bdp <= cap);
+        let bdp_lower_bound = ctx.hint.rate_is_lower_bound;
         let n_send = |n: u32| -> u64 {
             match send_cap {
                 None => 1,
@@ -327,39 +365,30 @@ impl AutoPlan {
         let share = bdp / u64::from(n);
         let lowat = lowat_for(n);
 
-        let need_payload = scale(share, cfg.headroom) + lowat;
-        let kernel_payload = linux::sndbuf_payload(send_limits.tcp_wmem[2].0);
-        let small = share <= lowat && need_payload <= kernel_payload;
-        let send = if small {
-            SendPlan::Kernel
+        // The sender holds what the receiver may let into flight plus the unsent reserve.
+        let need_payload = max_window_for(n) + lowat;
+        let v = linux::sndbuf_value_for_payload(need_payload);
+        let send = SendPlan::Explicit(if send_limits.can_force {
+            v
         } else {
-            let v = linux::sndbuf_value_for_payload(need_payload);
-            SendPlan::Explicit(if send_limits.can_force {
-                v
-            } else {
-                v.min(send_limits.wmem_max)
-            })
-        };
+            v.min(send_limits.wmem_max)
+        });
 
-        let recv = if small {
-            unsized_recv
-        } else {
-            // The window starts at 1.5 x the share (the pipe needs one; the sender's buffer
-            // allows a little more) and may grow, by DRS, to the sender's headroom: within
-            // the 2 x BDP budget. With a BDP that may be a lower bound, to rmem_max.
-            let budget = linux::rcvbuf_value_for_window(scale(share, cfg.headroom));
-            let max_buffer = match (recv_limits.can_force, bdp_lower_bound) {
-                (true, _) => budget,
-                (false, true) => recv_limits.rmem_max,
-                (false, false) => budget.min(recv_limits.rmem_max),
-            };
-            let max_window =
-                linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, recv_limits));
-            let window = scale(share, RECV_HEADROOM).min(max_window);
-            RecvPlan::Sized {
-                window: Bytes(window),
-                max_buffer,
-            }
+        // The window starts at `window_for` and may grow, by DRS, to `max_window_for`:
+        // within the 2 x BDP budget on long paths. With a rate that is only a lower bound,
+        // to rmem_max.
+        let budget = linux::rcvbuf_value_for_window(max_window_for(n));
+        let max_buffer = match (recv_limits.can_force, bdp_lower_bound) {
+            (true, _) => budget,
+            (false, true) => recv_limits.rmem_max,
+            (false, false) => budget.min(recv_limits.rmem_max),
+        };
+        let max_window =
+            linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, recv_limits));
+        let window = window_for(n).min(max_window);
+        let recv = RecvPlan::Sized {
+            window: Bytes(window),
+            max_buffer,
         };
 
         let reason = (extra > 0).then(|| {
@@ -384,7 +413,7 @@ impl AutoPlan {
                 (None, None) => "the per-socket maximum is too small".to_string(),
             };
             let bound = if bdp_lower_bound {
-                " (at least: the probe's rate is about what one socket carries, the path may be faster)"
+                " (at least: the rate is a lower bound, the path may be faster)"
             } else {
                 ""
             };
@@ -427,8 +456,22 @@ pub struct AutoTuner {
     plan: AutoPlan,
     send: SendPlan,
     lowat: Option<Bytes>,
-    /// Stream 0 asks for streams at most once; other streams never do.
-    asked: bool,
+    /// In-band requests for streams stream 0 may still make (other streams never ask): none
+    /// with a trustworthy BDP (the plan counted the streams), else up to two.
+    asks_left: u32,
+    /// Streams the transfer had when this tuner was built (`OpenStreams` counts from it).
+    base_streams: u32,
+    /// Never ask for more than this in all.
+    max_streams: u32,
+    /// When the last in-band request for streams was made.
+    last_ask: Option<Time>,
+    /// Since when stream 0 has been in slow start near its socket's capacity with no queue.
+    slow_start_since: Option<Time>,
+    /// Streams the transfer has, as far as this tuner knows (what it asked for included).
+    total_streams: u32,
+    /// What one socket keeps in flight at most (two thirds of the largest send buffer's
+    /// payload), for the slow-start trigger; `None` when buffers are not capped.
+    slow_start_cap: Option<u64>,
     est: PathEstimator,
     hint_rate: Option<Rate>,
     /// Previous sample: time and cumulative send-buffer-limited time.
@@ -491,6 +534,7 @@ impl AutoTuner {
         self.est.observe(now, s);
         let estimate = self.est.estimate();
         self.srtt = estimate.srtt.or(self.srtt);
+        self.slow_start_trigger(now, s);
         let prev = self.last.replace((now, s.sndbuf_limited_us));
         let Some((t0, lim0)) = prev else {
             return;
@@ -567,8 +611,82 @@ impl AutoTuner {
                     }
                 }
             }
-            Evidence::BufferShort => self.grow(s, &estimate),
+            Evidence::BufferShort => self.grow(now, s, &estimate),
         }
+    }
+
+    /// Ask for streams so that the transfer has `total` in all (once per call; counts
+    /// against [`AutoTuner::asks_left`]'s budget; bounded by the configured maximum).
+    fn ask_for_streams(&mut self, now: Time, total: u32, reason: String) {
+        let total = total.min(self.max_streams.max(self.total_streams));
+        if self.asks_left == 0 || total <= self.total_streams {
+            return;
+        }
+        // Streams asked for need a few RTTs to connect and ramp up before the evidence
+        // can say whether they were enough.
+        let settle = self.srtt.unwrap_or(Duration::from_millis(100)) * 4;
+        if self
+            .last_ask
+            .is_some_and(|t| now.saturating_since(t) < settle)
+        {
+            return;
+        }
+        self.last_ask = Some(now);
+        self.asks_left -= 1;
+        self.total_streams = total;
+        self.out.push(Action::OpenStreams {
+            count: total - self.base_streams.min(total),
+            reason,
+        });
+    }
+
+    /// Without any rate: stream 0 still in slow start (no loss yet) whose congestion window
+    /// has reached three quarters of what one socket keeps in flight, with no queue yet (the
+    /// RTT is not inflated), will be limited by its buffer within a round. Streams opened now
+    /// start while it still grows, rather than after the buffer has already capped it. If
+    /// that still holds half an RTT later (streams that overshoot together show a queue by
+    /// then): ask
+    /// for twice as many (at least 4 in all). (Earlier, at half, the trigger mistakes paths
+    /// whose BDP one socket still holds: at 25 ms and 1 Gbit/s the window passes half a
+    /// socket's capacity before the pipe is full.)
+    fn slow_start_trigger(&mut self, now: Time, s: &TcpSnapshot) {
+        if self.stream_index != 0
+            || self.asks_left == 0
+            || self.last_ask.is_some()
+            || self.plan.bdp.is_some()
+        {
+            return;
+        }
+        let Some(cap) = self.slow_start_cap else {
+            return;
+        };
+        // TCP_INFINITE_SSTHRESH: no loss yet; ca_state 0: Open.
+        let in_slow_start = s.snd_ssthresh_segs >= 0x7fff_0000 && s.ca_state == 0;
+        let queue = self.est.estimate().rtt_inflated();
+        if !in_slow_start || queue || s.cwnd_bytes().saturating_mul(4) < cap.saturating_mul(3) {
+            self.slow_start_since = None;
+            return;
+        }
+        // Half an RTT later, still so: several streams that overshoot together in slow
+        // start show their queue within that time.
+        let since = *self.slow_start_since.get_or_insert(now);
+        if now.saturating_since(since) < self.srtt.unwrap_or(Duration::from_millis(100)) / 2 {
+            return;
+        }
+        let total = self.total_streams.max(1).saturating_mul(2).max(4);
+        self.ask_for_streams(
+            now,
+            total,
+            format!(
+                "stream 1 is still in slow start with a congestion window of {} and no queue (RTT \
+                 {}), three quarters of what one socket keeps in flight ({} of SO_SNDBUF at \
+                 most): opening streams now, before its buffer caps it, {total} in all",
+                Bytes(s.cwnd_bytes()),
+                self.srtt
+                    .map_or_else(|| "unknown".to_string(), format_duration),
+                self.max_value
+            ),
+        );
     }
 
     /// How far in-band growth may take `SO_SNDBUF`: `wmem_max`, and with a probed rate no
@@ -586,7 +704,7 @@ impl AutoTuner {
         Bytes(share).min(self.max_value)
     }
 
-    fn grow(&mut self, s: &TcpSnapshot, estimate: &crate::estimate::PathEstimate) {
+    fn grow(&mut self, now: Time, s: &TcpSnapshot, estimate: &crate::estimate::PathEstimate) {
         match self.send {
             SendPlan::Kernel => {
                 let sndbuf = u64::from(s.sndbuf_bytes.unwrap_or(0));
@@ -608,21 +726,20 @@ impl AutoTuner {
             SendPlan::Explicit(_) => {
                 // Only without a trustworthy BDP: with one, the plan already counted
                 // streams, and streams opened late mostly slow the end of a transfer down.
-                let untrusted = self.plan.bdp.is_none() || self.plan.bdp_lower_bound;
-                if !self.asked && untrusted {
-                    self.asked = true;
-                    let n = self.plan.streams_total.max(1);
-                    self.out.push(Action::OpenStreams {
-                        count: n,
-                        reason: format!(
-                            "the send buffer is at its per-socket maximum ({} of SO_SNDBUF) and still \
-                             limits a stream whose pipe is not full (RTT {}): doubling to {} streams",
-                            self.max_value,
-                            estimate.srtt.map_or_else(|| "unknown".to_string(), format_duration),
-                            2 * n
-                        ),
-                    });
-                }
+                let total = self.total_streams.max(1);
+                self.ask_for_streams(
+                    now,
+                    total.saturating_mul(2),
+                    format!(
+                        "the send buffer is at its per-socket maximum ({} of SO_SNDBUF) and still \
+                         limits a stream whose pipe is not full (RTT {}): doubling to {} streams",
+                        self.max_value,
+                        estimate
+                            .srtt
+                            .map_or_else(|| "unknown".to_string(), format_duration),
+                        total.saturating_mul(2)
+                    ),
+                );
             }
         }
     }
@@ -698,6 +815,7 @@ mod tests {
             hint: PathHint {
                 rtt: Some(Duration::from_secs_f64(rtt_ms / 1000.0)),
                 rate,
+                ..Default::default()
             },
             stream_index: index,
             streams,
@@ -753,17 +871,6 @@ mod tests {
             let plan = AutoPlan::compute(&cfg, &ctx(Role::Sender, rtt, Some(Rate::gbit(1)), 0, 1));
             assert_eq!(plan.streams_total, want, "rtt {rtt} ms");
         }
-    }
-
-    #[test]
-    fn small_bdp_leaves_kernel_autotuning_in_charge() {
-        let mut t = sender(0.5, Some(Rate::gbit(1)));
-        assert_eq!(t.plan().send, SendPlan::Kernel);
-        assert_eq!(t.plan().recv, RecvPlan::Kernel);
-        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-        t.handle_event(Time::ZERO, ConnEvent::Established);
-        assert!(actions(&mut t).is_empty());
-        assert_eq!(t.lowat(), None);
     }
 
     #[test]
@@ -894,41 +1001,111 @@ mod tests {
     }
 
     #[test]
-    fn receiver_leaves_autotuning_in_charge_for_small_shares_unless_it_is_off() {
+    fn short_path_sizes_both_ends_for_the_share_plus_reader_latency() {
+        // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 1.5 ms of arrivals.
         let mut r =
             AutoConfig::default().build(ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1));
-        assert_eq!(r.plan().recv, RecvPlan::Kernel);
+        let window = Bytes(62_500 + 187_500);
+        assert_eq!(
+            r.plan().recv,
+            RecvPlan::Sized {
+                window,
+                max_buffer: window
+            }
+        );
         r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-        r.handle_event(Time::ZERO, ConnEvent::Established);
-        assert!(actions(&mut r).is_empty());
-        assert_eq!(r.poll_interval(), None);
-
-        let off = HostLimits {
-            moderate_rcvbuf: false,
-            ..HostLimits::linux_defaults()
+        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(window)]);
+        // The sender holds that window plus an unsent reserve no larger than it: about
+        // 4 x BDP in setsockopt units at each end (what a fixed buffer needs here too).
+        let mut t = sender(0.5, Some(Rate::gbit(1)));
+        let SendPlan::Explicit(v) = t.plan().send else {
+            panic!("explicit sizing expected: {:?}", t.plan());
         };
-        let mut r = AutoConfig::default().build(TunerContext {
-            limits: off,
-            ..ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1)
-        });
-        r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-        assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(Bytes::mib(4))]);
+        assert_eq!(t.plan().lowat, window);
+        assert_eq!(v, linux::sndbuf_value_for_payload(2 * window.0));
+        assert!(v.0 <= 5 * 62_500, "{v}");
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert_eq!(
+            actions(&mut t),
+            vec![Action::SetSndBuf(v), Action::SetNotsentLowat(window)]
+        );
+        // Four streams share the same total.
+        let p4 = AutoPlan::compute(
+            &AutoConfig::default(),
+            &ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 4),
+        );
+        assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 250_000 / 4));
     }
 
     #[test]
-    fn a_bdp_about_one_socket_is_taken_as_a_lower_bound() {
-        // What a one-stream probe with a 4 MiB SO_SNDBUF reports at 200 ms: ~250 Mbit/s.
-        let plan = AutoPlan::compute(
-            &AutoConfig::default(),
-            &ctx(Role::Sender, 200.0, Some(Rate::mbit(250)), 0, 1),
-        );
+    fn a_rate_marked_as_a_lower_bound_lets_the_receiver_grow_to_its_maximum() {
+        let lb = TunerContext {
+            hint: PathHint {
+                rtt: Some(Duration::from_millis(200)),
+                rate: Some(Rate::mbit(250)),
+                rate_is_lower_bound: true,
+            },
+            ..ctx(Role::Receiver, 200.0, None, 0, 1)
+        };
+        let plan = AutoPlan::compute(&AutoConfig::default(), &lb);
         assert!(plan.bdp_lower_bound);
+        assert!(!plan.trusted());
         assert!(plan.reason.expect("reason").contains("may be faster"));
+        assert!(
+            matches!(plan.recv, RecvPlan::Sized { max_buffer, .. } if max_buffer == Bytes::mib(4))
+        );
         let plan = AutoPlan::compute(
             &AutoConfig::default(),
             &ctx(Role::Sender, 25.0, Some(Rate::gbit(1)), 0, 1),
         );
         assert!(!plan.bdp_lower_bound);
+        assert!(plan.trusted());
+    }
+
+    #[test]
+    fn without_a_rate_stream_zero_asks_for_streams_while_still_in_slow_start() {
+        let mut t = sender(200.0, None);
+        t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        assert!(actions(&mut t).is_empty());
+        let ss = |cwnd_segs: u32| TcpSnapshot {
+            rtt_us: 200_000,
+            snd_mss_bytes: 1448,
+            snd_cwnd_segs: cwnd_segs,
+            snd_ssthresh_segs: 0x7fff_ffff,
+            ..TcpSnapshot::empty()
+        };
+        // 1 MB of window: far from what one socket holds (about 5 MB in flight).
+        t.handle_snapshot(Time::from_millis(200), &ss(700));
+        assert!(actions(&mut t).is_empty());
+        // 2.9 MB: more than half, but the path may still fit one socket.
+        t.handle_snapshot(Time::from_millis(400), &ss(2000));
+        assert!(actions(&mut t).is_empty());
+        // 3.9 MB, still in slow start, no queue: it will hit its buffer within a round,
+        // if half an RTT later there is still no queue.
+        t.handle_snapshot(Time::from_millis(600), &ss(2700));
+        assert!(actions(&mut t).is_empty());
+        t.handle_snapshot(Time::from_millis(700), &ss(3000));
+        let a = actions(&mut t);
+        assert!(
+            matches!(&a[..], [Action::OpenStreams { count: 3, reason }] if reason.contains("slow start")),
+            "{a:?}"
+        );
+        // Once is enough.
+        t.handle_snapshot(Time::from_millis(800), &ss(4000));
+        assert!(actions(&mut t).is_empty());
+        // After a loss (ssthresh set), the trigger never fires.
+        let mut u = sender(200.0, None);
+        u.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let mut s = ss(4000);
+        s.snd_ssthresh_segs = 3000;
+        u.handle_snapshot(Time::from_millis(200), &s);
+        assert!(actions(&mut u).is_empty());
+        // With a trustworthy rate the plan counted the streams: no trigger either.
+        let mut w = sender(200.0, Some(Rate::gbit(1)));
+        w.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        actions(&mut w);
+        w.handle_snapshot(Time::from_millis(200), &ss(4000));
+        assert!(actions(&mut w).is_empty());
     }
 
     #[test]
@@ -1048,23 +1225,33 @@ mod tests {
     }
 
     #[test]
-    fn without_a_bdp_stream_zero_asks_for_more_streams_once_at_the_maximum() {
+    fn without_a_bdp_stream_zero_doubles_its_streams_at_the_maximum_at_most_twice() {
         let mut t = sender(200.0, None);
         t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
         let full = 8 << 20;
         // Explicit at wmem_max after taking over from autotuning; still starved, no queue.
         t.send = SendPlan::Explicit(Bytes::mib(4));
-        feed(&mut t, Time::ZERO, 100, 30, |k| {
-            snap(200, full, full, k * 50_000, Rate::mbit(250))
-        });
-        let asks: Vec<Action> = actions(&mut t)
-            .into_iter()
-            .filter(|a| matches!(a, Action::OpenStreams { .. }))
-            .collect();
-        assert_eq!(asks.len(), 1, "{asks:?}");
+        let mut asks = Vec::new();
+        let mut now = Time::ZERO;
+        for k in 0..60u64 {
+            t.handle_snapshot(now, &snap(200, full, full, k * 50_000, Rate::mbit(250)));
+            for a in actions(&mut t) {
+                if matches!(a, Action::OpenStreams { .. }) {
+                    asks.push((now, a));
+                }
+            }
+            now += Duration::from_millis(100);
+        }
+        assert_eq!(asks.len(), 2, "{asks:?}");
         assert!(
-            matches!(&asks[0], Action::OpenStreams { count: 1, reason } if reason.contains("doubling to 2"))
+            matches!(&asks[0].1, Action::OpenStreams { count: 1, reason } if reason.contains("doubling to 2"))
         );
+        // Counted from the streams the tuner was built with: 1 + 3 = 4.
+        assert!(
+            matches!(&asks[1].1, Action::OpenStreams { count: 3, reason } if reason.contains("doubling to 4"))
+        );
+        // The second only after the first streams had 4 RTTs to connect and ramp up.
+        assert!(asks[1].0.saturating_since(asks[0].0) >= Duration::from_millis(800));
     }
 
     #[test]

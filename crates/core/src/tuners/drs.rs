@@ -252,6 +252,7 @@ mod tests {
             hint: PathHint {
                 rtt: rtt_hint_ms.map(Duration::from_millis),
                 rate: None,
+                ..Default::default()
             },
             ..TunerContext::for_tests(Role::Receiver)
         };

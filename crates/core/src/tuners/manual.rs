@@ -128,6 +128,7 @@ mod tests {
             hint: PathHint {
                 rtt: rtt_ms.map(Duration::from_millis),
                 rate,
+                ..Default::default()
             },
             ..TunerContext::for_tests(role)
         }

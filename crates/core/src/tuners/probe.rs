@@ -118,6 +118,7 @@ mod tests {
             hint: PathHint {
                 rtt: Some(Duration::from_millis(rtt_ms)),
                 rate: Some(rate),
+                ..Default::default()
             },
             ..TunerContext::for_tests(role)
         }
@@ -145,6 +146,7 @@ mod tests {
             hint: PathHint {
                 rtt: Some(Duration::from_millis(10)),
                 rate: None,
+                ..Default::default()
             },
             ..TunerContext::for_tests(Role::Sender)
         });
