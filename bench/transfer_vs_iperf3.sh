@@ -88,7 +88,7 @@ time.sleep(0.3)
 
 def run(tool, streams):
     if tool == "tcptune":
-        cmd = [BIN, "send", "127.0.0.1", "--port", str(tp), "-t", str(DUR), "-P", str(streams),
+        cmd = [BIN, "send", "127.0.0.1", "--port", str(tp), "--no-path-db", "-t", str(DUR), "-P", str(streams),
                "--tune", "kernel", "--json", "--interval", "0", "--no-progress"]
         srv = tsrv.pid
     else:

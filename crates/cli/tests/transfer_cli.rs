@@ -34,9 +34,19 @@ impl Server {
         Server { child, port }
     }
 
+    /// The path database the tests' transfers use (never the user's own).
+    fn db(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "tcptune-cli-test-{}-{}.json",
+            std::process::id(),
+            self.port
+        ))
+    }
+
     fn send(&self, extra: &[&str]) -> Output {
         Command::new(BIN)
             .args(["send", "127.0.0.1", "--port", &self.port.to_string()])
+            .env("TCPTUNE_PATH_DB", self.db())
             .args(extra)
             .output()
             .expect("run tcptune send")
@@ -45,6 +55,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let db = self.db();
+        let _ = std::fs::remove_file(&db);
+        let _ = std::fs::remove_file(db.with_extension("json.lock"));
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -221,4 +234,47 @@ fn secret_file_guards_the_server() {
         String::from_utf8_lossy(&o.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn path_database_spares_the_probe_on_a_known_path() {
+    let s = Server::start(&[]);
+    let db = s.db();
+    let db_arg = db.to_string_lossy().to_string();
+    let first = s.send(&["-n", "16", "-i", "0", "--path-db", &db_arg]);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let text = String::from_utf8_lossy(&first.stdout);
+    assert!(text.contains("probed for"), "{text}");
+    assert!(text.contains("measuring the path"), "{text}");
+    let second = s.send(&["-n", "16", "-i", "0", "--path-db", &db_arg]);
+    let text = String::from_utf8_lossy(&second.stdout);
+    assert!(text.contains("from the path database"), "{text}");
+    // --no-path-db measures again and leaves the file alone.
+    let before = std::fs::read_to_string(&db).expect("database written");
+    let third = s.send(&["-n", "16", "--no-path-db", "--json"]);
+    let v = json(&third);
+    assert_eq!(
+        v["start"]["tcptune"]["measurement"]["source"], "probe",
+        "{v}"
+    );
+    assert!(
+        v["start"]["tcptune"]["measurement"]["path_db"].is_null(),
+        "{v}"
+    );
+    assert_eq!(std::fs::read_to_string(&db).expect("still there"), before);
+    // --no-probe without an entry goes without a rate.
+    let fourth = s.send(&["-n", "8", "--no-path-db", "--no-probe", "--json"]);
+    let v = json(&fourth);
+    assert_eq!(
+        v["start"]["tcptune"]["measurement"]["source"], "none",
+        "{v}"
+    );
+    // Contradictory options are a usage error.
+    let o = s.send(&["--no-path-db", "--path-db", &db_arg]);
+    assert_eq!(o.status.code(), Some(2));
 }

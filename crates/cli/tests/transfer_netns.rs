@@ -48,6 +48,7 @@ fn each_end_tunes_with_its_own_namespaces_limits() {
             "-n",
             "8",
             "--json",
+            "--no-path-db",
         ];
         if reverse {
             args.push("-R");

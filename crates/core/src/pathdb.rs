@@ -159,10 +159,15 @@ pub enum PathDbError {
     },
 }
 
+/// RTTs below this share one bucket: on a LAN or loopback the RTT measured before a
+/// transfer varies by several times from one connection to the next (3 µs, then 10 µs).
+pub const RTT_BUCKET_FLOOR: Duration = Duration::from_micros(100);
+
 /// The RTT bucket of a minimum RTT: half-octaves (`round(2 log2(rtt in µs))`), so paths
-/// whose RTTs differ by less than a factor of about 1.4 share a bucket or are neighbours.
+/// whose RTTs differ by less than a factor of about 1.4 share a bucket or are neighbours;
+/// every RTT below [`RTT_BUCKET_FLOOR`] is in the floor's bucket.
 pub fn rtt_bucket(rtt: Duration) -> i32 {
-    let us = (rtt.as_secs_f64() * 1e6).max(1.0);
+    let us = rtt.max(RTT_BUCKET_FLOOR).as_secs_f64() * 1e6;
     (2.0 * us.log2()).round() as i32
 }
 
@@ -389,7 +394,11 @@ mod tests {
         assert!(look(&db, 200, 1.0).is_none());
         assert!(look(&db, 50, 1.0).is_none());
         assert_eq!(rtt_bucket(Duration::from_micros(500)), 18);
-        assert_eq!(rtt_bucket(Duration::ZERO), 0);
+        assert_eq!(rtt_bucket(Duration::ZERO), 13);
+        assert_eq!(
+            rtt_bucket(Duration::from_micros(3)),
+            rtt_bucket(Duration::from_micros(90))
+        );
     }
 
     #[test]

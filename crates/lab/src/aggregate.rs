@@ -56,6 +56,13 @@ pub struct CellStats {
     pub capped: usize,
     /// Receiver-measured throughput, bit/s.
     pub throughput_bps: Spread,
+    /// Throughput with the time spent measuring the path and opening the streams counted
+    /// ([`RunRecord::throughput_incl_measure_bps`]), bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_incl_measure_bps: Option<Spread>,
+    /// Seconds spent measuring the path before the transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_s: Option<Spread>,
     /// Kernel-held buffer, the larger end, summed over streams.
     pub peak_buffer_bytes: Spread,
     /// Kernel-held send buffers at the sender, summed over streams.
@@ -150,6 +157,8 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
             failed,
             capped: ok.iter().filter(|r| r.capped).count(),
             throughput_bps,
+            throughput_incl_measure_bps: f(&|r| r.throughput_incl_measure_bps()),
+            measure_s: f(&|r| r.measure_s.unwrap_or(0.0)),
             peak_buffer_bytes: f(&|r| r.peak_buffer_bytes() as f64).unwrap_or(zero),
             peak_sndbuf_bytes: f(&|r| r.peak_sndbuf_bytes as f64).unwrap_or(zero),
             peak_rcvbuf_bytes: f(&|r| r.peak_rcvbuf_bytes as f64).unwrap_or(zero),

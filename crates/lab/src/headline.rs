@@ -40,6 +40,17 @@ pub struct HeadlineRow {
     pub kernel_default_bps: Option<f64>,
     /// `auto` / `ideal`.
     pub auto_over_ideal: Option<f64>,
+    /// `auto`'s median throughput counting its measurement (probe) and stream setup time,
+    /// bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_incl_measure_bps: Option<f64>,
+    /// `auto`'s median seconds spent measuring the path before the transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_measure_s: Option<f64>,
+    /// The same ratio with both sides' measurement and setup time counted (the sweep that
+    /// found `ideal` is not charged to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_over_ideal_incl_measure: Option<f64>,
     /// `auto` / `kernel` (default limits).
     pub auto_over_kernel: Option<f64>,
     /// `auto`'s peak kernel-held buffer (larger end, all streams), bytes.
@@ -110,6 +121,17 @@ pub fn headline(plan: &ExpandedPlan, agg: &Aggregate) -> Headline {
                 ideal_size_bytes: ideal.map(|p| p.size.0),
                 kernel_default_bps,
                 auto_over_ideal,
+                auto_incl_measure_bps: auto
+                    .and_then(|s| s.throughput_incl_measure_bps)
+                    .map(|s| s.median),
+                auto_measure_s: auto.and_then(|s| s.measure_s).map(|s| s.median),
+                auto_over_ideal_incl_measure: ratio(
+                    auto.and_then(|s| s.throughput_incl_measure_bps)
+                        .map(|s| s.median),
+                    ideal
+                        .and_then(|p| p.stats.throughput_incl_measure_bps)
+                        .map(|s| s.median),
+                ),
                 auto_over_kernel: ratio(auto_bps, kernel_default_bps),
                 auto_peak_buffer_bytes: auto_buf.map(|b| b as u64),
                 auto_peak_used_bytes: auto.map(|s| s.peak_used_bytes.median as u64),

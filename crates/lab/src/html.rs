@@ -129,7 +129,7 @@ fn headline_section(h: &mut String, i: &ReportInput) {
     h.push_str("<h2>Headline: auto against ideal and against kernel autotuning</h2>");
     let _ = write!(
         h,
-        "<p class=\"note\">Goal: <code>auto</code> at least {THROUGHPUT_GOAL} x <code>ideal</code> (the best fixed size found by the sweep, set with setsockopt under raised maxima) on every path and stream count, with peak buffer memory at most {MEMORY_GOAL_BDP} x BDP. Memory is compared like with like: the kernel-held peak (the larger of the sender's sk_sndbuf and the receiver's sk_rcvbuf, all streams) halved into setsockopt units, because the kernel holds twice what setsockopt asks for. <code>auto</code> runs under the namespace's default limits where the plan has it there; <code>kernel</code> is Linux autotuning under the same default limits.</p>"
+        "<p class=\"note\">Goal: <code>auto</code> at least {THROUGHPUT_GOAL} x <code>ideal</code> (the best fixed size found by the sweep, set with setsockopt under raised maxima) on every path and stream count, with peak buffer memory at most {MEMORY_GOAL_BDP} x BDP. Throughput is the paper's: bytes over the receiver's time from the first byte to the last; the <i>incl. measuring</i> ratio also counts the time auto spent measuring the path (its bandwidth probe; every lab run starts with an empty path database, so this is the cold cost) and opening streams, on both sides. Memory is compared like with like: the kernel-held peak (the larger of the sender's sk_sndbuf and the receiver's sk_rcvbuf, all streams) halved into setsockopt units, because the kernel holds twice what setsockopt asks for. <code>auto</code> runs under the namespace's default limits where the plan has it there; <code>kernel</code> is Linux autotuning under the same default limits.</p>"
     );
     if hl.rows.is_empty() {
         h.push_str("<p class=\"na\">auto was not run in this plan: no headline.</p>");
@@ -148,11 +148,11 @@ fn headline_section(h: &mut String, i: &ReportInput) {
         )
     };
     let _ = write!(h, "<p><b>Verdict: {}.</b></p>", esc(&verdict));
-    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP</th><th>auto (host)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / kernel</th><th>auto peak buffer<br>(kernel-held)</th><th>auto peak<br>in use</th><th>ideal peak buffer<br>(kernel-held)</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
+    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP</th><th>auto (host)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / ideal<br>incl. measuring</th><th>auto measuring</th><th>auto / kernel</th><th>auto peak buffer<br>(kernel-held)</th><th>auto peak<br>in use</th><th>ideal peak buffer<br>(kernel-held)</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
     for r in &hl.rows {
         let _ = write!(
             h,
-            "<tr><td>{} ms</td><td>{}</td><td>{} MiB</td><td>{} ({})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+            "<tr><td>{} ms</td><td>{}</td><td>{} MiB</td><td>{} ({})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
             r.rtt_ms,
             r.streams,
             mib(r.bdp_bytes as f64),
@@ -163,6 +163,8 @@ fn headline_section(h: &mut String, i: &ReportInput) {
             fmt_mbps(r.kernel_default_bps),
             goal_class(r.throughput_goal_met),
             pct(r.auto_over_ideal),
+            pct(r.auto_over_ideal_incl_measure),
+            r.auto_measure_s.map_or("-".into(), |m| format!("{m:.2} s")),
             pct(r.auto_over_kernel),
             r.auto_peak_buffer_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
             r.auto_peak_used_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),

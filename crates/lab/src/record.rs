@@ -60,6 +60,14 @@ pub struct RunRecord {
     /// RTT the engine measured before the transfer (control connection), microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_rtt_us: Option<u64>,
+    /// Seconds spent measuring the path before the transfer (the bandwidth probe of `auto`
+    /// and `probe`; the lab runs every transfer with a cold path database), not part of
+    /// `seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_s: Option<f64>,
+    /// Seconds spent opening the transfer's streams before its first byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_s: Option<f64>,
     /// Per stream: the summaries of the tuner's samples at both ends (no time series).
     pub per_stream: Vec<StreamSummary>,
     /// The emulator's counters for this run (differences over the run), if available.
@@ -150,6 +158,8 @@ impl RunRecord {
                 .path_hint
                 .rtt
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            measure_s: report.start.tcptune.measurement.as_ref().map(|m| m.seconds),
+            setup_s: t.setup_seconds,
             per_stream,
             emu: None,
         }
@@ -184,8 +194,21 @@ impl RunRecord {
             peak_rmem_alloc_bytes: 0,
             retransmits: 0,
             hint_rtt_us: None,
+            measure_s: None,
+            setup_s: None,
             per_stream: Vec::new(),
             emu: None,
+        }
+    }
+
+    /// Throughput counting the time spent measuring the path and opening the streams as
+    /// part of the transfer (what a user who waits for the whole command sees), bit/s.
+    pub fn throughput_incl_measure_bps(&self) -> f64 {
+        let t = self.seconds + self.measure_s.unwrap_or(0.0) + self.setup_s.unwrap_or(0.0);
+        if t > 0.0 {
+            self.bytes as f64 * 8.0 / t
+        } else {
+            0.0
         }
     }
 

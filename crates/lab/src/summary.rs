@@ -240,19 +240,27 @@ pub fn terminal_table(s: &Summary) -> String {
         );
         let _ = writeln!(
             out,
-            "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>12} {:>13}",
-            "RTT ms", "P", "auto", "ideal", "auto/ideal", "auto/kernel", "auto mem/BDP"
+            "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>11} {:>12} {:>13}",
+            "RTT ms",
+            "P",
+            "auto",
+            "ideal",
+            "auto/ideal",
+            "incl.probe",
+            "auto/kernel",
+            "auto mem/BDP"
         );
         for r in &h.rows {
             let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 out,
-                "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>12} {:>13}",
+                "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>11} {:>12} {:>13}",
                 r.rtt_ms,
                 r.streams,
                 fmt_mbps(r.auto_bps),
                 fmt_mbps(r.ideal_bps),
                 f(r.auto_over_ideal),
+                f(r.auto_over_ideal_incl_measure),
                 f(r.auto_over_kernel),
                 f(r.auto_mem_bdp)
             );

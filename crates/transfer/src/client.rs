@@ -11,20 +11,28 @@
 use crate::assemble::{assemble, Assembly};
 use crate::auth::Secret;
 use crate::engine::{Engine, EngineConfig, Event, SideResult};
+use crate::pathdb::PathDbFile;
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
-use crate::probe::probe_duration;
+use crate::probe::ProbeResult;
 use crate::proto::{
     self, data_hello, ClientMsg, FrameReader, Phase, ProtoError, ServerLimits, ServerMsg,
     TestParams, MAX_SERVER_FRAME, PROTOCOL_VERSION,
 };
-use crate::report::Report;
+use crate::report::{MeasurementReport, PathDbReport, ProbeReport, Report};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::{HostLimits, PathHint, Rate, Role, TuneMode, Tuner, TunerContext};
+use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
+use tcptune_core::pathdb::{Direction, Measurement, PathDbPolicy};
+use tcptune_core::{
+    Action, ConnEvent, HostLimits, PathHint, Role, Time, TuneMode, Tuner, TunerContext,
+    TunerFactory,
+};
+use tcptune_sys::driver::TunerDriver;
 
 /// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
@@ -72,6 +80,15 @@ pub struct ClientConfig {
     /// Build this end's tuners with this instead of `tune` (the server still runs `tune`):
     /// for experimenting with a tuner of your own.
     pub custom_tuner: Option<CustomTuner>,
+    /// The path database (see [`crate::pathdb`]): where a mode that needs the path's rate
+    /// looks for a fresh estimate before probing, and where every transfer (and probe)
+    /// records what it measured. `None` (the library's default): no database.
+    /// `tcptune send` uses [`crate::pathdb::default_location`] unless told otherwise.
+    pub path_db: Option<PathBuf>,
+    /// Run the pre-transfer probe when the mode needs a rate and the database has no fresh
+    /// full-pipe estimate (default). With `false` a database entry of any kind is used, and
+    /// without one the mode goes without a rate.
+    pub probe: bool,
 }
 
 /// A function that builds a tuner for one stream of this end.
@@ -108,6 +125,8 @@ impl ClientConfig {
             max_streams: 64,
             corrupt_message: None,
             custom_tuner: None,
+            path_db: None,
+            probe: true,
         }
     }
 }
@@ -236,6 +255,7 @@ fn validate(cfg: &ClientConfig) -> Result<(), ClientError> {
 
 /// Run a transfer. `progress` is called about 5 times a second.
 pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Report, ClientError> {
+    let session_start = Instant::now();
     validate(cfg)?;
     let addr = resolve(cfg)?;
     let mut local_limits = tcptune_sys::sysctl::read_host_limits()
@@ -381,30 +401,100 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         local_limits,
         force,
         server_limits,
+        remote_limits: remote_limits.clone(),
         pending_server: Vec::new(),
     };
 
+    // What the path's rate is: a fresh database entry, a probe, or nothing.
+    let measure_start = Instant::now();
+    let db = cfg.path_db.as_ref().map(PathDbFile::new);
+    let mut db_report = db.as_ref().map(|f| PathDbReport {
+        file: f.path().display().to_string(),
+        used: false,
+        entry_age_s: None,
+        entry_samples: None,
+        entry_full_pipe: None,
+        recorded: Vec::new(),
+        warnings: Vec::new(),
+    });
+    let direction = if cfg.reverse {
+        Direction::Receive
+    } else {
+        Direction::Send
+    };
+    let peer = addr.ip().to_string();
+    let policy = PathDbPolicy::default();
+    let mut source = if hint.rate.is_some() { "given" } else { "none" };
+    let mut probe_report = None;
     let mut probe_seconds = None;
-    if cfg.tune.needs_rate_probe() {
-        let d = probe_duration(hint.rtt);
-        let (local, remote, _, _) = ctx.run_phase(
-            Phase::Probe {
-                duration_ms: d.as_millis() as u64,
+    if cfg.tune.needs_rate_probe() && cfg.custom_tuner.is_none() {
+        let known = match (&db, hint.rtt) {
+            (Some(f), Some(rtt)) => match f.load() {
+                Ok(d) => d.lookup(&peer, direction, rtt, unix_now(), &policy),
+                Err(e) => {
+                    if let Some(r) = db_report.as_mut() {
+                        r.warnings.push(e.to_string());
+                    }
+                    None
+                }
             },
-            &hint,
-            None,
-        )?;
-        let receiver = if cfg.reverse { &local } else { &remote };
-        let rate: f64 = receiver
-            .streams
-            .iter()
-            .filter_map(|s| s.tail_bits_per_second)
-            .sum();
-        if rate > 0.0 {
-            hint.rate = Some(Rate(rate as u64));
+            _ => None,
+        };
+        if let (Some(k), Some(r)) = (&known, db_report.as_mut()) {
+            r.entry_age_s = Some(k.age.as_secs_f64());
+            r.entry_samples = Some(k.samples);
+            r.entry_full_pipe = Some(k.full_pipe);
         }
-        probe_seconds = Some(d.as_secs_f64());
+        match known.filter(|k| k.full_pipe || !cfg.probe) {
+            Some(k) => {
+                hint.rate = Some(k.rate);
+                hint.rate_is_lower_bound = !k.full_pipe;
+                source = "path_db";
+                if let Some(r) = db_report.as_mut() {
+                    r.used = true;
+                }
+            }
+            None if cfg.probe => {
+                let result = ctx.probe(&hint)?;
+                source = "probe";
+                probe_seconds = Some(result.wall.as_secs_f64());
+                probe_report = Some(ProbeReport {
+                    streams: result.plan.streams,
+                    round_seconds: result.plan.round.as_secs_f64(),
+                    rounds: result.outcome.rounds,
+                    sending_seconds: result.outcome.elapsed.as_secs_f64(),
+                    full_pipe: result.outcome.full_pipe,
+                    rate_bps: result.rate().map(|r| r.0),
+                });
+                if let Some(rate) = result.rate() {
+                    hint.rate = Some(rate);
+                    hint.rate_is_lower_bound = result.lower_bound();
+                    record(
+                        &db,
+                        &mut db_report,
+                        &peer,
+                        direction,
+                        &hint,
+                        "probe",
+                        |at| Measurement {
+                            rate,
+                            min_rtt: hint.rtt.unwrap_or_default(),
+                            full_pipe: !result.lower_bound(),
+                            at_unix_s: at,
+                        },
+                    );
+                }
+            }
+            None => {}
+        }
     }
+    let measurement = MeasurementReport {
+        source: source.to_string(),
+        seconds: measure_start.elapsed().as_secs_f64(),
+        lower_bound: hint.rate_is_lower_bound,
+        probe: probe_report,
+        path_db: None,
+    };
 
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
@@ -414,6 +504,30 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         .since(&cpu0);
     let wall = wall0.elapsed();
     let _ = proto::write_msg(&mut ctx.ctrl, &ClientMsg::Bye);
+
+    // What the transfer delivered is a lower bound on the path's rate.
+    let delivered = outcome.delivery.rate;
+    let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
+    if let Some(rate) = delivered.filter(|_| receiver_ok(&local) && receiver_ok(&remote)) {
+        record(
+            &db,
+            &mut db_report,
+            &peer,
+            direction,
+            &hint,
+            "transfer",
+            |at| Measurement {
+                rate,
+                min_rtt: hint.rtt.unwrap_or_default(),
+                full_pipe: false,
+                at_unix_s: at,
+            },
+        );
+    }
+    let measurement = MeasurementReport {
+        path_db: db_report,
+        ..measurement
+    };
 
     let (sender_limits, receiver_limits) = if cfg.reverse {
         (remote_limits.clone(), ctx.local_limits.clone())
@@ -427,6 +541,10 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         session_hex: &session_hex,
         hint: &hint,
         probe_seconds,
+        measurement: Some(measurement),
+        setup_seconds: Some(outcome.setup.as_secs_f64()),
+        session_seconds: Some(session_start.elapsed().as_secs_f64()),
+        delivery_rate_max_bps: delivered.map(|r| r.0),
         sender_limits,
         receiver_limits,
         congestion: cfg.congestion.clone().unwrap_or(server_cc),
@@ -449,6 +567,39 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
             reason,
             report: Some(Box::new(report)),
         }),
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Record a measurement in the path database (when one is in use and the RTT is known);
+/// problems with the file become warnings of the report.
+fn record(
+    db: &Option<PathDbFile>,
+    report: &mut Option<PathDbReport>,
+    peer: &str,
+    direction: Direction,
+    hint: &PathHint,
+    what: &str,
+    m: impl FnOnce(f64) -> Measurement,
+) {
+    let (Some(f), Some(r)) = (db, report.as_mut()) else {
+        return;
+    };
+    if hint.rtt.is_none() {
+        return;
+    }
+    let m = m(unix_now());
+    match f.update(|d| d.record(peer, direction, &m, &PathDbPolicy::default())) {
+        Ok(warning) => {
+            r.recorded.push(what.to_string());
+            r.warnings.extend(warning.map(|w| w.to_string()));
+        }
+        Err(e) => r.warnings.push(e.to_string()),
     }
 }
 
@@ -480,20 +631,35 @@ struct Ctx<'a> {
     local_limits: HostLimits,
     force: bool,
     server_limits: ServerLimits,
+    /// The server's host limits.
+    remote_limits: HostLimits,
     /// Server messages that arrived while waiting for something else.
     pending_server: Vec<ServerMsg>,
 }
 
-/// How the main phase ended.
+/// How a phase ended.
 pub(crate) struct Outcome {
     pub(crate) capped: bool,
     pub(crate) streams_reason: Option<String>,
+    /// From `StartPhase` to `Go`: opening the phase's streams.
+    pub(crate) setup: Duration,
+    /// The aggregate delivery this end saw, in rounds of one RTT (the probe's measurement;
+    /// for the main phase, the transfer's own rate).
+    pub(crate) delivery: ProbeOutcome,
 }
 
 struct StreamPlan {
     target: u32,
     max: u32,
     reason: Option<String>,
+}
+
+/// What a phase does beyond moving data.
+enum PhaseGoal {
+    /// The transfer.
+    Main,
+    /// The bandwidth probe: stop once the pipe is full.
+    Probe(ProbePlan),
 }
 
 impl Ctx<'_> {
@@ -520,47 +686,168 @@ impl Ctx<'_> {
         }
     }
 
-    fn open_stream(
+    /// Open streams `from..to` at once: ask the server for all their ports, then connect
+    /// them in parallel (one handshake time for all, instead of two round trips each).
+    /// Their tuners are built for a transfer of `total` streams.
+    fn open_streams(
         &mut self,
         engine: &mut Engine,
         tuning: &PhaseTuning,
         spec: &DriverSpec,
-        index: u32,
-        initial: u32,
+        range: std::ops::Range<u32>,
+        total: u32,
     ) -> Result<(), ClientError> {
-        self.send(&ClientMsg::OpenStream { stream: index })?;
-        let port = match self.expect(
-            "stream_port",
-            |m| matches!(m, ServerMsg::StreamPort { stream, .. } if *stream == index),
-        )? {
-            ServerMsg::StreamPort { port, .. } => port,
-            other => return Err(unexpected("stream_port", &other)),
-        };
-        let mut driver = spec
-            .driver(tuning, index, initial.max(index + 1))
-            .map_err(ClientError::Config)?;
-        let addr = SocketAddr::new(self.addr.ip(), port);
-        let fd = prepared_socket(&addr, &mut driver, spec, self.cfg.congestion.as_deref())
-            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
-        if let Some(ip) = self.cfg.bind {
-            tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-                .map_err(|e| ClientError::Config(e.to_string()))?;
+        for index in range.clone() {
+            self.send(&ClientMsg::OpenStream { stream: index })?;
         }
-        let mut s = tcptune_sys::net::connect(fd, &addr, self.cfg.connect_timeout)
-            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
-        s.write_all(&data_hello(&self.session, index))
-            .map_err(|e| {
-                ClientError::Connect(format!("stream {}: sending hello: {e}", index + 1))
-            })?;
-        engine
-            .add_stream(index, s, driver)
-            .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))
+        let mut prepared = Vec::new();
+        for index in range {
+            let port = match self.expect(
+                "stream_port",
+                |m| matches!(m, ServerMsg::StreamPort { stream, .. } if *stream == index),
+            )? {
+                ServerMsg::StreamPort { port, .. } => port,
+                other => return Err(unexpected("stream_port", &other)),
+            };
+            let mut driver = spec
+                .driver(tuning, index, total.max(index + 1))
+                .map_err(ClientError::Config)?;
+            let addr = SocketAddr::new(self.addr.ip(), port);
+            let fd = prepared_socket(&addr, &mut driver, spec, self.cfg.congestion.as_deref())
+                .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
+            if let Some(ip) = self.cfg.bind {
+                tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+                    .map_err(|e| ClientError::Config(e.to_string()))?;
+            }
+            prepared.push((index, addr, fd, driver));
+        }
+        let timeout = self.cfg.connect_timeout;
+        let session = self.session;
+        type Connected = Result<(u32, TcpStream, Box<TunerDriver>), ClientError>;
+        let connected: Vec<Connected> = std::thread::scope(|scope| {
+            let handles: Vec<_> = prepared
+                .into_iter()
+                .map(|(index, addr, fd, driver)| {
+                    scope.spawn(move || -> Connected {
+                        let fail =
+                            |e: String| ClientError::Connect(format!("stream {}: {e}", index + 1));
+                        let mut s = tcptune_sys::net::connect(fd, &addr, timeout)
+                            .map_err(|e| fail(e.to_string()))?;
+                        s.write_all(&data_hello(&session, index))
+                            .map_err(|e| fail(format!("sending hello: {e}")))?;
+                        Ok((index, s, driver))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(ClientError::Connect("a connecting thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for c in connected {
+            let (index, s, driver) = c?;
+            engine
+                .add_stream(index, s, driver)
+                .map_err(|e| ClientError::Connect(format!("stream {}: {e}", index + 1)))?;
+        }
+        Ok(())
     }
 
-    /// Run one phase; returns this end's and the server's results.
+    /// Streams the sender's tuner of stream 0 asks for before connecting (`auto` when one
+    /// socket cannot hold the BDP), so that they all open before the first byte rather than
+    /// one by one after it: a throwaway tuner with the sender's limits is asked.
+    fn planned_streams(&self, hint: &PathHint, initial: u32) -> (u32, Option<String>) {
+        let (sender_limits, receiver_limits) = if self.cfg.reverse {
+            (self.remote_limits.clone(), self.local_limits.clone())
+        } else {
+            (self.local_limits.clone(), self.remote_limits.clone())
+        };
+        let ctx = TunerContext {
+            role: Role::Sender,
+            limits: sender_limits,
+            hint: hint.clone(),
+            stream_index: 0,
+            streams: initial,
+        };
+        let mut tuner: Box<dyn Tuner> = match (&self.cfg.custom_tuner, self.cfg.reverse) {
+            (Some(c), false) => (c.0)(ctx),
+            (Some(_), true) => return (initial, None),
+            (None, _) => {
+                let factory =
+                    TunerFactory::new(self.cfg.tune.clone()).with_peer_limits(receiver_limits);
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| factory.build(ctx)))
+                {
+                    Ok(t) => t,
+                    Err(_) => return (initial, None),
+                }
+            }
+        };
+        tuner.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let mut total = initial;
+        let mut reason = None;
+        while let Some(a) = tuner.poll_action() {
+            if let Action::OpenStreams { count, reason: r } = a {
+                total = total.max(initial.saturating_add(count));
+                reason.get_or_insert(r);
+            }
+        }
+        (total, reason)
+    }
+
+    /// Run the bandwidth probe (see [`crate::probe`]).
+    fn probe(&mut self, hint: &PathHint) -> Result<ProbeResult, ClientError> {
+        let t0 = Instant::now();
+        let sender_limits = if self.cfg.reverse {
+            &self.remote_limits
+        } else {
+            &self.local_limits
+        };
+        let max = self.cfg.max_streams.min(self.server_limits.max_streams);
+        let plan = ProbePlan::new(hint.rtt, sender_limits, max);
+        // The server's bound is the estimator's hard bound plus a little, so that the
+        // estimator normally decides.
+        let bound = plan.max_duration + Duration::from_millis(100);
+        let (_, _, _, outcome) = self.run_phase_with(
+            Phase::Probe {
+                duration_ms: bound.as_millis() as u64,
+            },
+            PhaseGoal::Probe(plan.clone()),
+            hint,
+            None,
+        )?;
+        Ok(ProbeResult {
+            plan,
+            outcome: outcome.delivery,
+            wall: t0.elapsed(),
+        })
+    }
+
+    /// Run the main phase; returns this end's and the server's results.
     fn run_phase(
         &mut self,
         phase: Phase,
+        hint: &PathHint,
+        progress: Option<ProgressFn<'_>>,
+    ) -> Result<
+        (
+            SideResult,
+            SideResult,
+            Vec<crate::report::Interval>,
+            Outcome,
+        ),
+        ClientError,
+    > {
+        self.run_phase_with(phase, PhaseGoal::Main, hint, progress)
+    }
+
+    fn run_phase_with(
+        &mut self,
+        phase: Phase,
+        goal: PhaseGoal,
         hint: &PathHint,
         mut progress: Option<ProgressFn<'_>>,
     ) -> Result<
@@ -603,21 +890,48 @@ impl Ctx<'_> {
             record_series: main && cfg.samples,
             epoch,
         };
+        let max_streams = cfg.max_streams.min(self.server_limits.max_streams);
+        let (initial, round) = match &goal {
+            PhaseGoal::Main => (
+                cfg.streams,
+                hint.rtt
+                    .unwrap_or(Duration::from_millis(100))
+                    .max(MIN_ROUND),
+            ),
+            PhaseGoal::Probe(p) => (p.streams.min(max_streams).max(1), p.round),
+        };
+        let mut plan = StreamPlan {
+            target: initial,
+            max: max_streams,
+            reason: None,
+        };
+        // Streams the sender plans before connecting open with the initial ones.
+        if main {
+            let (total, reason) = self.planned_streams(hint, initial);
+            let total = total.min(plan.max).max(initial);
+            if total > initial {
+                plan.target = total;
+                plan.reason = reason;
+            }
+        }
+        let mut estimator = match &goal {
+            PhaseGoal::Probe(p) => crate::probe::estimator(p),
+            PhaseGoal::Main => FullPipe::new(round, Duration::MAX),
+        };
         self.send(&ClientMsg::StartPhase {
             phase,
             hint: hint.clone(),
         })?;
         self.expect("phase_ready", |m| matches!(m, ServerMsg::PhaseReady))?;
-        let initial = if main { cfg.streams } else { 1 };
-        for i in 0..initial {
-            if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i, initial) {
-                engine.abort();
-                return Err(e);
-            }
+        if let Err(e) = self.open_streams(&mut engine, &tuning, &spec, 0..plan.target, plan.target)
+        {
+            engine.abort();
+            return Err(e);
         }
         self.send(&ClientMsg::Go)?;
         engine.go();
         let start = Instant::now();
+        let setup = start.saturating_duration_since(epoch);
         let stop_after = match phase {
             Phase::Probe { duration_ms } => Some((Duration::from_millis(duration_ms), false)),
             Phase::Main => cfg
@@ -627,11 +941,6 @@ impl Ctx<'_> {
         };
         let mut stopped = false;
         let mut capped = false;
-        let mut plan = StreamPlan {
-            target: initial,
-            max: cfg.max_streams.min(self.server_limits.max_streams),
-            reason: None,
-        };
         let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
         let mut last_progress = Instant::now();
         let mut integrity_failed = false;
@@ -688,30 +997,38 @@ impl Ctx<'_> {
                         plan.reason = Some(reason);
                     }
                 }
-                while engine.streams() < plan.target {
-                    let i = engine.streams();
-                    if let Err(e) = self.open_stream(&mut engine, &tuning, &spec, i, initial) {
+                let have = engine.streams();
+                if have < plan.target {
+                    let target = plan.target;
+                    if let Err(e) =
+                        self.open_streams(&mut engine, &tuning, &spec, have..target, target)
+                    {
                         return Err(fail(&engine, e));
                     }
                 }
             }
+            // The delivery rate: the probe stops on a full pipe; the transfer only observes.
+            let now =
+                Time::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            let full = estimator.on_sample(now, engine.delivered()).is_some();
+            let probe_done = !main && full;
             // Time limits.
-            if let Some((limit, is_cap)) = stop_after {
-                if !stopped && start.elapsed() >= limit {
-                    stopped = true;
-                    capped = is_cap && !engine.all_done();
-                    // The cap and the end of the probe end the phase at once at both ends
-                    // (queued data is discarded: a full send buffer may take long to drain
-                    // over a slow path); a duration workload lets written data arrive.
-                    let hard = capped || !main;
-                    if hard || role == Role::Receiver {
-                        self.send(&ClientMsg::Stop { capped: hard })?;
-                    }
-                    if hard {
-                        engine.abort();
-                    } else if role == Role::Sender {
-                        engine.stop();
-                    }
+            let out_of_time = stop_after.is_some_and(|(limit, _)| start.elapsed() >= limit);
+            if !stopped && (out_of_time || probe_done) {
+                stopped = true;
+                let is_cap = stop_after.is_some_and(|(_, c)| c);
+                capped = main && is_cap && !engine.all_done();
+                // The cap and the end of the probe end the phase at once at both ends
+                // (queued data is discarded: a full send buffer may take long to drain
+                // over a slow path); a duration workload lets written data arrive.
+                let hard = capped || !main;
+                if hard || role == Role::Receiver {
+                    self.send(&ClientMsg::Stop { capped: hard })?;
+                }
+                if hard {
+                    engine.abort();
+                } else if role == Role::Sender {
+                    engine.stop();
                 }
             }
             // Stall detection.
@@ -789,6 +1106,8 @@ impl Ctx<'_> {
             Outcome {
                 capped,
                 streams_reason: plan.reason,
+                setup,
+                delivery: estimator.outcome(),
             },
         ))
     }

@@ -374,6 +374,22 @@ impl Engine {
             .sum()
     }
 
+    /// Bytes delivered to the other end so far over all streams, read now: acknowledged
+    /// bytes (`tcpi_bytes_acked`) at a sender, bytes read at a receiver. The bandwidth
+    /// probe's full-pipe detection and the transfer's own rate estimate are fed from it.
+    pub(crate) fn delivered(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| match self.cfg.role {
+                Role::Sender => tcptune_sys::sockopt::tcp_info(s.stream.as_fd())
+                    .ok()
+                    .and_then(|t| t.bytes_acked)
+                    .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
+                Role::Receiver => s.counters.bytes.load(Ordering::Relaxed),
+            })
+            .sum()
+    }
+
     /// A number that grows while any data moves, at the application or in TCP (for idle
     /// detection: a sender blocked on a full buffer still makes TCP progress).
     pub(crate) fn progress(&self) -> u64 {

@@ -110,13 +110,65 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
         o,
         "Path: RTT {} (control connection){}{}; congestion control {}",
         t.path_hint.rtt.map_or("unknown".into(), format_duration),
-        t.path_hint
-            .rate
-            .map_or(String::new(), |x| format!(", rate {x}")),
-        t.probe_seconds
-            .map_or(String::new(), |s| format!(" (probed for {s:.2} s)")),
+        t.path_hint.rate.map_or(String::new(), |x| format!(
+            ", rate {}{x}",
+            if t.path_hint.rate_is_lower_bound {
+                "at least "
+            } else {
+                ""
+            }
+        )),
+        rate_source(t),
         t.congestion
     );
+}
+
+/// Where the path's rate came from, in words (empty when nothing was measured).
+fn rate_source(t: &crate::report::StartTcptune) -> String {
+    let Some(m) = &t.measurement else {
+        return t
+            .probe_seconds
+            .map_or(String::new(), |s| format!(" (probed for {s:.2} s)"));
+    };
+    match m.source.as_str() {
+        "probe" => {
+            let p = m.probe.as_ref();
+            format!(
+                " (probed for {:.2} s{}{})",
+                m.seconds,
+                p.map_or(String::new(), |p| format!(", {} streams", p.streams)),
+                match p.map(|p| p.full_pipe) {
+                    Some(true) => ", pipe full",
+                    Some(false) => ", no plateau before the time bound",
+                    None => "",
+                }
+            )
+        }
+        "path_db" => {
+            let db = m.path_db.as_ref();
+            format!(
+                " (from the path database{}{}, no probe)",
+                db.and_then(|d| d.entry_samples)
+                    .map_or(String::new(), |n| format!(", {n} measurement(s)")),
+                db.and_then(|d| d.entry_age_s)
+                    .map_or(String::new(), |a| format!(", {} old", age(a)))
+            )
+        }
+        "given" => " (given)".to_string(),
+        _ => String::new(),
+    }
+}
+
+fn age(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.0} h", s / 3600.0)
+    } else {
+        format!("{:.0} days", s / 86400.0)
+    }
 }
 
 /// The summary, with or without the "Connecting to" line and the interval table (leave
@@ -188,6 +240,22 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
         e.cpu_utilization_percent.host_total,
         e.cpu_utilization_percent.remote_total
     );
+    if let Some(total) = tt.session_seconds {
+        let measuring = t.measurement.as_ref().map_or(0.0, |m| m.seconds);
+        let _ = writeln!(
+            o,
+            "Time: {:.2} s in all = {:.2} s measuring the path + {:.2} s opening streams + {:.2} s moving data (+ control)",
+            total,
+            measuring,
+            tt.setup_seconds.unwrap_or(0.0),
+            e.sum_received.seconds
+        );
+    }
+    if let Some(db) = t.measurement.as_ref().and_then(|m| m.path_db.as_ref()) {
+        for w in &db.warnings {
+            let _ = writeln!(o, "Warning: {w}");
+        }
+    }
     if tt.streams_used != tt.streams_requested {
         let _ = writeln!(
             o,

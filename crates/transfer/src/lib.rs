@@ -7,6 +7,8 @@
 //! * [`proto`] is the control protocol (framing, messages, data-connection hello);
 //!   [`auth`] the optional shared-secret authentication.
 //! * [`human`] formats a report for people.
+//! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the file of the database of
+//!   per-path measurements that spares it on known paths.
 //!
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
@@ -16,6 +18,7 @@ pub mod auth;
 pub mod client;
 mod engine;
 pub mod human;
+pub mod pathdb;
 mod pattern;
 mod phase;
 pub mod probe;

@@ -1,36 +1,79 @@
-//! The pre-transfer bandwidth probe (for modes where `TuneMode::needs_rate_probe()`).
+//! The pre-transfer bandwidth probe (for modes where `TuneMode::needs_rate_probe()`, when the
+//! path database has no fresh estimate).
 //!
-//! How it works: one stream in the transfer's direction, for
-//! [`probe_duration`] (25 RTTs of the control connection, at least 0.5 s and at most 3 s,
-//! long enough for slow start to finish on a long fat pipe). The sender sets `SO_SNDBUF` to
-//! the largest payload its host allows (so the probe is not limited by the default send
-//! buffer); the receiver leaves receive autotuning on. The measured rate is the
-//! receiver's throughput over the second half of the probe (bytes verified after the
-//! midpoint of its receive time, divided by that time), which skips slow start.
+//! How it works (the decisions are [`tcptune_core::fullpipe`]'s): the client opens
+//! [`ProbePlan::streams`] streams in the transfer's direction (2 to 8, enough to hold a
+//! 10 Gbit/s bandwidth-delay product at the control connection's RTT), each sender with the
+//! largest send buffer its host allows and `TCP_NOTSENT_LOWAT` (so the probe is not limited
+//! by its sockets and its memory is what is in flight); the receivers leave receive
+//! autotuning on. The client feeds the aggregate delivered bytes (acknowledged bytes when it
+//! sends, bytes read when it receives) to a [`FullPipe`] every few milliseconds and stops
+//! both ends at once as soon as the delivery rate has not grown by 25% for 3 rounds of one
+//! RTT (at least 20 ms), or at the hard bound ([`ProbePlan::max_duration`], at most 4 s).
+//! The measured rate is the largest round rate; it is marked as a lower bound when the pipe
+//! never plateaued or the rate is near what the probe's own sockets can carry.
+//!
+//! The server needs nothing new: a probe phase is a duration workload of any number of
+//! streams, and the requested duration is the hard bound.
 
 use std::time::Duration;
-use tcptune_core::{Action, ConnEvent, Role, TcpSnapshot, Time, Tuner, TunerContext};
+use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan};
+use tcptune_core::{Action, ConnEvent, Rate, Role, TcpSnapshot, Time, Tuner, TunerContext};
 
-/// How long the probe's sender sends, from the control connection's RTT.
-pub fn probe_duration(rtt: Option<Duration>) -> Duration {
-    let rtt = rtt.unwrap_or(Duration::from_millis(100));
-    (rtt * 25).clamp(Duration::from_millis(500), Duration::from_secs(3))
+/// What the probe found, for the report and the path database.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeResult {
+    /// The plan it ran with.
+    pub plan: ProbePlan,
+    /// What the full-pipe estimator saw.
+    pub outcome: ProbeOutcome,
+    /// Wall time of the whole probe phase (setup, sending, teardown).
+    pub wall: Duration,
 }
 
-/// The probe stream's tuner: a large send buffer at the sender, kernel autotuning at the
-/// receiver.
+impl ProbeResult {
+    /// The rate to plan with, if any.
+    pub fn rate(&self) -> Option<Rate> {
+        self.outcome.rate
+    }
+
+    /// Whether the rate may underestimate the path: no plateau, or about what the probe's
+    /// own sockets carry.
+    pub fn lower_bound(&self) -> bool {
+        !self.outcome.full_pipe || self.rate().is_some_and(|r| self.plan.limited_by_sockets(r))
+    }
+}
+
+/// A fresh estimator for a probe run with `plan`.
+pub(crate) fn estimator(plan: &ProbePlan) -> FullPipe {
+    FullPipe::for_plan(plan)
+}
+
+/// The probe streams' tuner: the largest send buffer and a low-water mark at the sender,
+/// kernel autotuning at the receiver.
 #[derive(Debug)]
 pub(crate) struct ProbeTuner {
-    action: Option<Action>,
+    actions: Vec<Action>,
 }
 
 impl ProbeTuner {
     pub(crate) fn new(ctx: &TunerContext) -> ProbeTuner {
-        let action = match ctx.role {
-            Role::Sender => ctx.limits.max_sndbuf_payload().map(Action::SetSndBuf),
-            Role::Receiver => None,
+        let actions = match ctx.role {
+            Role::Sender => {
+                let plan = ProbePlan::new(ctx.hint.rtt, &ctx.limits, u32::MAX);
+                let mut a: Vec<Action> = ctx
+                    .limits
+                    .max_sndbuf_payload()
+                    .map(Action::SetSndBuf)
+                    .into_iter()
+                    .collect();
+                a.push(Action::SetNotsentLowat(plan.lowat));
+                a.reverse();
+                a
+            }
+            Role::Receiver => Vec::new(),
         };
-        ProbeTuner { action }
+        ProbeTuner { actions }
     }
 }
 
@@ -41,7 +84,7 @@ impl Tuner for ProbeTuner {
     fn handle_event(&mut self, _now: Time, _event: ConnEvent) {}
     fn handle_snapshot(&mut self, _now: Time, _snapshot: &TcpSnapshot) {}
     fn poll_action(&mut self) -> Option<Action> {
-        self.action.take()
+        self.actions.pop()
     }
     fn poll_interval(&self) -> Option<Duration> {
         None
@@ -51,29 +94,37 @@ impl Tuner for ProbeTuner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tcptune_core::Bytes;
 
     #[test]
-    fn duration_is_25_rtts_within_bounds() {
-        assert_eq!(
-            probe_duration(Some(Duration::from_millis(50))),
-            Duration::from_millis(1250)
-        );
-        assert_eq!(
-            probe_duration(Some(Duration::from_micros(30))),
-            Duration::from_millis(500)
-        );
-        assert_eq!(
-            probe_duration(Some(Duration::from_secs(1))),
-            Duration::from_secs(3)
-        );
-    }
-
-    #[test]
-    fn sender_asks_for_the_largest_send_buffer_once() {
+    fn sender_asks_for_the_largest_send_buffer_and_a_low_water_mark_once() {
         let mut t = ProbeTuner::new(&TunerContext::for_tests(Role::Sender));
-        assert!(matches!(t.poll_action(), Some(Action::SetSndBuf(_))));
+        assert_eq!(t.poll_action(), Some(Action::SetSndBuf(Bytes::mib(4))));
+        assert!(matches!(t.poll_action(), Some(Action::SetNotsentLowat(_))));
         assert_eq!(t.poll_action(), None);
         let mut r = ProbeTuner::new(&TunerContext::for_tests(Role::Receiver));
         assert_eq!(r.poll_action(), None);
+    }
+
+    #[test]
+    fn a_rate_without_plateau_or_near_the_sockets_capacity_is_a_lower_bound() {
+        let plan = ProbePlan::new(
+            Some(Duration::from_millis(200)),
+            &tcptune_core::HostLimits::linux_defaults(),
+            64,
+        );
+        let r = |mbit: u64, full: bool| ProbeResult {
+            plan: plan.clone(),
+            outcome: ProbeOutcome {
+                rate: Some(Rate::mbit(mbit)),
+                full_pipe: full,
+                rounds: 12,
+                elapsed: Duration::from_secs(2),
+            },
+            wall: Duration::from_secs(3),
+        };
+        assert!(!r(950, true).lower_bound());
+        assert!(r(950, false).lower_bound());
+        assert!(r(2000, true).lower_bound());
     }
 }

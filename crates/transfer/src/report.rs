@@ -113,10 +113,77 @@ pub struct StartTcptune {
     pub receiver_limits: HostLimits,
     /// Congestion control in use.
     pub congestion: String,
-    /// How long the pre-transfer bandwidth probe ran (modes that need one), seconds. Its
-    /// result is `path_hint.rate`.
+    /// Wall time of the pre-transfer bandwidth probe when one ran (its whole phase: opening
+    /// the probe streams, sending, stopping), seconds; `None` when none ran (no rate
+    /// needed, or a fresh path-database entry was used). Its result is `path_hint.rate`. Not
+    /// part of `end.sum_received.seconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_seconds: Option<f64>,
+    /// Where `path_hint.rate` came from and what measuring it cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement: Option<MeasurementReport>,
+}
+
+/// How the path's rate was obtained before the transfer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasurementReport {
+    /// `"probe"` (measured now), `"path_db"` (a fresh entry of the path database),
+    /// `"given"` (`--tune manual:RATE`), or `"none"` (no rate: the mode needs none, or the
+    /// probe is off and the database has no entry).
+    pub source: String,
+    /// Wall time spent measuring before the transfer (database lookup and probe phase),
+    /// seconds: the cost a user pays on top of `end.sum_received.seconds`.
+    pub seconds: f64,
+    /// The rate is only a lower bound (`path_hint.rate_is_lower_bound`).
+    pub lower_bound: bool,
+    /// The probe, when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeReport>,
+    /// The path database, when one is in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_db: Option<PathDbReport>,
+}
+
+/// What the pre-transfer probe did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// Parallel probe streams.
+    pub streams: u32,
+    /// Length of a measurement round, seconds.
+    pub round_seconds: f64,
+    /// Complete rounds.
+    pub rounds: u32,
+    /// Seconds from the first sample to the stop (sending time).
+    pub sending_seconds: f64,
+    /// The delivery rate stopped growing (else the hard bound stopped it).
+    pub full_pipe: bool,
+    /// The largest round rate, bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
+}
+
+/// What the path database contributed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PathDbReport {
+    /// The file.
+    pub file: String,
+    /// A fresh entry was used instead of probing.
+    pub used: bool,
+    /// Age of the entry found (used or not), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_age_s: Option<f64>,
+    /// Measurements merged into the entry found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_samples: Option<u32>,
+    /// The entry found was a full-pipe measurement (else a lower bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_full_pipe: Option<bool>,
+    /// What was written back (`"probe"`, `"transfer"`), in order.
+    #[serde(default)]
+    pub recorded: Vec<String>,
+    /// Problems with the file (corrupt, unwritable), reported and otherwise ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One reporting interval (iperf3: `intervals[]`).
@@ -313,6 +380,18 @@ pub struct EndTcptune {
     /// Complete, verified messages at the receiver.
     #[serde(default)]
     pub messages_received: u64,
+    /// Seconds the main phase spent opening its streams before the first byte could be
+    /// sent (not part of `sum_received.seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_seconds: Option<f64>,
+    /// Wall time of the whole session at the client, from connecting to the server to the
+    /// end of the transfer (measurement and setup included): what the user waited, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_seconds: Option<f64>,
+    /// The transfer's own largest aggregate delivery rate over one-RTT rounds, bit/s (what
+    /// it tells the path database: a lower bound on the path's rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_max_bps: Option<u64>,
     /// Why the run failed (integrity or otherwise), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

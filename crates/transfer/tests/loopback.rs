@@ -370,3 +370,127 @@ fn a_server_that_is_not_tcptune_is_a_connection_error() {
     }
     let _ = t.join();
 }
+
+/// A temporary folder removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "tcptune-{tag}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn auto_probes_a_new_path_then_reuses_the_path_database() {
+    let server = TestServer::start(ServerConfig::default());
+    let dir = TempDir::new("pathdb");
+    let db = dir.0.join("paths.json");
+    let run_auto = |probe: bool| {
+        let mut c = server.client();
+        c.tune = "auto".parse().expect("mode");
+        c.messages = 16;
+        c.path_db = Some(db.clone());
+        c.probe = probe;
+        run(&c, None).expect("transfer")
+    };
+
+    // A new path: the probe runs, and both it and the transfer are recorded.
+    let first = run_auto(true);
+    assert_complete(&first, 16, MIB);
+    let m = first
+        .start
+        .tcptune
+        .measurement
+        .as_ref()
+        .expect("measurement");
+    assert_eq!(m.source, "probe");
+    let p = m.probe.as_ref().expect("probe report");
+    assert!(p.streams >= 2, "multi-stream probe, got {}", p.streams);
+    assert!(p.rate_bps.is_some_and(|r| r > 0));
+    assert!(
+        m.seconds > 0.0 && m.seconds < 6.0,
+        "probe took {} s",
+        m.seconds
+    );
+    assert!(first.start.tcptune.probe_seconds.is_some());
+    let dbr = m.path_db.as_ref().expect("path db report");
+    assert!(!dbr.used);
+    // The transfer records its own rate when it lasted at least one full round.
+    let mut expected = vec!["probe".to_string()];
+    if first.end.tcptune.delivery_rate_max_bps.is_some() {
+        expected.push("transfer".to_string());
+    }
+    assert_eq!(dbr.recorded, expected);
+    assert!(dbr.warnings.is_empty(), "{:?}", dbr.warnings);
+    let text = std::fs::read_to_string(&db).expect("database written");
+    assert!(text.contains("127.0.0.1"), "{text}");
+    assert!(first.end.tcptune.session_seconds.unwrap_or(0.0) >= m.seconds);
+
+    // The same path again: no probe, the database's rate.
+    let second = run_auto(true);
+    assert_complete(&second, 16, MIB);
+    let m2 = second
+        .start
+        .tcptune
+        .measurement
+        .as_ref()
+        .expect("measurement");
+    assert_eq!(m2.source, "path_db");
+    assert!(m2.probe.is_none());
+    assert!(second.start.tcptune.probe_seconds.is_none());
+    let dbr2 = m2.path_db.as_ref().expect("path db report");
+    assert!(dbr2.used);
+    assert!(dbr2.entry_samples.unwrap_or(0) >= 1);
+    assert!(second.start.tcptune.path_hint.rate.is_some());
+
+    // A corrupt database is reported and replaced, never fatal.
+    std::fs::write(&db, "{ not json").expect("write");
+    let third = run_auto(true);
+    assert_complete(&third, 16, MIB);
+    let m3 = third
+        .start
+        .tcptune
+        .measurement
+        .as_ref()
+        .expect("measurement");
+    assert_eq!(m3.source, "probe");
+    let dbr3 = m3.path_db.as_ref().expect("path db report");
+    assert!(
+        dbr3.warnings.iter().any(|w| w.contains("not usable")),
+        "{:?}",
+        dbr3.warnings
+    );
+    let fixed = std::fs::read_to_string(&db).expect("database rewritten");
+    assert!(fixed.contains("127.0.0.1"), "{fixed}");
+}
+
+#[test]
+fn without_probe_or_database_auto_goes_without_a_rate() {
+    let server = TestServer::start(ServerConfig::default());
+    let mut c = server.client();
+    c.tune = "auto".parse().expect("mode");
+    c.messages = 8;
+    c.path_db = None;
+    c.probe = false;
+    let r = run(&c, None).expect("transfer");
+    assert_complete(&r, 8, MIB);
+    let m = r.start.tcptune.measurement.as_ref().expect("measurement");
+    assert_eq!(m.source, "none");
+    assert!(m.probe.is_none() && m.path_db.is_none());
+    assert!(r.start.tcptune.path_hint.rate.is_none());
+}

@@ -98,6 +98,19 @@ pub(crate) struct Opts {
     /// No live progress line on stderr.
     #[arg(long)]
     no_progress: bool,
+    /// The database of per-path measurements (Enable's idea): modes that need the path's
+    /// rate (auto, probe) use a fresh entry for this peer instead of probing, and every
+    /// transfer records what it measured. Default: $TCPTUNE_PATH_DB, else
+    /// ~/.cache/tcptune/paths.json.
+    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    path_db: Option<PathBuf>,
+    /// Neither read nor write the path database (every run measures the path afresh).
+    #[arg(long)]
+    no_path_db: bool,
+    /// Never run the pre-transfer bandwidth probe: use a path-database entry of any kind, or
+    /// go without a rate (auto then opens streams as the transfer itself shows they help).
+    #[arg(long)]
+    no_probe: bool,
     /// Testing aid: flip one byte of this message to check that the run fails (status 4).
     #[arg(long, value_name = "MESSAGE", hide = true)]
     inject_corruption: Option<u64>,
@@ -140,6 +153,14 @@ impl Opts {
         c.max_streams = self.max_streams;
         c.force_buffers = self.force_buffers;
         c.corrupt_message = self.inject_corruption;
+        c.path_db = if self.no_path_db {
+            None
+        } else {
+            self.path_db
+                .clone()
+                .or_else(tcptune_transfer::pathdb::default_location)
+        };
+        c.probe = !self.no_probe;
         if let Some(path) = &self.secret_file {
             c.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
         }
