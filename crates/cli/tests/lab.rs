@@ -29,15 +29,6 @@ impl Drop for TempDir {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
 #[test]
 fn dry_run_lists_every_planned_cell_without_running() {
     let o = Command::new(bin())
@@ -93,12 +84,10 @@ fn read_records(dir: &Path) -> Vec<RunRecord> {
 
 #[test]
 fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
-    if !is_root() {
-        assert!(
-            !in_ci(),
-            "CI=true but not root: the lab test must run in CI"
-        );
-        eprintln!("skipping: tcptune lab needs root for network namespaces (CI runs it)");
+    if !tcptune_testkit::require(
+        "quick_lab_runs_every_planned_cell_and_writes_a_report",
+        &[tcptune_testkit::Need::Root, tcptune_testkit::Need::Tun],
+    ) {
         return;
     }
     let d = TempDir::new("quick");

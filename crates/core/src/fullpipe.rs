@@ -46,7 +46,7 @@ pub const MIN_PROBE_STREAMS: u32 = 2;
 /// Most probe streams.
 pub const MAX_PROBE_STREAMS: u32 = 8;
 /// Shortest round.
-pub const MIN_ROUND: Duration = Duration::from_millis(20);
+pub const MIN_ROUND: Duration = Duration::from_millis(10);
 /// Growth per round below which a round counts toward the plateau.
 pub const GROWTH: f64 = 1.25;
 /// Rounds without [`GROWTH`] that mean the pipe is full.
@@ -305,7 +305,7 @@ mod tests {
         let at = |ms: f64| ProbePlan::new(Some(Duration::from_secs_f64(ms / 1000.0)), &l, 64);
         assert_eq!(at(0.5).streams, MIN_PROBE_STREAMS);
         assert_eq!(at(0.5).round, MIN_ROUND);
-        assert_eq!(at(0.5).max_duration, Duration::from_millis(400));
+        assert_eq!(at(0.5).max_duration, Duration::from_millis(250));
         assert_eq!(at(200.0).streams, MAX_PROBE_STREAMS);
         assert_eq!(at(200.0).max_duration, Duration::from_secs(4));
         let mid = at(25.0).streams;

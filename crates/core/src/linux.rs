@@ -32,6 +32,18 @@ pub const SNDBUF_PAYLOAD_FRACTION: f64 = 0.9;
 /// Fraction of `sk_rcvbuf` the receiver advertises as window (`truesize` of 1500-byte
 /// frames is about twice their payload; Linux 6.x measures this "scaling ratio" per socket).
 pub const RCVBUF_WINDOW_FRACTION: f64 = 0.5;
+/// Data one stream keeps in flight per byte of `sk_sndbuf` when its send buffer is what
+/// limits it, in steady state: measured 0.70 on Linux 6.18 (`bench/buffer_model.sh`, cubic,
+/// 1 Gbit/s x 100 ms, MTU 1500; `docs/bench/buffer_model.md`). Lower than
+/// [`SNDBUF_PAYLOAD_FRACTION`] because a writer blocked on a full buffer is only woken once a
+/// third of it is free, so the queue swings between two thirds and all of the buffer. This
+/// is the figure behind every "one stream can reach at most" tcptune prints.
+pub const SNDBUF_INFLIGHT_FRACTION: f64 = 0.70;
+/// Data in flight per byte of `sk_rcvbuf` when the receive buffer is what limits a stream:
+/// measured 0.65 with the same method (the kernel's per-socket payload/`truesize` ratio
+/// for 1500-byte frames; it varies with the NIC driver, so the tuners size with the more
+/// cautious [`RCVBUF_WINDOW_FRACTION`]).
+pub const RCVBUF_INFLIGHT_FRACTION: f64 = 0.65;
 /// Memory send autotuning budgets per segment of congestion window at MSS 1448
 /// (`roundup_pow_of_two(mss + MAX_TCP_HEADER + shinfo) + sizeof(sk_buff)`).
 pub const AUTOTUNE_PER_MSS: u64 = 4352;
@@ -56,6 +68,18 @@ pub fn rcvbuf_after_setsockopt(value: Bytes, limits: &HostLimits) -> u64 {
         value.0.min(limits.rmem_max.0)
     };
     v.saturating_mul(2).clamp(SOCK_MIN_RCVBUF, i32::MAX as u64)
+}
+
+/// Data a stream keeps in flight, in steady state, when a send buffer of `sk_sndbuf` bytes
+/// of kernel memory limits it ([`SNDBUF_INFLIGHT_FRACTION`]).
+pub fn sndbuf_inflight(sk_sndbuf: u64) -> u64 {
+    (sk_sndbuf as f64 * SNDBUF_INFLIGHT_FRACTION) as u64
+}
+
+/// Data a stream keeps in flight, in steady state, when a receive buffer of `sk_rcvbuf`
+/// bytes of kernel memory limits it ([`RCVBUF_INFLIGHT_FRACTION`]).
+pub fn rcvbuf_inflight(sk_rcvbuf: u64) -> u64 {
+    (sk_rcvbuf as f64 * RCVBUF_INFLIGHT_FRACTION) as u64
 }
 
 /// Payload a send buffer of `sk_sndbuf` bytes of kernel memory holds.

@@ -103,6 +103,10 @@ pub struct TcpSnapshot {
     pub rcv_mss_bytes: u32,
     /// Segments sent and not yet acknowledged (`tcpi_unacked`).
     pub unacked_segs: u32,
+    /// Segments selectively acknowledged and not yet cumulatively (`tcpi_sacked`): data that
+    /// has arrived although `bytes_acked` does not count it yet.
+    #[serde(default)]
+    pub sacked_segs: u32,
     /// Segments considered lost (`tcpi_lost`).
     pub lost_segs: u32,
     /// Total retransmitted segments over the connection's life (`tcpi_total_retrans`).
@@ -163,6 +167,15 @@ pub struct TcpSnapshot {
 }
 
 impl TcpSnapshot {
+    /// Bytes that have reached the receiver as far as the sender knows: cumulatively
+    /// acknowledged bytes plus selectively acknowledged segments. Unlike `bytes_acked` alone
+    /// it does not jump when a retransmission fills a hole (a whole window acknowledged at
+    /// once), so rates computed from it over short intervals stay within the path's rate.
+    pub fn delivered_bytes(&self) -> Option<u64> {
+        self.bytes_acked
+            .map(|a| a.saturating_add(u64::from(self.sacked_segs) * u64::from(self.snd_mss_bytes)))
+    }
+
     /// An established connection with every optional field absent and every counter zero:
     /// a starting point for simulations and tests (`..TcpSnapshot::empty()`).
     pub fn empty() -> TcpSnapshot {
@@ -177,6 +190,7 @@ impl TcpSnapshot {
             snd_mss_bytes: 0,
             rcv_mss_bytes: 0,
             unacked_segs: 0,
+            sacked_segs: 0,
             lost_segs: 0,
             total_retrans_segs: 0,
             pmtu_bytes: 0,

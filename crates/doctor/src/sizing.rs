@@ -5,16 +5,18 @@
 //! The model, stated once (the kernel facts behind it are in [`HostLimits`]):
 //! * one stream's throughput is at most `payload / RTT`, where `payload` is the data its
 //!   buffers can hold in flight;
-//! * a kernel-autotuned buffer grows to `tcp_wmem[2]` / `tcp_rmem[2]`, and about half of that
-//!   memory holds data (the rest is packet overhead);
-//! * an application calling `setsockopt(SO_SNDBUF, v)` gets `2 * min(v, wmem_max)` bytes of
-//!   buffer, so at most about `wmem_max` of data;
-//! * so each end needs about `2 * BDP` bytes of buffer memory, and buffer sizes are C `int`s:
-//!   nothing above 2 GiB - 1 ([`INT_MAX`]) can be set.
+//! * a kernel-autotuned buffer grows to `tcp_wmem[2]` / `tcp_rmem[2]`; an application
+//!   calling `setsockopt(SO_SNDBUF, v)` gets `2 * min(v, wmem_max)` bytes of buffer;
+//! * a buffer of `B` bytes of kernel memory keeps about 0.70 B (send) or 0.65 B (receive) of
+//!   data in flight when it is the limit: measured, see
+//!   [`tcptune_core::linux::SNDBUF_INFLIGHT_FRACTION`] (the same model the tuners use);
+//! * so each end needs somewhat less than `2 * BDP` bytes of buffer memory (the classic
+//!   advice, kept for headroom), and buffer sizes are C `int`s: nothing above 2 GiB - 1
+//!   ([`INT_MAX`]) can be set.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-use tcptune_core::{Bytes, HostLimits, Rate};
+use tcptune_core::{linux, Bytes, HostLimits, Rate};
 
 /// The largest socket buffer Linux accepts (`int`): 2 GiB - 1.
 pub const INT_MAX: u64 = i32::MAX as u64;
@@ -62,7 +64,7 @@ pub(crate) mod duration_us {
 pub struct EndLimit {
     /// Autotuning's maximum buffer (`tcp_wmem[2]` or `tcp_rmem[2]`).
     pub autotune_max_bytes: u64,
-    /// Data an autotuned buffer holds at its maximum (about half).
+    /// Data an autotuned buffer keeps in flight at its maximum (about 0.7 of it).
     pub autotune_payload_bytes: u64,
     /// The buffer an application gets when it sets `SO_SNDBUF`/`SO_RCVBUF` as high as allowed
     /// (twice `wmem_max`/`rmem_max`).
@@ -103,13 +105,18 @@ fn rate_of(payload: u64, rtt: Duration) -> u64 {
     Rate::from_bytes_over(Bytes(payload), rtt).bits_per_sec()
 }
 
-fn end_limit(autotune_max: Bytes, core_max: Bytes, rtt: Duration) -> EndLimit {
+fn end_limit(
+    autotune_max: Bytes,
+    core_max: Bytes,
+    rtt: Duration,
+    inflight: fn(u64) -> u64,
+) -> EndLimit {
     // The kernel keeps buffer sizes in an int: more than INT_MAX is never used.
     let autotune_max = Bytes(autotune_max.0.min(INT_MAX));
-    let autotune_payload = autotune_max.0 / 2;
+    let autotune_payload = inflight(autotune_max.0);
     // SO_*BUF(v) stores 2 * min(v, max), capped by the int range.
     let app_max = core_max.0.saturating_mul(2).min(INT_MAX);
-    let best = autotune_payload.max(app_max / 2);
+    let best = autotune_payload.max(inflight(app_max));
     EndLimit {
         autotune_max_bytes: autotune_max.0,
         autotune_payload_bytes: autotune_payload,
@@ -165,8 +172,18 @@ impl Sizing {
     pub fn compute(target: &Target, limits: &HostLimits) -> Sizing {
         let need = Need::of(target);
         let bdp = need.bdp_bytes;
-        let send = end_limit(limits.tcp_wmem[2], limits.wmem_max, target.rtt);
-        let recv = end_limit(limits.tcp_rmem[2], limits.rmem_max, target.rtt);
+        let send = end_limit(
+            limits.tcp_wmem[2],
+            limits.wmem_max,
+            target.rtt,
+            linux::sndbuf_inflight,
+        );
+        let recv = end_limit(
+            limits.tcp_rmem[2],
+            limits.rmem_max,
+            target.rtt,
+            linux::rcvbuf_inflight,
+        );
         let per_stream = send.best_payload_bytes.min(recv.best_payload_bytes);
         Sizing {
             bdp_bytes: bdp,
@@ -258,15 +275,18 @@ mod tests {
         assert_eq!(s.bdp_bytes, 125_000_000);
         assert_eq!(s.buffer_needed_bytes, 250_000_000);
         assert_eq!(s.buffer_recommended_bytes, 239 * Bytes::MIB);
-        // Default host: 4 MiB send max, half of it payload => 2 MiB / 100 ms.
-        assert_eq!(s.send.autotune_payload_bytes, 2 * Bytes::MIB);
-        assert_eq!(s.send.autotune_rate_bps, 167_772_160);
-        // An application setting SO_SNDBUF to wmem_max (4 MiB) holds 4 MiB.
-        assert_eq!(s.send.best_payload_bytes, 4 * Bytes::MIB);
-        assert_eq!(s.send.best_rate_bps, 335_544_320);
-        // 125 MB / 4 MiB per stream = 29.8 => 30 streams.
-        assert_eq!(s.streams_needed, 30);
-        assert_eq!(s.streams_needed_autotuned, 60);
+        // Default host: 4 MiB send max, 0.7 of it in flight => 2.8 MiB / 100 ms (measured
+        // 235 Mbit/s on the emulator: docs/bench/buffer_model.md).
+        assert_eq!(s.send.autotune_payload_bytes, 2_936_012);
+        assert_eq!(s.send.autotune_rate_bps, 234_880_960);
+        // An application setting SO_SNDBUF to wmem_max (4 MiB) gets 8 MiB of buffer.
+        assert_eq!(s.send.best_payload_bytes, 5_872_025);
+        assert_eq!(s.send.best_rate_bps, 469_762_000);
+        // The receive end (tcp_rmem max 32 MiB): 0.65 x 32 MiB in flight.
+        assert_eq!(s.recv.best_payload_bytes, 21_810_380);
+        // 125 MB / 5.6 MiB per stream (the send end limits) = 21.3 => 22 streams.
+        assert_eq!(s.streams_needed, 22);
+        assert_eq!(s.streams_needed_autotuned, 43);
         assert_eq!(s.streams_needed_at_recommended, 1);
     }
 

@@ -327,7 +327,8 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
         })
     } else {
         let s = u64::from(row.sndbuf_bytes.unwrap_or(0));
-        let ceiling = Rate::from_bytes_over(Bytes(s / 2), rtt).bits_per_sec();
+        let ceiling = Rate::from_bytes_over(Bytes(tcptune_core::linux::sndbuf_inflight(s)), rtt)
+            .bits_per_sec();
         let to = wanted.unwrap_or(s.saturating_mul(2));
         let double = if wanted.is_none() {
             " to double it"

@@ -208,11 +208,11 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// One row per run.
 pub fn results_csv(records: &[RunRecord]) -> String {
-    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,emu_drops,emu_lateness_p99_us,wall_s,error\n");
+    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,emu_drops,emu_lateness_p99_us,measure_s,setup_s,throughput_incl_measure_bps,wall_s,error\n");
     for r in records {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.3},{}",
             r.cell.rtt_ms(),
             r.cell.host,
             r.cell.streams,
@@ -239,6 +239,9 @@ pub fn results_csv(records: &[RunRecord]) -> String {
                 .as_ref()
                 .and_then(|e| e.lateness_p99_us)
                 .map(|l| l.round())),
+            opt(r.measure_s.map(|m| format!("{m:.3}"))),
+            opt(r.setup_s.map(|m| format!("{m:.3}"))),
+            r.throughput_incl_measure_bps(),
             r.wall_s,
             csv_field(r.error.as_deref().unwrap_or(""))
         );

@@ -26,6 +26,7 @@ mod off {
     pub(super) const SND_MSS: usize = 16;
     pub(super) const RCV_MSS: usize = 20;
     pub(super) const UNACKED: usize = 24;
+    pub(super) const SACKED: usize = 28;
     pub(super) const LOST: usize = 32;
     pub(super) const PMTU: usize = 60;
     pub(super) const RCV_SSTHRESH: usize = 64;
@@ -104,6 +105,7 @@ pub fn parse_tcp_info(b: &[u8]) -> Result<TcpSnapshot, TcpInfoError> {
         snd_mss_bytes: r32(off::SND_MSS),
         rcv_mss_bytes: r32(off::RCV_MSS),
         unacked_segs: r32(off::UNACKED),
+        sacked_segs: r32(off::SACKED),
         lost_segs: r32(off::LOST),
         total_retrans_segs: r32(off::TOTAL_RETRANS),
         pmtu_bytes: r32(off::PMTU),

@@ -375,7 +375,8 @@ impl Engine {
     }
 
     /// Bytes delivered to the other end so far over all streams, read now: acknowledged
-    /// bytes (`tcpi_bytes_acked`) at a sender, bytes read at a receiver. The bandwidth
+    /// bytes, cumulatively or selectively ([`tcptune_core::TcpSnapshot::delivered_bytes`]), at a sender;
+    /// bytes read at a receiver. The bandwidth
     /// probe's full-pipe detection and the transfer's own rate estimate are fed from it.
     pub(crate) fn delivered(&self) -> u64 {
         self.slots
@@ -383,7 +384,7 @@ impl Engine {
             .map(|s| match self.cfg.role {
                 Role::Sender => tcptune_sys::sockopt::tcp_info(s.stream.as_fd())
                     .ok()
-                    .and_then(|t| t.bytes_acked)
+                    .and_then(|t| t.delivered_bytes())
                     .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
                 Role::Receiver => s.counters.bytes.load(Ordering::Relaxed),
             })

@@ -9,7 +9,7 @@
 //! autotuning on. The client feeds the aggregate delivered bytes (acknowledged bytes when it
 //! sends, bytes read when it receives) to a [`FullPipe`] every few milliseconds and stops
 //! both ends at once as soon as the delivery rate has not grown by 25% for 3 rounds of one
-//! RTT (at least 20 ms), or at the hard bound ([`ProbePlan::max_duration`], at most 4 s).
+//! RTT (at least 10 ms), or at the hard bound ([`ProbePlan::max_duration`], at most 4 s).
 //! The measured rate is the largest round rate; it is marked as a lower bound when the pipe
 //! never plateaued or the rate is near what the probe's own sockets can carry.
 //!

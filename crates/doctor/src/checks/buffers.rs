@@ -32,18 +32,23 @@ fn autotune_max(ctx: &Ctx<'_>, send: bool) -> Result<Vec<Finding>, Unusable> {
     let t = ctx.target;
     // Buffer sizes are ints: anything above INT_MAX is never used.
     let effective = max.min(INT_MAX);
-    let payload = effective / 2;
+    let payload = if send {
+        tcptune_core::linux::sndbuf_inflight(effective)
+    } else {
+        tcptune_core::linux::rcvbuf_inflight(effective)
+    };
     if payload >= s.bdp_bytes {
         return Ok(vec![]);
     }
     let ceiling = rate_of(payload, t);
     let new_max = s.buffer_recommended_bytes.max(effective);
     let msg = format!(
-        "Kernel autotuning lets one {what} buffer grow to {} ({key} max), and about half \
-         of that holds data in flight: one stream can reach at most {} at {} RTT. Your target, \
+        "Kernel autotuning lets one {what} buffer grow to {} ({key} max), and about {:.0}% \
+         of that holds data in flight (measured): one stream can reach at most {} at {} RTT. Your target, \
          {} at {}, needs {} in flight (the bandwidth-delay product), so the {what} buffer \
          maximum should be {}.{} Until then {} parallel streams would be needed.",
         human_bytes(max),
+        100.0 * payload as f64 / effective.max(1) as f64,
         human_rate(ceiling),
         human_duration(t.rtt),
         human_rate(t.rate.bits_per_sec()),
@@ -92,10 +97,15 @@ fn core_max(ctx: &Ctx<'_>, send: bool) -> Result<Vec<Finding>, Unusable> {
     let s = Need::of(ctx.target);
     let t = ctx.target;
     // SO_*BUF(v) stores 2 * min(v, core) (an int): an application gets at most twice the
-    // cap, about half of which holds data.
+    // cap, of which about 0.7 (send) or 0.65 (receive) holds data in flight.
     let app_buffer = core.saturating_mul(2).min(INT_MAX);
+    let app_inflight = if send {
+        tcptune_core::linux::sndbuf_inflight(app_buffer)
+    } else {
+        tcptune_core::linux::rcvbuf_inflight(app_buffer)
+    };
     let below_autotuning = app_buffer < tcp_max;
-    let below_target = app_buffer / 2 < s.bdp_bytes;
+    let below_target = app_inflight < s.bdp_bytes;
     if !below_autotuning && !below_target {
         return Ok(vec![]);
     }
@@ -111,7 +121,7 @@ fn core_max(ctx: &Ctx<'_>, send: bool) -> Result<Vec<Finding>, Unusable> {
          at {} RTT.",
         human_bytes(app_buffer),
         human_bytes(core),
-        human_rate(rate_of(app_buffer / 2, t)),
+        human_rate(rate_of(app_inflight, t)),
         human_duration(t.rtt),
     );
     if below_autotuning {

@@ -225,6 +225,9 @@ impl Bed {
             "--tune".into(),
             tune_arg(key, plan),
             "--json".into(),
+            // Every run measures the path afresh: a warm database would make the order of
+            // the runs matter.
+            "--no-path-db".into(),
             "--max-time".into(),
             max_time_arg(max_time),
         ];
