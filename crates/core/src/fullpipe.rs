@@ -116,8 +116,8 @@ impl ProbePlan {
 /// What a probe (or an observed transfer) measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeOutcome {
-    /// The largest round rate seen (`None` before the first complete round or when nothing
-    /// was delivered).
+    /// The path's rate: at a plateau the median of its rounds, else the largest round rate
+    /// seen (`None` before the first complete round or when nothing was delivered).
     pub rate: Option<Rate>,
     /// The rate stopped growing ([`PLATEAU_ROUNDS`] rounds without [`GROWTH`]): it is the
     /// path's, not a point on the way up.
@@ -141,6 +141,8 @@ pub struct FullPipe {
     /// Rounds since the last growth.
     stale: u32,
     max_bw: f64,
+    /// The last `PLATEAU_ROUNDS + 1` round rates (the plateau and the round before it).
+    recent: std::collections::VecDeque<f64>,
     rounds: u32,
     full: bool,
 }
@@ -157,6 +159,7 @@ impl FullPipe {
             full_bw: 0.0,
             stale: 0,
             max_bw: 0.0,
+            recent: std::collections::VecDeque::new(),
             rounds: 0,
             full: false,
         }
@@ -184,6 +187,10 @@ impl FullPipe {
             self.rounds += 1;
             self.max_bw = self.max_bw.max(bw);
             if !self.full {
+                if self.recent.len() > PLATEAU_ROUNDS as usize {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(bw);
                 if bw >= self.full_bw * GROWTH && bw > 0.0 {
                     self.full_bw = bw;
                     self.stale = 0;
@@ -202,8 +209,23 @@ impl FullPipe {
 
     /// The result so far.
     pub fn outcome(&self) -> ProbeOutcome {
+        // At a plateau the median of its rounds: a single round inflated by a burst of
+        // acknowledgements (a retransmission filling a hole) or of reads does not count.
+        // Without a plateau the largest round (a lower bound anyway).
+        let rate = if self.full && !self.recent.is_empty() {
+            let mut v: Vec<f64> = self.recent.iter().copied().collect();
+            v.sort_by(f64::total_cmp);
+            let n = v.len();
+            if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                (v[n / 2 - 1] + v[n / 2]) / 2.0
+            }
+        } else {
+            self.max_bw
+        };
         ProbeOutcome {
-            rate: (self.max_bw >= 1.0).then_some(Rate(self.max_bw as u64)),
+            rate: (rate >= 1.0).then_some(Rate(rate as u64)),
             full_pipe: self.full,
             rounds: self.rounds,
             elapsed: self
@@ -281,8 +303,32 @@ mod tests {
         let o = out.expect("full pipe after three flat rounds");
         assert!(o.full_pipe);
         assert_eq!(o.rounds, 6);
+        // The median of the plateau's rounds (9, 8, 9.5, 8.5 x 100 Mbit/s).
         let r = o.rate.expect("rate").0;
-        assert!(r.abs_diff(950_000_000) < 1_000, "{r}");
+        assert!(r.abs_diff(875_000_000) < 1_000, "{r}");
+    }
+
+    #[test]
+    fn one_burst_round_does_not_inflate_the_rate() {
+        // A path of 1 Gbit/s where one round's acknowledgements arrive in a burst (a whole
+        // window acknowledged by one retransmission): 2 Gbit/s for that round, then less.
+        let mut f = FullPipe::new(Duration::from_millis(100), Duration::from_secs(5));
+        let rates = [2e8, 5e8, 1e9, 2e9, 0.4e9, 1e9, 1e9, 1e9];
+        let mut d = 0u64;
+        let mut now = Time::ZERO;
+        assert_eq!(f.on_sample(now, 0), None);
+        let mut out = None;
+        for r in rates {
+            d += (r / 8.0 * 0.1) as u64;
+            now += Duration::from_millis(100);
+            out = f.on_sample(now, d);
+            if out.is_some() {
+                break;
+            }
+        }
+        let o = out.expect("plateau");
+        let r = o.rate.expect("rate").0 as f64;
+        assert!((r / 1e9 - 1.0).abs() < 0.05, "{r}");
     }
 
     #[test]

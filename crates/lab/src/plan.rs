@@ -827,6 +827,14 @@ mod tests {
     }
 
     #[test]
+    fn the_benchmark_plan_in_the_repo_parses() {
+        let p = Plan::from_toml(include_str!("../../../bench/lab_auto.toml")).expect("plan");
+        assert_eq!(p.repetitions, 3);
+        assert!(p.hosts.values().flatten().any(|m| m.to_string() == "auto"));
+        assert!(p.buffer_sweep.is_none());
+    }
+
+    #[test]
     fn raised_limit_covers_the_largest_bdp_and_buffer() {
         let p = Plan::full();
         // 64 MiB fixed buffers in Figure 5, 25 MB BDP at 200 ms: 128 MiB.

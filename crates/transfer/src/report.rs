@@ -388,8 +388,9 @@ pub struct EndTcptune {
     /// end of the transfer (measurement and setup included): what the user waited, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_seconds: Option<f64>,
-    /// The transfer's own largest aggregate delivery rate over one-RTT rounds, bit/s (what
-    /// it tells the path database: a lower bound on the path's rate).
+    /// The transfer's own aggregate delivery rate over one-RTT rounds, bit/s: the median of
+    /// the rounds where it stopped growing, else the largest round (what it tells the path
+    /// database: a lower bound on the path's rate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery_rate_max_bps: Option<u64>,
     /// Why the run failed (integrity or otherwise), if it did.

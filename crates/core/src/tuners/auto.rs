@@ -6,10 +6,13 @@
 //!
 //! **What it knows before connecting.** The engine measures the RTT on the control
 //! connection and, because [`TuneMode::needs_rate_probe`](crate::TuneMode::needs_rate_probe)
-//! is true for `auto`, runs a short bandwidth probe: `hint.rtt x hint.rate` is the BDP
-//! (NLANR's out-of-band measurement). Every stream, at both ends, computes the same
-//! [`AutoPlan`] from it. Without a rate the tuner starts from Linux's defaults and works in
-//! band only (below).
+//! is true for `auto`, finds the path's rate: from the path database when a fresh entry for
+//! this peer and RTT exists (Enable's idea: measure once, reuse), else by a short
+//! multi-stream probe that stops as soon as the aggregate delivery rate stops growing
+//! ([`crate::fullpipe`]; NLANR's out-of-band measurement, made cheap). `hint.rtt x
+//! hint.rate` is the BDP. Every stream, at both ends, computes the same [`AutoPlan`] from
+//! it. Without a rate (`--no-probe` and no database entry) the tuner starts from Linux's
+//! defaults and works in band only (below).
 //!
 //! **How much one socket can hold.** Sending: the larger of send autotuning's cap
 //! (`tcp_wmem[2]`) and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90%
@@ -72,9 +75,11 @@
 //!
 //! # What it cannot fix
 //!
-//! A probe that underestimates the path (a one-stream probe reports at most one socket's
-//! worth: about 250 Mbit/s at 200 ms on a default host), a receiver whose every limit is
-//! below the window, or a transfer shorter than slow start. Below about 10 ms of RTT the
+//! A probe that underestimates the path (a path faster than the probe's sockets can carry:
+//! the rate is then marked as a lower bound and the in-band rules take over), a receiver
+//! whose every limit is below the window, or a transfer shorter than slow start. The probe
+//! itself costs time on a path seen for the first time (about 17 RTTs at 100 ms: 1.7 s,
+//! as long as the paper's whole transfer there); the report counts it separately. Below about 10 ms of RTT the
 //! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
 //! safer than buffers smaller than the scheduling latency.
 
@@ -105,7 +110,8 @@ pub struct AutoConfig {
 
 impl Default for AutoConfig {
     /// Headroom 1.75 x share in the send buffer, 1.25 x BDP per stream count, 6 ms of unsent data
-    /// (128 KiB to 4 MiB), 1.5 ms of reader latency in the receive window, at most 16
+    /// (128 KiB to 4 MiB, at most half the largest window), 0.5 ms of reader latency in the
+    /// receive window, at most 16
     /// streams, the peer assumed to have this host's limits.
     fn default() -> Self {
         AutoConfig {
@@ -113,7 +119,7 @@ impl Default for AutoConfig {
             headroom: 1.75,
             stream_headroom: 1.25,
             lowat_time: Duration::from_millis(6),
-            reader_time: Duration::from_micros(1500),
+            reader_time: Duration::from_micros(500),
             min_lowat: Bytes::kib(128),
             max_lowat: Bytes::mib(4),
             max_streams: 16,
@@ -328,12 +334,13 @@ impl AutoPlan {
         let max_window_for =
             |n: u32| -> u64 { scale(bdp / u64::from(n.max(1)), cfg.headroom).max(window_for(n)) };
         // Unsent data kept per stream: ~6 ms at the stream's rate (128 KiB..4 MiB), but no
-        // more than what is in flight (on short paths the reserve would otherwise be most of
-        // the memory).
+        // more than half of what may be in flight (on short paths the reserve would otherwise
+        // be most of the memory; a writer with a low-water mark is woken when half of it has
+        // drained, so half the window still keeps the socket fed).
         let lowat_for = |n: u32| -> u64 {
             let t = (per_stream_rate(n) * cfg.lowat_time.as_secs_f64()) as u64;
             t.clamp(cfg.min_lowat.0, cfg.max_lowat.0)
-                .min(max_window_for(n))
+                .min(max_window_for(n) / 2)
         };
         let needed_bdp = scale(bdp, cfg.stream_headroom);
         let send_cap = linux::max_send_payload(send_limits);
@@ -1002,10 +1009,10 @@ mod tests {
 
     #[test]
     fn short_path_sizes_both_ends_for_the_share_plus_reader_latency() {
-        // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 1.5 ms of arrivals.
+        // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 0.5 ms of arrivals.
         let mut r =
             AutoConfig::default().build(ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1));
-        let window = Bytes(62_500 + 187_500);
+        let window = Bytes(62_500 + 62_500);
         assert_eq!(
             r.plan().recv,
             RecvPlan::Sized {
@@ -1015,26 +1022,27 @@ mod tests {
         );
         r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
         assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(window)]);
-        // The sender holds that window plus an unsent reserve no larger than it: about
-        // 4 x BDP in setsockopt units at each end (what a fixed buffer needs here too).
+        // The sender holds that window plus an unsent reserve of half of it: within 2 x BDP
+        // in setsockopt units at each end.
         let mut t = sender(0.5, Some(Rate::gbit(1)));
         let SendPlan::Explicit(v) = t.plan().send else {
             panic!("explicit sizing expected: {:?}", t.plan());
         };
-        assert_eq!(t.plan().lowat, window);
-        assert_eq!(v, linux::sndbuf_value_for_payload(2 * window.0));
-        assert!(v.0 <= 5 * 62_500, "{v}");
+        let lowat = Bytes(window.0 / 2);
+        assert_eq!(t.plan().lowat, lowat);
+        assert_eq!(v, linux::sndbuf_value_for_payload(window.0 + lowat.0));
+        assert!(v.0 <= 2 * 62_500, "{v}");
         t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
         assert_eq!(
             actions(&mut t),
-            vec![Action::SetSndBuf(v), Action::SetNotsentLowat(window)]
+            vec![Action::SetSndBuf(v), Action::SetNotsentLowat(lowat)]
         );
         // Four streams share the same total.
         let p4 = AutoPlan::compute(
             &AutoConfig::default(),
             &ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 4),
         );
-        assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 250_000 / 4));
+        assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 125_000 / 4));
     }
 
     #[test]
