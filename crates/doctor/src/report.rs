@@ -20,7 +20,8 @@ pub enum Mode {
 /// A short bandwidth probe against a tcptune server.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProbeResult {
-    /// Received rate over the probe (bit/s), as the receiver measured it.
+    /// The probe's steady rate (bit/s): over its second half, after slow start (the whole
+    /// run's average when it was too short to tell).
     pub bits_per_second: u64,
     /// Probe duration in seconds.
     pub seconds: f64,
@@ -157,7 +158,7 @@ pub fn render_text(r: &DoctorReport) -> String {
         ));
         match (&p.probe, &p.probe_skipped) {
             (Some(pr), _) => s.push_str(&format!(
-                "bandwidth probe: {} over {:.1} s with {} stream(s)\n",
+                "bandwidth probe: {} (second half of {:.1} s, {} stream(s))\n",
                 human_rate(pr.bits_per_second),
                 pr.seconds,
                 pr.streams

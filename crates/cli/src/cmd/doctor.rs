@@ -94,16 +94,35 @@ fn probe(opts: &Opts, addr: std::net::SocketAddr) -> Result<ProbeResult, String>
     cfg.streams = opts.probe_streams;
     // Kernel autotuning on both ends: the probe measures the path, not a tuner.
     cfg.tune = tcptune_core::TuneMode::Kernel;
-    cfg.interval = None;
+    cfg.interval = Some(Duration::from_millis(250));
     cfg.connect_timeout = opts.timeout;
     cfg.idle_timeout = opts.timeout.max(Duration::from_secs(5));
     match client::run(&cfg, None) {
         Ok(r) => Ok(ProbeResult {
-            bits_per_second: r.end.sum_received.bits_per_second.max(0.0).round() as u64,
+            bits_per_second: steady_rate(&r).max(0.0).round() as u64,
             seconds: r.end.sum_received.seconds,
             streams: opts.probe_streams,
         }),
         Err(e) => Err(format!("no usable tcptune server at {addr}: {e}")),
+    }
+}
+
+/// The probe's rate once slow start is over: the intervals of its second half (on a long
+/// path slow start takes a good part of a 2 s probe, and the whole-run average would
+/// understate the path), else the whole run's average.
+fn steady_rate(r: &tcptune_transfer::report::Report) -> f64 {
+    let half = r.end.sum_received.seconds / 2.0;
+    let (bytes, secs) = r
+        .intervals
+        .iter()
+        .filter(|i| i.sum.start >= half)
+        .fold((0u64, 0.0f64), |(b, s), i| {
+            (b + i.sum.bytes, s + i.sum.seconds)
+        });
+    if secs >= 0.2 {
+        bytes as f64 * 8.0 / secs
+    } else {
+        r.end.sum_received.bits_per_second
     }
 }
 
