@@ -18,7 +18,7 @@ need() {
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else print a[int((NR+1)/2)]}'; }
 
-# Run iperf3 across an emulated path.
+# Run iperf3 across an emulated path (extra iperf3 options in IPERF_ARGS, e.g. "-C cubic").
 # emu_iperf SECS WARMUP [emu run path options...] -> "link_mbit p50_us p99_us max_us goodput_mbit drops"
 emu_iperf() {
     local secs=$1 warm=$2; shift 2
@@ -26,7 +26,7 @@ emu_iperf() {
     stats=$(mktemp) json=$(mktemp)
     "$TCPTUNE" emu run "$@" "${EMU_SYSCTLS[@]}" --warmup "${warm}s" --stats-json "$stats" \
         --server 'iperf3 -s -1 >/dev/null' \
-        -- sh -c "iperf3 -c \$TCPTUNE_PEER -t $secs -J" >"$json" 2>/dev/null || true
+        -- sh -c "iperf3 -c \$TCPTUNE_PEER -t $secs -J ${IPERF_ARGS:-}" >"$json" 2>/dev/null || true
     python3 - "$stats" "$json" <<'PY'
 import json, sys
 try:

@@ -274,7 +274,9 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         .map_err(|e| ClientError::Connect(e.to_string()))?;
     let io = |e: std::io::Error| ClientError::Connect(format!("control connection: {e}"));
     ctrl.set_nodelay(true).map_err(io)?;
-    ctrl.set_read_timeout(Some(Duration::from_millis(20)))
+    // The phase loop reads the control connection between its other duties (sampling the
+    // delivered bytes every few milliseconds for the probe's rounds): a short wait.
+    ctrl.set_read_timeout(Some(Duration::from_millis(2)))
         .map_err(io)?;
     ctrl.set_write_timeout(Some(cfg.idle_timeout)).map_err(io)?;
     let mut reader = FrameReader::new(MAX_SERVER_FRAME);

@@ -290,6 +290,11 @@ impl From<ProtoError> for SessionEnd {
     }
 }
 
+/// How long a session waits for a control message between other duties, without a phase.
+const IDLE_CTRL_WAIT: Duration = Duration::from_millis(50);
+/// The same during a phase (streams being accepted, engine events to forward).
+const PHASE_CTRL_WAIT: Duration = Duration::from_millis(2);
+
 fn serve_connection(
     mut ctrl: TcpStream,
     peer: SocketAddr,
@@ -299,7 +304,7 @@ fn serve_connection(
 ) {
     let handshake = Held(&counts.handshakes);
     let _ = ctrl.set_nodelay(true);
-    let _ = ctrl.set_read_timeout(Some(Duration::from_millis(50)));
+    let _ = ctrl.set_read_timeout(Some(IDLE_CTRL_WAIT));
     let _ = ctrl.set_write_timeout(Some(cfg.handshake_timeout));
     let mut reader = FrameReader::new(MAX_CLIENT_FRAME);
     let setup = match handshake_phase(&mut ctrl, &mut reader, cfg, counts) {
@@ -615,6 +620,7 @@ impl Session<'_> {
             self.setup.params.message_size,
         ));
         let mut phase: Option<PhaseState> = None;
+        let mut ctrl_wait = IDLE_CTRL_WAIT;
         let mut last_activity = Instant::now();
         let mut last_bytes = 0u64;
         let session_deadline = crate::after(
@@ -648,6 +654,17 @@ impl Session<'_> {
             }
             if let Some(p) = &mut phase {
                 self.service_phase(p)?;
+            }
+            // While a phase runs, accepted streams and engine events are serviced between
+            // control reads: wait on the control connection only briefly then.
+            let wait = if phase.is_some() {
+                PHASE_CTRL_WAIT
+            } else {
+                IDLE_CTRL_WAIT
+            };
+            if wait != ctrl_wait {
+                let _ = self.ctrl.set_read_timeout(Some(wait));
+                ctrl_wait = wait;
             }
             let Some(msg) = self.reader.poll_msg::<ClientMsg>(&mut self.ctrl)? else {
                 continue;
