@@ -405,6 +405,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         server_limits,
         remote_limits: remote_limits.clone(),
         pending_server: Vec::new(),
+        unread_results: 0,
     };
 
     // What the path's rate is: a fresh database entry, a probe, or nothing.
@@ -637,6 +638,9 @@ struct Ctx<'a> {
     remote_limits: HostLimits,
     /// Server messages that arrived while waiting for something else.
     pending_server: Vec<ServerMsg>,
+    /// Results of ended phases not read yet (the probe's: the next phase reads it after
+    /// sending its own start, saving a round trip).
+    unread_results: u32,
 }
 
 /// How a phase ended.
@@ -691,6 +695,7 @@ impl Ctx<'_> {
     /// Open streams `from..to` at once: ask the server for all their ports, then connect
     /// them in parallel (one handshake time for all, instead of two round trips each).
     /// Their tuners are built for a transfer of `total` streams.
+    /// With `requested`, the `OpenStream` messages were already sent.
     fn open_streams(
         &mut self,
         engine: &mut Engine,
@@ -698,9 +703,12 @@ impl Ctx<'_> {
         spec: &DriverSpec,
         range: std::ops::Range<u32>,
         total: u32,
+        requested: bool,
     ) -> Result<(), ClientError> {
-        for index in range.clone() {
-            self.send(&ClientMsg::OpenStream { stream: index })?;
+        if !requested {
+            for index in range.clone() {
+                self.send(&ClientMsg::OpenStream { stream: index })?;
+            }
         }
         let mut prepared = Vec::new();
         for index in range {
@@ -920,13 +928,29 @@ impl Ctx<'_> {
             PhaseGoal::Probe(p) => crate::probe::estimator(p),
             PhaseGoal::Main => FullPipe::new(round, Duration::MAX),
         };
+        // Start the phase and ask for its streams' ports in one flight (the server handles
+        // them in order), then read what is owed: an earlier phase's result, the phase's
+        // readiness, the ports.
         self.send(&ClientMsg::StartPhase {
             phase,
             hint: hint.clone(),
         })?;
+        for index in 0..plan.target {
+            self.send(&ClientMsg::OpenStream { stream: index })?;
+        }
+        while self.unread_results > 0 {
+            self.expect("phase_result", |m| matches!(m, ServerMsg::PhaseResult(_)))?;
+            self.unread_results -= 1;
+        }
         self.expect("phase_ready", |m| matches!(m, ServerMsg::PhaseReady))?;
-        if let Err(e) = self.open_streams(&mut engine, &tuning, &spec, 0..plan.target, plan.target)
-        {
+        if let Err(e) = self.open_streams(
+            &mut engine,
+            &tuning,
+            &spec,
+            0..plan.target,
+            plan.target,
+            true,
+        ) {
             engine.abort();
             return Err(e);
         }
@@ -1003,7 +1027,7 @@ impl Ctx<'_> {
                 if have < plan.target {
                     let target = plan.target;
                     if let Err(e) =
-                        self.open_streams(&mut engine, &tuning, &spec, have..target, target)
+                        self.open_streams(&mut engine, &tuning, &spec, have..target, target, false)
                     {
                         return Err(fail(&engine, e));
                     }
@@ -1077,13 +1101,20 @@ impl Ctx<'_> {
             let _ = engine.wait_event(Duration::from_millis(5));
         }
         self.send(&ClientMsg::EndPhase)?;
-        let remote = match self.expect("phase_result", |m| matches!(m, ServerMsg::PhaseResult(_))) {
-            Ok(ServerMsg::PhaseResult(r)) => *r,
-            Ok(other) => return Err(unexpected("phase_result", &other)),
-            Err(e) => {
-                // Keep our side's numbers for the error report when we can.
-                engine.abort();
-                return Err(e);
+        // The probe's measurement is this end's; the server's side of it is read later,
+        // by the next phase, after it has sent its own start (one round trip saved).
+        let remote = if matches!(goal, PhaseGoal::Probe(_)) {
+            self.unread_results += 1;
+            SideResult::default()
+        } else {
+            match self.expect("phase_result", |m| matches!(m, ServerMsg::PhaseResult(_))) {
+                Ok(ServerMsg::PhaseResult(r)) => *r,
+                Ok(other) => return Err(unexpected("phase_result", &other)),
+                Err(e) => {
+                    // Keep our side's numbers for the error report when we can.
+                    engine.abort();
+                    return Err(e);
+                }
             }
         };
         let (local, intervals) = engine.finish();
