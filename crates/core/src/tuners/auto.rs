@@ -110,7 +110,7 @@ pub struct AutoConfig {
 
 impl Default for AutoConfig {
     /// Headroom 1.75 x share in the send buffer, 1.25 x BDP per stream count, 6 ms of unsent data
-    /// (128 KiB to 4 MiB, at most half the largest window), 0.5 ms of reader latency in the
+    /// (128 KiB to 4 MiB, at most half the largest window), 0.4 ms of reader latency in the
     /// receive window, at most 16
     /// streams, the peer assumed to have this host's limits.
     fn default() -> Self {
@@ -119,7 +119,7 @@ impl Default for AutoConfig {
             headroom: 1.75,
             stream_headroom: 1.25,
             lowat_time: Duration::from_millis(6),
-            reader_time: Duration::from_micros(500),
+            reader_time: Duration::from_micros(400),
             min_lowat: Bytes::kib(128),
             max_lowat: Bytes::mib(4),
             max_streams: 16,
@@ -1009,10 +1009,10 @@ mod tests {
 
     #[test]
     fn short_path_sizes_both_ends_for_the_share_plus_reader_latency() {
-        // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 0.5 ms of arrivals.
+        // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 0.4 ms of arrivals.
         let mut r =
             AutoConfig::default().build(ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1));
-        let window = Bytes(62_500 + 62_500);
+        let window = Bytes(62_500 + 50_000);
         assert_eq!(
             r.plan().recv,
             RecvPlan::Sized {
@@ -1042,7 +1042,7 @@ mod tests {
             &AutoConfig::default(),
             &ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 4),
         );
-        assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 125_000 / 4));
+        assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 112_500 / 4));
     }
 
     #[test]
