@@ -501,7 +501,8 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
 
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
-    let (local, remote, intervals, outcome) = ctx.run_phase(Phase::Main, &hint, progress)?;
+    let (local, remote, intervals, outcome) =
+        ctx.run_phase_with(Phase::Main, PhaseGoal::Main, &hint, progress)?;
     let cpu = tcptune_sys::os::process_cpu()
         .unwrap_or_default()
         .since(&cpu0);
@@ -659,6 +660,14 @@ struct StreamPlan {
     max: u32,
     reason: Option<String>,
 }
+
+/// A phase's results: this end's, the server's, the intervals, how it ended.
+type PhaseOutput = (
+    SideResult,
+    SideResult,
+    Vec<crate::report::Interval>,
+    Outcome,
+);
 
 /// What a phase does beyond moving data.
 enum PhaseGoal {
@@ -836,39 +845,15 @@ impl Ctx<'_> {
         })
     }
 
-    /// Run the main phase; returns this end's and the server's results.
-    fn run_phase(
-        &mut self,
-        phase: Phase,
-        hint: &PathHint,
-        progress: Option<ProgressFn<'_>>,
-    ) -> Result<
-        (
-            SideResult,
-            SideResult,
-            Vec<crate::report::Interval>,
-            Outcome,
-        ),
-        ClientError,
-    > {
-        self.run_phase_with(phase, PhaseGoal::Main, hint, progress)
-    }
-
+    /// Run one phase; returns this end's and the server's results (the server's is empty
+    /// for the probe: it is read by the next phase).
     fn run_phase_with(
         &mut self,
         phase: Phase,
         goal: PhaseGoal,
         hint: &PathHint,
         mut progress: Option<ProgressFn<'_>>,
-    ) -> Result<
-        (
-            SideResult,
-            SideResult,
-            Vec<crate::report::Interval>,
-            Outcome,
-        ),
-        ClientError,
-    > {
+    ) -> Result<PhaseOutput, ClientError> {
         let cfg = self.cfg;
         let role = if cfg.reverse {
             Role::Receiver
@@ -972,6 +957,7 @@ impl Ctx<'_> {
         let mut integrity_failed = false;
         let mut shown = 0usize;
         let mut last_bytes = (0u64, Instant::now());
+        let mut last_sample = Instant::now();
         let fail = |engine: &Engine, e: ClientError| {
             engine.abort();
             e
@@ -1033,11 +1019,17 @@ impl Ctx<'_> {
                     }
                 }
             }
-            // The delivery rate: the probe stops on a full pipe; the transfer only observes.
-            let now =
-                Time::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
-            let full = estimator.on_sample(now, engine.delivered()).is_some();
-            let probe_done = !main && full;
+            // The delivery rate: the probe samples every pass and stops on a full pipe; the
+            // transfer only observes, a few samples per round (each reads every stream's
+            // TCP_INFO).
+            let mut probe_done = false;
+            if !main || last_sample.elapsed() >= round / 4 {
+                last_sample = Instant::now();
+                let now =
+                    Time::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
+                let full = estimator.on_sample(now, engine.delivered()).is_some();
+                probe_done = !main && full;
+            }
             // Time limits.
             let out_of_time = stop_after.is_some_and(|(limit, _)| start.elapsed() >= limit);
             if !stopped && (out_of_time || probe_done) {

@@ -255,21 +255,22 @@ mod tests {
         assert_eq!(location_from(env(&[])), None);
     }
 
+    /// Record one 950 Mbit/s measurement of 10.0.0.2.
+    fn record_one(db: &mut PathDb) {
+        db.record(
+            "10.0.0.2",
+            Direction::Send,
+            &measurement(950, 1.0),
+            &PathDbPolicy::default(),
+        )
+    }
+
     #[test]
     fn a_missing_file_is_empty_and_an_update_creates_it() {
         let d = TempDir::new("create");
         let f = PathDbFile::new(d.0.join("sub").join("paths.json"));
         assert_eq!(f.load().expect("missing is empty"), PathDb::new());
-        let warning = f
-            .update(|db| {
-                db.record(
-                    "10.0.0.2",
-                    Direction::Send,
-                    &measurement(950, 1.0),
-                    &PathDbPolicy::default(),
-                )
-            })
-            .expect("written");
+        let warning = f.update(record_one).expect("written");
         assert!(warning.is_none());
         assert_eq!(f.load().expect("reads back").entries.len(), 1);
     }
@@ -283,16 +284,7 @@ mod tests {
         let e = f.load().expect_err("corrupt");
         assert!(matches!(e, PathDbFileError::Corrupt { .. }));
         assert!(e.to_string().contains("ignoring it"), "{e}");
-        let warning = f
-            .update(|db| {
-                db.record(
-                    "10.0.0.2",
-                    Direction::Send,
-                    &measurement(950, 1.0),
-                    &PathDbPolicy::default(),
-                )
-            })
-            .expect("replaced");
+        let warning = f.update(record_one).expect("replaced");
         assert!(warning.is_some());
         assert_eq!(f.load().expect("valid now").entries.len(), 1);
         // Impossible values count as corrupt too.
