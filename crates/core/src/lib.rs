@@ -12,6 +12,8 @@
 //! * [`fullpipe`]: the pre-transfer bandwidth probe's decisions (how many streams, when the
 //!   pipe is full).
 //! * [`pathdb`]: the database of per-path measurements (lookup, merging, aging).
+//! * [`stats`]: the per-stream statistics every layer shares (driver, report, lab), and a
+//!   bounded time series.
 //! * [`tuners`]: one file per technique (`fixed`, `kernel`, `manual`, `psc` with its shared
 //!   `pool`, `drs`, `probe`, `auto`), built through [`TunerFactory`].
 //! * [`sim`]: a deterministic fluid simulation of the paper's experiment that runs every
@@ -25,6 +27,7 @@ pub mod mode;
 pub mod pathdb;
 pub mod sim;
 pub mod snapshot;
+pub mod stats;
 pub mod time;
 pub mod tuner;
 pub mod tuners;
@@ -33,6 +36,7 @@ pub mod units;
 pub use estimate::{PathEstimate, PathEstimator};
 pub use mode::{ParseModeError, TuneMode, TunerFactory};
 pub use snapshot::{TcpSnapshot, TcpState};
+pub use stats::{Decimated, SampleRecord, StreamStats};
 pub use time::Time;
 pub use tuner::{Action, ConnEvent, HostLimits, PathHint, Role, Tuner, TunerContext};
 pub use units::{format_duration, parse_duration, Bytes, ParseQuantityError, Rate};

@@ -8,7 +8,7 @@
 
 use crate::plan::{CellKey, HostConfig};
 use serde::{Deserialize, Serialize};
-use tcptune_transfer::report::{Report, SideDetail};
+use tcptune_transfer::report::{Report, StreamDetail};
 
 /// Version of `results.jsonl` records and `meta.json`.
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
@@ -75,20 +75,9 @@ pub struct RunRecord {
     pub emu: Option<EmuRunStats>,
 }
 
-/// One stream of a run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StreamSummary {
-    /// Stream number (1-based).
-    pub socket: u32,
-    /// When it opened, seconds after the transfer start.
-    pub opened_at_s: f64,
-    /// Messages carried.
-    pub messages: u64,
-    /// Sender end: RTT, cwnd, peak buffers, time limited by each buffer.
-    pub sender: SideDetail,
-    /// Receiver end.
-    pub receiver: SideDetail,
-}
+/// One stream of a run: the report's per-stream detail (the one statistics type the
+/// driver, the report and the lab share), without the time series.
+pub type StreamSummary = StreamDetail;
 
 /// The emulator's view of one run, forward direction (A to B, the data); counted from the
 /// start of the run.
@@ -115,21 +104,11 @@ impl RunRecord {
     ) -> RunRecord {
         let end = &report.end;
         let t = &end.tcptune;
-        let per_stream = t
-            .streams
-            .iter()
-            .map(|s| StreamSummary {
-                socket: s.socket,
-                opened_at_s: s.opened_at_s,
-                messages: s.messages,
-                sender: summarize(&s.sender),
-                receiver: summarize(&s.receiver),
-            })
-            .collect();
+        let per_stream = t.streams.iter().map(StreamDetail::without_series).collect();
         let retransmits = end
             .sum_sent
             .retransmits
-            .unwrap_or_else(|| t.streams.iter().map(|s| s.sender.retransmits).sum());
+            .unwrap_or_else(|| t.streams.iter().map(|s| s.sender.stats.retransmits).sum());
         let error = report.error.clone();
         RunRecord {
             schema_version: RECORD_SCHEMA_VERSION,
@@ -222,7 +201,7 @@ impl RunRecord {
     pub fn rtt_min_us(&self) -> Option<u32> {
         self.per_stream
             .iter()
-            .filter_map(|s| s.sender.rtt_min_us)
+            .filter_map(|s| s.sender.stats.rtt_min_us)
             .min()
     }
 
@@ -230,7 +209,7 @@ impl RunRecord {
     pub fn rwnd_limited_us(&self) -> u64 {
         self.per_stream
             .iter()
-            .map(|s| s.sender.rwnd_limited_us)
+            .map(|s| s.sender.stats.rwnd_limited_us)
             .sum()
     }
 
@@ -238,17 +217,8 @@ impl RunRecord {
     pub fn sndbuf_limited_us(&self) -> u64 {
         self.per_stream
             .iter()
-            .map(|s| s.sender.sndbuf_limited_us)
+            .map(|s| s.sender.stats.sndbuf_limited_us)
             .sum()
-    }
-}
-
-/// A side's details without the time series.
-fn summarize(d: &SideDetail) -> SideDetail {
-    SideDetail {
-        samples: Vec::new(),
-        changes: Vec::new(),
-        ..d.clone()
     }
 }
 

@@ -20,7 +20,9 @@
 use crate::sockopt::{self, SockoptError};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
-use tcptune_core::{Action, ConnEvent, TcpSnapshot, Time, Tuner};
+use tcptune_core::{
+    Action, ConnEvent, Decimated, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
+};
 
 /// The shortest interval between two samples of one socket.
 pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
@@ -38,6 +40,8 @@ pub struct AppliedChange {
     pub effective: Option<u64>,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// Why the driver applied something else than asked, if it did.
+    pub note: Option<String>,
 }
 
 /// A tuner's request for more parallel streams.
@@ -51,75 +55,12 @@ pub struct StreamRequest {
     pub reason: String,
 }
 
-/// Running summaries of a socket's samples.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SampleStats {
-    /// Snapshots taken.
-    pub samples: u64,
-    /// Smallest smoothed RTT (µs), over samples with an RTT.
-    pub rtt_min_us: Option<u32>,
-    /// Largest smoothed RTT (µs).
-    pub rtt_max_us: Option<u32>,
-    /// Sum of smoothed RTTs, for the mean.
-    pub rtt_sum_us: u64,
-    /// Samples with an RTT.
-    pub rtt_count: u64,
-    /// Largest congestion window (segments).
-    pub cwnd_max_segs: u32,
-    /// Largest congestion window (bytes).
-    pub cwnd_max_bytes: u64,
-    /// Largest peer window (bytes).
-    pub snd_wnd_max_bytes: u64,
-    /// `tcpi_total_retrans` at the last sample.
-    pub retransmits: u64,
-    /// Peak `sk_sndbuf`.
-    pub peak_sndbuf_bytes: u64,
-    /// Peak `sk_rcvbuf`.
-    pub peak_rcvbuf_bytes: u64,
-    /// Peak `sk_wmem_queued`.
-    pub peak_wmem_queued_bytes: u64,
-    /// Peak `sk_rmem_alloc`.
-    pub peak_rmem_alloc_bytes: u64,
-    /// `tcpi_rwnd_limited` at the last sample.
-    pub rwnd_limited_us: u64,
-    /// `tcpi_sndbuf_limited` at the last sample.
-    pub sndbuf_limited_us: u64,
-    /// `tcpi_busy_time` at the last sample.
-    pub busy_time_us: u64,
-}
-
-impl SampleStats {
-    /// Fold one snapshot in.
-    pub fn add(&mut self, s: &TcpSnapshot) {
-        self.samples += 1;
-        if s.rtt_us > 0 {
-            self.rtt_min_us = Some(self.rtt_min_us.map_or(s.rtt_us, |m| m.min(s.rtt_us)));
-            self.rtt_max_us = Some(self.rtt_max_us.map_or(s.rtt_us, |m| m.max(s.rtt_us)));
-            self.rtt_sum_us += u64::from(s.rtt_us);
-            self.rtt_count += 1;
-        }
-        self.cwnd_max_segs = self.cwnd_max_segs.max(s.snd_cwnd_segs);
-        self.cwnd_max_bytes = self.cwnd_max_bytes.max(s.cwnd_bytes());
-        self.snd_wnd_max_bytes = self
-            .snd_wnd_max_bytes
-            .max(u64::from(s.snd_wnd_bytes.unwrap_or(0)));
-        self.retransmits = self.retransmits.max(u64::from(s.total_retrans_segs));
-        let peak = |p: &mut u64, v: Option<u32>| *p = (*p).max(u64::from(v.unwrap_or(0)));
-        peak(&mut self.peak_sndbuf_bytes, s.sndbuf_bytes);
-        peak(&mut self.peak_rcvbuf_bytes, s.rcvbuf_bytes);
-        peak(&mut self.peak_wmem_queued_bytes, s.wmem_queued_bytes);
-        peak(&mut self.peak_rmem_alloc_bytes, s.rmem_alloc_bytes);
-        self.rwnd_limited_us = self.rwnd_limited_us.max(s.rwnd_limited_us.unwrap_or(0));
-        self.sndbuf_limited_us = self.sndbuf_limited_us.max(s.sndbuf_limited_us.unwrap_or(0));
-        self.busy_time_us = self.busy_time_us.max(s.busy_time_us.unwrap_or(0));
-    }
-
-    /// Mean smoothed RTT (µs).
-    pub fn rtt_avg_us(&self) -> Option<u32> {
-        (self.rtt_count > 0)
-            .then(|| u32::try_from(self.rtt_sum_us / self.rtt_count).unwrap_or(u32::MAX))
-    }
-}
+/// Points a recorded time series keeps per socket (`record_series`): older points are
+/// decimated (see [`tcptune_core::Decimated`]), so a stream of any length costs at most this
+/// many records (about 120 bytes each).
+pub const SERIES_CAPACITY: usize = 512;
+/// Changes kept per socket with `record_series` (all are counted).
+pub const CHANGES_CAPACITY: usize = 512;
 
 /// Drives one tuner on one socket. See the module documentation for the calling order.
 pub struct TunerDriver {
@@ -128,14 +69,15 @@ pub struct TunerDriver {
     known_streams: u32,
     force: bool,
     record_series: bool,
-    stats: SampleStats,
-    samples: Vec<(Time, TcpSnapshot)>,
+    stats: StreamStats,
+    samples: Decimated<SampleRecord>,
     changes: Vec<AppliedChange>,
-    changes_made: u64,
     requests: Vec<StreamRequest>,
     last: Option<TcpSnapshot>,
     next_due: Time,
     closed: bool,
+    /// Smallest `SO_RCVBUF` applied (see [`TunerDriver::accepted`]).
+    rcvbuf_floor: Option<tcptune_core::Bytes>,
 }
 
 impl std::fmt::Debug for TunerDriver {
@@ -143,7 +85,7 @@ impl std::fmt::Debug for TunerDriver {
         f.debug_struct("TunerDriver")
             .field("tuner", &self.tuner.name())
             .field("stream", &self.stream)
-            .field("samples", &self.stats.samples)
+            .field("samples", &self.stats.samples_taken)
             .finish()
     }
 }
@@ -165,14 +107,14 @@ impl TunerDriver {
             known_streams,
             force,
             record_series,
-            stats: SampleStats::default(),
-            samples: Vec::new(),
+            stats: StreamStats::default(),
+            samples: Decimated::new(SERIES_CAPACITY),
             changes: Vec::new(),
-            changes_made: 0,
             requests: Vec::new(),
             last: None,
             next_due: Time::ZERO,
             closed: false,
+            rcvbuf_floor: None,
         }
     }
 
@@ -185,6 +127,25 @@ impl TunerDriver {
     pub fn before_connect(&mut self, now: Time, fd: BorrowedFd<'_>) {
         self.tuner.handle_event(now, ConnEvent::BeforeConnect);
         self.drain(now, fd);
+    }
+
+    /// Step 2 for a socket that a server accepted on a listener shared by every session (its
+    /// options could not be set before the handshake): the tuner's `BeforeConnect` options
+    /// are applied now, before the socket carries data this end sends.
+    ///
+    /// One rule differs: a receive buffer is never set below one segment (`tcpi_advmss`).
+    /// The handshake already advertised a window of about ten segments, and a sender that
+    /// has seen a window never sends a segment into a smaller one: with a buffer below about
+    /// a segment it waits for its persist timer, and a transfer crawls (8 KiB on loopback,
+    /// where a segment is 64 KiB, took 38 s for 4 MiB). On an Ethernet path a segment is
+    /// 1448 bytes and the rule never binds.
+    pub fn accepted(&mut self, now: Time, fd: BorrowedFd<'_>) {
+        if let Ok(s) = sockopt::tcp_info(fd) {
+            if s.advmss_bytes > 0 {
+                self.rcvbuf_floor = Some(tcptune_core::Bytes(u64::from(s.advmss_bytes)));
+            }
+        }
+        self.before_connect(now, fd);
     }
 
     /// Step 3: the handshake completed.
@@ -222,7 +183,7 @@ impl TunerDriver {
             .clamp(MIN_SAMPLE_INTERVAL, MAX_SAMPLE_INTERVAL);
         self.next_due = now + interval;
         if self.record_series {
-            self.samples.push((now, snap.clone()));
+            self.samples.push(now, SampleRecord::of(&snap));
         }
         self.last = Some(snap);
         Ok(())
@@ -237,7 +198,7 @@ impl TunerDriver {
             if let Ok(snap) = sockopt::snapshot(fd) {
                 self.stats.add(&snap);
                 if self.record_series {
-                    self.samples.push((now, snap.clone()));
+                    self.samples.push(now, SampleRecord::of(&snap));
                 }
                 self.last = Some(snap);
             }
@@ -258,17 +219,38 @@ impl TunerDriver {
                 });
                 continue;
             }
-            let (effective, error) = match sockopt::apply_action(fd, &action, self.force) {
+            let (applied, note) = match (&action, self.rcvbuf_floor) {
+                (Action::SetRcvBuf(b), Some(floor)) if *b < floor => (
+                    Action::SetRcvBuf(floor),
+                    Some(format!(
+                        "raised to {floor}, one segment: a smaller receive buffer set after the handshake stalls the sender"
+                    )),
+                ),
+                _ => (action.clone(), None),
+            };
+            let (effective, error) = match sockopt::apply_action(fd, &applied, self.force) {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(format!("{e} on stream {}", self.stream))),
             };
-            self.changes_made += 1;
-            self.changes.push(AppliedChange {
-                at: now,
-                action,
-                effective,
-                error,
-            });
+            self.stats.add_change();
+            if self.record_series && self.changes.len() < CHANGES_CAPACITY {
+                self.changes.push(AppliedChange {
+                    at: now,
+                    action,
+                    effective,
+                    error,
+                    note,
+                });
+            } else if (error.is_some() || note.is_some()) && self.changes.len() < 8 {
+                // Without a series, failures and adjustments are still worth keeping (a few).
+                self.changes.push(AppliedChange {
+                    at: now,
+                    action,
+                    effective,
+                    error,
+                    note,
+                });
+            }
         }
     }
 
@@ -278,7 +260,7 @@ impl TunerDriver {
     }
 
     /// The summaries.
-    pub fn stats(&self) -> &SampleStats {
+    pub fn stats(&self) -> &StreamStats {
         &self.stats
     }
 
@@ -287,19 +269,21 @@ impl TunerDriver {
         self.last.as_ref()
     }
 
-    /// Every sample (empty unless `record_series`).
-    pub fn samples(&self) -> &[(Time, TcpSnapshot)] {
+    /// The recorded series (empty unless `record_series`; at most [`SERIES_CAPACITY`]
+    /// points, decimated evenly over the connection's life).
+    pub fn samples(&self) -> &Decimated<SampleRecord> {
         &self.samples
     }
 
-    /// Every change the tuner made, applied or failed.
+    /// The changes kept: with `record_series` the first [`CHANGES_CAPACITY`] changes the
+    /// tuner made, applied or failed; without, the first few failures only.
     pub fn changes(&self) -> &[AppliedChange] {
         &self.changes
     }
 
     /// Changes made (applied or failed).
     pub fn changes_made(&self) -> u64 {
-        self.changes_made
+        self.stats.changes_made
     }
 }
 
@@ -355,7 +339,7 @@ mod tests {
         d.sample(Time::from_millis(20), c.as_fd()).expect("sample");
         assert_eq!(d.changes().len(), 2);
         assert_eq!(d.changes()[1].effective, Some(2 * 128 * 1024));
-        assert_eq!(d.samples().len(), 2);
+        assert_eq!(d.samples().points().len(), 2);
         // poll_interval 1 ms is clamped to 10 ms.
         assert_eq!(d.next_due(), Time::from_millis(30));
         let r = d.take_stream_requests();
@@ -363,7 +347,7 @@ mod tests {
         assert_eq!((r[0].known_streams, r[0].count), (4, 2));
         assert!(d.take_stream_requests().is_empty());
         d.close(Time::from_millis(40), Some(c.as_fd()));
-        assert_eq!(d.stats().samples, 3);
+        assert_eq!(d.stats().samples_taken, 3);
         assert!(d.stats().peak_sndbuf_bytes >= 2 * 128 * 1024);
     }
 

@@ -120,6 +120,37 @@ pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListene
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
 }
 
+/// Start connecting `fd` to `addr` without waiting: the returned stream is non-blocking and
+/// becomes writable when the handshake completes or fails (then `take_error` says why).
+/// For event loops that open many connections at once.
+pub fn connect_start(fd: OwnedFd, addr: &SocketAddr) -> Result<TcpStream, NetError> {
+    let op = || format!("connect {addr}");
+    // SAFETY: we own fd; the TcpStream takes it over (and closes it on error paths).
+    let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
+    stream
+        .set_nonblocking(true)
+        .map_err(|source| NetError { op: op(), source })?;
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: ss valid for len bytes.
+    let r = unsafe {
+        libc::connect(
+            stream.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(NetError {
+                op: op(),
+                source: e,
+            });
+        }
+    }
+    Ok(stream)
+}
+
 /// Connect `fd` to `addr`, giving up after `timeout`.
 pub fn connect(fd: OwnedFd, addr: &SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
     let op = || format!("connect {addr}");

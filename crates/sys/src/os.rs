@@ -116,6 +116,63 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
     }
 }
 
+/// Raise this process's soft limit on open files (`RLIMIT_NOFILE`) to its hard limit, and
+/// return the limit now in force. A server budgets its descriptors against it.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    // SAFETY: rlimit is plain old data.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if r.rlim_cur < r.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: valid pointer; raising the soft limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            r.rlim_cur = r.rlim_max;
+        }
+    }
+    Ok(r.rlim_cur as u64)
+}
+
+/// Congestion controls this kernel can load as modules (`tcp_*.ko*` under
+/// `/lib/modules/$(uname -r)`), by name: a privileged socket may choose one before it is
+/// loaded.
+pub fn congestion_modules() -> Vec<String> {
+    // SAFETY: utsname is plain old data; uname fills it.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return Vec::new();
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8 as char)
+        .collect();
+    let dir = std::path::Path::new("/lib/modules")
+        .join(release)
+        .join("kernel/net/ipv4");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.split('.').next()?.strip_prefix("tcp_")?.to_string();
+            (!stem.is_empty() && stem != "diag" && name.contains(".ko")).then_some(stem)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `sysname release machine` of this host (as `uname -srm`), for reports.
 pub fn system_info() -> String {
     // SAFETY: utsname is plain old data; uname fills it.

@@ -93,29 +93,29 @@ fn stream_sum(s: Option<&StreamSide>, socket: u32, sender: bool) -> StreamSum {
         seconds,
         bytes,
         bits_per_second: bps(bytes, seconds),
-        retransmits: sender.then(|| d.map_or(0, |d| d.retransmits)),
+        retransmits: sender.then(|| d.map_or(0, |d| d.stats.retransmits)),
         max_snd_cwnd: if sender {
-            d.map(|d| d.cwnd_max_bytes)
+            d.map(|d| d.stats.cwnd_max_bytes)
         } else {
             None
         },
         max_snd_wnd: if sender {
-            d.map(|d| d.snd_wnd_max_bytes)
+            d.map(|d| d.stats.snd_wnd_max_bytes)
         } else {
             None
         },
         max_rtt: if sender {
-            d.and_then(|d| d.rtt_max_us).map(u64::from)
+            d.and_then(|d| d.stats.rtt_max_us).map(u64::from)
         } else {
             None
         },
         min_rtt: if sender {
-            d.and_then(|d| d.rtt_min_us).map(u64::from)
+            d.and_then(|d| d.stats.rtt_min_us).map(u64::from)
         } else {
             None
         },
         mean_rtt: if sender {
-            d.and_then(|d| d.rtt_avg_us).map(u64::from)
+            d.and_then(|d| d.stats.rtt_avg_us).map(u64::from)
         } else {
             None
         },
@@ -156,7 +156,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
     let recv_messages: u64 = rcv.streams.iter().map(|s| s.messages).sum();
     let (sf, sl) = span(&snd.streams);
     let (rf, rl) = span(&rcv.streams);
-    let retrans: u64 = details.iter().map(|d| d.sender.retransmits).sum();
+    let retrans: u64 = details.iter().map(|d| d.sender.stats.retransmits).sum();
     let sum_sent = Sum {
         start: 0.0,
         end: sl,
@@ -254,10 +254,10 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         } else {
             None
         },
-        peak_sndbuf_bytes: sum_over(&|d| d.sender.peak_sndbuf_bytes),
-        peak_rcvbuf_bytes: sum_over(&|d| d.receiver.peak_rcvbuf_bytes),
-        peak_wmem_queued_bytes: sum_over(&|d| d.sender.peak_wmem_queued_bytes),
-        peak_rmem_alloc_bytes: sum_over(&|d| d.receiver.peak_rmem_alloc_bytes),
+        peak_sndbuf_bytes: sum_over(&|d| d.sender.stats.peak_sndbuf_bytes),
+        peak_rcvbuf_bytes: sum_over(&|d| d.receiver.stats.peak_rcvbuf_bytes),
+        peak_wmem_queued_bytes: sum_over(&|d| d.sender.stats.peak_wmem_queued_bytes),
+        peak_rmem_alloc_bytes: sum_over(&|d| d.receiver.stats.peak_rmem_alloc_bytes),
         streams: details,
         messages_received: recv_messages,
         setup_seconds: a.setup_seconds,

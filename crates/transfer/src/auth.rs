@@ -1,15 +1,28 @@
-//! Shared-secret authentication of the control connection: HMAC-SHA256 challenge-response.
+//! Shared-secret authentication of the control connection, without a round trip in the
+//! usual case.
 //!
-//! The server sends a fresh random 32-byte challenge in `Welcome`; the client answers with
-//! `HMAC-SHA256(secret, "tcptune-auth-v1" || challenge)` in `Setup`; the server compares in
-//! constant time. The secret never crosses the wire and an answer cannot be replayed against
-//! another challenge. (This authenticates the client only; the data is not encrypted.)
+//! * **Proof in `Hello`** ([`Secret::prove`]): the client sends a fresh random 32-byte nonce,
+//!   its clock (Unix seconds) and `HMAC-SHA256(secret, "tcptune-auth-v2" || nonce || time ||
+//!   token)`. The server accepts it when the MAC verifies (constant time), the time is within
+//!   [`CLOCK_SKEW`] of its own clock and the nonce was not seen within that window (a bounded
+//!   replay cache). The token is covered, so a captured proof cannot open another session.
+//! * **Challenge** ([`Secret::answer`]): when the clocks disagree or the nonce cannot be
+//!   checked, the server sends a random challenge and the client answers with
+//!   `HMAC-SHA256(secret, "tcptune-challenge-v2" || challenge || token)`: one round trip more.
+//!
+//! The secret never crosses the wire. This authenticates the client only; the data is not
+//! encrypted. A server that fails a client's proof makes that address wait before its next
+//! try (see the server's backoff).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::path::Path;
 
-const CONTEXT: &[u8] = b"tcptune-auth-v1";
+const PROOF_CONTEXT: &[u8] = b"tcptune-auth-v2";
+const CHALLENGE_CONTEXT: &[u8] = b"tcptune-challenge-v2";
+
+/// How far the client's clock may be from the server's for a proof without a challenge.
+pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A shared secret read from a file.
 #[derive(Clone)]
@@ -53,23 +66,51 @@ impl Secret {
         Secret::from_bytes(&b).ok_or_else(|| SecretError::Empty(path.display().to_string()))
     }
 
-    fn mac(&self, challenge: &[u8]) -> Hmac<Sha256> {
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
         // HMAC accepts keys of any length; new_from_slice cannot fail for it.
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
             .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-        m.update(CONTEXT);
-        m.update(challenge);
+        for p in parts {
+            m.update(p);
+        }
         m
     }
 
-    /// The answer to `challenge`.
-    pub fn respond(&self, challenge: &[u8]) -> [u8; 32] {
-        self.mac(challenge).finalize().into_bytes().into()
+    /// The proof a client sends in `Hello` for `token`, with its `nonce` and clock.
+    pub fn prove(&self, nonce: &[u8; 32], time_unix_s: u64, token: &[u8; 16]) -> [u8; 32] {
+        self.mac(&[PROOF_CONTEXT, nonce, &time_unix_s.to_be_bytes(), token])
+            .finalize()
+            .into_bytes()
+            .into()
     }
 
-    /// Whether `answer` is the right answer to `challenge` (constant time).
-    pub fn verify(&self, challenge: &[u8], answer: &[u8]) -> bool {
-        self.mac(challenge).verify_slice(answer).is_ok()
+    /// Whether `mac` is the right proof (constant time). Freshness (clock, replay) is the
+    /// caller's to check.
+    pub fn verify_proof(
+        &self,
+        nonce: &[u8; 32],
+        time_unix_s: u64,
+        token: &[u8; 16],
+        mac: &[u8],
+    ) -> bool {
+        self.mac(&[PROOF_CONTEXT, nonce, &time_unix_s.to_be_bytes(), token])
+            .verify_slice(mac)
+            .is_ok()
+    }
+
+    /// The answer to a server's `challenge` for `token`.
+    pub fn answer(&self, challenge: &[u8; 32], token: &[u8; 16]) -> [u8; 32] {
+        self.mac(&[CHALLENGE_CONTEXT, challenge, token])
+            .finalize()
+            .into_bytes()
+            .into()
+    }
+
+    /// Whether `mac` is the right answer to `challenge` (constant time).
+    pub fn verify_answer(&self, challenge: &[u8; 32], token: &[u8; 16], mac: &[u8]) -> bool {
+        self.mac(&[CHALLENGE_CONTEXT, challenge, token])
+            .verify_slice(mac)
+            .is_ok()
     }
 }
 
@@ -80,16 +121,25 @@ mod tests {
     #[test]
     fn right_secret_verifies_and_wrong_one_does_not() {
         let s = Secret::from_bytes(b"hunter2\n").expect("secret");
-        let c = [1u8; 32];
-        let a = s.respond(&c);
-        assert!(s.verify(&c, &a));
+        let (n, t) = ([1u8; 32], [5u8; 16]);
+        let p = s.prove(&n, 1000, &t);
+        assert!(s.verify_proof(&n, 1000, &t, &p));
+        assert!(!s.verify_proof(&n, 1001, &t, &p), "bound to the time");
         assert!(
-            !s.verify(&[2u8; 32], &a),
-            "answer is bound to the challenge"
+            !s.verify_proof(&n, 1000, &[6u8; 16], &p),
+            "bound to the token"
+        );
+        assert!(
+            !s.verify_proof(&[2u8; 32], 1000, &t, &p),
+            "bound to the nonce"
         );
         let other = Secret::from_bytes(b"hunter3").expect("secret");
-        assert!(!other.verify(&c, &a));
-        assert!(!s.verify(&c, &a[..31]));
+        assert!(!other.verify_proof(&n, 1000, &t, &p));
+        assert!(!s.verify_proof(&n, 1000, &t, &p[..31]));
+        let a = s.answer(&n, &t);
+        assert!(s.verify_answer(&n, &t, &a));
+        assert!(!s.verify_answer(&[2u8; 32], &t, &a));
+        assert_ne!(a, p, "a proof is not an answer");
         assert!(Secret::from_bytes(b" \n").is_none());
     }
 

@@ -199,14 +199,14 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
             es.receiver.socket,
             bytes(es.receiver.bytes),
             rate(es.receiver.bits_per_second),
-            d.sender.retransmits,
-            us(d.sender.rtt_min_us),
-            us(d.sender.rtt_avg_us),
-            us(d.sender.rtt_max_us),
-            bytes(d.sender.peak_sndbuf_bytes),
-            bytes(d.receiver.peak_rcvbuf_bytes),
-            pct_of(d.sender.rwnd_limited_us, busy),
-            pct_of(d.sender.sndbuf_limited_us, busy),
+            d.sender.stats.retransmits,
+            us(d.sender.stats.rtt_min_us),
+            us(d.sender.stats.rtt_avg_us),
+            us(d.sender.stats.rtt_max_us),
+            bytes(d.sender.stats.peak_sndbuf_bytes),
+            bytes(d.receiver.stats.peak_rcvbuf_bytes),
+            pct_of(d.sender.stats.rwnd_limited_us, busy),
+            pct_of(d.sender.stats.sndbuf_limited_us, busy),
             if d.opened_at_s > 0.0 {
                 format!("  (opened at {:.2} s)", d.opened_at_s)
             } else {

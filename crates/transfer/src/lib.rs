@@ -1,10 +1,14 @@
 //! tcptune's transfer engine: a server and a client moving messages over parallel TCP
 //! streams, running a tuner on every stream at both ends and reporting what happened.
 //!
-//! * [`server::run`] serves any number of clients (`tcptune serve`).
+//! * [`session`]: the sessions as sans-IO state machines (the server's endpoint and
+//!   sessions, the client's session): every rule of the conversation, unit-tested without
+//!   sockets.
+//! * [`server::run`] serves any number of clients on one port (`tcptune serve`): an event
+//!   loop that drives the server's state machines.
 //! * [`client::run`] runs one transfer against a server and returns its [`report::Report`]
 //!   (`tcptune send`).
-//! * [`proto`] is the control protocol (framing, messages, data-connection hello);
+//! * [`proto`] is the wire protocol (framing, messages, data-connection hello);
 //!   [`auth`] the optional shared-secret authentication.
 //! * [`human`] formats a report for people.
 //! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the file of the database of
@@ -25,13 +29,7 @@ pub mod probe;
 pub mod proto;
 pub mod report;
 pub mod server;
+pub mod session;
 
 pub use engine::{SideResult, StreamSide};
-
-/// `now + d`, saturating (about a century ahead) instead of panicking on huge durations
-/// from configuration.
-pub(crate) fn after(d: std::time::Duration) -> std::time::Instant {
-    let now = std::time::Instant::now();
-    let cap = std::time::Duration::from_secs(100 * 365 * 86_400);
-    now.checked_add(d.min(cap)).unwrap_or(now)
-}
+pub use phase::PrepareError;

@@ -4,7 +4,7 @@
 use crate::probe::ProbeTuner;
 use crate::proto::Phase;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 use tcptune_core::{HostLimits, PathHint, Role, Time, TuneMode, Tuner, TunerContext, TunerFactory};
 use tcptune_sys::driver::TunerDriver;
@@ -29,27 +29,13 @@ impl PhaseTuning {
         }
     }
 
-    fn build(&self, ctx: TunerContext) -> Result<Box<dyn Tuner>, String> {
+    fn build(&self, ctx: TunerContext) -> Box<dyn Tuner> {
         match self {
-            PhaseTuning::Probe => Ok(Box::new(ProbeTuner::new(&ctx))),
-            PhaseTuning::Custom(f) => Ok(f(ctx)),
-            PhaseTuning::Mode(f) => {
-                // A tuning mode the core does not implement yet panics in build(); turn that
-                // into an error for this session instead of taking the process down.
-                let mode = f.mode().clone();
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.build(ctx)))
-                    .map_err(|_| format!("tuning mode '{mode}' is not available in this build"))
-            }
+            PhaseTuning::Probe => Box::new(ProbeTuner::new(&ctx)),
+            PhaseTuning::Custom(f) => f(ctx),
+            PhaseTuning::Mode(f) => f.build(ctx),
         }
     }
-}
-
-/// Whether this build can run `mode` (the core's factory builds a tuner for it).
-pub(crate) fn mode_available(mode: &TuneMode) -> Result<(), String> {
-    let probe = PhaseTuning::Mode(TunerFactory::new(mode.clone()));
-    probe
-        .build(TunerContext::for_tests(Role::Sender))
-        .map(|_| ())
 }
 
 /// Everything needed to build the driver of one stream.
@@ -70,7 +56,7 @@ impl DriverSpec {
         tuning: &PhaseTuning,
         index: u32,
         streams: u32,
-    ) -> Result<Box<TunerDriver>, String> {
+    ) -> Box<TunerDriver> {
         let ctx = TunerContext {
             role: self.role,
             limits: self.limits.clone(),
@@ -78,14 +64,13 @@ impl DriverSpec {
             stream_index: index,
             streams,
         };
-        let tuner = tuning.build(ctx)?;
-        Ok(Box::new(TunerDriver::new(
-            tuner,
+        Box::new(TunerDriver::new(
+            tuning.build(ctx),
             index + 1,
             streams,
             self.force,
             self.record_series,
-        )))
+        ))
     }
 
     pub(crate) fn now(&self) -> Time {
@@ -94,17 +79,45 @@ impl DriverSpec {
 }
 
 /// A new socket for a data stream with the congestion control and the tuner's
-/// `BeforeConnect` options applied.
+/// `BeforeConnect` options applied (the client, before `connect()`).
 pub(crate) fn prepared_socket(
     addr: &SocketAddr,
     driver: &mut TunerDriver,
     spec: &DriverSpec,
     congestion: Option<&str>,
-) -> Result<OwnedFd, String> {
-    let fd = tcptune_sys::net::tcp_socket(addr).map_err(|e| e.to_string())?;
+) -> Result<OwnedFd, PrepareError> {
+    let fd = tcptune_sys::net::tcp_socket(addr).map_err(PrepareError::Socket)?;
     if let Some(cc) = congestion {
-        tcptune_sys::sockopt::set_congestion(fd.as_fd(), cc).map_err(|e| e.to_string())?;
+        tcptune_sys::sockopt::set_congestion(fd.as_fd(), cc).map_err(PrepareError::Congestion)?;
     }
     driver.before_connect(spec.now(), fd.as_fd());
     Ok(fd)
+}
+
+/// The same for a data connection the server accepted on its shared port: the options the
+/// tuner would have set before `listen()` are applied at once, before the stream carries
+/// data the server sends (the window scale was fixed at SYN time from the host's maximum,
+/// which is what a larger buffer needs).
+pub(crate) fn prepare_accepted(
+    fd: BorrowedFd<'_>,
+    driver: &mut TunerDriver,
+    spec: &DriverSpec,
+    congestion: Option<&str>,
+) -> Result<(), PrepareError> {
+    if let Some(cc) = congestion {
+        tcptune_sys::sockopt::set_congestion(fd, cc).map_err(PrepareError::Congestion)?;
+    }
+    driver.accepted(spec.now(), fd);
+    Ok(())
+}
+
+/// Why a data socket could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// Creating the socket failed.
+    #[error(transparent)]
+    Socket(tcptune_sys::net::NetError),
+    /// The congestion control could not be set.
+    #[error(transparent)]
+    Congestion(tcptune_sys::sockopt::SockoptError),
 }

@@ -17,7 +17,7 @@
 //! streams, and the requested duration is the hard bound.
 
 use std::time::Duration;
-use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan};
+use tcptune_core::fullpipe::{ProbeOutcome, ProbePlan};
 use tcptune_core::{Action, ConnEvent, Rate, Role, TcpSnapshot, Time, Tuner, TunerContext};
 
 /// What the probe found, for the report and the path database.
@@ -42,11 +42,6 @@ impl ProbeResult {
     pub fn lower_bound(&self) -> bool {
         !self.outcome.full_pipe || self.rate().is_some_and(|r| self.plan.limited_by_sockets(r))
     }
-}
-
-/// A fresh estimator for a probe run with `plan`.
-pub(crate) fn estimator(plan: &ProbePlan) -> FullPipe {
-    FullPipe::for_plan(plan)
 }
 
 /// The probe streams' tuner: the largest send buffer and a low-water mark at the sender,

@@ -7,7 +7,8 @@
 //! incompatible change. Types derive `Deserialize` too, so the lab reads reports back.
 
 use serde::{Deserialize, Serialize};
-use tcptune_core::{Action, HostLimits, PathHint};
+pub use tcptune_core::SampleRecord;
+use tcptune_core::{Action, HostLimits, PathHint, StreamStats};
 
 /// Version of this schema.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -414,84 +415,45 @@ pub struct StreamDetail {
     pub receiver: SideDetail,
 }
 
-/// One end of one stream: summaries of the tuner's samples, and optionally the series.
+impl StreamDetail {
+    /// The same without the time series (samples and changes): what the lab records.
+    pub fn without_series(&self) -> StreamDetail {
+        let strip = |d: &SideDetail| SideDetail {
+            samples: Vec::new(),
+            changes: Vec::new(),
+            ..d.clone()
+        };
+        StreamDetail {
+            sender: strip(&self.sender),
+            receiver: strip(&self.receiver),
+            ..self.clone()
+        }
+    }
+}
+
+/// One end of one stream: the summaries of the tuner's samples (the one per-stream
+/// statistics type, [`StreamStats`], flattened into this object), and optionally the series.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SideDetail {
-    /// Smallest smoothed RTT seen, microseconds.
-    pub rtt_min_us: Option<u32>,
-    /// Mean smoothed RTT over samples, microseconds.
-    pub rtt_avg_us: Option<u32>,
-    /// Largest smoothed RTT seen, microseconds.
-    pub rtt_max_us: Option<u32>,
-    /// Largest congestion window, segments.
-    pub cwnd_max_segs: u32,
-    /// Largest congestion window, bytes (`snd_cwnd * snd_mss`).
-    #[serde(default)]
-    pub cwnd_max_bytes: u64,
-    /// Largest receive window the peer advertised (`tcpi_snd_wnd`), bytes.
-    #[serde(default)]
-    pub snd_wnd_max_bytes: u64,
-    /// Retransmitted segments (`tcpi_total_retrans` at the end).
-    pub retransmits: u64,
-    /// Peak `sk_sndbuf`.
-    pub peak_sndbuf_bytes: u64,
-    /// Peak `sk_rcvbuf`.
-    pub peak_rcvbuf_bytes: u64,
-    /// Peak `sk_wmem_queued`.
-    pub peak_wmem_queued_bytes: u64,
-    /// Peak `sk_rmem_alloc`.
-    pub peak_rmem_alloc_bytes: u64,
-    /// Time limited by the peer's receive window (`tcpi_rwnd_limited`).
-    pub rwnd_limited_us: u64,
-    /// Time limited by the send buffer (`tcpi_sndbuf_limited`).
-    pub sndbuf_limited_us: u64,
-    /// Time busy sending (`tcpi_busy_time`).
-    pub busy_time_us: u64,
-    /// Snapshots taken.
-    pub samples_taken: u64,
-    /// Changes the tuner made (applied or failed).
-    pub changes_made: u64,
-    /// Every snapshot (`--samples` only).
+    /// RTT, congestion window, peak buffers, time limited by each buffer, samples taken.
+    #[serde(flatten)]
+    pub stats: StreamStats,
+    /// The recorded snapshots (`--samples` only): at most
+    /// [`tcptune_sys::driver::SERIES_CAPACITY`] per stream and end, decimated evenly over the
+    /// stream's life when it ran longer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<SampleRecord>,
-    /// Every change (`--samples` only).
+    /// Snapshots taken but not kept in `samples` (decimation or the size of the result).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub samples_dropped: u64,
+    /// The changes (`--samples` only; at most [`tcptune_sys::driver::CHANGES_CAPACITY`];
+    /// without `--samples`, failed changes only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<ChangeRecord>,
 }
 
-/// One snapshot in a time series (a subset of `TcpSnapshot`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SampleRecord {
-    /// Seconds since the transfer started.
-    pub t_s: f64,
-    /// Smoothed RTT.
-    pub rtt_us: u32,
-    /// Congestion window.
-    pub snd_cwnd_segs: u32,
-    /// Delivery rate, bytes/s.
-    pub delivery_rate_bytes_per_sec: Option<u64>,
-    /// Bytes acked (sender) so far.
-    pub bytes_acked: Option<u64>,
-    /// Bytes received (receiver) so far.
-    pub bytes_received: Option<u64>,
-    /// `sk_sndbuf`.
-    pub sndbuf_bytes: Option<u32>,
-    /// `sk_rcvbuf`.
-    pub rcvbuf_bytes: Option<u32>,
-    /// `sk_wmem_queued`.
-    pub wmem_queued_bytes: Option<u32>,
-    /// `sk_rmem_alloc`.
-    pub rmem_alloc_bytes: Option<u32>,
-    /// Receiver RTT estimate.
-    pub rcv_rtt_us: u32,
-    /// Receiver space estimate.
-    pub rcv_space_bytes: u32,
-    /// Not-yet-sent bytes.
-    pub notsent_bytes: Option<u32>,
-    /// Cumulative rwnd-limited time.
-    pub rwnd_limited_us: Option<u64>,
-    /// Cumulative sndbuf-limited time.
-    pub sndbuf_limited_us: Option<u64>,
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One change a tuner asked for, and what happened.
@@ -506,4 +468,7 @@ pub struct ChangeRecord {
     /// The error, if applying it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why something else than asked was applied, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }

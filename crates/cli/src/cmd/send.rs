@@ -256,9 +256,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             }
             let code = match &e {
                 ClientError::Config(_) => exit::USAGE,
-                ClientError::Connect(_) | ClientError::Rejected(_) => exit::CONNECT,
                 ClientError::Integrity { .. } => exit::INTEGRITY,
-                ClientError::Protocol(_) | ClientError::Transfer { .. } => exit::FAILURE,
+                e if e.is_connection() => exit::CONNECT,
+                _ => exit::FAILURE,
             };
             Err(exit::fail(code, e))
         }

@@ -14,10 +14,12 @@ use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
 /// Options of `tcptune serve`.
 ///
-/// Accepts any number of clients concurrently (each a control connection plus one data
-/// connection per stream on its own listening port, so the tuner's buffers are set before
-/// the SYN). Every bound below protects a public server; a client that misbehaves only
-/// ends its own session.
+/// Accepts any number of clients concurrently on one port: each a control connection plus
+/// one data connection per stream, which names its session in its first bytes. An event
+/// loop handles every connection that is not moving data, so thousands of idle or half-open
+/// connections cost memory, not threads. Every bound below protects a public server; a
+/// client that misbehaves only ends its own session, and a flood from some addresses does
+/// not lock out the others.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Examples:
@@ -25,7 +27,9 @@ Examples:
   tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
   tcptune serve -1 --json                        # one session, log as JSON lines
 
-Data connections use ephemeral ports on the same address: let them through a firewall.")]
+Everything (control and data connections) arrives on the one port: one firewall rule.
+Refusals are counted by kind; the first of each kind from each address is logged, the rest
+in a summary line every 10 s.")]
 pub(crate) struct Opts {
     /// Address to listen on.
     #[arg(short = 'B', long, value_name = "ADDR", default_value = "0.0.0.0")]
@@ -33,9 +37,19 @@ pub(crate) struct Opts {
     /// Port of the control connection.
     #[arg(short = 'p', long, default_value_t = server::DEFAULT_PORT)]
     port: u16,
-    /// Sessions running at once (more are refused with "server busy").
+    /// Sessions running at once (more are refused with "server busy" and when to retry).
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_sessions: u32,
+    /// Sessions running at once from one address.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    max_sessions_per_addr: u32,
+    /// Connections not yet in a session (handshakes, early data connections); a new one
+    /// beyond this replaces the oldest.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    max_pending: u32,
+    /// The same, from one address.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    max_pending_per_addr: u32,
     /// Streams per session, including streams a tuner adds.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_streams: u32,
@@ -48,6 +62,9 @@ pub(crate) struct Opts {
     /// Longest duration workload or time cap, seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     max_duration: u64,
+    /// Seconds a new connection has to send its first complete message.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    first_frame_timeout: u64,
     /// Seconds a client has to complete its handshake or connect a data stream.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     handshake_timeout: u64,
@@ -86,6 +103,10 @@ struct LogLine<'a> {
     bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u64>,
 }
 
 fn log_event(json: bool, ev: &ServerEvent) {
@@ -104,6 +125,8 @@ fn log_event(json: bool, ev: &ServerEvent) {
             reverse: Some(params.reverse),
             bytes: None,
             error: None,
+            kind: None,
+            count: None,
         },
         ServerEvent::SessionEnded {
             peer,
@@ -120,8 +143,10 @@ fn log_event(json: bool, ev: &ServerEvent) {
             reverse: None,
             bytes: Some(*bytes),
             error: error.as_deref(),
+            kind: None,
+            count: None,
         },
-        ServerEvent::Refused { peer, reason } => LogLine {
+        ServerEvent::Refused { peer, kind, reason } => LogLine {
             schema_version: 1,
             event: "refused",
             peer: peer.to_string(),
@@ -131,6 +156,21 @@ fn log_event(json: bool, ev: &ServerEvent) {
             reverse: None,
             bytes: None,
             error: Some(reason),
+            kind: Some(kind),
+            count: None,
+        },
+        ServerEvent::Suppressed { kind, count, .. } => LogLine {
+            schema_version: 1,
+            event: "refusals_not_logged",
+            peer: String::new(),
+            session: None,
+            tune: None,
+            streams: None,
+            reverse: None,
+            bytes: None,
+            error: None,
+            kind: Some(kind),
+            count: Some(*count),
         },
     };
     if json {
@@ -139,11 +179,13 @@ fn log_event(json: bool, ev: &ServerEvent) {
         }
         return;
     }
+    // Everything a client supplied is escaped: no control character reaches the text log.
+    let esc = |s: &str| server::escape(s, 300);
     let text = match ev {
         ServerEvent::SessionStarted { params, .. } => format!(
             "{} session {} started: tune {}, {} stream(s), {}{}",
             line.peer,
-            line.session.unwrap_or(""),
+            esc(line.session.unwrap_or("")),
             params.tune,
             params.streams,
             match params.duration_ms {
@@ -155,13 +197,22 @@ fn log_event(json: bool, ev: &ServerEvent) {
         ServerEvent::SessionEnded { bytes, error, .. } => format!(
             "{} session {} ended: {} moved{}",
             line.peer,
-            line.session.unwrap_or(""),
+            esc(line.session.unwrap_or("")),
             Bytes(*bytes),
             error
                 .as_ref()
-                .map_or(String::new(), |e| format!(", FAILED: {e}"))
+                .map_or(String::new(), |e| format!(", FAILED: {}", esc(e)))
         ),
-        ServerEvent::Refused { reason, .. } => format!("{} refused: {reason}", line.peer),
+        ServerEvent::Refused { reason, kind, .. } => {
+            format!("{} refused ({kind}): {}", line.peer, esc(reason))
+        }
+        ServerEvent::Suppressed {
+            kind,
+            count,
+            seconds,
+        } => format!(
+            "{count} more refusals of kind {kind} in the last {seconds} s (not logged one by one)"
+        ),
     };
     out::line(&text);
 }
@@ -174,6 +225,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.limits.max_total_bytes = opts.max_total.0;
     cfg.limits.max_duration_ms = opts.max_duration.saturating_mul(1000);
     cfg.max_sessions = opts.max_sessions;
+    cfg.max_sessions_per_addr = opts.max_sessions_per_addr;
+    cfg.max_pending = opts.max_pending;
+    cfg.max_pending_per_addr = opts.max_pending_per_addr;
+    cfg.first_frame_timeout = Duration::from_secs(opts.first_frame_timeout.max(1));
     cfg.handshake_timeout = Duration::from_secs(opts.handshake_timeout.max(1));
     cfg.idle_timeout = Duration::from_secs(opts.idle_timeout.max(1));
     cfg.force_buffers = opts.force_buffers;
@@ -201,8 +256,23 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         server::run(listener, cfg, Shutdown::new()).map_err(|e| exit::fail(exit::FAILURE, e))?;
     if !json {
         out::line(&format!(
-            "served {} session(s), {} failed, {} refused",
-            stats.sessions_ok, stats.sessions_failed, stats.refused
+            "served {} session(s), {} failed; {} connection(s) refused or dropped{}",
+            stats.sessions_ok,
+            stats.sessions_failed,
+            stats.refused,
+            if stats.refused_by.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({})",
+                    stats
+                        .refused_by
+                        .iter()
+                        .map(|(k, n)| format!("{k} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
         ));
     }
     Ok(if stats.sessions_failed > 0 && opts.one_off {

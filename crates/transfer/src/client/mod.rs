@@ -1,0 +1,314 @@
+//! `tcptune send`: connect to a tcptune server, measure the path, run the transfer with a
+//! tuner on every stream at both ends, and return the [`Report`].
+//!
+//! The conversation's rules are [`crate::session::client`]'s state machine; this module
+//! resolves the server, opens the control connection (its handshake gives the path's RTT
+//! from `TCP_INFO`), decides how to learn the path's rate (the path database or a probe,
+//! see [`measure`]) and drives the session ([`driver`]): one event loop over the control
+//! connection, the data connections being opened, and the engine's wake-ups.
+//!
+//! ```no_run
+//! use tcptune_transfer::client::{run, ClientConfig};
+//! let cfg = ClientConfig::new("127.0.0.1:5310");
+//! let report = run(&cfg, None).expect("transfer");
+//! println!("{:.1} Mbit/s", report.end.sum_received.bits_per_second / 1e6);
+//! ```
+
+mod driver;
+mod measure;
+
+use crate::auth::Secret;
+use crate::proto::ProtoError;
+use crate::report::Report;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tcptune_core::{TuneMode, Tuner, TunerContext};
+
+pub use driver::run;
+
+/// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Server as `HOST`, `HOST:PORT` or `[V6]:PORT`.
+    pub server: String,
+    /// Port when `server` has none.
+    pub port: u16,
+    /// Local address to send from.
+    pub bind: Option<IpAddr>,
+    /// Tuning mode for both ends.
+    pub tune: TuneMode,
+    /// Parallel streams to start with (`-P`).
+    pub streams: u32,
+    /// Messages (message workload, `-n`).
+    pub messages: u64,
+    /// Bytes per message (`-l`).
+    pub message_size: u64,
+    /// Duration workload (`-t`): send for this long instead of a message count.
+    pub duration: Option<Duration>,
+    /// Cap on the message workload (`--max-time`).
+    pub max_time: Option<Duration>,
+    /// The server sends.
+    pub reverse: bool,
+    /// Keep every sample and change in the report (bounded per stream).
+    pub samples: bool,
+    /// Interval of `intervals[]` (`None`: no intervals).
+    pub interval: Option<Duration>,
+    /// Congestion control for the data connections (both ends).
+    pub congestion: Option<String>,
+    /// Shared secret for servers that require one.
+    pub secret: Option<Secret>,
+    /// Give up connecting (and waiting for the server to admit the session) after this long.
+    pub connect_timeout: Duration,
+    /// Give up when a stream or the server makes no progress for this long.
+    pub idle_timeout: Duration,
+    /// Use `SO_*BUFFORCE` on this end when the process has `CAP_NET_ADMIN`.
+    pub force_buffers: bool,
+    /// Most streams this client opens when tuners ask for more (the server's allowance also
+    /// applies).
+    pub max_streams: u32,
+    /// Testing aid: the sender flips one byte of this message; the run must then fail with
+    /// [`ClientError::Integrity`].
+    pub corrupt_message: Option<u64>,
+    /// Build this end's tuners with this instead of `tune` (the server still runs `tune`):
+    /// for experimenting with a tuner of your own.
+    pub custom_tuner: Option<CustomTuner>,
+    /// The path database (see [`crate::pathdb`]): where a mode that needs the path's rate
+    /// looks for a fresh estimate before probing, and where every transfer (and probe)
+    /// records what it measured. `None` (the library's default): no database.
+    /// `tcptune send` uses [`crate::pathdb::default_location`] unless told otherwise.
+    pub path_db: Option<PathBuf>,
+    /// Run the pre-transfer probe when the mode needs a rate and the database has no fresh
+    /// full-pipe estimate (default). With `false` a database entry of any kind is used, and
+    /// without one the mode goes without a rate.
+    pub probe: bool,
+}
+
+/// A function that builds a tuner for one stream of this end.
+#[derive(Clone)]
+pub struct CustomTuner(pub Arc<dyn Fn(TunerContext) -> Box<dyn Tuner> + Send + Sync>);
+
+impl std::fmt::Debug for CustomTuner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CustomTuner(..)")
+    }
+}
+
+impl ClientConfig {
+    /// The paper's benchmark against `server`: 128 x 1 MiB over 1 stream, `auto` tuning.
+    pub fn new(server: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            server: server.into(),
+            port: crate::server::DEFAULT_PORT,
+            bind: None,
+            tune: TuneMode::Auto,
+            streams: 1,
+            messages: 128,
+            message_size: 1 << 20,
+            duration: None,
+            max_time: None,
+            reverse: false,
+            samples: false,
+            interval: Some(Duration::from_secs(1)),
+            congestion: None,
+            secret: None,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            force_buffers: false,
+            max_streams: 64,
+            corrupt_message: None,
+            custom_tuner: None,
+            path_db: None,
+            probe: true,
+        }
+    }
+}
+
+/// How a transfer failed. [`ClientError::report`] gives what was measured until then.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+    /// The server's name did not resolve.
+    #[error("resolving {target}: {source}")]
+    Resolve {
+        /// What was resolved.
+        target: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The server could not be reached.
+    #[error("{source}{}", connect_hint(source))]
+    Connect {
+        /// The failed connect, with its address.
+        source: tcptune_sys::net::NetError,
+    },
+    /// Something local failed (a socket option, randomness, the host's limits).
+    #[error("{op}: {source}")]
+    Local {
+        /// What was attempted.
+        op: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The control connection failed.
+    #[error("control connection to {addr}: {source}")]
+    Control {
+        /// The server.
+        addr: SocketAddr,
+        /// What went wrong.
+        source: ProtoError,
+    },
+    /// The peer does not speak tcptune's protocol.
+    #[error("{addr} does not answer like a tcptune server ({detail}); is it `tcptune serve`?")]
+    NotTcptune {
+        /// The server.
+        addr: SocketAddr,
+        /// What it answered.
+        detail: String,
+    },
+    /// The server refused the test.
+    #[error("the server refused: {reason}{}", retry_after_s.map_or(String::new(), |s| format!(" (retry in {s} s)")))]
+    Rejected {
+        /// Why (the server's words).
+        reason: String,
+        /// When trying again may succeed.
+        retry_after_s: Option<u64>,
+    },
+    /// The server did not answer in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// The server said something that makes no sense.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A data stream could not be opened.
+    #[error("opening a data stream: {0}")]
+    Stream(String),
+    /// A byte mismatch or a short transfer.
+    #[error("integrity failure: {reason}")]
+    Integrity {
+        /// What was wrong.
+        reason: String,
+        /// What was measured.
+        report: Option<Box<Report>>,
+    },
+    /// The transfer failed otherwise (a stream error, a stall, the server gave up).
+    #[error("transfer failed: {reason}")]
+    Transfer {
+        /// What went wrong.
+        reason: String,
+        /// What was measured.
+        report: Option<Box<Report>>,
+    },
+}
+
+/// What a failed connect most likely means, and what to do.
+fn connect_hint(e: &tcptune_sys::net::NetError) -> &'static str {
+    match e.source.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            " (nothing listens there: is `tcptune serve` running on that host and port?)"
+        }
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            " (no answer: is the host up, and does a firewall let the port through?)"
+        }
+        _ => "",
+    }
+}
+
+impl ClientError {
+    /// The partial report, when the transfer got far enough to have one.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            ClientError::Integrity { report, .. } | ClientError::Transfer { report, .. } => {
+                report.as_deref()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the server could not be reached or would not run the test (the CLI's exit
+    /// status 3).
+    pub fn is_connection(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Resolve { .. }
+                | ClientError::Connect { .. }
+                | ClientError::Control { .. }
+                | ClientError::NotTcptune { .. }
+                | ClientError::Rejected { .. }
+                | ClientError::Timeout(_)
+                | ClientError::Stream(_)
+        )
+    }
+}
+
+/// Progress of a running transfer, for a live display.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// `"probe"` or `"transfer"`.
+    pub phase: &'static str,
+    /// Since the phase started.
+    pub elapsed: Duration,
+    /// Payload bytes this end moved so far.
+    pub bytes: u64,
+    /// Bytes to move, for the message workload.
+    pub total_bytes: Option<u64>,
+    /// Streams open.
+    pub streams: u32,
+    /// Intervals completed since the previous call (for a live iperf3-like display).
+    pub intervals: Vec<crate::report::Interval>,
+}
+
+/// A progress callback.
+pub type ProgressFn<'a> = &'a mut dyn FnMut(&Progress);
+
+/// The server's address from `HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`.
+pub(crate) fn resolve(cfg: &ClientConfig) -> Result<SocketAddr, ClientError> {
+    let s = cfg.server.trim();
+    let has_port = s.parse::<SocketAddr>().is_ok()
+        || (s.matches(':').count() == 1 && !s.starts_with('['))
+        || (s.starts_with('[') && s.contains("]:"));
+    let target = if has_port {
+        s.to_string()
+    } else if s.contains(':') && !s.starts_with('[') {
+        format!("[{s}]:{}", cfg.port)
+    } else {
+        format!("{s}:{}", cfg.port)
+    };
+    let mut addrs = target
+        .to_socket_addrs()
+        .map_err(|source| ClientError::Resolve {
+            target: target.clone(),
+            source,
+        })?;
+    addrs.next().ok_or_else(|| ClientError::Resolve {
+        target: target.clone(),
+        source: std::io::Error::other("no address"),
+    })
+}
+
+/// Check the configuration before anything is sent.
+pub(crate) fn validate(cfg: &ClientConfig) -> Result<(), ClientError> {
+    let bad = |m: String| Err(ClientError::Config(m));
+    if cfg.streams == 0 {
+        return bad("at least one stream is needed (-P)".into());
+    }
+    if cfg.message_size == 0 {
+        return bad("the message size must be at least 1 byte (-l)".into());
+    }
+    if cfg.duration.is_none() && cfg.messages == 0 {
+        return bad("at least one message is needed (-n)".into());
+    }
+    if cfg.duration.is_some_and(|d| d.is_zero()) || cfg.max_time.is_some_and(|d| d.is_zero()) {
+        return bad("durations must be greater than zero".into());
+    }
+    if cfg.max_streams < cfg.streams {
+        return bad(format!(
+            "{} streams requested (-P) but --max-streams is {}",
+            cfg.streams, cfg.max_streams
+        ));
+    }
+    Ok(())
+}

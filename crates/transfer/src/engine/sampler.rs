@@ -1,0 +1,241 @@
+//! The sampler thread: runs every stream's tuner on its schedule, cuts the intervals, and
+//! summarizes each stream's end for the result.
+
+use super::{secs_between, Counters, EngineConfig, Event, Shared};
+use crate::report::{ChangeRecord, Interval, IntervalStream, IntervalSum, SideDetail};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tcptune_core::{Role, SampleRecord, Time};
+use tcptune_sys::driver::TunerDriver;
+use tcptune_sys::os::{thread_cpu, CpuTimes};
+
+pub(super) enum SamplerCmd {
+    Add {
+        index: u32,
+        stream: Arc<TcpStream>,
+        driver: Box<TunerDriver>,
+        counters: Arc<Counters>,
+    },
+    Finish,
+}
+
+pub(super) struct SamplerOut {
+    pub(super) drivers: Vec<(u32, Box<TunerDriver>)>,
+    pub(super) intervals: Vec<Interval>,
+    pub(super) cpu: CpuTimes,
+}
+
+/// One end of one stream for the report: the driver's statistics, and with `series` its
+/// recorded samples and changes with times relative to `t0`.
+pub(super) fn side_detail(d: &TunerDriver, t0: Time, series: bool) -> SideDetail {
+    let rel = |t: Time| (t.as_nanos() as i128 - t0.as_nanos() as i128) as f64 / 1e9;
+    let mut out = SideDetail {
+        stats: d.stats().clone(),
+        ..SideDetail::default()
+    };
+    if series {
+        out.samples = d
+            .samples()
+            .points()
+            .iter()
+            .map(|(t, s)| SampleRecord {
+                t_s: rel(*t),
+                ..s.clone()
+            })
+            .collect();
+        out.samples_dropped = d.samples().dropped();
+    }
+    // Without series only failed changes are kept (the driver keeps a few).
+    out.changes = d
+        .changes()
+        .iter()
+        .filter(|c| series || c.error.is_some() || c.note.is_some())
+        .map(|c| ChangeRecord {
+            t_s: rel(c.at),
+            action: c.action.clone(),
+            effective: c.effective,
+            error: c.error.clone(),
+            note: c.note.clone(),
+        })
+        .collect();
+    out
+}
+
+struct SamplerEntry {
+    index: u32,
+    stream: Option<Arc<TcpStream>>,
+    driver: Box<TunerDriver>,
+    counters: Arc<Counters>,
+    last_bytes: u64,
+    last_retrans: u64,
+}
+
+pub(super) fn sampler_main(
+    rx: Receiver<SamplerCmd>,
+    intervals_tx: Sender<Interval>,
+    shared: &Shared,
+    cfg: &EngineConfig,
+    t0: &Mutex<Option<Instant>>,
+) -> SamplerOut {
+    let cpu0 = thread_cpu().unwrap_or_default();
+    let to_time = |t: Instant| {
+        Time::from_nanos(
+            u64::try_from(t.saturating_duration_since(cfg.epoch).as_nanos()).unwrap_or(u64::MAX),
+        )
+    };
+    let sender = cfg.role == Role::Sender;
+    let mut entries: Vec<SamplerEntry> = Vec::new();
+    let mut intervals = Vec::new();
+    let mut next_interval: Option<Instant> = None;
+    let mut interval_start: Option<Instant> = None;
+    let mut finishing = false;
+    loop {
+        let now = Instant::now();
+        let t = to_time(now);
+        for e in &mut entries {
+            let Some(s) = &e.stream else { continue };
+            if e.counters.done.load(Ordering::Acquire) {
+                e.driver.close(t, Some(s.as_fd()));
+                e.stream = None;
+            } else if t >= e.driver.next_due() {
+                if e.driver.sample(t, s.as_fd()).is_err() {
+                    e.driver.close(t, None);
+                    e.stream = None;
+                } else if let Some(snap) = e.driver.last_snapshot() {
+                    let v = if sender {
+                        snap.bytes_acked
+                    } else {
+                        snap.bytes_received
+                    };
+                    e.counters
+                        .tcp_bytes
+                        .store(v.unwrap_or(0), Ordering::Relaxed);
+                }
+            }
+            for req in e.driver.take_stream_requests() {
+                shared.post(Event::MoreStreams(req));
+            }
+        }
+        // Intervals, once the transfer started.
+        if let (Some(every), Some(t0)) = (cfg.interval, t0.lock().ok().and_then(|g| *g)) {
+            let start = *interval_start.get_or_insert(t0);
+            let due = *next_interval.get_or_insert(t0 + every);
+            // The last interval ends with the last byte, not when the phase is wrapped up.
+            let last_io = entries
+                .iter()
+                .map(|e| e.counters.last_io_ns.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            let last_io = cfg.epoch + Duration::from_nanos(last_io);
+            if now >= due || (finishing && last_io > start + Duration::from_millis(1)) {
+                let end = if finishing { last_io.min(due) } else { due };
+                let iv = make_interval(&mut entries, start, end, t0, sender);
+                let _ = intervals_tx.send(iv.clone());
+                intervals.push(iv);
+                interval_start = Some(end);
+                next_interval = Some(end + every);
+            }
+        }
+        if finishing {
+            for e in &mut entries {
+                if let Some(s) = e.stream.take() {
+                    e.driver.close(t, Some(s.as_fd()));
+                }
+            }
+            break;
+        }
+        let mut wait = Duration::from_millis(50);
+        for e in entries.iter().filter(|e| e.stream.is_some()) {
+            wait = wait.min(e.driver.next_due().saturating_since(t));
+        }
+        if let Some(due) = next_interval {
+            wait = wait.min(due.saturating_duration_since(now));
+        }
+        match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
+            Ok(SamplerCmd::Add {
+                index,
+                stream,
+                driver,
+                counters,
+            }) => entries.push(SamplerEntry {
+                index,
+                stream: Some(stream),
+                driver,
+                counters,
+                last_bytes: 0,
+                last_retrans: 0,
+            }),
+            Ok(SamplerCmd::Finish) | Err(RecvTimeoutError::Disconnected) => finishing = true,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+    SamplerOut {
+        drivers: entries.into_iter().map(|e| (e.index, e.driver)).collect(),
+        intervals,
+        cpu: thread_cpu().unwrap_or_default().since(&cpu0),
+    }
+}
+
+fn make_interval(
+    entries: &mut [SamplerEntry],
+    start: Instant,
+    end: Instant,
+    t0: Instant,
+    sender: bool,
+) -> Interval {
+    let (s, e) = (secs_between(start, t0), secs_between(end, t0));
+    let secs = (e - s).max(1e-9);
+    let mut streams = Vec::new();
+    let (mut bytes_sum, mut retr_sum) = (0, 0);
+    for en in entries.iter_mut() {
+        let bytes = en.counters.bytes.load(Ordering::Relaxed);
+        let delta = bytes.saturating_sub(en.last_bytes);
+        en.last_bytes = bytes;
+        let snap = en.driver.last_snapshot();
+        let retr_total = snap.map_or(0, |s| u64::from(s.total_retrans_segs));
+        let retr = if sender {
+            retr_total.saturating_sub(en.last_retrans)
+        } else {
+            0
+        };
+        en.last_retrans = retr_total;
+        bytes_sum += delta;
+        retr_sum += retr;
+        streams.push(IntervalStream {
+            socket: en.index + 1,
+            start: s,
+            end: e,
+            seconds: secs,
+            bytes: delta,
+            bits_per_second: delta as f64 * 8.0 / secs,
+            retransmits: retr,
+            snd_cwnd: if sender {
+                snap.map_or(0, |s| s.cwnd_bytes())
+            } else {
+                0
+            },
+            rtt: snap.map_or(0, |s| u64::from(s.rtt_us)),
+            rttvar: snap.map_or(0, |s| u64::from(s.rttvar_us)),
+            pmtu: snap.map_or(0, |s| u64::from(s.pmtu_bytes)),
+            omitted: false,
+            sender,
+        });
+    }
+    Interval {
+        streams,
+        sum: IntervalSum {
+            start: s,
+            end: e,
+            seconds: secs,
+            bytes: bytes_sum,
+            bits_per_second: bytes_sum as f64 * 8.0 / secs,
+            retransmits: retr_sum,
+            omitted: false,
+            sender,
+        },
+    }
+}

@@ -1,0 +1,543 @@
+//! The server's event loop: moves bytes between sockets and the [`Endpoint`], runs the
+//! engines it asks for, and writes its log records. No policy lives here.
+
+use super::{ServerConfig, ServerError, ServerStats, Shutdown};
+use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::pattern::Pattern;
+use crate::phase::{prepare_accepted, DriverSpec, PhaseTuning};
+use crate::session::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
+use crate::session::server::EngineSpec;
+use crate::session::{ConnId, SessionId};
+use mio::net::{TcpListener as MioListener, TcpStream as MioStream};
+use mio::{Events, Interest, Poll, Token as MioToken, Waker};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcptune_core::Role;
+
+const LISTENER: MioToken = MioToken(0);
+const WAKER: MioToken = MioToken(1);
+const FIRST_CONN: u64 = 2;
+/// Longest pause of the loop (it notices a shutdown within this).
+const TICK: Duration = Duration::from_millis(100);
+/// Output a control connection may have waiting before its peer counts as not reading.
+const MAX_OUT: usize = 32 * 1024 * 1024;
+/// How long a closed connection may take to flush what was sent to it and see the peer
+/// close.
+const LINGER: Duration = Duration::from_secs(2);
+/// Closing connections kept lingering at most; past this they close at once.
+const MAX_LINGERING: usize = 1024;
+/// Descriptors kept out of the connection budget (listener, epoll, pipes, logs, files).
+const FD_RESERVE: u64 = 64;
+
+/// A finished phase's result, from its finishing thread.
+struct Finished(SessionId, u32, Box<SideResult>);
+
+struct Conn {
+    stream: MioStream,
+    out: Vec<u8>,
+    sent: usize,
+    /// Closing: write what is queued, then send FIN and drain what the peer still sends
+    /// until it closes too (closing with unread input would send a reset, and the peer's
+    /// kernel would throw away our last message, the reason for a refusal), but no longer
+    /// than this.
+    close_at: Option<Instant>,
+    /// FIN sent.
+    shut: bool,
+}
+
+struct Phase {
+    engine: Engine,
+    tuning: PhaseTuning,
+    spec: DriverSpec,
+    streams: u32,
+    congestion: Option<String>,
+}
+
+/// Serve until `shutdown` fires (or, with `one_off`, until one session ended).
+pub fn run(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: Shutdown,
+) -> Result<ServerStats, ServerError> {
+    let io = |op: &'static str| move |source: io::Error| ServerError::Io { op, source };
+    listener
+        .set_nonblocking(true)
+        .map_err(io("set the listener non-blocking"))?;
+    let mut listener = MioListener::from_std(listener);
+    let poll = Poll::new().map_err(io("create the event loop"))?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .map_err(io("register the listener"))?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io("create a waker"))?);
+    let nofile = tcptune_sys::os::raise_nofile_limit().unwrap_or(1024);
+    let force = config.force_buffers && tcptune_sys::os::has_cap_net_admin();
+    let ecfg = EndpointConfig {
+        limits: config.limits.clone(),
+        max_sessions: config.max_sessions,
+        max_sessions_per_addr: config.max_sessions_per_addr.max(1),
+        max_pending: config.max_pending.max(1),
+        max_pending_per_addr: config.max_pending_per_addr.max(1),
+        first_frame_timeout: config.first_frame_timeout,
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
+        secret: config.secret.clone(),
+        fd_budget: nofile.saturating_sub(FD_RESERVE).max(8),
+    };
+    let nonces = Box::new(|| {
+        let mut n = [0u8; 32];
+        // getrandom does not fail on Linux once the pool is initialized; a zero challenge
+        // would only weaken one challenge, never accept a wrong secret.
+        let _ = tcptune_sys::os::random_bytes(&mut n);
+        n
+    });
+    let mut host_read = Instant::now();
+    let mut endpoint = Endpoint::new(ecfg, host_info(force), nonces);
+    let (tx, rx) = mpsc::channel::<Finished>();
+    let mut d = Driver {
+        poll,
+        waker,
+        conns: HashMap::new(),
+        phases: HashMap::new(),
+        tx,
+        next_conn: FIRST_CONN,
+        accept_paused: None,
+        lingering: 0,
+        force,
+        config,
+    };
+    let mut events = Events::with_capacity(1024);
+    let mut finished_sessions = 0u64;
+    loop {
+        if shutdown.is_triggered() {
+            break;
+        }
+        if d.config.one_off
+            && finished_sessions > 0
+            && endpoint.sessions() == 0
+            && d.conns.values().all(|c| c.out.len() == c.sent)
+        {
+            break;
+        }
+        let now = Instant::now();
+        let wait = endpoint
+            .poll_timeout()
+            .map_or(TICK, |t| t.saturating_duration_since(now).min(TICK));
+        if let Err(e) = d.poll.poll(&mut events, Some(wait)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(ServerError::Io {
+                    op: "wait for events",
+                    source: e,
+                });
+            }
+        }
+        if host_read.elapsed() > Duration::from_secs(1) {
+            endpoint.set_host(host_info(force));
+            host_read = Instant::now();
+        }
+        let mut accept = false;
+        for ev in events.iter() {
+            match ev.token() {
+                LISTENER => accept = true,
+                WAKER => {}
+                MioToken(t) => {
+                    let conn = t as ConnId;
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        d.read(&mut endpoint, conn);
+                    }
+                    if ev.is_writable() {
+                        d.flush(&mut endpoint, conn);
+                    }
+                }
+            }
+            d.carry_out(&mut endpoint, &mut finished_sessions);
+        }
+        if accept || d.accept_paused.is_some_and(|t| Instant::now() >= t) {
+            d.accept(&mut listener, &mut endpoint);
+            d.carry_out(&mut endpoint, &mut finished_sessions);
+        }
+        d.collect_engines(&rx, &mut endpoint);
+        d.carry_out(&mut endpoint, &mut finished_sessions);
+        let now = Instant::now();
+        if endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            let phases = &d.phases;
+            endpoint.on_timeout(now, &|sid| phases.get(&sid).map(|p| p.engine.progress()));
+            d.carry_out(&mut endpoint, &mut finished_sessions);
+        }
+        d.reap_lingering();
+    }
+    for (_, p) in d.phases.drain() {
+        p.engine.abort();
+    }
+    Ok(endpoint.stats())
+}
+
+/// The host's limits and congestion controls, as sessions are offered them.
+fn host_info(force: bool) -> HostInfo {
+    let mut limits = tcptune_sys::sysctl::read_host_limits()
+        .unwrap_or_else(|_| tcptune_core::HostLimits::linux_defaults());
+    limits.can_force = force;
+    let read = |k: &str| tcptune_sys::sysctl::read_sysctl(k).unwrap_or_default();
+    let congestion = read("net.ipv4.tcp_congestion_control").trim().to_string();
+    let mut available: Vec<String> = read("net.ipv4.tcp_available_congestion_control")
+        .split_whitespace()
+        .chain(read("net.ipv4.tcp_allowed_congestion_control").split_whitespace())
+        .map(str::to_string)
+        .collect();
+    if tcptune_sys::os::has_cap_net_admin() {
+        // A privileged socket may load a congestion control module on demand.
+        available.extend(tcptune_sys::os::congestion_modules());
+    }
+    available.sort();
+    available.dedup();
+    HostInfo {
+        limits,
+        congestion,
+        available_cc: available,
+    }
+}
+
+struct Driver {
+    poll: Poll,
+    waker: Arc<Waker>,
+    conns: HashMap<ConnId, Conn>,
+    phases: HashMap<SessionId, Phase>,
+    tx: Sender<Finished>,
+    next_conn: u64,
+    accept_paused: Option<Instant>,
+    /// Connections closing (see [`Conn::close_at`]).
+    lingering: usize,
+    force: bool,
+    config: ServerConfig,
+}
+
+impl Driver {
+    fn accept(&mut self, listener: &mut MioListener, endpoint: &mut Endpoint) {
+        self.accept_paused = None;
+        loop {
+            match listener.accept() {
+                Ok((mut stream, peer)) => {
+                    let conn = self.next_conn;
+                    self.next_conn += 1;
+                    let token = MioToken(conn as usize);
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                        .is_err()
+                    {
+                        continue; // dropping it closes it
+                    }
+                    let _ = stream.set_nodelay(true);
+                    self.conns.insert(
+                        conn,
+                        Conn {
+                            stream,
+                            out: Vec::new(),
+                            sent: 0,
+                            close_at: None,
+                            shut: false,
+                        },
+                    );
+                    endpoint.on_accept(Instant::now(), conn, peer);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(_) => {
+                    // Out of descriptors (or memory): try again shortly rather than spin.
+                    self.accept_paused = Some(Instant::now() + Duration::from_millis(50));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read(&mut self, endpoint: &mut Endpoint, conn: ConnId) {
+        let mut buf = [0u8; 16 * 1024];
+        if self.conns.get(&conn).is_some_and(|c| c.close_at.is_some()) {
+            return self.drain_closing(conn);
+        }
+        loop {
+            let max = match endpoint.read_limit(conn) {
+                ReadLimit::None => return,
+                ReadLimit::Exact(n) => n.min(buf.len()),
+                ReadLimit::Frames => buf.len(),
+            };
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            match c.stream.read(&mut buf[..max]) {
+                Ok(0) => {
+                    endpoint.on_closed(Instant::now(), conn);
+                    return;
+                }
+                Ok(n) => endpoint.on_bytes(Instant::now(), unix_now(), conn, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    endpoint.on_closed(Instant::now(), conn);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self, endpoint: &mut Endpoint, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        while c.sent < c.out.len() {
+            match c.stream.write(&c.out[c.sent..]) {
+                Ok(0) => break,
+                Ok(n) => c.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    c.out.clear();
+                    c.sent = 0;
+                    if c.close_at.is_none() {
+                        endpoint.on_write_failed(Instant::now(), conn);
+                    }
+                    return;
+                }
+            }
+        }
+        if c.sent == c.out.len() {
+            c.out.clear();
+            c.sent = 0;
+            if c.close_at.is_some() && !c.shut {
+                c.shut = true;
+                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                self.drain_closing(conn);
+            }
+        } else if c.sent > 1 << 20 {
+            c.out.drain(..c.sent);
+            c.sent = 0;
+        }
+    }
+
+    /// Read and discard what a closing connection's peer still sends; drop it at its EOF.
+    fn drain_closing(&mut self, conn: ConnId) {
+        let mut buf = [0u8; 4096];
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !c.shut {
+            return;
+        }
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => return self.drop_conn(conn),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.drop_conn(conn),
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, conn: ConnId) {
+        if let Some(mut c) = self.conns.remove(&conn) {
+            if c.close_at.is_some() {
+                self.lingering -= 1;
+            }
+            let _ = self.poll.registry().deregister(&mut c.stream);
+        }
+    }
+
+    fn reap_lingering(&mut self) {
+        if self.lingering == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let late: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.close_at.is_some_and(|t| now >= t))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in late {
+            self.drop_conn(conn);
+        }
+    }
+
+    fn collect_engines(&mut self, rx: &Receiver<Finished>, endpoint: &mut Endpoint) {
+        // Engines post their events to their own channels and wake the loop.
+        let mut evs = Vec::new();
+        for (sid, p) in &self.phases {
+            while let Some(ev) = p.engine.poll_event() {
+                evs.push((*sid, ev));
+            }
+        }
+        for (sid, ev) in evs {
+            endpoint.on_engine(Instant::now(), sid, ev);
+        }
+        while let Ok(Finished(sid, seq, r)) = rx.try_recv() {
+            endpoint.on_phase_result(Instant::now(), sid, seq, *r);
+        }
+    }
+
+    fn carry_out(&mut self, endpoint: &mut Endpoint, finished: &mut u64) {
+        while let Some(ev) = endpoint.poll_event() {
+            match ev {
+                EndpointEvent::Send { conn, frame } => {
+                    let Some(c) = self.conns.get_mut(&conn) else {
+                        continue;
+                    };
+                    if c.out.len() - c.sent + frame.len() > MAX_OUT {
+                        c.out.clear();
+                        c.sent = 0;
+                        endpoint.on_write_failed(Instant::now(), conn);
+                        continue;
+                    }
+                    c.out.extend_from_slice(&frame);
+                    self.flush(endpoint, conn);
+                }
+                EndpointEvent::Close { conn } => {
+                    let lingering = self.lingering;
+                    let Some(c) = self.conns.get_mut(&conn) else {
+                        continue;
+                    };
+                    if lingering >= MAX_LINGERING {
+                        self.drop_conn(conn);
+                        continue;
+                    }
+                    if c.close_at.is_none() {
+                        c.close_at = Some(Instant::now() + LINGER);
+                        self.lingering += 1;
+                    }
+                    self.flush(endpoint, conn);
+                }
+                EndpointEvent::StartEngine { session, spec } => self.start_engine(session, spec),
+                EndpointEvent::Attach {
+                    session,
+                    conn,
+                    index,
+                } => {
+                    if let Err(e) = self.attach(session, conn, index) {
+                        let reason = format!("stream {}: {e}", index + 1);
+                        endpoint.on_session_error(Instant::now(), session, reason);
+                    }
+                }
+                EndpointEvent::StopSenders { session } => {
+                    if let Some(p) = self.phases.get(&session) {
+                        p.engine.stop();
+                    }
+                }
+                EndpointEvent::AbortEngine { session } => {
+                    if let Some(p) = self.phases.get(&session) {
+                        p.engine.abort();
+                    }
+                }
+                EndpointEvent::FinishEngine { session, seq } => {
+                    if let Some(p) = self.phases.remove(&session) {
+                        let (tx, waker) = (self.tx.clone(), self.waker.clone());
+                        let spawned = std::thread::Builder::new()
+                            .name("tcptune-finish".into())
+                            .spawn(move || {
+                                let (r, _) = p.engine.finish();
+                                let _ = tx.send(Finished(session, seq, Box::new(r)));
+                                let _ = waker.wake();
+                            });
+                        if let Err(e) = spawned {
+                            let reason = format!("starting a thread to end the phase: {e}");
+                            endpoint.on_session_error(Instant::now(), session, reason);
+                        }
+                    }
+                }
+                EndpointEvent::SessionGone { session } => {
+                    if let Some(p) = self.phases.remove(&session) {
+                        p.engine.abort();
+                    }
+                    *finished += 1;
+                }
+                EndpointEvent::Log(ev) => {
+                    if let Some(log) = &self.config.log {
+                        log(&ev);
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_engine(&mut self, session: SessionId, spec: EngineSpec) {
+        let role = if spec.params.reverse {
+            Role::Sender
+        } else {
+            Role::Receiver
+        };
+        let main = spec.kind == crate::proto::Phase::Main;
+        let epoch = Instant::now();
+        let waker = self.waker.clone();
+        let notify: Notify = Arc::new(move || {
+            let _ = waker.wake();
+        });
+        let engine = Engine::new(EngineConfig {
+            role,
+            pattern: Arc::new(Pattern::new(spec.params.seed, spec.params.message_size)),
+            messages: spec.messages(),
+            corrupt: if main {
+                spec.params.corrupt_message
+            } else {
+                None
+            },
+            record_series: spec.params.samples && main,
+            interval: None,
+            epoch,
+            idle_timeout: self.config.idle_timeout,
+            notify: Some(notify),
+        });
+        let mut limits = tcptune_sys::sysctl::read_host_limits()
+            .unwrap_or_else(|_| tcptune_core::HostLimits::linux_defaults());
+        limits.can_force = self.force;
+        self.phases.insert(
+            session,
+            Phase {
+                engine,
+                tuning: PhaseTuning::for_phase(spec.kind, &spec.params.tune),
+                spec: DriverSpec {
+                    role,
+                    limits,
+                    hint: spec.hint.clone(),
+                    force: self.force,
+                    record_series: spec.params.samples && main,
+                    epoch,
+                },
+                streams: spec.streams,
+                congestion: spec.params.congestion.clone(),
+            },
+        );
+    }
+
+    fn attach(&mut self, session: SessionId, conn: ConnId, index: u32) -> io::Result<()> {
+        let Some(mut c) = self.conns.remove(&conn) else {
+            return Err(io::Error::other("the connection is gone"));
+        };
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(c.stream.into_raw_fd()) };
+        let Some(p) = self.phases.get_mut(&session) else {
+            return Err(io::Error::other("no phase is running"));
+        };
+        let mut driver = p.spec.driver(&p.tuning, index, p.streams.max(index + 1));
+        prepare_accepted(
+            stream.as_fd(),
+            &mut driver,
+            &p.spec,
+            p.congestion.as_deref(),
+        )
+        .map_err(io::Error::other)?;
+        p.engine.add_stream(index, stream, driver)
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,245 @@
+//! `tcptune serve`: accepts any number of clients on one port, each a control connection
+//! plus data connections that name their session in a hello (so one firewall rule serves
+//! everything).
+//!
+//! The control plane is one event loop ([`mio`]: a thin, well-kept wrapper over epoll that
+//! fits a sans-IO state machine without an async runtime): accepting, handshakes and idle
+//! control connections cost a few kilobytes each, not a thread, so thousands of pending
+//! connections do not delay a good client. Every rule is the [`crate::session`] state
+//! machines'; this driver moves bytes. Data streams run on the engine's blocking threads,
+//! which measure faster than an event loop for bulk data (see `docs/BENCHMARKS.md`).
+//!
+//! Bounded everywhere (see [`ServerConfig`]): pending connections per address and in all,
+//! sessions per address and in all, streams per session (within the process's file
+//! descriptors, `RLIMIT_NOFILE` raised to its hard limit at start), message size and count,
+//! total bytes, duration, a session's lifetime; first-frame, handshake and idle timeouts.
+//! A client that sends garbage, stops mid-handshake or disappears gets a clear error where
+//! it can still hear one, and only its own session ends. Nothing a peer sends can panic the
+//! server or reach the log unescaped.
+//!
+//! ```no_run
+//! use tcptune_transfer::server::{run, ServerConfig, Shutdown};
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//! let shutdown = Shutdown::new();
+//! let s2 = shutdown.clone();
+//! let t = std::thread::spawn(move || run(listener, ServerConfig::default(), s2));
+//! // ... run clients against it ...
+//! shutdown.trigger();
+//! t.join().unwrap().unwrap();
+//! ```
+
+mod driver;
+
+use crate::auth::Secret;
+use crate::proto::{ServerLimits, TestParams};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::session::guard::escape;
+pub use crate::session::server::{validate, MAX_PROBE};
+pub use driver::run;
+
+/// The default port of `tcptune serve`.
+pub const DEFAULT_PORT: u16 = 5310;
+
+/// Tells a running server to stop accepting and end its sessions.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown(Arc<AtomicBool>);
+
+impl Shutdown {
+    /// A handle that has not fired.
+    pub fn new() -> Shutdown {
+        Shutdown::default()
+    }
+
+    /// Stop the server: it stops accepting, aborts running sessions and `run` returns
+    /// (within about 100 ms).
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Shutdown::trigger`] was called.
+    pub fn is_triggered(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Something the server did, for its log. Strings that came from a client are as the
+/// client sent them: escape them (see [`escape`]) before writing them as text.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerEvent {
+    /// A session was admitted.
+    SessionStarted {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label (the first 8 hex digits of its token).
+        session: String,
+        /// What it asked for.
+        params: Box<TestParams>,
+    },
+    /// A session ended (`error` is `None` when it completed normally).
+    SessionEnded {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// Payload bytes this server moved in the main phase.
+        bytes: u64,
+        /// Why it failed, if it did.
+        error: Option<String>,
+    },
+    /// A connection was refused or dropped before it joined a session. The first of each
+    /// kind from each address is logged; the rest are counted (see
+    /// [`ServerEvent::Suppressed`] and [`ServerStats::refused_by`]).
+    Refused {
+        /// Client address.
+        peer: SocketAddr,
+        /// The kind of refusal (`busy`, `auth`, `timeout`, `pending_limit`, ...).
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Refusals of one kind that were counted but not logged in the last period.
+    Suppressed {
+        /// The kind.
+        kind: &'static str,
+        /// How many.
+        count: u64,
+        /// The period, seconds.
+        seconds: u64,
+    },
+}
+
+/// A log callback.
+pub type ServerLog = Arc<dyn Fn(&ServerEvent) + Send + Sync>;
+
+/// How the server behaves. `Default` gives sensible public-server bounds.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// Per-session bounds, also told to clients.
+    pub limits: ServerLimits,
+    /// Sessions running at once.
+    pub max_sessions: u32,
+    /// Sessions running at once from one address.
+    pub max_sessions_per_addr: u32,
+    /// Connections not yet part of a session (handshakes, data connections waiting for
+    /// their session), in all; a new one over the bound replaces the oldest.
+    pub max_pending: u32,
+    /// The same, from one address.
+    pub max_pending_per_addr: u32,
+    /// Time a new connection has to send its first complete message (hello).
+    pub first_frame_timeout: Duration,
+    /// Time a client has to complete its handshake, and to connect an announced stream.
+    pub handshake_timeout: Duration,
+    /// A session with no control message and no data for this long is ended.
+    pub idle_timeout: Duration,
+    /// Require clients to prove knowledge of this secret.
+    pub secret: Option<Secret>,
+    /// Use `SO_*BUFFORCE` for the server's buffers when the process has `CAP_NET_ADMIN`.
+    pub force_buffers: bool,
+    /// Return after the first session that got past the handshake ends.
+    pub one_off: bool,
+    /// Called for every session start/end and (rate-limited) refusal.
+    pub log: Option<ServerLog>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("limits", &self.limits)
+            .field("max_sessions", &self.max_sessions)
+            .field("max_sessions_per_addr", &self.max_sessions_per_addr)
+            .field("max_pending", &self.max_pending)
+            .field("max_pending_per_addr", &self.max_pending_per_addr)
+            .field("first_frame_timeout", &self.first_frame_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("secret", &self.secret.is_some())
+            .field("force_buffers", &self.force_buffers)
+            .field("one_off", &self.one_off)
+            .finish()
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            limits: ServerLimits {
+                max_streams: 64,
+                max_message_size: 16 * 1024 * 1024,
+                max_messages: 1 << 24,
+                max_total_bytes: 1 << 40,
+                max_duration_ms: 3_600_000,
+            },
+            max_sessions: 16,
+            max_sessions_per_addr: 4,
+            max_pending: 4096,
+            max_pending_per_addr: 128,
+            first_frame_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            secret: None,
+            force_buffers: false,
+            one_off: false,
+            log: None,
+        }
+    }
+}
+
+/// What the server did over its life (and, for the counters of a running server, so far).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Sessions that completed.
+    pub sessions_ok: u64,
+    /// Sessions that ended with an error.
+    pub sessions_failed: u64,
+    /// Connections refused or dropped before they joined a session, all kinds.
+    pub refused: u64,
+    /// Of those, pending connections dropped to make room (limits per address or in all).
+    pub dropped: u64,
+    /// Refusals by kind.
+    pub refused_by: BTreeMap<String, u64>,
+    /// Sessions running now.
+    pub sessions_active: u64,
+    /// Connections pending now.
+    pub pending: u64,
+}
+
+/// Why the server stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listening socket or the event loop failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was attempted.
+        op: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The bounds a server applies, for display (`tcptune serve` prints them).
+pub fn describe_limits(cfg: &ServerConfig) -> String {
+    let l = &cfg.limits;
+    format!(
+        "max {} sessions ({} per address), {} streams/session, {} message size, {} messages, {} total, {:.0}s duration; {} pending connections ({} per address); first message within {:.0}s, handshake {:.0}s, idle timeout {:.0}s{}",
+        cfg.max_sessions,
+        cfg.max_sessions_per_addr,
+        l.max_streams,
+        tcptune_core::Bytes(l.max_message_size),
+        l.max_messages,
+        tcptune_core::Bytes(l.max_total_bytes),
+        l.max_duration_ms as f64 / 1000.0,
+        cfg.max_pending,
+        cfg.max_pending_per_addr,
+        cfg.first_frame_timeout.as_secs_f64(),
+        cfg.handshake_timeout.as_secs_f64(),
+        cfg.idle_timeout.as_secs_f64(),
+        if cfg.secret.is_some() { ", shared secret required" } else { "" }
+    )
+}

@@ -1,0 +1,649 @@
+//! The client's session as a state machine: server messages, stream and engine events,
+//! observations of the engine and time in; messages, stream openings, engine commands and
+//! the end of each phase out. No sockets, no clock: [`crate::client`] drives it.
+//!
+//! # Calling order
+//!
+//! 1. [`ClientSession::new`]: the first flight (`Hello`, `Setup`) is queued at once.
+//! 2. [`ClientSession::start_phase`] as soon as the phase is decided (before the server has
+//!    answered: the start is pipelined with the handshake).
+//! 3. Drain [`ClientSession::poll_output`] after every call and carry the outputs out in
+//!    order: messages to send, streams to open ([`ClientOutput::OpenStreams`]), engine
+//!    commands, and [`ClientOutput::PhaseDone`] / [`ClientOutput::Failed`].
+//! 4. Feed [`ClientSession::handle_msg`] (server messages),
+//!    [`ClientSession::handle_stream_open`] / [`ClientSession::handle_stream_failed`] (each
+//!    stream it asked for), [`ClientSession::handle_engine`] (engine events), and
+//!    [`ClientSession::handle_timeout`] at [`ClientSession::poll_timeout`] with an
+//!    [`Observe`] of the engine (progress, delivered bytes).
+//! 5. After `PhaseDone`, start the next phase or [`ClientSession::finish`] (`Bye`).
+//!
+//! # Rules
+//!
+//! * More streams are opened when a tuner at either end asks, up to the smaller of this
+//!   client's maximum and the server's allowance, and only after the server admitted the
+//!   session (its allowance is known then), never after the phase began to stop.
+//! * A duration workload is stopped at its duration (`Stop`, and the local senders), the
+//!   cap (`--max-time`) and the end of the probe stop both ends at once (`Stop{capped}`).
+//! * The probe ends as soon as the full-pipe estimator sees the delivery rate plateau.
+//! * A phase ends when every stream this end opened has ended: `EndPhase{n}`; the server's
+//!   side of it follows (the probe's is not waited for).
+//! * No progress for the idle timeout plus 5 s fails the transfer, as does no answer to
+//!   the handshake within the connect timeout or to `EndPhase` within the idle timeout.
+
+use crate::auth::Secret;
+use crate::engine::{Event, SideResult};
+use crate::proto::{
+    self, ClientAuth, ClientMsg, Phase, ServerLimits, ServerMsg, TestParams, Token,
+    PROTOCOL_VERSION,
+};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
+use tcptune_core::{HostLimits, PathHint, Time};
+
+/// What the client's session needs to know.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientPlan {
+    pub(crate) params: TestParams,
+    pub(crate) token: Token,
+    /// The shared secret, a fresh nonce and this host's clock (Unix seconds) for the proof.
+    pub(crate) auth: Option<(Secret, [u8; 32], u64)>,
+    /// Most streams this client opens.
+    pub(crate) max_streams: u32,
+    /// Time for the server to admit the session.
+    pub(crate) connect_timeout: Duration,
+    /// Longest time without progress (plus 5 s).
+    pub(crate) idle_timeout: Duration,
+    /// Duration workload.
+    pub(crate) duration: Option<Duration>,
+    /// Cap of the message workload.
+    pub(crate) max_time: Option<Duration>,
+    /// This client sends.
+    pub(crate) sender: bool,
+}
+
+/// What a phase is for.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Goal {
+    /// The transfer: the estimator only observes.
+    Main,
+    /// The bandwidth probe: stop once the pipe is full.
+    Probe(ProbePlan),
+}
+
+/// A phase to start.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PhaseRequest {
+    pub(crate) goal: Goal,
+    pub(crate) hint: PathHint,
+    /// Streams to open now.
+    pub(crate) streams: u32,
+    /// Why more than the user asked for, if so.
+    pub(crate) reason: Option<String>,
+}
+
+/// What the server told about itself when it admitted the session.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ServerInfo {
+    pub(crate) limits: ServerLimits,
+    pub(crate) host_limits: HostLimits,
+    pub(crate) congestion: String,
+    pub(crate) auth_required: bool,
+}
+
+/// How a phase ended, for the report.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PhaseOutcome {
+    pub(crate) capped: bool,
+    pub(crate) streams_reason: Option<String>,
+    /// From the phase's start to its first streams all connected.
+    pub(crate) setup: Duration,
+    /// The aggregate delivery this end saw in rounds of one RTT.
+    pub(crate) delivery: ProbeOutcome,
+    /// The server's side (`None` for the probe, whose result is not waited for).
+    pub(crate) remote: Option<Box<SideResult>>,
+}
+
+/// Why the session failed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Failure {
+    /// The server refused (handshake, limits, busy).
+    Rejected {
+        reason: String,
+        retry_after_s: Option<u64>,
+    },
+    /// The server did not answer in time.
+    NoAnswer(String),
+    /// The server broke the protocol.
+    Protocol(String),
+    /// The server reports bad data.
+    Integrity(String),
+    /// The transfer failed (a stream, a stall, the server gave up).
+    Transfer(String),
+    /// A stream could not be opened.
+    Connect(String),
+    /// The server closed the control connection without a word.
+    Closed,
+}
+
+/// What the session asks of its driver.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ClientOutput {
+    /// Send this message.
+    Send(ClientMsg),
+    /// Open streams `from..to` of phase `seq` (their tuners are built for `total` streams).
+    OpenStreams {
+        seq: u32,
+        from: u32,
+        to: u32,
+        total: u32,
+    },
+    /// Local senders stop.
+    StopSenders,
+    /// Tear the local engine down.
+    AbortEngine,
+    /// The phase is over: finish the local engine.
+    PhaseDone { seq: u32, outcome: PhaseOutcome },
+    /// The session failed.
+    Failed(Failure),
+}
+
+/// The engine, as the session needs to see it when its timer fires.
+pub(crate) trait Observe {
+    /// A counter that grows while data moves.
+    fn progress(&mut self) -> u64;
+    /// Bytes delivered to the other end.
+    fn delivered(&mut self) -> u64;
+}
+
+#[derive(Debug)]
+struct PhaseState {
+    seq: u32,
+    kind: Phase,
+    goal: Goal,
+    epoch: Instant,
+    estimator: FullPipe,
+    sample_every: Duration,
+    next_sample: Instant,
+    target: u32,
+    requested: u32,
+    initial: u32,
+    open: BTreeSet<u32>,
+    done: BTreeSet<u32>,
+    reason: Option<String>,
+    setup: Option<Duration>,
+    stop_at: Option<(Instant, bool)>,
+    stopped: bool,
+    capped: bool,
+    ended: bool,
+    result_deadline: Option<Instant>,
+    last_progress: (u64, Instant),
+}
+
+/// The client's session. See the module documentation for the calling order.
+#[derive(Debug)]
+pub(crate) struct ClientSession {
+    plan: ClientPlan,
+    /// Everything sent after `Hello`, to send again after a challenge.
+    sent: Vec<ClientMsg>,
+    server: Option<ServerInfo>,
+    handshake_deadline: Option<Instant>,
+    challenged: bool,
+    phase: Option<PhaseState>,
+    next_seq: u32,
+    /// Results still to come that nobody waits for (the probe's).
+    ignored_results: BTreeSet<u32>,
+    out: VecDeque<ClientOutput>,
+    failed: bool,
+}
+
+impl ClientSession {
+    /// A session; its first flight is queued.
+    pub(crate) fn new(now: Instant, plan: ClientPlan) -> ClientSession {
+        let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
+            nonce: proto::to_hex(nonce),
+            time_unix_s: *time,
+            mac: proto::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+        });
+        let mut s = ClientSession {
+            handshake_deadline: Some(now + plan.connect_timeout),
+            sent: Vec::new(),
+            server: None,
+            challenged: false,
+            phase: None,
+            next_seq: 0,
+            ignored_results: BTreeSet::new(),
+            out: VecDeque::new(),
+            failed: false,
+            plan,
+        };
+        s.out.push_back(ClientOutput::Send(ClientMsg::Hello {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            token: Some(s.plan.token),
+            auth,
+        }));
+        s.send(ClientMsg::Setup {
+            params: s.plan.params.clone(),
+        });
+        s
+    }
+
+    fn send(&mut self, m: ClientMsg) {
+        self.sent.push(m.clone());
+        self.out.push_back(ClientOutput::Send(m));
+    }
+
+    fn fail(&mut self, f: Failure) {
+        if self.failed {
+            return;
+        }
+        self.failed = true;
+        if self.phase.is_some() {
+            self.out.push_back(ClientOutput::AbortEngine);
+        }
+        self.out.push_back(ClientOutput::Failed(f));
+    }
+
+    /// What the server said about itself, once it admitted the session.
+    pub(crate) fn server(&self) -> Option<&ServerInfo> {
+        self.server.as_ref()
+    }
+
+    /// The next thing to do.
+    pub(crate) fn poll_output(&mut self) -> Option<ClientOutput> {
+        self.out.pop_front()
+    }
+
+    /// Streams the running phase has asked for so far.
+    pub(crate) fn streams_requested(&self) -> u32 {
+        self.phase.as_ref().map_or(0, |p| p.requested)
+    }
+
+    /// When [`ClientSession::handle_timeout`] is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        if self.failed {
+            return None;
+        }
+        let p = self.phase.as_ref();
+        [
+            self.handshake_deadline,
+            p.map(|p| p.next_sample),
+            p.and_then(|p| p.stop_at.filter(|_| !p.stopped).map(|(t, _)| t)),
+            p.map(|p| p.last_progress.1 + self.stall_limit()),
+            p.and_then(|p| p.result_deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn stall_limit(&self) -> Duration {
+        self.plan
+            .idle_timeout
+            .saturating_add(Duration::from_secs(5))
+    }
+
+    /// Start the next phase now.
+    pub(crate) fn start_phase(&mut self, now: Instant, req: PhaseRequest) {
+        if self.failed || self.phase.is_some() {
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (kind, estimator, round, sample_every, stop_at) = match &req.goal {
+            Goal::Probe(plan) => {
+                let bound = plan.max_duration + Duration::from_millis(100);
+                (
+                    Phase::Probe {
+                        duration_ms: bound.as_millis() as u64,
+                    },
+                    FullPipe::for_plan(plan),
+                    plan.round,
+                    (plan.round / 8).max(Duration::from_millis(2)),
+                    Some((now + bound, true)),
+                )
+            }
+            Goal::Main => {
+                let round = req
+                    .hint
+                    .rtt
+                    .unwrap_or(Duration::from_millis(100))
+                    .max(MIN_ROUND);
+                let stop = self
+                    .plan
+                    .duration
+                    .map(|d| (now + d, false))
+                    .or(self.plan.max_time.map(|d| (now + d, true)));
+                (
+                    Phase::Main,
+                    FullPipe::new(round, Duration::MAX),
+                    round,
+                    round / 4,
+                    stop,
+                )
+            }
+        };
+        let _ = round;
+        let streams = req.streams.clamp(1, self.max_streams());
+        self.send(ClientMsg::StartPhase {
+            seq,
+            phase: kind,
+            hint: req.hint.clone(),
+            streams,
+        });
+        self.out.push_back(ClientOutput::OpenStreams {
+            seq,
+            from: 0,
+            to: streams,
+            total: streams,
+        });
+        self.phase = Some(PhaseState {
+            seq,
+            kind,
+            goal: req.goal,
+            epoch: now,
+            estimator,
+            sample_every,
+            next_sample: now + sample_every,
+            target: streams,
+            requested: streams,
+            initial: streams,
+            open: BTreeSet::new(),
+            done: BTreeSet::new(),
+            reason: req.reason,
+            setup: None,
+            stop_at,
+            stopped: false,
+            capped: false,
+            ended: false,
+            result_deadline: None,
+            last_progress: (0, now),
+        });
+    }
+
+    fn max_streams(&self) -> u32 {
+        let server = self
+            .server
+            .as_ref()
+            .map_or(u32::MAX, |s| s.limits.max_streams);
+        self.plan.max_streams.min(server).max(1)
+    }
+
+    /// End the session (after the last phase).
+    pub(crate) fn finish(&mut self) {
+        if !self.failed {
+            self.out.push_back(ClientOutput::Send(ClientMsg::Bye));
+        }
+    }
+
+    /// A message from the server.
+    pub(crate) fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
+        if self.failed {
+            return;
+        }
+        match msg {
+            ServerMsg::Challenge { nonce, .. } => {
+                let answer = match (&self.plan.auth, proto::from_hex::<32>(&nonce)) {
+                    _ if self.challenged => None,
+                    (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, &self.plan.token.0)),
+                    _ => None,
+                };
+                let Some(mac) = answer else {
+                    return self.fail(Failure::Protocol("an unexpected challenge".into()));
+                };
+                self.challenged = true;
+                // The server dropped what followed Hello: answer, then send it all again.
+                self.out.push_back(ClientOutput::Send(ClientMsg::Auth {
+                    mac: proto::to_hex(&mac),
+                }));
+                for m in self.sent.clone() {
+                    self.out.push_back(ClientOutput::Send(m));
+                }
+            }
+            ServerMsg::Accepted {
+                limits,
+                host_limits,
+                congestion,
+                auth_required,
+                ..
+            } => {
+                if self.server.is_some() {
+                    return self.fail(Failure::Protocol("accepted twice".into()));
+                }
+                self.handshake_deadline = None;
+                self.server = Some(ServerInfo {
+                    limits,
+                    host_limits,
+                    congestion,
+                    auth_required,
+                });
+                self.open_wanted();
+            }
+            ServerMsg::Rejected {
+                reason,
+                retry_after_s,
+            } => self.fail(Failure::Rejected {
+                reason,
+                retry_after_s,
+            }),
+            ServerMsg::WantStreams {
+                known_streams,
+                count,
+                reason,
+            } => self.want(known_streams, count, reason),
+            ServerMsg::PhaseResult { seq, result } => {
+                if self.ignored_results.remove(&seq) {
+                    return;
+                }
+                let Some(p) = &self.phase else {
+                    return self.fail(Failure::Protocol(format!("a result for phase {seq}")));
+                };
+                if p.seq != seq || !p.ended {
+                    return self.fail(Failure::Protocol(format!(
+                        "a result for phase {seq} before it ended"
+                    )));
+                }
+                self.complete(Some(result));
+            }
+            ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
+                Failure::Integrity(format!("the server reports: {reason}"))
+            } else {
+                Failure::Transfer(format!("the server aborted: {reason}"))
+            }),
+        }
+        let _ = now;
+    }
+
+    /// Open streams up to `total` in the running phase (the driver's plan, once the
+    /// server's limits are known).
+    pub(crate) fn raise_target(&mut self, total: u32, reason: String) {
+        self.want(0, total, reason);
+    }
+
+    fn want(&mut self, known: u32, count: u32, reason: String) {
+        let max = self.max_streams();
+        let Some(p) = &mut self.phase else { return };
+        if p.stopped || p.ended || p.kind != Phase::Main {
+            return;
+        }
+        let want = known.saturating_add(count).min(max);
+        if want > p.target {
+            p.target = want;
+            p.reason = Some(reason);
+        }
+        self.open_wanted();
+    }
+
+    /// Open what the plan wants beyond what was asked for, once the server's allowance is
+    /// known.
+    fn open_wanted(&mut self) {
+        if self.server.is_none() {
+            return;
+        }
+        let max = self.max_streams();
+        let Some(p) = &mut self.phase else { return };
+        if p.stopped || p.ended {
+            return;
+        }
+        let target = p.target.min(max);
+        if target > p.requested {
+            let from = p.requested;
+            p.requested = target;
+            self.out.push_back(ClientOutput::OpenStreams {
+                seq: p.seq,
+                from,
+                to: target,
+                total: target,
+            });
+        }
+    }
+
+    /// The server closed the control connection (after everything it sent was handled).
+    pub(crate) fn handle_closed(&mut self, _now: Instant) {
+        self.fail(Failure::Closed);
+    }
+
+    /// Stream `index` of the running phase is connected and carries data.
+    pub(crate) fn handle_stream_open(&mut self, now: Instant, index: u32) {
+        let Some(p) = &mut self.phase else { return };
+        p.open.insert(index);
+        p.last_progress.1 = now;
+        if p.setup.is_none() && (0..p.initial).all(|i| p.open.contains(&i)) {
+            p.setup = Some(now.saturating_duration_since(p.epoch));
+        }
+    }
+
+    /// Stream `index` could not be opened.
+    pub(crate) fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
+        self.fail(Failure::Connect(format!("stream {}: {why}", index + 1)));
+    }
+
+    /// An event of the local engine.
+    pub(crate) fn handle_engine(&mut self, now: Instant, ev: Event) {
+        if self.failed {
+            return;
+        }
+        match ev {
+            Event::StreamDone(i) => {
+                if let Some(p) = &mut self.phase {
+                    p.done.insert(i);
+                }
+                self.check_ended(now);
+            }
+            Event::Integrity(_) => {
+                // Our receiver found bad data: stop both ends at once, then collect both
+                // sides' results so the error comes with a report (the engine keeps the
+                // failure and the report judges it).
+                let Some(p) = &mut self.phase else { return };
+                if !p.stopped {
+                    p.stopped = true;
+                    p.capped = false;
+                    self.send(ClientMsg::Stop { capped: true });
+                }
+                self.out.push_back(ClientOutput::AbortEngine);
+            }
+            Event::MoreStreams(r) => self.want(r.known_streams, r.count, r.reason),
+        }
+    }
+
+    fn check_ended(&mut self, now: Instant) {
+        let idle = self.plan.idle_timeout;
+        let Some(p) = &mut self.phase else { return };
+        if p.ended || p.open.len() as u32 != p.requested || p.done.len() < p.open.len() {
+            return;
+        }
+        p.ended = true;
+        let (seq, probe, n) = (p.seq, matches!(p.goal, Goal::Probe(_)), p.requested);
+        p.result_deadline = (!probe).then(|| now + idle.saturating_add(Duration::from_secs(5)));
+        self.send(ClientMsg::EndPhase { streams: n });
+        if probe {
+            // The probe's measurement is this end's; the server's side is not waited for.
+            self.ignored_results.insert(seq);
+            self.complete(None);
+        }
+    }
+
+    fn complete(&mut self, remote: Option<Box<SideResult>>) {
+        let Some(p) = self.phase.take() else { return };
+        self.sent.clear();
+        self.out.push_back(ClientOutput::PhaseDone {
+            seq: p.seq,
+            outcome: PhaseOutcome {
+                capped: p.capped,
+                streams_reason: p.reason,
+                setup: p.setup.unwrap_or_default(),
+                delivery: p.estimator.outcome(),
+                remote,
+            },
+        });
+    }
+
+    /// Time passed; `obs` shows the engine.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, obs: &mut dyn Observe) {
+        if self.failed {
+            return;
+        }
+        if self.handshake_deadline.is_some_and(|d| now >= d) {
+            return self.fail(Failure::NoAnswer(format!(
+                "the server did not admit the session within {:.0} s",
+                self.plan.connect_timeout.as_secs_f64()
+            )));
+        }
+        let stall = self.stall_limit();
+        let sender = self.plan.sender;
+        let Some(p) = &mut self.phase else { return };
+        if p.result_deadline.is_some_and(|d| now >= d) {
+            return self.fail(Failure::NoAnswer(
+                "the server did not send its side of the transfer".into(),
+            ));
+        }
+        if now >= p.next_sample && !p.ended {
+            p.next_sample = now + p.sample_every;
+            let t = Time::from_nanos(
+                u64::try_from(now.saturating_duration_since(p.epoch).as_nanos())
+                    .unwrap_or(u64::MAX),
+            );
+            let full = p.estimator.on_sample(t, obs.delivered()).is_some();
+            if full && matches!(p.goal, Goal::Probe(_)) && !p.stopped {
+                p.stopped = true;
+                self.send(ClientMsg::Stop { capped: true });
+                self.out.push_back(ClientOutput::AbortEngine);
+            }
+        }
+        let Some(p) = &mut self.phase else { return };
+        if let Some((at, cap)) = p.stop_at {
+            if now >= at && !p.stopped && !p.ended {
+                p.stopped = true;
+                let probe = matches!(p.goal, Goal::Probe(_));
+                // The cap and the end of the probe end both ends at once (queued data is
+                // discarded); the end of a duration workload lets written data arrive.
+                let hard = cap || probe;
+                p.capped = cap && !probe;
+                if hard || !sender {
+                    self.send(ClientMsg::Stop { capped: hard });
+                }
+                if hard {
+                    self.out.push_back(ClientOutput::AbortEngine);
+                } else if sender {
+                    self.out.push_back(ClientOutput::StopSenders);
+                }
+            }
+        }
+        let Some(p) = &mut self.phase else { return };
+        if !p.ended {
+            let moved = obs.progress();
+            if moved != p.last_progress.0 {
+                p.last_progress = (moved, now);
+            } else if now.saturating_duration_since(p.last_progress.1) >= stall {
+                let secs = now
+                    .saturating_duration_since(p.last_progress.1)
+                    .as_secs_f64();
+                self.fail(Failure::Transfer(format!("no progress for {secs:.0} s")));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,545 @@
+//! The client session's rules without a socket.
+
+use super::*;
+use tcptune_core::{Bytes, Rate, TuneMode};
+use tcptune_sys::driver::StreamRequest;
+
+const IDLE: Duration = Duration::from_secs(30);
+const CONNECT: Duration = Duration::from_secs(10);
+
+fn params() -> TestParams {
+    TestParams {
+        tune: TuneMode::Kernel,
+        streams: 2,
+        message_size: 1 << 20,
+        messages: 16,
+        duration_ms: None,
+        max_time_ms: None,
+        reverse: false,
+        samples: false,
+        congestion: None,
+        seed: 1,
+        corrupt_message: None,
+    }
+}
+
+fn plan() -> ClientPlan {
+    ClientPlan {
+        params: params(),
+        token: Token([7; 16]),
+        auth: None,
+        max_streams: 8,
+        connect_timeout: CONNECT,
+        idle_timeout: IDLE,
+        duration: None,
+        max_time: None,
+        sender: true,
+    }
+}
+
+fn drain(s: &mut ClientSession) -> Vec<ClientOutput> {
+    std::iter::from_fn(|| s.poll_output()).collect()
+}
+
+fn sent(out: &[ClientOutput]) -> Vec<&'static str> {
+    out.iter()
+        .filter_map(|o| match o {
+            ClientOutput::Send(m) => Some(m.kind()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn accepted(max_streams: u32) -> ServerMsg {
+    ServerMsg::Accepted {
+        limits: ServerLimits {
+            max_streams,
+            max_message_size: 1 << 24,
+            max_messages: 1 << 24,
+            max_total_bytes: 1 << 40,
+            max_duration_ms: 3_600_000,
+        },
+        host_limits: HostLimits::linux_defaults(),
+        congestion: "cubic".into(),
+        can_force: false,
+        auth_required: false,
+    }
+}
+
+fn main_phase(streams: u32) -> PhaseRequest {
+    PhaseRequest {
+        goal: Goal::Main,
+        hint: PathHint {
+            rtt: Some(Duration::from_millis(20)),
+            ..PathHint::default()
+        },
+        streams,
+        reason: None,
+    }
+}
+
+/// An engine whose counters the test sets.
+struct Fake {
+    progress: u64,
+    delivered: u64,
+}
+
+impl Observe for Fake {
+    fn progress(&mut self) -> u64 {
+        self.progress
+    }
+    fn delivered(&mut self) -> u64 {
+        self.delivered
+    }
+}
+
+/// A session in its main phase with both streams open and the server's answer in.
+fn running(t0: Instant, p: ClientPlan) -> ClientSession {
+    let mut s = ClientSession::new(t0, p);
+    s.start_phase(t0, main_phase(2));
+    s.handle_msg(t0, accepted(8));
+    s.handle_stream_open(t0, 0);
+    s.handle_stream_open(t0, 1);
+    drain(&mut s);
+    s
+}
+
+#[test]
+fn the_first_flight_pipelines_hello_setup_and_the_phase_start() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    let out = drain(&mut s);
+    assert_eq!(sent(&out), vec!["hello", "setup", "start_phase"]);
+    assert!(out.contains(&ClientOutput::OpenStreams {
+        seq: 0,
+        from: 0,
+        to: 2,
+        total: 2
+    }));
+    let ClientOutput::Send(ClientMsg::Hello { auth, token, .. }) = &out[0] else {
+        panic!()
+    };
+    assert!(auth.is_none());
+    assert_eq!(*token, Some(Token([7; 16])));
+}
+
+#[test]
+fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
+    let t0 = Instant::now();
+    let secret = Secret::from_bytes(b"s3cret").expect("secret");
+    let mut p = plan();
+    p.auth = Some((secret.clone(), [1; 32], 1000));
+    let mut s = ClientSession::new(t0, p);
+    s.start_phase(t0, main_phase(2));
+    let out = drain(&mut s);
+    let ClientOutput::Send(ClientMsg::Hello { auth: Some(a), .. }) = &out[0] else {
+        panic!("{out:?}")
+    };
+    let mac = proto::from_hex::<32>(&a.mac).expect("hex");
+    assert!(secret.verify_proof(&[1; 32], 1000, &[7; 16], &mac));
+    s.handle_msg(
+        t0,
+        ServerMsg::Challenge {
+            nonce: proto::to_hex(&[9; 32]),
+            reason: "clock".into(),
+        },
+    );
+    let out = drain(&mut s);
+    assert_eq!(sent(&out), vec!["auth", "setup", "start_phase"]);
+    let ClientOutput::Send(ClientMsg::Auth { mac }) = &out[0] else {
+        panic!()
+    };
+    let mac = proto::from_hex::<32>(mac).expect("hex");
+    assert!(secret.verify_answer(&[9; 32], &[7; 16], &mac));
+    // A second challenge is not answered.
+    s.handle_msg(
+        t0,
+        ServerMsg::Challenge {
+            nonce: proto::to_hex(&[8; 32]),
+            reason: "again".into(),
+        },
+    );
+    assert!(drain(&mut s)
+        .iter()
+        .any(|o| matches!(o, ClientOutput::Failed(Failure::Protocol(_)))));
+}
+
+#[test]
+fn a_challenge_without_a_secret_is_a_protocol_error() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.handle_msg(
+        t0,
+        ServerMsg::Challenge {
+            nonce: proto::to_hex(&[9; 32]),
+            reason: "x".into(),
+        },
+    );
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::Protocol(_)))
+    ));
+}
+
+#[test]
+fn more_streams_open_only_after_admission_and_within_both_limits() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    s.handle_engine(
+        t0,
+        Event::MoreStreams(StreamRequest {
+            known_streams: 2,
+            count: 10,
+            reason: "bdp".into(),
+        }),
+    );
+    assert!(
+        drain(&mut s).is_empty(),
+        "the server's allowance is not known yet"
+    );
+    s.handle_msg(t0, accepted(5));
+    assert_eq!(
+        drain(&mut s),
+        vec![ClientOutput::OpenStreams {
+            seq: 0,
+            from: 2,
+            to: 5,
+            total: 5
+        }]
+    );
+    s.handle_msg(
+        t0,
+        ServerMsg::WantStreams {
+            known_streams: 2,
+            count: 1,
+            reason: "less".into(),
+        },
+    );
+    assert!(drain(&mut s).is_empty(), "already more than that");
+    assert_eq!(s.streams_requested(), 5);
+}
+
+#[test]
+fn a_phase_ends_when_every_opened_stream_ended_and_the_server_answered() {
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    s.handle_engine(t0, Event::StreamDone(0));
+    assert!(drain(&mut s).is_empty());
+    s.handle_engine(t0, Event::StreamDone(1));
+    let out = drain(&mut s);
+    assert_eq!(
+        out,
+        vec![ClientOutput::Send(ClientMsg::EndPhase { streams: 2 })]
+    );
+    assert!(s
+        .poll_timeout()
+        .is_some_and(|t| t <= t0 + IDLE + Duration::from_secs(5)));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(
+        matches!(&out[..], [ClientOutput::PhaseDone { seq: 0, outcome }] if outcome.remote.is_some() && !outcome.capped),
+        "{out:?}"
+    );
+    s.finish();
+    assert_eq!(drain(&mut s), vec![ClientOutput::Send(ClientMsg::Bye)]);
+}
+
+#[test]
+fn the_probe_stops_on_a_full_pipe_and_does_not_wait_for_the_servers_side() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    let plan = ProbePlan::new(
+        Some(Duration::from_millis(20)),
+        &HostLimits::linux_defaults(),
+        8,
+    );
+    let streams = plan.streams;
+    s.start_phase(
+        t0,
+        PhaseRequest {
+            goal: Goal::Probe(plan),
+            hint: PathHint::default(),
+            streams,
+            reason: None,
+        },
+    );
+    s.handle_msg(t0, accepted(8));
+    for i in 0..streams {
+        s.handle_stream_open(t0, i);
+    }
+    drain(&mut s);
+    // 100 Mbit/s, flat from the start: a plateau after a few rounds.
+    let mut fake = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    let mut t = t0;
+    let mut stopped = false;
+    for _ in 0..2000 {
+        t += Duration::from_millis(2);
+        fake.delivered += 25_000;
+        fake.progress += 25_000;
+        s.handle_timeout(t, &mut fake);
+        let out = drain(&mut s);
+        if out.contains(&ClientOutput::AbortEngine) {
+            assert_eq!(sent(&out), vec!["stop"]);
+            stopped = true;
+            break;
+        }
+    }
+    assert!(stopped, "the probe stops by itself");
+    for i in 0..streams {
+        s.handle_engine(t, Event::StreamDone(i));
+    }
+    let out = drain(&mut s);
+    assert_eq!(sent(&out), vec!["end_phase"]);
+    let Some(ClientOutput::PhaseDone { outcome, .. }) = out.last() else {
+        panic!("{out:?}")
+    };
+    assert!(outcome.remote.is_none());
+    assert!(outcome.delivery.full_pipe);
+    let r = outcome.delivery.rate.expect("rate");
+    assert!((r.0 as f64 - 100e6).abs() < 10e6, "{r:?}");
+    // Its result arrives later and is ignored; the main phase follows.
+    s.start_phase(t, main_phase(2));
+    s.handle_msg(
+        t,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, ClientOutput::Send(ClientMsg::StartPhase { seq: 1, .. }))));
+    assert!(!out.iter().any(|o| matches!(o, ClientOutput::Failed(_))));
+}
+
+#[test]
+fn a_duration_workload_stops_the_senders_here_or_tells_the_server() {
+    let t0 = Instant::now();
+    for sender in [true, false] {
+        let mut p = plan();
+        p.duration = Some(Duration::from_secs(1));
+        p.sender = sender;
+        let mut s = running(t0, p);
+        let mut fake = Fake {
+            progress: 1,
+            delivered: 1,
+        };
+        s.handle_timeout(t0 + Duration::from_secs(1), &mut fake);
+        let out = drain(&mut s);
+        if sender {
+            assert!(out.contains(&ClientOutput::StopSenders), "{out:?}");
+            assert!(sent(&out).is_empty());
+        } else {
+            assert_eq!(
+                out,
+                vec![ClientOutput::Send(ClientMsg::Stop { capped: false })]
+            );
+        }
+    }
+}
+
+#[test]
+fn the_cap_stops_both_ends_at_once_and_is_reported() {
+    let t0 = Instant::now();
+    let mut p = plan();
+    p.max_time = Some(Duration::from_millis(600));
+    let mut s = running(t0, p);
+    let mut fake = Fake {
+        progress: 1,
+        delivered: 1,
+    };
+    s.handle_timeout(t0 + Duration::from_millis(600), &mut fake);
+    let out = drain(&mut s);
+    assert!(out.contains(&ClientOutput::Send(ClientMsg::Stop { capped: true })));
+    assert!(out.contains(&ClientOutput::AbortEngine));
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(matches!(out.last(), Some(ClientOutput::PhaseDone { outcome, .. }) if outcome.capped));
+}
+
+#[test]
+fn no_progress_for_the_idle_timeout_fails_the_transfer() {
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    let mut fake = Fake {
+        progress: 5,
+        delivered: 5,
+    };
+    s.handle_timeout(t0 + Duration::from_secs(1), &mut fake);
+    drain(&mut s);
+    let stall = IDLE + Duration::from_secs(5);
+    s.handle_timeout(t0 + Duration::from_secs(1) + stall, &mut fake);
+    let out = drain(&mut s);
+    assert!(matches!(
+        out.last(),
+        Some(ClientOutput::Failed(Failure::Transfer(m))) if m.contains("no progress")
+    ));
+    assert!(out.contains(&ClientOutput::AbortEngine));
+}
+
+#[test]
+fn a_server_that_never_admits_or_never_answers_is_a_failure() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    assert_eq!(s.poll_timeout(), Some(t0 + CONNECT));
+    let mut fake = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    s.handle_timeout(t0 + CONNECT, &mut fake);
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::NoAnswer(_)))
+    ));
+
+    let mut s = running(t0, plan());
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    drain(&mut s);
+    let late = t0 + IDLE + Duration::from_secs(5);
+    s.handle_timeout(late, &mut fake);
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::NoAnswer(m))) if m.contains("its side")
+    ));
+}
+
+#[test]
+fn refusals_and_aborts_from_the_server_fail_with_their_reason() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.handle_msg(
+        t0,
+        ServerMsg::Rejected {
+            reason: "server busy".into(),
+            retry_after_s: Some(7),
+        },
+    );
+    assert_eq!(
+        drain(&mut s).last(),
+        Some(&ClientOutput::Failed(Failure::Rejected {
+            reason: "server busy".into(),
+            retry_after_s: Some(7)
+        }))
+    );
+    let mut s = running(t0, plan());
+    s.handle_msg(
+        t0,
+        ServerMsg::Abort {
+            integrity: true,
+            reason: "message 5".into(),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(out.contains(&ClientOutput::AbortEngine));
+    assert!(
+        matches!(out.last(), Some(ClientOutput::Failed(Failure::Integrity(m))) if m.contains("message 5"))
+    );
+}
+
+#[test]
+fn bad_data_found_here_stops_both_ends_and_still_collects_the_results() {
+    let t0 = Instant::now();
+    let mut p = plan();
+    p.sender = false;
+    let mut s = running(t0, p);
+    s.handle_engine(t0, Event::Integrity("stream 1: message 5".into()));
+    let out = drain(&mut s);
+    assert_eq!(
+        out,
+        vec![
+            ClientOutput::Send(ClientMsg::Stop { capped: true }),
+            ClientOutput::AbortEngine
+        ]
+    );
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::PhaseDone { .. })
+    ));
+}
+
+#[test]
+fn a_stream_that_cannot_connect_fails_the_session() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    s.handle_stream_failed(t0, 1, "connection refused".into());
+    let out = drain(&mut s);
+    assert!(out.contains(&ClientOutput::AbortEngine));
+    assert!(
+        matches!(out.last(), Some(ClientOutput::Failed(Failure::Connect(m))) if m.contains("stream 2"))
+    );
+}
+
+#[test]
+fn a_result_before_the_phase_ended_is_a_protocol_error() {
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::Protocol(_)))
+    ));
+}
+
+#[test]
+fn setup_time_runs_until_the_first_streams_are_all_connected() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    s.handle_msg(t0, accepted(8));
+    s.handle_stream_open(t0 + Duration::from_millis(5), 0);
+    s.handle_stream_open(t0 + Duration::from_millis(9), 1);
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    let out = drain(&mut s);
+    let Some(ClientOutput::PhaseDone { outcome, .. }) = out.last() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(outcome.setup, Duration::from_millis(9));
+    let _ = (Bytes(0), Rate(0));
+}

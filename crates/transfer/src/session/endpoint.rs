@@ -1,0 +1,1201 @@
+//! The server's whole control plane as one state machine (quinn's `Endpoint` is the
+//! model): connections and their bytes, engine events and time in; bytes to send,
+//! connections to close, engine commands and log records out. The driver
+//! ([`crate::server`]) only moves bytes and runs engines.
+//!
+//! # What it decides
+//!
+//! * **What a connection is.** Everything arrives on one port. The first bytes tell a data
+//!   connection (its [`DataHello`]) from a control connection (a frame). The endpoint never
+//!   lets the driver read past a data hello: the bytes after it belong to the engine.
+//! * **Admission, bounded per address.** A connection that has not become part of a
+//!   session yet is *pending*. Pending connections are bounded per address and in all; a
+//!   new one over either bound evicts the oldest pending one (of its address, or of all),
+//!   so a flood of idle or half-open connections cannot lock a good client out. A pending
+//!   connection has [`EndpointConfig::first_frame_timeout`] to send its first complete
+//!   message and [`EndpointConfig::handshake_timeout`] to be admitted. Sessions are bounded
+//!   per address and in all; a full server says when a slot frees at the latest.
+//! * **Authentication** (see [`crate::auth`]): proofs checked in constant time, nonces
+//!   remembered within the clock-skew window, a challenge when freshness cannot be checked,
+//!   and a per-address backoff after each failure.
+//! * **File descriptors**: every pending connection costs one and every session reserves
+//!   one plus its stream allowance against [`EndpointConfig::fd_budget`]; the allowance is
+//!   what the client is told it may open.
+//! * **Data connections** join the session whose token they carry, from its control
+//!   connection's address only; one that arrives before its session or phase waits, parked,
+//!   until its handshake deadline.
+//! * **Logs**: every refusal is counted by kind; the first of each kind from each address is
+//!   logged, the rest in periodic summaries.
+//!
+//! # Calling order
+//!
+//! For each accepted connection [`Endpoint::on_accept`]; then, whenever it is readable,
+//! read at most what [`Endpoint::read_limit`] allows and pass it to [`Endpoint::on_bytes`]
+//! (repeat while the limit allows and data comes); [`Endpoint::on_closed`] when the peer
+//! closed or the connection failed. Engine events go to [`Endpoint::on_engine`], finished
+//! phases to [`Endpoint::on_phase_result`]. Call [`Endpoint::on_timeout`] at
+//! [`Endpoint::poll_timeout`]. After every call drain [`Endpoint::poll_event`] and carry the
+//! events out in order.
+
+use super::guard::{Backoff, Freshness, LogDecision, LogLimiter, ReplayCache};
+use super::server::{
+    EngineSpec, ServerSession, SessionEnd, SessionOutput, SessionPolicy, MAX_PROBE,
+};
+use super::{ConnId, SessionId};
+use crate::auth::{Secret, CLOCK_SKEW};
+use crate::engine::{Event, SideResult};
+use crate::proto::{
+    self, ClientAuth, ClientMsg, DataHello, FrameReader, ProtoError, ServerLimits, ServerMsg,
+    Token, DATA_HELLO_LEN, DATA_MAGIC, MAX_CLIENT_FRAME, MAX_SERVER_FRAME, PROTOCOL_VERSION,
+};
+use crate::server::{ServerEvent, ServerStats};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+use tcptune_core::HostLimits;
+
+/// Frames a handshake discards after a challenge before it gives up on the client.
+const MAX_DISCARDED: u32 = 16;
+/// How long a kind of refusal from one address stays quiet after it was logged.
+const LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// The endpoint's bounds.
+#[derive(Clone, Debug)]
+pub(crate) struct EndpointConfig {
+    pub(crate) limits: ServerLimits,
+    pub(crate) max_sessions: u32,
+    pub(crate) max_sessions_per_addr: u32,
+    pub(crate) max_pending: u32,
+    pub(crate) max_pending_per_addr: u32,
+    pub(crate) first_frame_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) secret: Option<Secret>,
+    pub(crate) fd_budget: u64,
+}
+
+/// What the host offers sessions (refreshed by the driver).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct HostInfo {
+    pub(crate) limits: HostLimits,
+    /// The namespace's default congestion control.
+    pub(crate) congestion: String,
+    /// Congestion controls a socket may choose.
+    pub(crate) available_cc: Vec<String>,
+}
+
+/// What the driver must do.
+#[derive(Debug, PartialEq)]
+pub(crate) enum EndpointEvent {
+    /// Write these bytes on the connection (after what was queued before).
+    Send { conn: ConnId, frame: Vec<u8> },
+    /// Close the connection once what was queued is written (or at once if it cannot be).
+    Close { conn: ConnId },
+    /// Start the engine of a session's new phase.
+    StartEngine {
+        session: SessionId,
+        spec: EngineSpec,
+    },
+    /// Stop reading this connection: hand it to the session's engine as stream `index`.
+    Attach {
+        session: SessionId,
+        conn: ConnId,
+        index: u32,
+    },
+    /// Senders stop.
+    StopSenders { session: SessionId },
+    /// Tear the engine down.
+    AbortEngine { session: SessionId },
+    /// Join the engine and call [`Endpoint::on_phase_result`].
+    FinishEngine { session: SessionId, seq: u32 },
+    /// The session is over: drop its engine (and its data connections).
+    SessionGone { session: SessionId },
+    /// Something for the log.
+    Log(ServerEvent),
+}
+
+/// How much the driver may read from a connection now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadLimit {
+    /// At most this many bytes (a hello is being read: not one byte more).
+    Exact(usize),
+    /// Frames: as much as is there.
+    Frames,
+    /// Nothing (it waits, or an engine owns it).
+    None,
+}
+
+#[derive(Debug)]
+/// What a handshake waits for.
+enum Stage {
+    Hello,
+    Auth { nonce: [u8; 32], discarded: u32 },
+    Setup,
+}
+
+#[derive(Debug)]
+struct Handshake {
+    reader: FrameReader,
+    stage: Stage,
+    token: Option<Token>,
+}
+
+#[derive(Debug)]
+enum ConnState {
+    Unknown(Vec<u8>),
+    Hello(Vec<u8>),
+    Parked(DataHello),
+    Handshake(Box<Handshake>),
+    Control(SessionId),
+    Data(SessionId),
+}
+
+#[derive(Debug)]
+struct Conn {
+    peer: SocketAddr,
+    state: ConnState,
+    deadline: Option<Instant>,
+}
+
+impl Conn {
+    fn pending(&self) -> bool {
+        !matches!(self.state, ConnState::Control(_) | ConnState::Data(_))
+    }
+}
+
+#[derive(Debug, Default)]
+struct AddrState {
+    pending: VecDeque<ConnId>,
+    sessions: u32,
+    backoff: Backoff,
+}
+
+#[derive(Debug)]
+struct SessionEntry {
+    session: ServerSession,
+    reader: FrameReader,
+    ctrl: ConnId,
+    peer: SocketAddr,
+    token: Token,
+    label: String,
+    reserved: u64,
+}
+
+/// The server's control plane. See the module documentation.
+pub(crate) struct Endpoint {
+    cfg: EndpointConfig,
+    host: HostInfo,
+    conns: HashMap<ConnId, Conn>,
+    addrs: HashMap<IpAddr, AddrState>,
+    tokens: HashMap<Token, SessionId>,
+    parked: HashMap<Token, Vec<ConnId>>,
+    sessions: BTreeMap<SessionId, SessionEntry>,
+    deadlines: BTreeSet<(Instant, ConnId)>,
+    order: VecDeque<ConnId>,
+    pending: u64,
+    reserved: u64,
+    replay: ReplayCache,
+    limiter: LogLimiter,
+    events: VecDeque<EndpointEvent>,
+    stats: ServerStats,
+    next_session: SessionId,
+    nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("conns", &self.conns.len())
+            .field("sessions", &self.sessions.len())
+            .field("pending", &self.pending)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// An endpoint; `nonces` gives fresh random challenges.
+    pub(crate) fn new(
+        cfg: EndpointConfig,
+        host: HostInfo,
+        nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
+    ) -> Endpoint {
+        Endpoint {
+            cfg,
+            host,
+            conns: HashMap::new(),
+            addrs: HashMap::new(),
+            tokens: HashMap::new(),
+            parked: HashMap::new(),
+            sessions: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            order: VecDeque::new(),
+            pending: 0,
+            reserved: 0,
+            replay: ReplayCache::new(1 << 16),
+            limiter: LogLimiter::new(LOG_PERIOD, 4096),
+            events: VecDeque::new(),
+            stats: ServerStats::default(),
+            next_session: 1,
+            nonces,
+        }
+    }
+
+    /// Refresh what the host offers (limits, congestion controls).
+    pub(crate) fn set_host(&mut self, host: HostInfo) {
+        self.host = host;
+    }
+
+    /// What happened so far.
+    pub(crate) fn stats(&self) -> ServerStats {
+        let mut s = self.stats.clone();
+        s.sessions_active = self.sessions.len() as u64;
+        s.pending = self.pending;
+        s
+    }
+
+    /// Sessions running.
+    pub(crate) fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The next thing to do.
+    pub(crate) fn poll_event(&mut self) -> Option<EndpointEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Endpoint::on_timeout`] is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let conns = self.deadlines.first().map(|(t, _)| *t);
+        let sessions = self
+            .sessions
+            .values()
+            .filter_map(|e| e.session.poll_timeout())
+            .min();
+        [conns, sessions, self.limiter.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// How much may be read from `conn` now.
+    pub(crate) fn read_limit(&self, conn: ConnId) -> ReadLimit {
+        match self.conns.get(&conn).map(|c| &c.state) {
+            Some(ConnState::Unknown(got)) => ReadLimit::Exact(DATA_MAGIC.len() - got.len()),
+            Some(ConnState::Hello(got)) => ReadLimit::Exact(DATA_HELLO_LEN - got.len()),
+            Some(ConnState::Handshake(_) | ConnState::Control(_)) => ReadLimit::Frames,
+            Some(ConnState::Parked(_) | ConnState::Data(_)) | None => ReadLimit::None,
+        }
+    }
+
+    // ----- connections -----
+
+    /// A connection was accepted from `peer`.
+    pub(crate) fn on_accept(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
+        self.stats.connections += 1;
+        let ip = peer.ip();
+        // Descriptors first: a session's reservation is never given to a stranger.
+        let no_fds =
+            self.pending + self.reserved + 1 > self.cfg.fd_budget && !self.evict_oldest(now, None);
+        let per_addr = self.addrs.get(&ip).map_or(0, |a| a.pending.len()) as u32;
+        if per_addr >= self.cfg.max_pending_per_addr {
+            self.evict_oldest(now, Some(ip));
+        }
+        if self.pending >= u64::from(self.cfg.max_pending) {
+            self.evict_oldest(now, None);
+        }
+        let deadline = now + self.cfg.first_frame_timeout;
+        self.conns.insert(
+            conn,
+            Conn {
+                peer,
+                state: ConnState::Unknown(Vec::new()),
+                deadline: Some(deadline),
+            },
+        );
+        self.deadlines.insert((deadline, conn));
+        self.addrs.entry(ip).or_default().pending.push_back(conn);
+        self.order.push_back(conn);
+        self.pending += 1;
+        self.compact_order();
+        if no_fds {
+            let why = "server out of file descriptors (RLIMIT_NOFILE): retry later".to_string();
+            self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+        }
+    }
+
+    fn compact_order(&mut self) {
+        if self.order.len() as u64 > 2 * self.pending + 64 {
+            let conns = &self.conns;
+            self.order
+                .retain(|c| conns.get(c).is_some_and(|c| c.pending()));
+        }
+    }
+
+    /// Drop the oldest pending connection (of `ip`, or of all). Whether one was dropped.
+    fn evict_oldest(&mut self, now: Instant, ip: Option<IpAddr>) -> bool {
+        let victim = match ip {
+            Some(ip) => self.addrs.get(&ip).and_then(|a| a.pending.front().copied()),
+            None => {
+                while let Some(&c) = self.order.front() {
+                    if self.conns.get(&c).is_some_and(Conn::pending) {
+                        break;
+                    }
+                    self.order.pop_front();
+                }
+                self.order.front().copied()
+            }
+        };
+        let Some(victim) = victim else { return false };
+        let Some(peer) = self.conns.get(&victim).map(|c| c.peer) else {
+            return false;
+        };
+        self.stats.dropped += 1;
+        let why = match ip {
+            Some(_) => format!(
+                "dropped a pending connection: {} pending from this address (the limit per address)",
+                self.cfg.max_pending_per_addr
+            ),
+            None => format!(
+                "dropped a pending connection: {} pending in all (the limit)",
+                self.pending
+            ),
+        };
+        self.close_conn(victim);
+        self.refused(now, peer, "pending_limit", why);
+        true
+    }
+
+    /// Forget a connection and tell the driver to close it.
+    fn close_conn(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            self.forget(conn, &c);
+            self.events.push_back(EndpointEvent::Close { conn });
+        }
+    }
+
+    fn forget(&mut self, conn: ConnId, c: &Conn) {
+        if let Some(d) = c.deadline {
+            self.deadlines.remove(&(d, conn));
+        }
+        if c.pending() {
+            self.pending = self.pending.saturating_sub(1);
+            if let Some(a) = self.addrs.get_mut(&c.peer.ip()) {
+                a.pending.retain(|x| *x != conn);
+            }
+        }
+        if let ConnState::Parked(h) = &c.state {
+            if let Some(v) = self.parked.get_mut(&h.token) {
+                v.retain(|x| *x != conn);
+                if v.is_empty() {
+                    self.parked.remove(&h.token);
+                }
+            }
+        }
+        self.tidy_addr(c.peer.ip());
+    }
+
+    fn tidy_addr(&mut self, ip: IpAddr) {
+        if self.addrs.len() < 4096 {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .addrs
+            .get(&ip)
+            .is_some_and(|a| a.pending.is_empty() && a.sessions == 0 && a.backoff.forgettable(now))
+        {
+            self.addrs.remove(&ip);
+        }
+    }
+
+    /// Count and (rate-limited) log a refusal.
+    fn refused(&mut self, now: Instant, peer: SocketAddr, kind: &'static str, reason: String) {
+        self.stats.refused += 1;
+        *self.stats.refused_by.entry(kind.to_string()).or_insert(0) += 1;
+        if self.limiter.decide(now, kind, peer.ip()) == LogDecision::Log {
+            self.events
+                .push_back(EndpointEvent::Log(ServerEvent::Refused {
+                    peer,
+                    kind,
+                    reason,
+                }));
+        }
+    }
+
+    /// Refuse a client that can still hear it: `Rejected`, then close.
+    fn reject(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        kind: &'static str,
+        reason: String,
+        retry_after: Option<Duration>,
+    ) {
+        let Some(peer) = self.conns.get(&conn).map(|c| c.peer) else {
+            return;
+        };
+        let msg = ServerMsg::Rejected {
+            reason: reason.clone(),
+            retry_after_s: retry_after.map(ceil_secs),
+        };
+        if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send { conn, frame });
+        }
+        self.close_conn(conn);
+        self.refused(now, peer, kind, reason);
+    }
+
+    /// The peer closed `conn`, or it failed.
+    pub(crate) fn on_closed(&mut self, now: Instant, conn: ConnId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        self.forget(conn, &c);
+        if let ConnState::Control(sid) = c.state {
+            if let Some(e) = self.sessions.get_mut(&sid) {
+                e.session
+                    .protocol_error("the control connection closed".into());
+            }
+            self.pump(now, sid);
+        }
+    }
+
+    /// Bytes read from `conn` (never more than [`Endpoint::read_limit`] allowed).
+    pub(crate) fn on_bytes(&mut self, now: Instant, unix_s: u64, conn: ConnId, data: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        match &mut c.state {
+            ConnState::Unknown(got) => {
+                got.extend_from_slice(data);
+                if !DataHello::could_start(got) {
+                    // A control connection: what was read is the start of its first frame.
+                    let mut reader = FrameReader::new(MAX_CLIENT_FRAME);
+                    reader.push(got);
+                    c.state = ConnState::Handshake(Box::new(Handshake {
+                        reader,
+                        stage: Stage::Hello,
+                        token: None,
+                    }));
+                    self.handshake_frames(now, unix_s, conn);
+                } else if got.len() >= DATA_MAGIC.len() {
+                    let got = std::mem::take(got);
+                    c.state = ConnState::Hello(got);
+                }
+            }
+            ConnState::Hello(got) => {
+                got.extend_from_slice(data);
+                if got.len() >= DATA_HELLO_LEN {
+                    match DataHello::decode(&got[..DATA_HELLO_LEN]) {
+                        Some(h) => self.route_data(now, conn, h),
+                        None => {
+                            let peer = c.peer;
+                            self.close_conn(conn);
+                            self.refused(now, peer, "garbage", "a malformed data hello".into());
+                        }
+                    }
+                }
+            }
+            ConnState::Handshake(h) => {
+                h.reader.push(data);
+                self.handshake_frames(now, unix_s, conn);
+            }
+            ConnState::Control(sid) => {
+                let sid = *sid;
+                if let Some(e) = self.sessions.get_mut(&sid) {
+                    e.reader.push(data);
+                    loop {
+                        match e.reader.take_frame() {
+                            Ok(None) => break,
+                            Ok(Some(body)) => match proto::decode::<ClientMsg>(&body) {
+                                Ok(m) => e.session.handle_msg(now, m),
+                                Err(err) => e.session.protocol_error(err.to_string()),
+                            },
+                            Err(err) => e.session.protocol_error(err.to_string()),
+                        }
+                        if e.session.is_closed() {
+                            break;
+                        }
+                    }
+                }
+                self.pump(now, sid);
+            }
+            ConnState::Parked(_) | ConnState::Data(_) => {}
+        }
+    }
+
+    // ----- handshakes -----
+
+    fn handshake_frames(&mut self, now: Instant, unix_s: u64, conn: ConnId) {
+        loop {
+            let Some(Conn {
+                state: ConnState::Handshake(h),
+                ..
+            }) = self.conns.get_mut(&conn)
+            else {
+                return;
+            };
+            let body = match h.reader.take_frame() {
+                Ok(Some(b)) => b,
+                Ok(None) => return,
+                Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
+            };
+            let msg = match proto::decode::<ClientMsg>(&body) {
+                Ok(m) => m,
+                Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
+            };
+            // A first complete message: the handshake's own deadline applies from now on.
+            self.set_deadline(conn, now + self.cfg.handshake_timeout);
+            self.handshake_msg(now, unix_s, conn, msg);
+        }
+    }
+
+    fn set_deadline(&mut self, conn: ConnId, d: Instant) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if let Some(old) = c.deadline {
+                if old >= d {
+                    return;
+                }
+                self.deadlines.remove(&(old, conn));
+            }
+            c.deadline = Some(d);
+            self.deadlines.insert((d, conn));
+        }
+    }
+
+    fn handshake_msg(&mut self, now: Instant, unix_s: u64, conn: ConnId, msg: ClientMsg) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &mut c.state else {
+            return;
+        };
+        match (&mut h.stage, msg) {
+            (
+                Stage::Hello,
+                ClientMsg::Hello {
+                    protocol,
+                    token,
+                    auth,
+                    ..
+                },
+            ) => {
+                if protocol != PROTOCOL_VERSION {
+                    let why = format!(
+                        "protocol version {protocol} is not supported (this server speaks {PROTOCOL_VERSION}; update tcptune at one end)"
+                    );
+                    return self.reject(now, conn, "protocol", why, None);
+                }
+                let Some(token) = token else {
+                    return self.reject(
+                        now,
+                        conn,
+                        "protocol",
+                        "hello without a session token".into(),
+                        None,
+                    );
+                };
+                h.token = Some(token);
+                if self.tokens.contains_key(&token) {
+                    return self.reject(now, conn, "protocol", "session token in use".into(), None);
+                }
+                if let Some(wait) = self
+                    .addrs
+                    .get(&peer.ip())
+                    .and_then(|a| a.backoff.blocked_for(now))
+                {
+                    let why = format!(
+                        "too many failed authentications from {}: retry in {} s",
+                        peer.ip(),
+                        ceil_secs(wait)
+                    );
+                    return self.reject(now, conn, "auth_backoff", why, Some(wait));
+                }
+                self.check_proof(now, unix_s, conn, peer, token, auth);
+            }
+            (Stage::Hello, other) => {
+                let why = format!("expected hello, got {}", other.kind());
+                self.reject(now, conn, "protocol", why, None);
+            }
+            (Stage::Auth { nonce, .. }, ClientMsg::Auth { mac }) => {
+                let nonce = *nonce;
+                let token = h.token.unwrap_or(Token([0; 16]));
+                let ok = self.cfg.secret.as_ref().is_some_and(|s| {
+                    proto::from_hex::<32>(&mac)
+                        .is_some_and(|m| s.verify_answer(&nonce, &token.0, &m))
+                });
+                if ok {
+                    h.stage = Stage::Setup;
+                    self.addrs.entry(peer.ip()).or_default().backoff.succeed();
+                } else {
+                    self.auth_failed(now, conn, peer);
+                }
+            }
+            (Stage::Auth { discarded, .. }, _) => {
+                // Sent before the client saw the challenge: dropped, the client sends it
+                // again after `Auth`.
+                *discarded += 1;
+                if *discarded > MAX_DISCARDED {
+                    self.reject(
+                        now,
+                        conn,
+                        "protocol",
+                        "no answer to the challenge".into(),
+                        None,
+                    );
+                }
+            }
+            (Stage::Setup, ClientMsg::Setup { params }) => self.admit(now, conn, params),
+            (Stage::Setup, other) => {
+                let why = format!("expected setup, got {}", other.kind());
+                self.reject(now, conn, "protocol", why, None);
+            }
+        }
+    }
+
+    fn check_proof(
+        &mut self,
+        now: Instant,
+        unix_s: u64,
+        conn: ConnId,
+        peer: SocketAddr,
+        token: Token,
+        auth: Option<ClientAuth>,
+    ) {
+        let Some(secret) = self.cfg.secret.clone() else {
+            self.set_stage(conn, Stage::Setup);
+            return;
+        };
+        let Some(auth) = auth else {
+            let why =
+                "this server requires a shared secret: pass the server's secret with --secret-file"
+                    .to_string();
+            return self.reject(now, conn, "auth", why, None);
+        };
+        let nonce = proto::from_hex::<32>(&auth.nonce);
+        let mac = proto::from_hex::<32>(&auth.mac);
+        let (Some(nonce), Some(mac)) = (nonce, mac) else {
+            return self.auth_failed(now, conn, peer);
+        };
+        if !secret.verify_proof(&nonce, auth.time_unix_s, &token.0, &mac) {
+            return self.auth_failed(now, conn, peer);
+        }
+        self.addrs.entry(peer.ip()).or_default().backoff.succeed();
+        let skew = unix_s.abs_diff(auth.time_unix_s);
+        let reason = if skew > CLOCK_SKEW.as_secs() {
+            Some(format!(
+                "the client's clock is {skew} s away from the server's"
+            ))
+        } else {
+            let expires = unix_s.max(auth.time_unix_s) + CLOCK_SKEW.as_secs();
+            match self.replay.check(unix_s, nonce, expires) {
+                Freshness::Fresh => None,
+                Freshness::Replayed => Some("a proof seen before".to_string()),
+                Freshness::Full => Some("too many recent proofs to check".to_string()),
+            }
+        };
+        match reason {
+            None => self.set_stage(conn, Stage::Setup),
+            Some(reason) => {
+                let nonce = (self.nonces)();
+                let msg = ServerMsg::Challenge {
+                    nonce: proto::to_hex(&nonce),
+                    reason,
+                };
+                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                    self.events.push_back(EndpointEvent::Send { conn, frame });
+                }
+                self.set_stage(
+                    conn,
+                    Stage::Auth {
+                        nonce,
+                        discarded: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    fn set_stage(&mut self, conn: ConnId, stage: Stage) {
+        if let Some(Conn {
+            state: ConnState::Handshake(h),
+            ..
+        }) = self.conns.get_mut(&conn)
+        {
+            h.stage = stage;
+        }
+    }
+
+    fn auth_failed(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
+        let b = &mut self.addrs.entry(peer.ip()).or_default().backoff;
+        b.fail(now);
+        let wait = b.blocked_for(now).map_or(0, ceil_secs);
+        let why = format!(
+            "authentication failed: the shared secret does not match the server's (this address may try again in {wait} s)"
+        );
+        self.reject(now, conn, "auth", why, None);
+    }
+
+    /// Admit the session of a complete handshake, or refuse it saying why.
+    fn admit(&mut self, now: Instant, conn: ConnId, params: crate::proto::TestParams) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &c.state else {
+            return;
+        };
+        let Some(token) = h.token else { return };
+        if let Err(e) = super::server::validate(&params, &self.cfg.limits) {
+            return self.reject(now, conn, "bad_request", e, None);
+        }
+        if let Some(cc) = &params.congestion {
+            if !self.host.available_cc.iter().any(|a| a == cc) {
+                let why = format!(
+                    "congestion control '{cc}' is not available on this server (available: {})",
+                    self.host.available_cc.join(", ")
+                );
+                return self.reject(now, conn, "bad_request", why, None);
+            }
+        }
+        if self.tokens.contains_key(&token) {
+            return self.reject(now, conn, "protocol", "session token in use".into(), None);
+        }
+        let addr_sessions = self.addrs.get(&peer.ip()).map_or(0, |a| a.sessions);
+        if addr_sessions >= self.cfg.max_sessions_per_addr {
+            let why = format!(
+                "{} already runs {addr_sessions} sessions here (the limit per address)",
+                peer.ip()
+            );
+            let retry = self.retry_after(now, Some(peer.ip()));
+            return self.reject(now, conn, "addr_sessions", why, retry);
+        }
+        if self.sessions.len() as u32 >= self.cfg.max_sessions {
+            let retry = self.retry_after(now, None);
+            let why = format!(
+                "server busy: all {} session slots are in use{}",
+                self.cfg.max_sessions,
+                retry.map_or(String::new(), |d| format!(
+                    "; one frees within {} s at the latest",
+                    ceil_secs(d)
+                ))
+            );
+            return self.reject(now, conn, "busy", why, retry);
+        }
+        // This connection stops being pending; the session reserves its own descriptors.
+        let free = self
+            .cfg
+            .fd_budget
+            .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
+        let allowance = u64::from(self.cfg.limits.max_streams).min(free) as u32;
+        if allowance < params.streams {
+            let why = format!(
+                "server out of file descriptors for {} more streams (RLIMIT_NOFILE): retry later",
+                params.streams
+            );
+            return self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let ConnState::Handshake(h) =
+            std::mem::replace(&mut c.state, ConnState::Unknown(Vec::new()))
+        else {
+            return;
+        };
+        let sid = self.next_session;
+        self.next_session += 1;
+        c.state = ConnState::Control(sid);
+        if let Some(d) = c.deadline.take() {
+            self.deadlines.remove(&(d, conn));
+        }
+        self.pending = self.pending.saturating_sub(1);
+        let a = self.addrs.entry(peer.ip()).or_default();
+        a.pending.retain(|x| *x != conn);
+        a.sessions += 1;
+        let reserved = 1 + u64::from(allowance);
+        self.reserved += reserved;
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let lifetime = self.cfg.handshake_timeout
+            + MAX_PROBE
+            + Duration::from_millis(self.cfg.limits.max_duration_ms)
+            + self.cfg.idle_timeout * 2;
+        let policy = SessionPolicy {
+            limits: limits.clone(),
+            handshake_timeout: self.cfg.handshake_timeout,
+            idle_timeout: self.cfg.idle_timeout,
+            lifetime,
+        };
+        let label = proto::to_hex(&token.0)[..8].to_string();
+        let congestion = params
+            .congestion
+            .clone()
+            .unwrap_or_else(|| self.host.congestion.clone());
+        let accepted = ServerMsg::Accepted {
+            limits,
+            host_limits: self.host.limits.clone(),
+            congestion,
+            can_force: self.host.limits.can_force,
+            auth_required: self.cfg.secret.is_some(),
+        };
+        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send { conn, frame });
+        }
+        self.events
+            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
+                peer,
+                session: label.clone(),
+                params: Box::new(params.clone()),
+            }));
+        self.tokens.insert(token, sid);
+        self.sessions.insert(
+            sid,
+            SessionEntry {
+                session: ServerSession::new(now, params, policy),
+                reader: FrameReader::new(MAX_CLIENT_FRAME),
+                ctrl: conn,
+                peer,
+                token,
+                label,
+                reserved,
+            },
+        );
+        // What the client pipelined after Setup is the session's.
+        let rest = h.reader;
+        if let Some(e) = self.sessions.get_mut(&sid) {
+            e.reader = rest;
+        }
+        self.on_bytes(now, 0, conn, &[]);
+    }
+
+    /// When a session slot (of `ip`, or any) frees at the latest.
+    fn retry_after(&self, now: Instant, ip: Option<IpAddr>) -> Option<Duration> {
+        self.sessions
+            .values()
+            .filter(|e| ip.is_none_or(|ip| e.peer.ip() == ip))
+            .map(|e| e.session.gone_by().saturating_duration_since(now))
+            .min()
+    }
+
+    // ----- data connections -----
+
+    fn route_data(&mut self, now: Instant, conn: ConnId, hello: DataHello) {
+        let Some(peer) = self.conns.get(&conn).map(|c| c.peer) else {
+            return;
+        };
+        let Some(&sid) = self.tokens.get(&hello.token) else {
+            return self.park(now, conn, hello);
+        };
+        let Some(e) = self.sessions.get_mut(&sid) else {
+            return self.park(now, conn, hello);
+        };
+        if !e.token.ct_eq(&hello.token) {
+            return self.park(now, conn, hello);
+        }
+        if e.peer.ip() != peer.ip() {
+            let why = format!(
+                "a data connection for session {} from another address than its control connection",
+                e.label
+            );
+            self.close_conn(conn);
+            return self.refused(now, peer, "data_address", why);
+        }
+        match e.session.accepts(hello.seq, hello.stream) {
+            Ok(()) => {
+                let Some(c) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                let old = std::mem::replace(&mut c.state, ConnState::Data(sid));
+                if let Some(d) = c.deadline.take() {
+                    self.deadlines.remove(&(d, conn));
+                }
+                self.pending = self.pending.saturating_sub(1);
+                if let Some(a) = self.addrs.get_mut(&peer.ip()) {
+                    a.pending.retain(|x| *x != conn);
+                }
+                if let ConnState::Parked(h) = old {
+                    if let Some(v) = self.parked.get_mut(&h.token) {
+                        v.retain(|x| *x != conn);
+                    }
+                }
+                if let Some(e) = self.sessions.get_mut(&sid) {
+                    e.session.attach(now, conn, hello.seq, hello.stream);
+                }
+                self.pump(now, sid);
+            }
+            Err(_) if e.session.phase_is_future(hello.seq) => self.park(now, conn, hello),
+            Err(why) => {
+                self.close_conn(conn);
+                self.refused(now, peer, "data_refused", why);
+            }
+        }
+    }
+
+    fn park(&mut self, now: Instant, conn: ConnId, hello: DataHello) {
+        let max = self.cfg.limits.max_streams as usize;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if matches!(c.state, ConnState::Parked(_)) {
+            return;
+        }
+        let list = self.parked.entry(hello.token).or_default();
+        if list.len() >= max {
+            let peer = c.peer;
+            self.close_conn(conn);
+            return self.refused(now, peer, "data_refused", "too many streams waiting".into());
+        }
+        list.push(conn);
+        c.state = ConnState::Parked(hello);
+        // It waits at most a handshake timeout from its arrival for its session.
+        self.set_deadline(conn, now + self.cfg.handshake_timeout);
+    }
+
+    fn unpark(&mut self, now: Instant, token: Token) {
+        let Some(list) = self.parked.get(&token).cloned() else {
+            return;
+        };
+        for conn in list {
+            if let Some(ConnState::Parked(h)) = self.conns.get(&conn).map(|c| &c.state) {
+                let h = *h;
+                self.route_data(now, conn, h);
+            }
+        }
+    }
+
+    // ----- sessions -----
+
+    /// An event of a session's engine.
+    pub(crate) fn on_engine(&mut self, now: Instant, session: SessionId, ev: Event) {
+        if let Some(e) = self.sessions.get_mut(&session) {
+            e.session.handle_engine(now, ev);
+            self.pump(now, session);
+        }
+    }
+
+    /// The result of a finished phase.
+    pub(crate) fn on_phase_result(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        seq: u32,
+        r: SideResult,
+    ) {
+        if let Some(e) = self.sessions.get_mut(&session) {
+            e.session.handle_phase_result(now, seq, r);
+            self.pump(now, session);
+        }
+    }
+
+    /// The driver failed a session's duty (a stream could not be set up, a thread could not
+    /// start): the session ends with `reason`.
+    pub(crate) fn on_session_error(&mut self, now: Instant, session: SessionId, reason: String) {
+        if let Some(e) = self.sessions.get_mut(&session) {
+            e.session.protocol_error(reason);
+            self.pump(now, session);
+        }
+    }
+
+    /// The driver could not write to a session's control connection (its peer does not
+    /// read, or the connection broke).
+    pub(crate) fn on_write_failed(&mut self, now: Instant, conn: ConnId) {
+        self.on_closed(now, conn);
+    }
+
+    /// Carry a session's outputs out.
+    fn pump(&mut self, now: Instant, sid: SessionId) {
+        loop {
+            let Some(e) = self.sessions.get_mut(&sid) else {
+                return;
+            };
+            let Some(out) = e.session.poll_output() else {
+                return;
+            };
+            let ctrl = e.ctrl;
+            match out {
+                SessionOutput::Send(msg) => {
+                    let frame = match proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                        Ok(f) => Some(f),
+                        Err(ProtoError::TooLong { .. }) => match msg {
+                            ServerMsg::PhaseResult { seq, mut result } => {
+                                // Too large with its series: send the summaries.
+                                result.strip_series();
+                                proto::encode_limited(
+                                    &ServerMsg::PhaseResult { seq, result },
+                                    MAX_SERVER_FRAME,
+                                )
+                                .ok()
+                            }
+                            _ => None,
+                        },
+                        Err(_) => None,
+                    };
+                    if let Some(frame) = frame {
+                        self.events
+                            .push_back(EndpointEvent::Send { conn: ctrl, frame });
+                    }
+                }
+                SessionOutput::StartEngine(spec) => {
+                    let token = e.token;
+                    self.events
+                        .push_back(EndpointEvent::StartEngine { session: sid, spec });
+                    self.unpark(now, token);
+                }
+                SessionOutput::AttachStream { conn, index } => {
+                    self.events.push_back(EndpointEvent::Attach {
+                        session: sid,
+                        conn,
+                        index,
+                    });
+                }
+                SessionOutput::StopSenders => {
+                    self.events
+                        .push_back(EndpointEvent::StopSenders { session: sid });
+                }
+                SessionOutput::AbortEngine => {
+                    self.events
+                        .push_back(EndpointEvent::AbortEngine { session: sid });
+                }
+                SessionOutput::FinishEngine { seq } => {
+                    self.events
+                        .push_back(EndpointEvent::FinishEngine { session: sid, seq });
+                }
+                SessionOutput::Close(end) => return self.end_session(now, sid, end),
+            }
+        }
+    }
+
+    fn end_session(&mut self, _now: Instant, sid: SessionId, end: SessionEnd) {
+        let Some(e) = self.sessions.remove(&sid) else {
+            return;
+        };
+        self.tokens.remove(&e.token);
+        self.reserved = self.reserved.saturating_sub(e.reserved);
+        if let Some(a) = self.addrs.get_mut(&e.peer.ip()) {
+            a.sessions = a.sessions.saturating_sub(1);
+        }
+        let error = match end {
+            SessionEnd::Completed => {
+                self.stats.sessions_ok += 1;
+                None
+            }
+            SessionEnd::Failed { reason, .. } => {
+                self.stats.sessions_failed += 1;
+                Some(reason)
+            }
+        };
+        self.events
+            .push_back(EndpointEvent::SessionGone { session: sid });
+        if let Some(c) = self.conns.remove(&e.ctrl) {
+            self.forget(e.ctrl, &c);
+            self.events.push_back(EndpointEvent::Close { conn: e.ctrl });
+        }
+        // Data connections belong to the engine, which the driver drops; forget them here.
+        let data: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, ConnState::Data(s) if s == sid))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in data {
+            self.conns.remove(&c);
+        }
+        if let Some(parked) = self.parked.remove(&e.token) {
+            for c in parked {
+                self.close_conn(c);
+            }
+        }
+        self.events
+            .push_back(EndpointEvent::Log(ServerEvent::SessionEnded {
+                peer: e.peer,
+                session: e.label,
+                bytes: e.session.main_bytes(),
+                error,
+            }));
+    }
+
+    // ----- time -----
+
+    /// Time passed: expire pending connections, run sessions' timers, log summaries.
+    /// `progress` gives a running engine's progress counter.
+    pub(crate) fn on_timeout(&mut self, now: Instant, progress: &dyn Fn(SessionId) -> Option<u64>) {
+        while let Some(&(t, conn)) = self.deadlines.first() {
+            if t > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let Some(c) = self.conns.get(&conn) else {
+                continue;
+            };
+            let peer = c.peer;
+            match &c.state {
+                ConnState::Unknown(_) | ConnState::Hello(_) => {
+                    self.close_conn(conn);
+                    let why = format!(
+                        "no complete hello within {:.0} s",
+                        self.cfg.first_frame_timeout.as_secs_f64()
+                    );
+                    self.refused(now, peer, "timeout", why);
+                }
+                ConnState::Handshake(h) => {
+                    let what = match h.stage {
+                        Stage::Hello if h.reader.partial() => "the rest of the client's hello",
+                        Stage::Hello => "the client's hello",
+                        Stage::Auth { .. } => "the answer to the challenge",
+                        Stage::Setup => "the client's setup",
+                    };
+                    let why = format!("timed out waiting for {what}");
+                    self.reject(now, conn, "timeout", why, None);
+                }
+                ConnState::Parked(h) => {
+                    let why = if self.tokens.contains_key(&h.token) {
+                        format!(
+                            "stream {} of phase {} was not wanted in time",
+                            h.stream + 1,
+                            h.seq
+                        )
+                    } else {
+                        "a data connection for an unknown session".to_string()
+                    };
+                    self.close_conn(conn);
+                    self.refused(now, peer, "data_unknown", why);
+                }
+                ConnState::Control(_) | ConnState::Data(_) => {}
+            }
+        }
+        let due: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.session.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for sid in due {
+            if let Some(e) = self.sessions.get_mut(&sid) {
+                e.session.handle_timeout(now, progress(sid));
+            }
+            self.pump(now, sid);
+        }
+        for (kind, count) in self.limiter.due_summaries(now) {
+            if count > 0 {
+                self.events
+                    .push_back(EndpointEvent::Log(ServerEvent::Suppressed {
+                        kind,
+                        count,
+                        seconds: LOG_PERIOD.as_secs(),
+                    }));
+            }
+        }
+    }
+}
+
+/// Whole seconds, rounded up (at least 1): "retry in N s" must not be too early.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests;

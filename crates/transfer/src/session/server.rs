@@ -1,0 +1,664 @@
+//! An admitted session at the server, as a state machine: control messages, data
+//! connections, engine events and time in; messages to send and engine commands out. No
+//! sockets, no threads, no clock: every rule of a session lives here and is unit-tested.
+//!
+//! # Calling order
+//!
+//! The [`super::endpoint::Endpoint`] creates a session once the client's handshake is
+//! admitted and then, for as long as the session lives:
+//!
+//! * feeds every control message to [`ServerSession::handle_msg`];
+//! * offers every data connection that names this session to [`ServerSession::attach`];
+//! * forwards the engine's events to [`ServerSession::handle_engine`] and the phase's result
+//!   (after [`SessionOutput::FinishEngine`]) to [`ServerSession::handle_phase_result`];
+//! * calls [`ServerSession::handle_timeout`] at [`ServerSession::poll_timeout`], with the
+//!   engine's progress counter when a phase runs;
+//! * after each call, drains [`ServerSession::poll_output`] and carries the outputs out in
+//!   order. After [`SessionOutput::Close`] the session takes no more calls.
+//!
+//! # Rules
+//!
+//! * Phases run one at a time, numbered from 0; a data connection joins only the running
+//!   phase, from the control connection's address (the endpoint checks the address), with a
+//!   stream index below the session's stream allowance, once.
+//! * The phase ends when the client said `EndPhase{n}`, streams `0..n` have all joined and
+//!   every one of them has ended: then the engine is finished and its result sent.
+//! * Time: a phase with no control message and no data progress for the idle timeout ends
+//!   the session; so does the idle timeout between phases, missing streams a handshake
+//!   timeout after `EndPhase`, and the session's lifetime (nothing a client sends extends
+//!   it). The server stops its own senders at the workload's duration plus 5 s even if the
+//!   client never says `Stop`.
+
+use super::ConnId;
+use crate::engine::{Event, SideResult};
+use crate::proto::{ClientMsg, Phase, ServerLimits, ServerMsg, TestParams};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+use tcptune_core::{PathHint, Rate};
+
+/// The longest bandwidth probe a client may ask for.
+pub const MAX_PROBE: Duration = Duration::from_secs(10);
+/// Messages a session keeps while it finishes a phase (the client pipelines the next start).
+const MAX_QUEUED: usize = 8;
+/// The server stops its senders this long after the workload's duration if the client did
+/// not say `Stop`.
+const SENDER_GRACE: Duration = Duration::from_secs(5);
+
+/// The bounds of one session.
+#[derive(Clone, Debug)]
+pub(crate) struct SessionPolicy {
+    /// The server's limits, with `max_streams` set to this session's stream allowance.
+    pub(crate) limits: ServerLimits,
+    /// Time to connect a stream the client announced.
+    pub(crate) handshake_timeout: Duration,
+    /// Longest time without progress.
+    pub(crate) idle_timeout: Duration,
+    /// Longest life of the session from admission.
+    pub(crate) lifetime: Duration,
+}
+
+/// What the driver must start for a phase.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct EngineSpec {
+    /// The phase's number.
+    pub(crate) seq: u32,
+    /// Probe or transfer.
+    pub(crate) kind: Phase,
+    /// The test (role, workload, series, congestion control, seed).
+    pub(crate) params: TestParams,
+    /// What the client knows of the path, bounded.
+    pub(crate) hint: PathHint,
+    /// Streams the client opens at first (the tuners' stream count).
+    pub(crate) streams: u32,
+}
+
+impl EngineSpec {
+    /// Messages this end moves in the phase (`None`: until stopped).
+    pub(crate) fn messages(&self) -> Option<u64> {
+        match self.kind {
+            Phase::Probe { .. } => None,
+            Phase::Main => self
+                .params
+                .duration_ms
+                .is_none()
+                .then_some(self.params.messages),
+        }
+    }
+}
+
+/// How a session ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SessionEnd {
+    /// The client said `Bye` after its phases.
+    Completed,
+    /// It failed; the client was told why when it could still hear it.
+    Failed {
+        /// Why.
+        reason: String,
+        /// The data did not check out.
+        integrity: bool,
+    },
+}
+
+/// What the session asks of its driver, in order.
+#[derive(Debug, PartialEq)]
+pub(crate) enum SessionOutput {
+    /// Send this message on the control connection.
+    Send(ServerMsg),
+    /// Start an engine for a new phase.
+    StartEngine(EngineSpec),
+    /// Hand this data connection to the engine as stream `index`.
+    AttachStream {
+        /// The connection.
+        conn: ConnId,
+        /// Its stream index.
+        index: u32,
+    },
+    /// Senders stop (end of a duration workload).
+    StopSenders,
+    /// Tear the engine down at once.
+    AbortEngine,
+    /// Join the engine and report its result with [`ServerSession::handle_phase_result`].
+    FinishEngine {
+        /// The phase.
+        seq: u32,
+    },
+    /// The session is over (after flushing what was sent).
+    Close(SessionEnd),
+}
+
+#[derive(Debug)]
+struct PhaseState {
+    seq: u32,
+    kind: Phase,
+    attached: BTreeSet<u32>,
+    done: BTreeSet<u32>,
+    expected: Option<u32>,
+    end_deadline: Option<Instant>,
+    sender_deadline: Option<Instant>,
+    last_progress: Option<u64>,
+    last_activity: Instant,
+    stopped: bool,
+    /// Largest stream target announced with `WantStreams` (asked once per target).
+    want_sent: u32,
+}
+
+#[derive(Debug)]
+enum State {
+    Ready { idle_deadline: Instant },
+    Phase(PhaseState),
+    Finishing { seq: u32, main: bool },
+    Closed,
+}
+
+/// One admitted session. See the module documentation for the calling order.
+#[derive(Debug)]
+pub(crate) struct ServerSession {
+    params: TestParams,
+    policy: SessionPolicy,
+    state: State,
+    next_seq: u32,
+    expires: Instant,
+    out: VecDeque<SessionOutput>,
+    queued: VecDeque<ClientMsg>,
+    main_bytes: u64,
+}
+
+impl ServerSession {
+    /// A session admitted at `now` for `params` (already validated against the limits).
+    pub(crate) fn new(now: Instant, params: TestParams, policy: SessionPolicy) -> ServerSession {
+        ServerSession {
+            expires: now + policy.lifetime,
+            state: State::Ready {
+                idle_deadline: now + policy.idle_timeout,
+            },
+            params,
+            policy,
+            next_seq: 0,
+            out: VecDeque::new(),
+            queued: VecDeque::new(),
+            main_bytes: 0,
+        }
+    }
+
+    /// Payload bytes of the main phase, once it ended (for the log).
+    pub(crate) fn main_bytes(&self) -> u64 {
+        self.main_bytes
+    }
+
+    /// Whether the session is over.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// The running phase's number, if one runs (data connections of other phases are
+    /// refused).
+    #[cfg(test)]
+    pub(crate) fn running_phase(&self) -> Option<u32> {
+        match &self.state {
+            State::Phase(p) => Some(p.seq),
+            _ => None,
+        }
+    }
+
+    /// The latest time at which this session is certain to be gone if its client does
+    /// nothing more (for "retry after" in a busy server's refusal).
+    pub(crate) fn gone_by(&self) -> Instant {
+        match &self.state {
+            State::Ready { idle_deadline } => (*idle_deadline).min(self.expires),
+            _ => self.expires,
+        }
+    }
+
+    /// Whether phase `seq` has not started yet (a data connection for it may wait).
+    pub(crate) fn phase_is_future(&self, seq: u32) -> bool {
+        seq >= self.next_seq
+    }
+
+    /// The control connection broke the protocol (a malformed frame) or closed: the session
+    /// ends with this reason.
+    pub(crate) fn protocol_error(&mut self, reason: String) {
+        self.fail(reason, false);
+    }
+
+    /// The next thing to do.
+    pub(crate) fn poll_output(&mut self) -> Option<SessionOutput> {
+        self.out.pop_front()
+    }
+
+    /// When [`ServerSession::handle_timeout`] is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let own = match &self.state {
+            State::Closed => return None,
+            State::Ready { idle_deadline } => Some(*idle_deadline),
+            State::Phase(p) => [
+                Some(p.last_activity + self.policy.idle_timeout),
+                p.end_deadline,
+                p.sender_deadline.filter(|_| !p.stopped),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
+            State::Finishing { .. } => None,
+        };
+        Some(own.map_or(self.expires, |t| t.min(self.expires)))
+    }
+
+    fn send(&mut self, m: ServerMsg) {
+        self.out.push_back(SessionOutput::Send(m));
+    }
+
+    /// End the session with an error the client is told.
+    fn fail(&mut self, reason: String, integrity: bool) {
+        if self.is_closed() {
+            return;
+        }
+        if matches!(self.state, State::Phase(_) | State::Finishing { .. }) {
+            self.out.push_back(SessionOutput::AbortEngine);
+        }
+        self.send(ServerMsg::Abort {
+            integrity,
+            reason: reason.clone(),
+        });
+        self.out.push_back(SessionOutput::Close(SessionEnd::Failed {
+            reason,
+            integrity,
+        }));
+        self.state = State::Closed;
+    }
+
+    /// A control message from the client.
+    pub(crate) fn handle_msg(&mut self, now: Instant, msg: ClientMsg) {
+        let ending = match &mut self.state {
+            State::Closed => return,
+            State::Finishing { .. } => true,
+            State::Phase(p) => {
+                p.last_activity = now;
+                // After `EndPhase` the client may pipeline its next phase: it waits.
+                p.expected.is_some()
+            }
+            State::Ready { .. } => false,
+        };
+        if ending {
+            if self.queued.len() >= MAX_QUEUED {
+                return self.fail("too many messages while a phase ends".into(), false);
+            }
+            self.queued.push_back(msg);
+            return;
+        }
+        match msg {
+            ClientMsg::StartPhase {
+                seq,
+                phase,
+                hint,
+                streams,
+            } => self.start_phase(now, seq, phase, hint, streams),
+            ClientMsg::Stop { capped } => {
+                if let State::Phase(p) = &mut self.state {
+                    if !p.stopped {
+                        p.stopped = true;
+                        self.out.push_back(if capped {
+                            SessionOutput::AbortEngine
+                        } else {
+                            SessionOutput::StopSenders
+                        });
+                    }
+                }
+                // Outside a phase: a Stop that crossed the phase's end. Nothing to do.
+            }
+            ClientMsg::EndPhase { streams } => self.end_phase(now, streams),
+            ClientMsg::Bye => match self.state {
+                State::Ready { .. } => {
+                    self.out
+                        .push_back(SessionOutput::Close(SessionEnd::Completed));
+                    self.state = State::Closed;
+                }
+                _ => self.fail("the client left during a phase".into(), false),
+            },
+            other
+            @ (ClientMsg::Hello { .. } | ClientMsg::Auth { .. } | ClientMsg::Setup { .. }) => self
+                .fail(
+                    format!("unexpected {} in a running session", other.kind()),
+                    false,
+                ),
+        }
+    }
+
+    fn start_phase(&mut self, now: Instant, seq: u32, kind: Phase, hint: PathHint, streams: u32) {
+        if !matches!(self.state, State::Ready { .. }) {
+            return self.fail("start_phase while a phase runs".into(), false);
+        }
+        if seq != self.next_seq {
+            return self.fail(
+                format!("start_phase {seq}: expected phase {}", self.next_seq),
+                false,
+            );
+        }
+        if let Err(e) = check_phase(kind) {
+            return self.fail(e, false);
+        }
+        let max = self.policy.limits.max_streams;
+        if streams == 0 || streams > max {
+            return self.fail(
+                format!("{streams} streams in a phase; this session allows 1 to {max}"),
+                false,
+            );
+        }
+        self.next_seq += 1;
+        let limit_ms = match kind {
+            Phase::Probe { duration_ms } => Some(duration_ms),
+            Phase::Main => self.params.duration_ms.or(self.params.max_time_ms),
+        };
+        let sender_deadline =
+            limit_ms.map(|ms| now + Duration::from_millis(ms).saturating_add(SENDER_GRACE));
+        self.out.push_back(SessionOutput::StartEngine(EngineSpec {
+            seq,
+            kind,
+            params: self.params.clone(),
+            hint: sanitize_hint(hint),
+            streams,
+        }));
+        self.state = State::Phase(PhaseState {
+            seq,
+            kind,
+            attached: BTreeSet::new(),
+            done: BTreeSet::new(),
+            expected: None,
+            end_deadline: None,
+            sender_deadline,
+            last_progress: None,
+            last_activity: now,
+            stopped: false,
+            want_sent: streams,
+        });
+    }
+
+    fn end_phase(&mut self, now: Instant, streams: u32) {
+        let handshake = self.policy.handshake_timeout;
+        let max = self.policy.limits.max_streams;
+        let State::Phase(p) = &mut self.state else {
+            return self.fail("end_phase outside a phase".into(), false);
+        };
+        if p.expected.is_some() {
+            return self.fail("end_phase twice".into(), false);
+        }
+        let highest = p.attached.iter().next_back().map_or(0, |i| i + 1);
+        if streams > max || streams < highest {
+            return self.fail(
+                format!("end_phase with {streams} streams, but stream {highest} joined"),
+                false,
+            );
+        }
+        p.expected = Some(streams);
+        p.end_deadline = Some(now + handshake);
+        self.check_complete();
+    }
+
+    /// Whether a data connection for phase `seq`, stream `index` may join. `Err` says why
+    /// not (the endpoint closes the connection and counts it).
+    pub(crate) fn accepts(&self, seq: u32, index: u32) -> Result<(), String> {
+        let State::Phase(p) = &self.state else {
+            return Err("no phase is running".into());
+        };
+        if seq != p.seq {
+            return Err(format!("phase {seq} is not running (phase {} is)", p.seq));
+        }
+        if index >= self.policy.limits.max_streams {
+            return Err(format!(
+                "stream {} exceeds this session's limit of {} streams",
+                index + 1,
+                self.policy.limits.max_streams
+            ));
+        }
+        if p.expected.is_some_and(|n| index >= n) {
+            return Err(format!("stream {} was not announced", index + 1));
+        }
+        if p.attached.contains(&index) {
+            return Err(format!("stream {} joined already", index + 1));
+        }
+        if p.stopped {
+            return Err("the phase is stopping".into());
+        }
+        Ok(())
+    }
+
+    /// A data connection joins as stream `index` (after [`ServerSession::accepts`] said yes).
+    pub(crate) fn attach(&mut self, now: Instant, conn: ConnId, seq: u32, index: u32) {
+        if self.accepts(seq, index).is_err() {
+            return;
+        }
+        if let State::Phase(p) = &mut self.state {
+            p.attached.insert(index);
+            p.last_activity = now;
+            self.out
+                .push_back(SessionOutput::AttachStream { conn, index });
+        }
+    }
+
+    /// An event of the running phase's engine.
+    pub(crate) fn handle_engine(&mut self, now: Instant, ev: Event) {
+        let max = self.policy.limits.max_streams;
+        match ev {
+            Event::Integrity(e) => {
+                if matches!(self.state, State::Phase(_)) {
+                    self.fail(format!("integrity: {e}"), true);
+                }
+            }
+            Event::StreamDone(i) => {
+                if let State::Phase(p) = &mut self.state {
+                    p.done.insert(i);
+                    p.last_activity = now;
+                    self.check_complete();
+                }
+            }
+            Event::MoreStreams(r) => {
+                let State::Phase(p) = &mut self.state else {
+                    return;
+                };
+                let target = r.known_streams.saturating_add(r.count).min(max);
+                if p.stopped || p.expected.is_some() || target <= p.want_sent {
+                    return;
+                }
+                p.want_sent = target;
+                self.send(ServerMsg::WantStreams {
+                    known_streams: r.known_streams,
+                    count: r.count,
+                    reason: r.reason,
+                });
+            }
+        }
+    }
+
+    fn check_complete(&mut self) {
+        let State::Phase(p) = &self.state else {
+            return;
+        };
+        let Some(n) = p.expected else { return };
+        if p.attached.len() as u32 == n && p.done.len() as u32 >= n {
+            let (seq, main) = (p.seq, p.kind == Phase::Main);
+            self.out.push_back(SessionOutput::FinishEngine { seq });
+            self.state = State::Finishing { seq, main };
+        }
+    }
+
+    /// The finished engine's result for phase `seq`.
+    pub(crate) fn handle_phase_result(&mut self, now: Instant, seq: u32, result: SideResult) {
+        let State::Finishing { seq: s, main } = self.state else {
+            return;
+        };
+        if s != seq {
+            return;
+        }
+        if main {
+            self.main_bytes = result.streams.iter().map(|s| s.bytes).sum();
+        }
+        let integrity = result.integrity_error.clone();
+        self.send(ServerMsg::PhaseResult {
+            seq,
+            result: Box::new(result),
+        });
+        self.state = State::Ready {
+            idle_deadline: now + self.policy.idle_timeout,
+        };
+        if let Some(e) = integrity {
+            return self.fail(format!("integrity: {e}"), true);
+        }
+        while let Some(m) = self.queued.pop_front() {
+            self.handle_msg(now, m);
+            if !matches!(self.state, State::Ready { .. } | State::Phase(_)) {
+                // Finishing again or closed: keep the rest for later (or drop it).
+                break;
+            }
+        }
+    }
+
+    /// Time passed; `progress` is the engine's progress counter when a phase runs.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, progress: Option<u64>) {
+        if self.is_closed() {
+            return;
+        }
+        if now >= self.expires {
+            return self.fail(
+                format!(
+                    "the session exceeded this server's time limit of {} s",
+                    self.policy.lifetime.as_secs()
+                ),
+                false,
+            );
+        }
+        let idle = self.policy.idle_timeout;
+        match &mut self.state {
+            State::Ready { idle_deadline } => {
+                if now >= *idle_deadline {
+                    self.fail(
+                        format!("idle: no phase started for {:.0} s", idle.as_secs_f64()),
+                        false,
+                    );
+                }
+            }
+            State::Phase(p) => {
+                if let Some(b) = progress {
+                    if p.last_progress != Some(b) {
+                        p.last_progress = Some(b);
+                        p.last_activity = now;
+                    }
+                }
+                if p.sender_deadline.is_some_and(|d| now >= d) && !p.stopped {
+                    p.stopped = true;
+                    self.out.push_back(SessionOutput::StopSenders);
+                }
+                let State::Phase(p) = &self.state else { return };
+                if p.end_deadline.is_some_and(|d| now >= d) {
+                    let missing = p
+                        .expected
+                        .map_or(0, |n| n.saturating_sub(p.attached.len() as u32));
+                    let reason = if missing > 0 {
+                        format!("{missing} announced stream(s) did not connect in time")
+                    } else {
+                        "the phase did not end: streams still open after the client finished"
+                            .to_string()
+                    };
+                    return self.fail(reason, false);
+                }
+                if now >= p.last_activity + idle {
+                    self.fail(
+                        format!(
+                            "idle for {:.0} s: no control message and no data",
+                            idle.as_secs_f64()
+                        ),
+                        false,
+                    );
+                }
+            }
+            State::Finishing { .. } | State::Closed => {}
+        }
+    }
+}
+
+/// Check a client's request against the server's bounds.
+pub fn validate(p: &TestParams, l: &ServerLimits) -> Result<(), String> {
+    if p.streams == 0 || p.streams > l.max_streams {
+        return Err(format!(
+            "{} streams requested; this server allows 1 to {}",
+            p.streams, l.max_streams
+        ));
+    }
+    if p.message_size == 0 || p.message_size > l.max_message_size {
+        return Err(format!(
+            "message size {} bytes; this server allows 1 to {}",
+            p.message_size, l.max_message_size
+        ));
+    }
+    match p.duration_ms {
+        Some(d) => {
+            if d == 0 || d > l.max_duration_ms {
+                return Err(format!(
+                    "duration {d} ms; this server allows up to {} ms",
+                    l.max_duration_ms
+                ));
+            }
+        }
+        None => {
+            if p.messages == 0 || p.messages > l.max_messages {
+                return Err(format!(
+                    "{} messages; this server allows 1 to {}",
+                    p.messages, l.max_messages
+                ));
+            }
+            let total = p.messages.saturating_mul(p.message_size);
+            if total > l.max_total_bytes {
+                return Err(format!(
+                    "{total} bytes in total; this server allows up to {}",
+                    l.max_total_bytes
+                ));
+            }
+        }
+    }
+    if p.max_time_ms
+        .is_some_and(|m| m == 0 || m > l.max_duration_ms)
+    {
+        return Err(format!(
+            "time cap out of range; this server allows up to {} ms",
+            l.max_duration_ms
+        ));
+    }
+    if let Some(cc) = &p.congestion {
+        let ok = !cc.is_empty()
+            && cc.len() < 16
+            && cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(format!(
+                "'{}' is not a congestion control name",
+                super::guard::escape(cc, 32)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_phase(kind: Phase) -> Result<(), String> {
+    match kind {
+        Phase::Probe { duration_ms }
+            if duration_ms == 0 || duration_ms > MAX_PROBE.as_millis() as u64 =>
+        {
+            Err(format!(
+                "a probe of {duration_ms} ms; this server allows 1 to {} ms",
+                MAX_PROBE.as_millis()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A client's path hint, bounded so that no tuner arithmetic can overflow on it: RTT at
+/// most 60 s, rate at most 10 Tbit/s.
+pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
+    PathHint {
+        rtt: h.rtt.map(|r| r.min(Duration::from_secs(60))),
+        rate: h.rate.map(|r| Rate(r.0.min(10_000_000_000_000))),
+        rate_is_lower_bound: h.rate_is_lower_bound,
+    }
+}
+
+#[cfg(test)]
+mod tests;
