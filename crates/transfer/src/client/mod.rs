@@ -14,6 +14,7 @@
 //! println!("{:.1} Mbit/s", report.end.sum_received.bits_per_second / 1e6);
 //! ```
 
+mod conversation;
 mod driver;
 mod measure;
 

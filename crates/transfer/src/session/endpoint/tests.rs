@@ -2,6 +2,7 @@
 //! slices, time is an `Instant` the test moves.
 
 use super::*;
+use crate::proto::PROTOCOL_VERSION;
 use crate::proto::{encode, ClientAuth, Phase, TestParams};
 use crate::server::ServerEvent;
 use tcptune_core::{PathHint, TuneMode};

@@ -1,0 +1,688 @@
+//! One session with the server on one [`mio::Poll`]: the control connection, the data
+//! connections being opened and the engine's wake-ups. The [`ClientSession`] decides; this
+//! carries its decisions out, one phase at a time.
+
+use super::{ClientConfig, ClientError, Progress, ProgressFn};
+use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::pattern::Pattern;
+use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
+use crate::probe::ProbeResult;
+use crate::proto::{self, DataHello, FrameReader, Phase, ServerMsg, Token, MAX_SERVER_FRAME};
+use crate::report::Interval;
+use crate::session::client::{
+    ClientOutput, ClientPlan, ClientSession, Failure, Goal, Observe, PhaseOutcome, PhaseRequest,
+    ServerInfo,
+};
+use mio::net::TcpStream as MioStream;
+use mio::{Events, Interest, Poll, Token as MioToken, Waker};
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcptune_core::fullpipe::ProbePlan;
+use tcptune_core::{
+    Action, ConnEvent, HostLimits, PathHint, Role, Time, Tuner, TunerContext, TunerFactory,
+};
+use tcptune_sys::driver::TunerDriver;
+
+const CTRL: MioToken = MioToken(0);
+const WAKER: MioToken = MioToken(1);
+const STREAM_BASE: usize = 16;
+/// How often the live display is updated.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// What the main phase produced.
+pub(super) struct MainResult {
+    pub(super) local: SideResult,
+    pub(super) intervals: Vec<Interval>,
+    pub(super) outcome: PhaseOutcome,
+}
+
+/// A data connection being opened.
+struct Opening {
+    index: u32,
+    stream: MioStream,
+    driver: Box<TunerDriver>,
+}
+
+/// The running phase's local side.
+struct LocalPhase {
+    seq: u32,
+    engine: Engine,
+    tuning: PhaseTuning,
+    spec: DriverSpec,
+    main: bool,
+}
+
+/// The engine, as the session sees it.
+struct EngineObs<'a>(&'a Engine);
+
+impl Observe for EngineObs<'_> {
+    fn progress(&mut self) -> u64 {
+        self.0.progress()
+    }
+    fn delivered(&mut self) -> u64 {
+        self.0.delivered()
+    }
+}
+
+/// One session with the server: the control connection and the running phase.
+pub(super) struct Conversation<'a> {
+    cfg: &'a ClientConfig,
+    addr: SocketAddr,
+    poll: Poll,
+    events: Events,
+    waker: Arc<Waker>,
+    ctrl: MioStream,
+    reader: FrameReader,
+    out: Vec<u8>,
+    session: ClientSession,
+    pub(super) server: Option<ServerInfo>,
+    pub(super) local_limits: HostLimits,
+    force: bool,
+    token: Token,
+    seed: u64,
+    phase: Option<LocalPhase>,
+    opening: HashMap<usize, Opening>,
+    next_stream_token: usize,
+    seen_server: bool,
+}
+
+impl<'a> Conversation<'a> {
+    pub(super) fn new(
+        cfg: &'a ClientConfig,
+        addr: SocketAddr,
+        ctrl: std::net::TcpStream,
+        plan: ClientPlan,
+        local_limits: HostLimits,
+        force: bool,
+    ) -> Result<Conversation<'a>, ClientError> {
+        let io = |op: &'static str| {
+            move |source: io::Error| ClientError::Local {
+                op: op.to_string(),
+                source,
+            }
+        };
+        ctrl.set_nonblocking(true)
+            .map_err(io("non-blocking control connection"))?;
+        let mut ctrl = MioStream::from_std(ctrl);
+        let poll = Poll::new().map_err(io("create the event loop"))?;
+        poll.registry()
+            .register(&mut ctrl, CTRL, Interest::READABLE | Interest::WRITABLE)
+            .map_err(io("register the control connection"))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io("create a waker"))?);
+        let (token, seed) = (plan.token, plan.params.seed);
+        let session = ClientSession::new(Instant::now(), plan);
+        Ok(Conversation {
+            cfg,
+            addr,
+            poll,
+            events: Events::with_capacity(256),
+            waker,
+            ctrl,
+            reader: FrameReader::new(MAX_SERVER_FRAME),
+            out: Vec::new(),
+            session,
+            server: None,
+            local_limits,
+            force,
+            token,
+            seed,
+            phase: None,
+            opening: HashMap::new(),
+            next_stream_token: STREAM_BASE,
+            seen_server: false,
+        })
+    }
+
+    /// Run the bandwidth probe (see [`crate::probe`]).
+    pub(super) fn probe(&mut self, hint: &PathHint) -> Result<ProbeResult, ClientError> {
+        let t0 = Instant::now();
+        let max = self.cfg.max_streams.min(
+            self.server
+                .as_ref()
+                .map_or(u32::MAX, |s| s.limits.max_streams),
+        );
+        let sender_limits = if self.cfg.reverse {
+            self.server
+                .as_ref()
+                .map_or_else(|| self.local_limits.clone(), |s| s.host_limits.clone())
+        } else {
+            self.local_limits.clone()
+        };
+        let plan = ProbePlan::new(hint.rtt, &sender_limits, max);
+        let req = PhaseRequest {
+            goal: Goal::Probe(plan.clone()),
+            hint: hint.clone(),
+            streams: plan.streams.min(max).max(1),
+            reason: None,
+        };
+        let (_, _, outcome) = self.run_phase(req, None)?;
+        Ok(ProbeResult {
+            plan,
+            outcome: outcome.delivery,
+            wall: t0.elapsed(),
+        })
+    }
+
+    /// Run the transfer.
+    pub(super) fn main(
+        &mut self,
+        hint: &PathHint,
+        progress: Option<ProgressFn<'_>>,
+    ) -> Result<MainResult, ClientError> {
+        let initial = self.cfg.streams;
+        let (total, reason) = self.planned_streams(hint, initial);
+        let total = total.min(self.cfg.max_streams).max(initial);
+        let req = PhaseRequest {
+            goal: Goal::Main,
+            hint: hint.clone(),
+            streams: total,
+            reason: (total > initial).then_some(reason).flatten(),
+        };
+        let (local, intervals, outcome) = self.run_phase(req, progress)?;
+        Ok(MainResult {
+            local,
+            intervals,
+            outcome,
+        })
+    }
+
+    /// The limits of the end that sends and of the end that receives (the server's are
+    /// this host's until it has answered).
+    fn sender_receiver_limits(&self) -> (HostLimits, HostLimits) {
+        let remote = self
+            .server
+            .as_ref()
+            .map_or_else(|| self.local_limits.clone(), |s| s.host_limits.clone());
+        if self.cfg.reverse {
+            (remote, self.local_limits.clone())
+        } else {
+            (self.local_limits.clone(), remote)
+        }
+    }
+
+    /// Streams the sender's tuner of stream 0 asks for before connecting (`auto` when one
+    /// socket cannot hold the BDP), so that they all open before the first byte rather than
+    /// one by one after it: a throwaway tuner with the sender's limits is asked.
+    fn planned_streams(&self, hint: &PathHint, initial: u32) -> (u32, Option<String>) {
+        let (sender_limits, receiver_limits) = self.sender_receiver_limits();
+        let ctx = TunerContext {
+            role: Role::Sender,
+            limits: sender_limits,
+            hint: hint.clone(),
+            stream_index: 0,
+            streams: initial,
+        };
+        let mut tuner: Box<dyn Tuner> = match (&self.cfg.custom_tuner, self.cfg.reverse) {
+            (Some(c), false) => (c.0)(ctx),
+            (Some(_), true) => return (initial, None),
+            (None, _) => TunerFactory::new(self.cfg.tune.clone())
+                .with_peer_limits(receiver_limits)
+                .build(ctx),
+        };
+        tuner.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+        let mut total = initial;
+        let mut reason = None;
+        while let Some(a) = tuner.poll_action() {
+            if let Action::OpenStreams { count, reason: r } = a {
+                total = total.max(initial.saturating_add(count));
+                reason.get_or_insert(r);
+            }
+        }
+        (total, reason)
+    }
+
+    pub(super) fn bye(&mut self) {
+        self.session.finish();
+        let _ = self.carry_out(&mut None);
+        // Best effort: the server ends the session on EOF as well.
+        let _ = self.ctrl.set_nodelay(true);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while !self.out.is_empty() && Instant::now() < deadline {
+            if self.flush().is_err() {
+                break;
+            }
+            if !self.out.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Run one phase to its end.
+    fn run_phase(
+        &mut self,
+        req: PhaseRequest,
+        mut progress: Option<ProgressFn<'_>>,
+    ) -> Result<(SideResult, Vec<Interval>, PhaseOutcome), ClientError> {
+        let main = req.goal == Goal::Main;
+        let cfg = self.cfg;
+        let role = if cfg.reverse {
+            Role::Receiver
+        } else {
+            Role::Sender
+        };
+        let epoch = Instant::now();
+        let messages = (main && cfg.duration.is_none()).then_some(cfg.messages);
+        let waker = self.waker.clone();
+        let notify: Notify = Arc::new(move || {
+            let _ = waker.wake();
+        });
+        let engine = Engine::new(EngineConfig {
+            role,
+            pattern: Arc::new(Pattern::new(self.seed, cfg.message_size)),
+            messages,
+            corrupt: if main { cfg.corrupt_message } else { None },
+            record_series: main && cfg.samples,
+            interval: if main { cfg.interval } else { None },
+            epoch,
+            idle_timeout: cfg.idle_timeout,
+            notify: Some(notify),
+        });
+        let tuning = match (&cfg.custom_tuner, main) {
+            (Some(c), true) => PhaseTuning::Custom(c.0.clone()),
+            _ => PhaseTuning::for_phase(
+                if main {
+                    Phase::Main
+                } else {
+                    Phase::Probe { duration_ms: 1 }
+                },
+                &cfg.tune,
+            ),
+        };
+        let spec = DriverSpec {
+            role,
+            limits: self.local_limits.clone(),
+            hint: req.hint.clone(),
+            force: self.force,
+            record_series: main && cfg.samples,
+            epoch,
+        };
+        self.phase = Some(LocalPhase {
+            seq: 0,
+            engine,
+            tuning,
+            spec,
+            main,
+        });
+        let hint = req.hint.clone();
+        self.session.start_phase(Instant::now(), req);
+        let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
+        let mut last_progress = Instant::now();
+        let mut intervals_shown = 0usize;
+        loop {
+            if let Some(outcome) = self.carry_out(&mut Some(&hint))? {
+                let Some(p) = self.phase.take() else {
+                    return Err(ClientError::Protocol("a phase ended twice".into()));
+                };
+                let (local, intervals) = p.engine.finish();
+                if let Some(cb) = progress.as_mut() {
+                    // The last, partial interval is only known now.
+                    let rest = intervals.get(intervals_shown..).unwrap_or_default();
+                    if !rest.is_empty() {
+                        cb(&Progress {
+                            phase: if main { "transfer" } else { "probe" },
+                            elapsed: epoch.elapsed(),
+                            bytes: local.streams.iter().map(|s| s.bytes).sum(),
+                            total_bytes,
+                            streams: local.streams.len() as u32,
+                            intervals: rest.to_vec(),
+                        });
+                    }
+                }
+                return Ok((local, intervals, outcome));
+            }
+            let now = Instant::now();
+            let mut wait = self
+                .session
+                .poll_timeout()
+                .map_or(Duration::from_millis(100), |t| {
+                    t.saturating_duration_since(now)
+                });
+            if progress.is_some() {
+                wait = wait.min(PROGRESS_EVERY);
+            }
+            if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(ClientError::Local {
+                        op: "wait for events".into(),
+                        source: e,
+                    });
+                }
+            }
+            let ready: Vec<(usize, bool, bool)> = self
+                .events
+                .iter()
+                .map(|e| {
+                    (
+                        e.token().0,
+                        e.is_readable() || e.is_read_closed() || e.is_error(),
+                        e.is_writable() || e.is_error(),
+                    )
+                })
+                .collect();
+            for (token, readable, writable) in ready {
+                match MioToken(token) {
+                    CTRL => {
+                        if readable {
+                            self.read_ctrl()?;
+                        }
+                        if writable {
+                            self.flush()?;
+                        }
+                    }
+                    WAKER => {}
+                    _ if writable => self.stream_ready(token),
+                    _ => {}
+                }
+            }
+            // Engine events.
+            if let Some(p) = &self.phase {
+                let mut evs = Vec::new();
+                while let Some(ev) = p.engine.poll_event() {
+                    evs.push(ev);
+                }
+                for ev in evs {
+                    self.session.handle_engine(Instant::now(), ev);
+                }
+            }
+            let now = Instant::now();
+            if self.session.poll_timeout().is_some_and(|t| t <= now) {
+                if let Some(p) = &self.phase {
+                    let mut obs = EngineObs(&p.engine);
+                    self.session.handle_timeout(now, &mut obs);
+                }
+            }
+            if let (Some(cb), Some(p)) = (progress.as_mut(), &self.phase) {
+                let mut fresh = Vec::new();
+                while let Some(iv) = p.engine.poll_interval() {
+                    fresh.push(iv);
+                }
+                if !fresh.is_empty() || last_progress.elapsed() >= PROGRESS_EVERY {
+                    last_progress = Instant::now();
+                    intervals_shown += fresh.len();
+                    cb(&Progress {
+                        phase: if p.main { "transfer" } else { "probe" },
+                        elapsed: p.engine.started().map_or(Duration::ZERO, |s| s.elapsed()),
+                        bytes: p.engine.bytes(),
+                        total_bytes,
+                        streams: p.engine.streams(),
+                        intervals: fresh,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Carry the session's outputs out; `Some` when the phase is done.
+    fn carry_out(
+        &mut self,
+        hint: &mut Option<&PathHint>,
+    ) -> Result<Option<PhaseOutcome>, ClientError> {
+        while let Some(out) = self.session.poll_output() {
+            match out {
+                ClientOutput::Send(m) => {
+                    let frame = proto::encode(&m).map_err(|source| ClientError::Control {
+                        addr: self.addr,
+                        source,
+                    })?;
+                    self.out.extend_from_slice(&frame);
+                    self.flush()?;
+                }
+                ClientOutput::OpenStreams {
+                    seq,
+                    from,
+                    to,
+                    total,
+                } => {
+                    if let Some(p) = &mut self.phase {
+                        p.seq = seq;
+                    }
+                    for index in from..to {
+                        if let Err(e) = self.open_stream(seq, index, total) {
+                            self.session
+                                .handle_stream_failed(Instant::now(), index, e.to_string());
+                        }
+                    }
+                }
+                ClientOutput::StopSenders => {
+                    if let Some(p) = &self.phase {
+                        p.engine.stop();
+                    }
+                }
+                ClientOutput::AbortEngine => {
+                    if let Some(p) = &self.phase {
+                        p.engine.abort();
+                    }
+                }
+                ClientOutput::PhaseDone { outcome, .. } => return Ok(Some(outcome)),
+                ClientOutput::Failed(f) => {
+                    if let Some(p) = self.phase.take() {
+                        p.engine.abort();
+                    }
+                    return Err(self.error(f));
+                }
+            }
+            if !self.seen_server {
+                if let Some(info) = self.session.server().cloned() {
+                    self.seen_server = true;
+                    self.server = Some(info);
+                    // With the server's limits known, the plan may want more streams.
+                    if let (Some(h), Some(p)) = (hint.as_ref(), &self.phase) {
+                        if p.main {
+                            let initial = self.cfg.streams;
+                            let (total, reason) = self.planned_streams(h, initial);
+                            if total > self.session.streams_requested() {
+                                self.session.raise_target(
+                                    total.min(self.cfg.max_streams),
+                                    reason.unwrap_or_default(),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn error(&self, f: Failure) -> ClientError {
+        match f {
+            Failure::Rejected {
+                reason,
+                retry_after_s,
+            } => ClientError::Rejected {
+                reason,
+                retry_after_s,
+            },
+            Failure::NoAnswer(m) => ClientError::Timeout(m),
+            Failure::Protocol(m) if !self.seen_server => ClientError::NotTcptune {
+                addr: self.addr,
+                detail: m,
+            },
+            Failure::Protocol(m) => ClientError::Protocol(m),
+            Failure::Integrity(reason) => ClientError::Integrity {
+                reason,
+                report: None,
+            },
+            Failure::Transfer(reason) => ClientError::Transfer {
+                reason,
+                report: None,
+            },
+            Failure::Connect(m) => ClientError::Stream(m),
+            Failure::Closed if self.session.server().is_none() => ClientError::NotTcptune {
+                addr: self.addr,
+                detail: "it closed the connection without an answer".into(),
+            },
+            Failure::Closed => ClientError::Control {
+                addr: self.addr,
+                source: crate::proto::ProtoError::Closed,
+            },
+        }
+    }
+
+    fn open_stream(&mut self, seq: u32, index: u32, total: u32) -> Result<(), String> {
+        let Some(p) = &self.phase else {
+            return Err("no phase".into());
+        };
+        let mut driver = p.spec.driver(&p.tuning, index, total.max(index + 1));
+        let fd = prepared_socket(
+            &self.addr,
+            &mut driver,
+            &p.spec,
+            self.cfg.congestion.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(ip) = self.cfg.bind {
+            tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0)).map_err(|e| e.to_string())?;
+        }
+        let stream = tcptune_sys::net::connect_start(fd, &self.addr).map_err(|e| e.to_string())?;
+        let mut stream = MioStream::from_std(stream);
+        let token = self.next_stream_token;
+        self.next_stream_token += 1;
+        self.poll
+            .registry()
+            .register(&mut stream, MioToken(token), Interest::WRITABLE)
+            .map_err(|e| format!("registering stream {}: {e}", index + 1))?;
+        self.opening.insert(
+            token,
+            Opening {
+                index,
+                stream,
+                driver,
+            },
+        );
+        let _ = seq;
+        Ok(())
+    }
+
+    /// A data connection finished its handshake (or failed).
+    fn stream_ready(&mut self, token: usize) {
+        let Some(mut o) = self.opening.remove(&token) else {
+            return;
+        };
+        let now = Instant::now();
+        let _ = self.poll.registry().deregister(&mut o.stream);
+        let failed = match o.stream.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e.to_string()),
+            Ok(None) => o.stream.peer_addr().err().map(|e| e.to_string()),
+        };
+        if let Some(why) = failed {
+            return self.session.handle_stream_failed(
+                now,
+                o.index,
+                format!("connect {}: {why}", self.addr),
+            );
+        }
+        // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
+        let mut stream = unsafe { std::net::TcpStream::from_raw_fd(o.stream.into_raw_fd()) };
+        let Some(p) = &mut self.phase else { return };
+        let hello = DataHello {
+            token: self.token,
+            seq: p.seq,
+            stream: o.index,
+        }
+        .encode();
+        // A new connection's send buffer is empty: 32 bytes go at once.
+        if let Err(e) = stream.write_all(&hello) {
+            return self.session.handle_stream_failed(
+                now,
+                o.index,
+                format!("sending its hello: {e}"),
+            );
+        }
+        match p.engine.add_stream(o.index, stream, o.driver) {
+            Ok(()) => self.session.handle_stream_open(now, o.index),
+            Err(e) => {
+                self.session
+                    .handle_stream_failed(now, o.index, format!("starting its thread: {e}"))
+            }
+        }
+    }
+
+    /// Read what the server sent and hand every complete message to the session. The server
+    /// closing is the session's to judge (after the messages before it, such as a refusal).
+    fn read_ctrl(&mut self) -> Result<(), ClientError> {
+        loop {
+            let closed = match self.reader.fill(&mut self.ctrl) {
+                Ok(true) => false,
+                Ok(false) => return Ok(()),
+                Err(crate::proto::ProtoError::Closed) => true,
+                Err(e) if self.session.server().is_none() => {
+                    return Err(ClientError::NotTcptune {
+                        addr: self.addr,
+                        detail: e.to_string(),
+                    })
+                }
+                Err(source) => {
+                    return Err(ClientError::Control {
+                        addr: self.addr,
+                        source,
+                    })
+                }
+            };
+            loop {
+                let body = match self.reader.take_frame() {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(e) if self.session.server().is_none() => {
+                        return Err(ClientError::NotTcptune {
+                            addr: self.addr,
+                            detail: e.to_string(),
+                        })
+                    }
+                    Err(source) => {
+                        return Err(ClientError::Control {
+                            addr: self.addr,
+                            source,
+                        })
+                    }
+                };
+                match proto::decode::<ServerMsg>(&body) {
+                    Ok(m) => self.session.handle_msg(Instant::now(), m),
+                    Err(e) if self.session.server().is_none() => {
+                        return Err(ClientError::NotTcptune {
+                            addr: self.addr,
+                            detail: e.to_string(),
+                        })
+                    }
+                    Err(e) => return Err(ClientError::Protocol(e.to_string())),
+                }
+            }
+            if closed {
+                self.session.handle_closed(Instant::now());
+                return Ok(());
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), ClientError> {
+        while !self.out.is_empty() {
+            match self.ctrl.write(&self.out) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(ClientError::Control {
+                        addr: self.addr,
+                        source: e.into(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Conversation<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.phase.take() {
+            p.engine.abort();
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The handshake part of the [`Endpoint`]: `Hello` (protocol, token, proof of the shared
+//! secret), the challenge when the proof's freshness cannot be checked, and `Setup`, which
+//! admits the session or refuses it saying why.
+
+use super::{
+    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, SessionEntry, Stage, MAX_DISCARDED,
+};
+use crate::auth::CLOCK_SKEW;
+use crate::proto::{
+    self, ClientAuth, ClientMsg, FrameReader, ServerMsg, Token, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
+    PROTOCOL_VERSION,
+};
+use crate::server::ServerEvent;
+use crate::session::guard::Freshness;
+use crate::session::server::{ServerSession, SessionPolicy, MAX_PROBE};
+use crate::session::ConnId;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+impl Endpoint {
+    pub(super) fn handshake_frames(&mut self, now: Instant, unix_s: u64, conn: ConnId) {
+        loop {
+            let Some(Conn {
+                state: ConnState::Handshake(h),
+                ..
+            }) = self.conns.get_mut(&conn)
+            else {
+                return;
+            };
+            let body = match h.reader.take_frame() {
+                Ok(Some(b)) => b,
+                Ok(None) => return,
+                Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
+            };
+            let msg = match proto::decode::<ClientMsg>(&body) {
+                Ok(m) => m,
+                Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
+            };
+            // A first complete message: the handshake's own deadline applies from now on.
+            self.set_deadline(conn, now + self.cfg.handshake_timeout);
+            self.handshake_msg(now, unix_s, conn, msg);
+        }
+    }
+
+    pub(super) fn set_deadline(&mut self, conn: ConnId, d: Instant) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if let Some(old) = c.deadline {
+                if old >= d {
+                    return;
+                }
+                self.deadlines.remove(&(old, conn));
+            }
+            c.deadline = Some(d);
+            self.deadlines.insert((d, conn));
+        }
+    }
+
+    fn handshake_msg(&mut self, now: Instant, unix_s: u64, conn: ConnId, msg: ClientMsg) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &mut c.state else {
+            return;
+        };
+        match (&mut h.stage, msg) {
+            (
+                Stage::Hello,
+                ClientMsg::Hello {
+                    protocol,
+                    token,
+                    auth,
+                    ..
+                },
+            ) => {
+                if protocol != PROTOCOL_VERSION {
+                    let why = format!(
+                        "protocol version {protocol} is not supported (this server speaks {PROTOCOL_VERSION}; update tcptune at one end)"
+                    );
+                    return self.reject(now, conn, "protocol", why, None);
+                }
+                let Some(token) = token else {
+                    return self.reject(
+                        now,
+                        conn,
+                        "protocol",
+                        "hello without a session token".into(),
+                        None,
+                    );
+                };
+                h.token = Some(token);
+                if self.tokens.contains_key(&token) {
+                    return self.reject(now, conn, "protocol", "session token in use".into(), None);
+                }
+                if let Some(wait) = self
+                    .addrs
+                    .get(&peer.ip())
+                    .and_then(|a| a.backoff.blocked_for(now))
+                {
+                    let why = format!(
+                        "too many failed authentications from {}: retry in {} s",
+                        peer.ip(),
+                        ceil_secs(wait)
+                    );
+                    return self.reject(now, conn, "auth_backoff", why, Some(wait));
+                }
+                self.check_proof(now, unix_s, conn, peer, token, auth);
+            }
+            (Stage::Hello, other) => {
+                let why = format!("expected hello, got {}", other.kind());
+                self.reject(now, conn, "protocol", why, None);
+            }
+            (Stage::Auth { nonce, .. }, ClientMsg::Auth { mac }) => {
+                let nonce = *nonce;
+                let token = h.token.unwrap_or(Token([0; 16]));
+                let ok = self.cfg.secret.as_ref().is_some_and(|s| {
+                    proto::from_hex::<32>(&mac)
+                        .is_some_and(|m| s.verify_answer(&nonce, &token.0, &m))
+                });
+                if ok {
+                    h.stage = Stage::Setup;
+                    self.addrs.entry(peer.ip()).or_default().backoff.succeed();
+                } else {
+                    self.auth_failed(now, conn, peer);
+                }
+            }
+            (Stage::Auth { discarded, .. }, _) => {
+                // Sent before the client saw the challenge: dropped, the client sends it
+                // again after `Auth`.
+                *discarded += 1;
+                if *discarded > MAX_DISCARDED {
+                    self.reject(
+                        now,
+                        conn,
+                        "protocol",
+                        "no answer to the challenge".into(),
+                        None,
+                    );
+                }
+            }
+            (Stage::Setup, ClientMsg::Setup { params }) => self.admit(now, conn, params),
+            (Stage::Setup, other) => {
+                let why = format!("expected setup, got {}", other.kind());
+                self.reject(now, conn, "protocol", why, None);
+            }
+        }
+    }
+
+    fn check_proof(
+        &mut self,
+        now: Instant,
+        unix_s: u64,
+        conn: ConnId,
+        peer: SocketAddr,
+        token: Token,
+        auth: Option<ClientAuth>,
+    ) {
+        let Some(secret) = self.cfg.secret.clone() else {
+            self.set_stage(conn, Stage::Setup);
+            return;
+        };
+        let Some(auth) = auth else {
+            let why =
+                "this server requires a shared secret: pass the server's secret with --secret-file"
+                    .to_string();
+            return self.reject(now, conn, "auth", why, None);
+        };
+        let nonce = proto::from_hex::<32>(&auth.nonce);
+        let mac = proto::from_hex::<32>(&auth.mac);
+        let (Some(nonce), Some(mac)) = (nonce, mac) else {
+            return self.auth_failed(now, conn, peer);
+        };
+        if !secret.verify_proof(&nonce, auth.time_unix_s, &token.0, &mac) {
+            return self.auth_failed(now, conn, peer);
+        }
+        self.addrs.entry(peer.ip()).or_default().backoff.succeed();
+        let skew = unix_s.abs_diff(auth.time_unix_s);
+        let reason = if skew > CLOCK_SKEW.as_secs() {
+            Some(format!(
+                "the client's clock is {skew} s away from the server's"
+            ))
+        } else {
+            let expires = unix_s.max(auth.time_unix_s) + CLOCK_SKEW.as_secs();
+            match self.replay.check(unix_s, nonce, expires) {
+                Freshness::Fresh => None,
+                Freshness::Replayed => Some("a proof seen before".to_string()),
+                Freshness::Full => Some("too many recent proofs to check".to_string()),
+            }
+        };
+        match reason {
+            None => self.set_stage(conn, Stage::Setup),
+            Some(reason) => {
+                let nonce = (self.nonces)();
+                let msg = ServerMsg::Challenge {
+                    nonce: proto::to_hex(&nonce),
+                    reason,
+                };
+                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                    self.events.push_back(EndpointEvent::Send { conn, frame });
+                }
+                self.set_stage(
+                    conn,
+                    Stage::Auth {
+                        nonce,
+                        discarded: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    fn set_stage(&mut self, conn: ConnId, stage: Stage) {
+        if let Some(Conn {
+            state: ConnState::Handshake(h),
+            ..
+        }) = self.conns.get_mut(&conn)
+        {
+            h.stage = stage;
+        }
+    }
+
+    fn auth_failed(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
+        let b = &mut self.addrs.entry(peer.ip()).or_default().backoff;
+        b.fail(now);
+        let wait = b.blocked_for(now).map_or(0, ceil_secs);
+        let why = format!(
+            "authentication failed: the shared secret does not match the server's (this address may try again in {wait} s)"
+        );
+        self.reject(now, conn, "auth", why, None);
+    }
+
+    /// Admit the session of a complete handshake, or refuse it saying why.
+    fn admit(&mut self, now: Instant, conn: ConnId, params: crate::proto::TestParams) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &c.state else {
+            return;
+        };
+        let Some(token) = h.token else { return };
+        if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
+            return self.reject(now, conn, "bad_request", e, None);
+        }
+        if let Some(cc) = &params.congestion {
+            if !self.host.available_cc.iter().any(|a| a == cc) {
+                let why = format!(
+                    "congestion control '{cc}' is not available on this server (available: {})",
+                    self.host.available_cc.join(", ")
+                );
+                return self.reject(now, conn, "bad_request", why, None);
+            }
+        }
+        if self.tokens.contains_key(&token) {
+            return self.reject(now, conn, "protocol", "session token in use".into(), None);
+        }
+        let addr_sessions = self.addrs.get(&peer.ip()).map_or(0, |a| a.sessions);
+        if addr_sessions >= self.cfg.max_sessions_per_addr {
+            let why = format!(
+                "{} already runs {addr_sessions} sessions here (the limit per address)",
+                peer.ip()
+            );
+            let retry = self.retry_after(now, Some(peer.ip()));
+            return self.reject(now, conn, "addr_sessions", why, retry);
+        }
+        if self.sessions.len() as u32 >= self.cfg.max_sessions {
+            let retry = self.retry_after(now, None);
+            let why = format!(
+                "server busy: all {} session slots are in use{}",
+                self.cfg.max_sessions,
+                retry.map_or(String::new(), |d| format!(
+                    "; one frees within {} s at the latest",
+                    ceil_secs(d)
+                ))
+            );
+            return self.reject(now, conn, "busy", why, retry);
+        }
+        // This connection stops being pending; the session reserves its own descriptors.
+        let free = self
+            .cfg
+            .fd_budget
+            .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
+        let allowance = u64::from(self.cfg.limits.max_streams).min(free) as u32;
+        if allowance < params.streams {
+            let why = format!(
+                "server out of file descriptors for {} more streams (RLIMIT_NOFILE): retry later",
+                params.streams
+            );
+            return self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let ConnState::Handshake(h) =
+            std::mem::replace(&mut c.state, ConnState::Unknown(Vec::new()))
+        else {
+            return;
+        };
+        let sid = self.next_session;
+        self.next_session += 1;
+        c.state = ConnState::Control(sid);
+        if let Some(d) = c.deadline.take() {
+            self.deadlines.remove(&(d, conn));
+        }
+        self.pending = self.pending.saturating_sub(1);
+        let a = self.addrs.entry(peer.ip()).or_default();
+        a.pending.retain(|x| *x != conn);
+        a.sessions += 1;
+        let reserved = 1 + u64::from(allowance);
+        self.reserved += reserved;
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let lifetime = self.cfg.handshake_timeout
+            + MAX_PROBE
+            + Duration::from_millis(self.cfg.limits.max_duration_ms)
+            + self.cfg.idle_timeout * 2;
+        let policy = SessionPolicy {
+            limits: limits.clone(),
+            handshake_timeout: self.cfg.handshake_timeout,
+            idle_timeout: self.cfg.idle_timeout,
+            lifetime,
+        };
+        let label = proto::to_hex(&token.0)[..8].to_string();
+        let congestion = params
+            .congestion
+            .clone()
+            .unwrap_or_else(|| self.host.congestion.clone());
+        let accepted = ServerMsg::Accepted {
+            limits,
+            host_limits: self.host.limits.clone(),
+            congestion,
+            can_force: self.host.limits.can_force,
+            auth_required: self.cfg.secret.is_some(),
+        };
+        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send { conn, frame });
+        }
+        self.events
+            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
+                peer,
+                session: label.clone(),
+                params: Box::new(params.clone()),
+            }));
+        self.tokens.insert(token, sid);
+        self.sessions.insert(
+            sid,
+            SessionEntry {
+                session: ServerSession::new(now, params, policy),
+                reader: FrameReader::new(MAX_CLIENT_FRAME),
+                ctrl: conn,
+                peer,
+                token,
+                label,
+                reserved,
+            },
+        );
+        // What the client pipelined after Setup is the session's.
+        let rest = h.reader;
+        if let Some(e) = self.sessions.get_mut(&sid) {
+            e.reader = rest;
+        }
+        self.on_bytes(now, 0, conn, &[]);
+    }
+}
