@@ -15,6 +15,9 @@ pub(crate) mod endpoint;
 pub mod guard;
 pub(crate) mod server;
 
+#[cfg(test)]
+mod fuzz;
+
 /// A connection, as the driver numbers it.
 pub type ConnId = u64;
 /// A session, as the endpoint numbers it.

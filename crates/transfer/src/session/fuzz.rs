@@ -1,0 +1,480 @@
+//! A time-bounded random-walk fuzzer for the state machines: the server's [`Endpoint`] and
+//! the client's [`ClientSession`] get random connections, random bytes, random and
+//! half-valid messages in every state, engine events, phase results and jumps in time, and
+//! must never panic nor break their bounds (pending connections, sessions, descriptors).
+//!
+//! It runs as a test for `TCPTUNE_FUZZ_SECONDS` (default 2 s; CI sets more) with a seed
+//! from `TCPTUNE_FUZZ_SEED` or the clock, printed so that a failure can be replayed.
+
+use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
+use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
+use crate::engine::{Event, SideResult};
+use crate::proto::{
+    self, ClientAuth, ClientMsg, DataHello, Phase, ServerLimits, ServerMsg, TestParams, Token,
+    PROTOCOL_VERSION,
+};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tcptune_core::{Bytes, HostLimits, PathHint, Rate, TuneMode};
+use tcptune_sys::driver::StreamRequest;
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+    fn pick_u64(&mut self) -> u64 {
+        match self.below(6) {
+            0 => 0,
+            1 => u64::MAX,
+            2 => self.below(10),
+            3 => 1 << self.below(40),
+            _ => self.next(),
+        }
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("TCPTUNE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        })
+}
+
+fn budget() -> Duration {
+    let secs = std::env::var("TCPTUNE_FUZZ_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+fn params(r: &mut Rng) -> TestParams {
+    let tunes = [
+        TuneMode::None,
+        TuneMode::Kernel,
+        TuneMode::Auto,
+        TuneMode::Psc,
+        TuneMode::Drs,
+        TuneMode::Probe,
+        TuneMode::Fixed(Bytes(r.pick_u64())),
+        TuneMode::Manual(Some(Rate(r.pick_u64()))),
+    ];
+    TestParams {
+        tune: tunes[r.below(tunes.len() as u64) as usize].clone(),
+        streams: if r.chance(70) {
+            1 + r.below(4) as u32
+        } else {
+            r.next() as u32
+        },
+        message_size: if r.chance(70) { 1 << 20 } else { r.pick_u64() },
+        messages: if r.chance(70) { 8 } else { r.pick_u64() },
+        duration_ms: r.chance(30).then(|| r.pick_u64()),
+        max_time_ms: r.chance(20).then(|| r.pick_u64()),
+        reverse: r.chance(50),
+        samples: r.chance(30),
+        congestion: match r.below(4) {
+            0 => Some("cubic".into()),
+            1 => Some(String::from_utf8_lossy(&r.bytes(5)).into_owned()),
+            _ => None,
+        },
+        seed: r.next(),
+        corrupt_message: r.chance(5).then(|| r.below(10)),
+    }
+}
+
+fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
+    let token = tokens[r.below(tokens.len() as u64) as usize];
+    match r.below(8) {
+        0 => ClientMsg::Hello {
+            protocol: if r.chance(90) {
+                PROTOCOL_VERSION
+            } else {
+                r.next() as u32
+            },
+            version: "fuzz".into(),
+            token: r.chance(95).then_some(Token([token; 16])),
+            auth: r.chance(20).then(|| ClientAuth {
+                nonce: proto::to_hex(&r.bytes(32)),
+                time_unix_s: r.pick_u64(),
+                mac: if r.chance(50) {
+                    proto::to_hex(&r.bytes(32))
+                } else {
+                    "zz".into()
+                },
+            }),
+        },
+        1 => ClientMsg::Auth {
+            mac: proto::to_hex(&r.bytes(32)),
+        },
+        2 => ClientMsg::Setup { params: params(r) },
+        3 => ClientMsg::StartPhase {
+            seq: r.below(3) as u32,
+            phase: if r.chance(70) {
+                Phase::Main
+            } else {
+                Phase::Probe {
+                    duration_ms: r.pick_u64(),
+                }
+            },
+            hint: PathHint {
+                rtt: r.chance(50).then(|| Duration::from_micros(r.pick_u64() >> 20)),
+                rate: r.chance(50).then(|| Rate(r.pick_u64())),
+                rate_is_lower_bound: r.chance(50),
+            },
+            streams: r.below(10) as u32,
+        },
+        4 => ClientMsg::Stop {
+            capped: r.chance(50),
+        },
+        5 => ClientMsg::EndPhase {
+            streams: r.below(10) as u32,
+        },
+        _ => ClientMsg::Bye,
+    }
+}
+
+fn config() -> EndpointConfig {
+    EndpointConfig {
+        limits: ServerLimits {
+            max_streams: 8,
+            max_message_size: 16 << 20,
+            max_messages: 1 << 24,
+            max_total_bytes: 1 << 40,
+            max_duration_ms: 60_000,
+        },
+        max_sessions: 4,
+        max_sessions_per_addr: 2,
+        max_pending: 32,
+        max_pending_per_addr: 8,
+        first_frame_timeout: Duration::from_secs(5),
+        handshake_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(30),
+        secret: None,
+        fd_budget: 120,
+    }
+}
+
+#[test]
+fn the_endpoint_survives_random_walks_within_its_bounds() {
+    let seed = seed();
+    let budget = budget();
+    println!("endpoint fuzz: seed {seed} (TCPTUNE_FUZZ_SEED), {budget:?}");
+    let mut r = Rng(seed);
+    let started = Instant::now();
+    let mut steps = 0u64;
+    let mut walks = 0u64;
+    let (mut admitted, mut phases, mut attached, mut results) = (0u64, 0u64, 0u64, 0u64);
+    while started.elapsed() < budget {
+        walks += 1;
+        let mut cfg = config();
+        if r.chance(30) {
+            cfg.secret = crate::auth::Secret::from_bytes(b"fuzz");
+        }
+        let limits = cfg.clone();
+        let host = HostInfo {
+            limits: HostLimits::linux_defaults(),
+            congestion: "cubic".into(),
+            available_cc: vec!["cubic".into()],
+        };
+        let mut e = Endpoint::new(cfg, host, Box::new(|| [7; 32]));
+        let mut now = Instant::now();
+        let mut conns: Vec<u64> = Vec::new();
+        let mut next_conn = 1u64;
+        let mut finishing: Vec<(u64, u32)> = Vec::new();
+        let mut sessions: Vec<u64> = Vec::new();
+        let mut peers: std::collections::HashMap<u64, std::net::IpAddr> = Default::default();
+        let mut flights: Vec<(u64, u8, std::net::IpAddr)> = Vec::new();
+        let tokens = [1u8, 2, 3, 4];
+        for _ in 0..400 {
+            steps += 1;
+            match r.below(13) {
+                0 | 1 => {
+                    let peer = SocketAddr::from(([10, 0, 0, r.below(6) as u8], 1000 + next_conn as u16));
+                    e.on_accept(now, next_conn, peer);
+                    peers.insert(next_conn, peer.ip());
+                    conns.push(next_conn);
+                    next_conn += 1;
+                }
+                11 if !flights.is_empty() => {
+                    // A data connection for a session that sent a valid first flight, or
+                    // its end of phase: the happy path with random timing.
+                    let (ctrl, t, ip) = flights[r.below(flights.len() as u64) as usize];
+                    if r.chance(70) {
+                        let peer = SocketAddr::from((ip, 2000 + next_conn as u16));
+                        e.on_accept(now, next_conn, peer);
+                        let hello = DataHello {
+                            token: Token([t; 16]),
+                            seq: r.below(2) as u32,
+                            stream: r.below(3) as u32,
+                        }
+                        .encode();
+                        e.on_bytes(now, 0, next_conn, &hello[..8]);
+                        e.on_bytes(now, 0, next_conn, &hello[8..]);
+                        conns.push(next_conn);
+                        next_conn += 1;
+                    } else {
+                        let f = proto::encode(&ClientMsg::EndPhase {
+                            streams: r.below(3) as u32,
+                        })
+                        .unwrap_or_default();
+                        if e.read_limit(ctrl) == ReadLimit::Frames {
+                            e.on_bytes(now, 0, ctrl, &f);
+                        }
+                    }
+                }
+                2..=5 if !conns.is_empty() => {
+                    let c = conns[r.below(conns.len() as u64) as usize];
+                    let data = match r.below(4) {
+                        0 => {
+                            let n = 1 + r.below(64) as usize;
+                            r.bytes(n)
+                        }
+                        1 => DataHello {
+                            token: Token([tokens[r.below(4) as usize]; 16]),
+                            seq: r.below(3) as u32,
+                            stream: r.below(10) as u32,
+                        }
+                        .encode()
+                        .to_vec(),
+                        2 => {
+                            // A valid first flight, so that the walk reaches running phases.
+                            let t = tokens[r.below(4) as usize];
+                            if let Some(ip) = peers.get(&c) {
+                                flights.push((c, t, *ip));
+                            }
+                            let mut p = params(&mut r);
+                            p.streams = 1 + r.below(3) as u32;
+                            p.message_size = 1 << 20;
+                            p.messages = 4;
+                            p.duration_ms = None;
+                            p.max_time_ms = None;
+                            p.congestion = None;
+                            let flight = [
+                                ClientMsg::Hello {
+                                    protocol: PROTOCOL_VERSION,
+                                    version: "fuzz".into(),
+                                    token: Some(Token([t; 16])),
+                                    auth: None,
+                                },
+                                ClientMsg::Setup { params: p },
+                                ClientMsg::StartPhase {
+                                    seq: 0,
+                                    phase: Phase::Main,
+                                    hint: PathHint::default(),
+                                    streams: 2,
+                                },
+                            ];
+                            flight
+                                .iter()
+                                .flat_map(|m| proto::encode(m).unwrap_or_default())
+                                .collect()
+                        }
+                        _ => proto::encode(&message(&mut r, &tokens)).unwrap_or_default(),
+                    };
+                    let mut rest = &data[..];
+                    while !rest.is_empty() {
+                        let n = match e.read_limit(c) {
+                            ReadLimit::None => break,
+                            ReadLimit::Exact(n) => n.min(rest.len()),
+                            ReadLimit::Frames => rest.len().min(1 + r.below(200) as usize),
+                        };
+                        e.on_bytes(now, 1_000_000 + r.below(1000), c, &rest[..n]);
+                        rest = &rest[n..];
+                    }
+                }
+                6 if !conns.is_empty() => {
+                    let i = r.below(conns.len() as u64) as usize;
+                    e.on_closed(now, conns.swap_remove(i));
+                }
+                7 if !sessions.is_empty() => {
+                    let s = sessions[r.below(sessions.len() as u64) as usize];
+                    let ev = match r.below(4) {
+                        0 | 3 => Event::StreamDone(r.below(3) as u32),
+                        1 => Event::MoreStreams(StreamRequest {
+                            known_streams: r.below(10) as u32,
+                            count: r.next() as u32,
+                            reason: "fuzz".into(),
+                        }),
+                        _ => Event::Integrity("fuzz".into()),
+                    };
+                    e.on_engine(now, s, ev);
+                }
+                8 if !finishing.is_empty() => {
+                    let (s, seq) = finishing.swap_remove(0);
+                    e.on_phase_result(now, s, seq, SideResult::default());
+                }
+                9 => {
+                    now += Duration::from_millis(r.below(20_000));
+                    e.on_timeout(now, &|_| Some(r_progress()));
+                }
+                10 if !sessions.is_empty() => {
+                    let s = sessions[r.below(sessions.len() as u64) as usize];
+                    e.on_session_error(now, s, "fuzz".into());
+                }
+                _ => {}
+            }
+            while let Some(ev) = e.poll_event() {
+                match ev {
+                    EndpointEvent::StartEngine { session, .. } => {
+                        phases += 1;
+                        if !sessions.contains(&session) {
+                            sessions.push(session);
+                        }
+                    }
+                    EndpointEvent::FinishEngine { session, seq } => {
+                        results += 1;
+                        finishing.push((session, seq));
+                    }
+                    EndpointEvent::Attach { .. } => attached += 1,
+                    EndpointEvent::Log(crate::server::ServerEvent::SessionStarted { .. }) => {
+                        admitted += 1
+                    }
+                    EndpointEvent::SessionGone { session } => sessions.retain(|s| *s != session),
+                    EndpointEvent::Send { frame, .. } => {
+                        assert!(frame.len() >= 4);
+                        let _: ServerMsg = proto::decode(&frame[4..]).expect("the server sends valid frames");
+                    }
+                    _ => {}
+                }
+            }
+            let s = e.stats();
+            assert!(s.pending <= u64::from(limits.max_pending), "{s:?}");
+            assert!(s.sessions_active <= u64::from(limits.max_sessions), "{s:?}");
+        }
+    }
+    println!(
+        "endpoint fuzz: {walks} walks, {steps} steps, no panic; reached {admitted} admissions, {phases} phases, {attached} streams joined, {results} phases finished"
+    );
+    assert!(admitted > 0 && phases > 0 && attached > 0 && results > 0, "the walk must reach running phases");
+}
+
+fn r_progress() -> u64 {
+    0
+}
+
+struct Still;
+
+impl Observe for Still {
+    fn progress(&mut self) -> u64 {
+        1
+    }
+    fn delivered(&mut self) -> u64 {
+        1
+    }
+}
+
+#[test]
+fn the_client_session_survives_random_servers() {
+    let seed = seed() ^ 0x5555;
+    let budget = budget();
+    println!("client fuzz: seed {seed}, {budget:?}");
+    let mut r = Rng(seed | 1);
+    let started = Instant::now();
+    let mut steps = 0u64;
+    while started.elapsed() < budget {
+        let mut now = Instant::now();
+        let mut s = ClientSession::new(
+            now,
+            ClientPlan {
+                params: params(&mut r),
+                token: Token([1; 16]),
+                auth: r
+                    .chance(30)
+                    .then(|| crate::auth::Secret::from_bytes(b"x"))
+                    .flatten()
+                    .map(|k| (k, [3; 32], 1000)),
+                max_streams: 1 + r.below(16) as u32,
+                connect_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(30),
+                duration: r.chance(30).then(|| Duration::from_millis(r.below(5000))),
+                max_time: r.chance(20).then(|| Duration::from_millis(r.below(5000))),
+                sender: r.chance(50),
+            },
+        );
+        for _ in 0..200 {
+            steps += 1;
+            match r.below(9) {
+                0 => s.start_phase(
+                    now,
+                    PhaseRequest {
+                        goal: Goal::Main,
+                        hint: PathHint::default(),
+                        streams: r.below(10) as u32,
+                        reason: None,
+                    },
+                ),
+                1..=3 => {
+                    let m = match r.below(6) {
+                        0 => ServerMsg::Challenge {
+                            nonce: proto::to_hex(&r.bytes(32)),
+                            reason: "fuzz".into(),
+                        },
+                        1 => ServerMsg::Accepted {
+                            limits: config().limits,
+                            host_limits: HostLimits::linux_defaults(),
+                            congestion: "cubic".into(),
+                            can_force: false,
+                            auth_required: r.chance(50),
+                        },
+                        2 => ServerMsg::WantStreams {
+                            known_streams: r.below(10) as u32,
+                            count: r.next() as u32,
+                            reason: "fuzz".into(),
+                        },
+                        3 => ServerMsg::PhaseResult {
+                            seq: r.below(3) as u32,
+                            result: Box::default(),
+                        },
+                        4 => ServerMsg::Abort {
+                            integrity: r.chance(50),
+                            reason: "fuzz".into(),
+                        },
+                        _ => ServerMsg::Rejected {
+                            reason: "fuzz".into(),
+                            retry_after_s: r.chance(50).then(|| r.next()),
+                        },
+                    };
+                    s.handle_msg(now, m);
+                }
+                4 => s.handle_stream_open(now, r.below(10) as u32),
+                5 => s.handle_engine(now, Event::StreamDone(r.below(10) as u32)),
+                6 => {
+                    now += Duration::from_millis(r.below(10_000));
+                    s.handle_timeout(now, &mut Still);
+                }
+                7 => s.handle_engine(
+                    now,
+                    Event::MoreStreams(StreamRequest {
+                        known_streams: r.below(10) as u32,
+                        count: r.next() as u32,
+                        reason: "fuzz".into(),
+                    }),
+                ),
+                _ => s.finish(),
+            }
+            while s.poll_output().is_some() {}
+        }
+    }
+    println!("client fuzz: {steps} steps, no panic");
+}
