@@ -112,7 +112,16 @@ fn sixty_seconds_of_samples_on_64_slow_streams_keep_the_server_bounded() {
     // connecting (a window below one loopback segment makes each stream crawl).
     let mut client = Command::new(BIN)
         .args(["send", "127.0.0.1", "--port", &s.port.to_string()])
-        .args(["-P", "64", "-t", "60", "--samples", "-R", "--tune", "fixed:4k"])
+        .args([
+            "-P",
+            "64",
+            "-t",
+            "60",
+            "--samples",
+            "-R",
+            "--tune",
+            "fixed:4k",
+        ])
         .args(["--json", "--no-progress", "--no-path-db"])
         .env("TCPTUNE_PATH_DB", &db)
         .stdout(Stdio::piped())

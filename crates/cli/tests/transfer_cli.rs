@@ -219,6 +219,8 @@ fn secret_file_guards_the_server() {
         bad.to_str().expect("utf-8"),
     ]);
     assert_eq!(o.status.code(), Some(3));
+    // After a wrong secret this address waits a second before its next try.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let o = s.send(&[
         "--tune",
         "kernel",

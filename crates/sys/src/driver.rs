@@ -352,6 +352,44 @@ mod tests {
     }
 
     #[test]
+    fn an_accepted_socket_never_gets_a_receive_buffer_below_one_segment() {
+        let (_c, s) = pair();
+        let f = TunerFactory::new(TuneMode::Fixed(Bytes::kib(4)));
+        let mut d = TunerDriver::new(
+            f.build(TunerContext::for_tests(Role::Receiver)),
+            1,
+            1,
+            false,
+            true,
+        );
+        d.accepted(Time::ZERO, s.as_fd());
+        let ch = &d.changes()[0];
+        assert_eq!(
+            ch.action,
+            Action::SetRcvBuf(Bytes::kib(4)),
+            "what was asked"
+        );
+        let advmss = sockopt::tcp_info(s.as_fd()).expect("info").advmss_bytes;
+        assert!(ch.effective.unwrap_or(0) >= 2 * u64::from(advmss), "{ch:?}");
+        assert!(ch
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("one segment")));
+        // A buffer above a segment is applied as asked.
+        let f = TunerFactory::new(TuneMode::Fixed(Bytes::kib(256)));
+        let mut d = TunerDriver::new(
+            f.build(TunerContext::for_tests(Role::Receiver)),
+            1,
+            1,
+            false,
+            true,
+        );
+        d.accepted(Time::ZERO, s.as_fd());
+        assert_eq!(d.changes()[0].effective, Some(2 * 256 * 1024));
+        assert!(d.changes()[0].note.is_none());
+    }
+
+    #[test]
     fn fixed_tuner_sets_buffer_before_connect() {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let f = TunerFactory::new(TuneMode::Fixed(Bytes::kib(200)));
@@ -360,7 +398,7 @@ mod tests {
             1,
             1,
             false,
-            false,
+            true,
         );
         d.before_connect(Time::ZERO, l.as_fd());
         assert_eq!(d.changes().len(), 1);

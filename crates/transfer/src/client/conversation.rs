@@ -667,6 +667,12 @@ impl<'a> Conversation<'a> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if self.session.server().is_none() => {
+                    return Err(ClientError::NotTcptune {
+                        addr: self.addr,
+                        detail: e.to_string(),
+                    })
+                }
                 Err(e) => {
                     return Err(ClientError::Control {
                         addr: self.addr,

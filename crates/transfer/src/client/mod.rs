@@ -171,7 +171,7 @@ pub enum ClientError {
         detail: String,
     },
     /// The server refused the test.
-    #[error("the server refused: {reason}{}", retry_after_s.map_or(String::new(), |s| format!(" (retry in {s} s)")))]
+    #[error("the server refused: {reason}{}", retry_hint(reason, *retry_after_s))]
     Rejected {
         /// Why (the server's words).
         reason: String,
@@ -203,6 +203,14 @@ pub enum ClientError {
         /// What was measured.
         report: Option<Box<Report>>,
     },
+}
+
+/// " (retry in N s)" unless the reason says so already.
+fn retry_hint(reason: &str, after: Option<u64>) -> String {
+    match after {
+        Some(s) if !reason.contains("retry") => format!(" (retry in {s} s)"),
+        _ => String::new(),
+    }
 }
 
 /// What a failed connect most likely means, and what to do.

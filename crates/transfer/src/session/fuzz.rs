@@ -138,7 +138,9 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                 }
             },
             hint: PathHint {
-                rtt: r.chance(50).then(|| Duration::from_micros(r.pick_u64() >> 20)),
+                rtt: r
+                    .chance(50)
+                    .then(|| Duration::from_micros(r.pick_u64() >> 20)),
                 rate: r.chance(50).then(|| Rate(r.pick_u64())),
                 rate_is_lower_bound: r.chance(50),
             },
@@ -210,7 +212,8 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
             steps += 1;
             match r.below(13) {
                 0 | 1 => {
-                    let peer = SocketAddr::from(([10, 0, 0, r.below(6) as u8], 1000 + next_conn as u16));
+                    let peer =
+                        SocketAddr::from(([10, 0, 0, r.below(6) as u8], 1000 + next_conn as u16));
                     e.on_accept(now, next_conn, peer);
                     peers.insert(next_conn, peer.ip());
                     conns.push(next_conn);
@@ -353,7 +356,8 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                     EndpointEvent::SessionGone { session } => sessions.retain(|s| *s != session),
                     EndpointEvent::Send { frame, .. } => {
                         assert!(frame.len() >= 4);
-                        let _: ServerMsg = proto::decode(&frame[4..]).expect("the server sends valid frames");
+                        let _: ServerMsg =
+                            proto::decode(&frame[4..]).expect("the server sends valid frames");
                     }
                     _ => {}
                 }
@@ -366,7 +370,10 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
     println!(
         "endpoint fuzz: {walks} walks, {steps} steps, no panic; reached {admitted} admissions, {phases} phases, {attached} streams joined, {results} phases finished"
     );
-    assert!(admitted > 0 && phases > 0 && attached > 0 && results > 0, "the walk must reach running phases");
+    assert!(
+        admitted > 0 && phases > 0 && attached > 0 && results > 0,
+        "the walk must reach running phases"
+    );
 }
 
 fn r_progress() -> u64 {
