@@ -110,7 +110,7 @@ fn sixty_seconds_of_samples_on_64_slow_streams_keep_the_server_bounded() {
     let db = std::env::temp_dir().join(format!("tcptune-hostile-{}.json", std::process::id()));
     // Slow streams that cost no CPU: this end receives with 4 KiB buffers set before
     // connecting (a window below one loopback segment makes each stream crawl).
-    let mut client = Command::new(BIN)
+    let client = Command::new(BIN)
         .args(["send", "127.0.0.1", "--port", &s.port.to_string()])
         .args([
             "-P",
