@@ -55,8 +55,12 @@ pub(crate) fn to_sql_int(v: u64) -> i64 {
 const ENTRY_COLUMNS: &str = "peer, direction, rtt_bucket, rate_bps, full_pipe, min_rtt_us, \
      first_seen_unix_s, updated_unix_s, samples, source, last_source, last_measured_unix_s";
 
+/// The key of a row of `paths` as stored (peer, direction, RTT bucket), and what is
+/// impossible about it.
+type BadRow = ((String, String, i64), String);
+
 /// A row of `paths`, or what is impossible about it (with its key, to drop it).
-type RowResult = Result<StoredEntry, ((String, String, i64), String)>;
+type RowResult = Result<StoredEntry, BadRow>;
 
 fn entry_of(r: &Row<'_>) -> rusqlite::Result<RowResult> {
     let peer: String = r.get(0)?;
@@ -209,7 +213,7 @@ impl PathStore {
         conn: &Connection,
         filter: &str,
         params: &[&dyn ToSql],
-    ) -> rusqlite::Result<(Vec<StoredEntry>, Vec<((String, String, i64), String)>)> {
+    ) -> rusqlite::Result<(Vec<StoredEntry>, Vec<BadRow>)> {
         let sql = format!(
             "SELECT {ENTRY_COLUMNS} FROM paths WHERE {filter} \
              ORDER BY updated_unix_s, peer, direction, rtt_bucket"
@@ -226,7 +230,7 @@ impl PathStore {
         Ok((good, bad))
     }
 
-    fn note_invalid(&mut self, bad: &[((String, String, i64), String)]) {
+    fn note_invalid(&mut self, bad: &[BadRow]) {
         if let Some((_, first)) = bad.first() {
             self.warnings.push(Warning::InvalidRows {
                 path: self.location.database.clone(),

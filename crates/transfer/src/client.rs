@@ -11,7 +11,7 @@
 use crate::assemble::{assemble, Assembly};
 use crate::auth::Secret;
 use crate::engine::{Engine, EngineConfig, Event, SideResult};
-use crate::pathdb::PathDbFile;
+use crate::pathdb::{PathDbSession, Source};
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
 use crate::probe::ProbeResult;
@@ -19,7 +19,7 @@ use crate::proto::{
     self, data_hello, ClientMsg, FrameReader, Phase, ProtoError, ServerLimits, ServerMsg,
     TestParams, MAX_SERVER_FRAME, PROTOCOL_VERSION,
 };
-use crate::report::{MeasurementReport, PathDbReport, ProbeReport, Report};
+use crate::report::{MeasurementReport, ProbeReport, Report};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
-use tcptune_core::pathdb::{Direction, Measurement, PathDbPolicy};
+use tcptune_core::pathdb::{Direction, Measurement};
 use tcptune_core::{
     Action, ConnEvent, HostLimits, PathHint, Role, Time, TuneMode, Tuner, TunerContext,
     TunerFactory,
@@ -410,51 +410,28 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
 
     // What the path's rate is: a fresh database entry, a probe, or nothing.
     let measure_start = Instant::now();
-    let db = cfg.path_db.as_ref().map(PathDbFile::new);
-    let mut db_report = db.as_ref().map(|f| PathDbReport {
-        file: f.path().display().to_string(),
-        used: false,
-        entry_age_s: None,
-        entry_samples: None,
-        entry_full_pipe: None,
-        recorded: Vec::new(),
-        warnings: Vec::new(),
-    });
+    let mut db = cfg.path_db.as_deref().map(PathDbSession::open);
     let direction = if cfg.reverse {
         Direction::Receive
     } else {
         Direction::Send
     };
     let peer = addr.ip().to_string();
-    let policy = PathDbPolicy::default();
     let mut source = if hint.rate.is_some() { "given" } else { "none" };
     let mut probe_report = None;
     let mut probe_seconds = None;
     if cfg.tune.needs_rate_probe() && cfg.custom_tuner.is_none() {
-        let known = match (&db, hint.rtt) {
-            (Some(f), Some(rtt)) => match f.load() {
-                Ok(d) => d.lookup(&peer, direction, rtt, unix_now(), &policy),
-                Err(e) => {
-                    if let Some(r) = db_report.as_mut() {
-                        r.warnings.push(e.to_string());
-                    }
-                    None
-                }
-            },
+        let known = match (db.as_mut(), hint.rtt) {
+            (Some(d), Some(rtt)) => d.lookup(&peer, direction, rtt),
             _ => None,
         };
-        if let (Some(k), Some(r)) = (&known, db_report.as_mut()) {
-            r.entry_age_s = Some(k.age.as_secs_f64());
-            r.entry_samples = Some(k.samples);
-            r.entry_full_pipe = Some(k.full_pipe);
-        }
         match known.filter(|k| k.full_pipe || !cfg.probe) {
             Some(k) => {
                 hint.rate = Some(k.rate);
                 hint.rate_is_lower_bound = !k.full_pipe;
                 source = "path_db";
-                if let Some(r) = db_report.as_mut() {
-                    r.used = true;
+                if let Some(d) = db.as_mut() {
+                    d.mark_used();
                 }
             }
             None if cfg.probe => {
@@ -472,20 +449,14 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
                 if let Some(rate) = result.rate() {
                     hint.rate = Some(rate);
                     hint.rate_is_lower_bound = result.lower_bound();
-                    record(
-                        &db,
-                        &mut db_report,
-                        &peer,
-                        direction,
-                        &hint,
-                        "probe",
-                        |at| Measurement {
+                    record(&mut db, &peer, direction, &hint, Source::Probe, |at| {
+                        Measurement {
                             rate,
                             min_rtt: hint.rtt.unwrap_or_default(),
                             full_pipe: !result.lower_bound(),
                             at_unix_s: at,
-                        },
-                    );
+                        }
+                    });
                 }
             }
             None => {}
@@ -513,23 +484,17 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     let delivered = outcome.delivery.rate;
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
     if let Some(rate) = delivered.filter(|_| receiver_ok(&local) && receiver_ok(&remote)) {
-        record(
-            &db,
-            &mut db_report,
-            &peer,
-            direction,
-            &hint,
-            "transfer",
-            |at| Measurement {
+        record(&mut db, &peer, direction, &hint, Source::Transfer, |at| {
+            Measurement {
                 rate,
                 min_rtt: hint.rtt.unwrap_or_default(),
                 full_pipe: false,
                 at_unix_s: at,
-            },
-        );
+            }
+        });
     }
     let measurement = MeasurementReport {
-        path_db: db_report,
+        path_db: db.map(PathDbSession::into_report),
         ..measurement
     };
 
@@ -574,36 +539,18 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     }
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// Record a measurement in the path database (when one is in use and the RTT is known);
 /// problems with the file become warnings of the report.
 fn record(
-    db: &Option<PathDbFile>,
-    report: &mut Option<PathDbReport>,
+    db: &mut Option<PathDbSession>,
     peer: &str,
     direction: Direction,
     hint: &PathHint,
-    what: &str,
+    source: Source,
     m: impl FnOnce(f64) -> Measurement,
 ) {
-    let (Some(f), Some(r)) = (db, report.as_mut()) else {
-        return;
-    };
-    if hint.rtt.is_none() {
-        return;
-    }
-    let m = m(unix_now());
-    match f.update(|d| d.record(peer, direction, &m, &PathDbPolicy::default())) {
-        Ok(warning) => {
-            r.recorded.push(what.to_string());
-            r.warnings.extend(warning.map(|w| w.to_string()));
-        }
-        Err(e) => r.warnings.push(e.to_string()),
+    if let Some(d) = db.as_mut() {
+        d.record(peer, direction, hint.rtt.is_some(), source, m);
     }
 }
 
