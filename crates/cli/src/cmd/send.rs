@@ -253,6 +253,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         Err(e) => {
             if let Some(report) = e.report() {
                 print(report)?;
+            } else if opts.json {
+                out::json(&tcptune_transfer::report::FailureReport::new(e.to_string()))?;
             }
             let code = match &e {
                 ClientError::Config(_) => exit::USAGE,
