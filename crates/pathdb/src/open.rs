@@ -92,15 +92,40 @@ pub(crate) fn open(given: &Path, create: bool) -> Result<Option<PathStore>, Open
     Ok(Some(store))
 }
 
-/// Connect and bring the schema up to date.
+/// Connect and bring the schema up to date, retrying for up to [`BUSY_TIMEOUT`] while other
+/// processes hold locks: SQLite answers "busy" at once, without waiting, to a connection
+/// that switches a new database to WAL while another one reads it (a deadlock otherwise), so
+/// processes that open a new database together need this loop, not only the busy timeout.
 fn connect(db: &Path) -> Result<Connection, Connect> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        match connect_once(db) {
+            Err(Connect::Failed(OpenError::Busy { .. }))
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn connect_once(db: &Path) -> Result<Connection, Connect> {
     let mut conn = Connection::open(db).map_err(|e| classify(db, "opening it", e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| classify(db, "setting its busy timeout", e))?;
     // WAL: readers never wait for the writer. (On a file system without shared memory
-    // SQLite keeps its rollback journal: slower, still correct.)
-    conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
-        .map_err(|e| classify(db, "switching it to WAL mode", e))?;
+    // SQLite keeps its rollback journal: slower, still correct.) The mode is stored in the
+    // file: only the first connection to a new database switches it.
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(|e| classify(db, "reading its journal mode", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))
+            .map_err(|e| classify(db, "switching it to WAL mode", e))?;
+    }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(|e| classify(db, "setting synchronous=NORMAL", e))?;
     conn.pragma_update(None, "foreign_keys", "ON")
