@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = |i: u32| Measurement {
         rate: Rate::mbit(100 + u64::from(i % 900)),
         min_rtt: Duration::from_millis(1 + u64::from(i % 200)),
-        full_pipe: i % 2 == 0,
+        full_pipe: i.is_multiple_of(2),
         at_unix_s: 1.7e9 + f64::from(i),
     };
     let mut s = PathStore::open(&path)?;
