@@ -13,7 +13,8 @@ use std::process::ExitCode;
 /// tcptune sizes socket buffers automatically (seven techniques from the literature plus its
 /// own `auto`), moves data with them (`serve`/`send`), emulates long fat pipes in user space
 /// (`emu`), reproduces the classic comparison of tuning techniques (`lab`), and tells you
-/// what limits your host and connections (`doctor`, `watch`).
+/// what limits your host and connections (`doctor`, `watch`), and keeps what it measured of
+/// each path (`paths`).
 #[derive(Parser, Debug)]
 #[command(
     name = "tcptune",
@@ -40,6 +41,8 @@ enum Command {
     Doctor(cmd::doctor::Opts),
     /// Live view of this host's TCP connections and what limits each one.
     Watch(cmd::watch::Opts),
+    /// List, show, forget or export the measurements of the path database.
+    Paths(cmd::paths::Opts),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Emu(o) => cmd::emu::run(o),
         Command::Doctor(o) => cmd::doctor::run(o),
         Command::Watch(o) => cmd::watch::run(o),
+        Command::Paths(o) => cmd::paths::run(o),
     };
     match result {
         Ok(code) => code,

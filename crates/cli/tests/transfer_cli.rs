@@ -37,7 +37,7 @@ impl Server {
     /// The path database the tests' transfers use (never the user's own).
     fn db(&self) -> std::path::PathBuf {
         std::env::temp_dir().join(format!(
-            "tcptune-cli-test-{}-{}.json",
+            "tcptune-cli-test-{}-{}.sqlite",
             std::process::id(),
             self.port
         ))
@@ -56,8 +56,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let db = self.db();
-        let _ = std::fs::remove_file(&db);
-        let _ = std::fs::remove_file(db.with_extension("json.lock"));
+        for suffix in ["sqlite", "sqlite-wal", "sqlite-shm"] {
+            let _ = std::fs::remove_file(db.with_extension(suffix));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -257,7 +258,7 @@ fn path_database_spares_the_probe_on_a_known_path() {
     let text = String::from_utf8_lossy(&second.stdout);
     assert!(text.contains("from the path database"), "{text}");
     // --no-path-db measures again and leaves the file alone.
-    let before = std::fs::read_to_string(&db).expect("database written");
+    let before = std::fs::read(&db).expect("database written");
     let third = s.send(&["-n", "16", "--no-path-db", "--json"]);
     let v = json(&third);
     assert_eq!(
@@ -268,7 +269,7 @@ fn path_database_spares_the_probe_on_a_known_path() {
         v["start"]["tcptune"]["measurement"]["path_db"].is_null(),
         "{v}"
     );
-    assert_eq!(std::fs::read_to_string(&db).expect("still there"), before);
+    assert_eq!(std::fs::read(&db).expect("still there"), before);
     // --no-probe without an entry goes without a rate.
     let fourth = s.send(&["-n", "8", "--no-path-db", "--no-probe", "--json"]);
     let v = json(&fourth);

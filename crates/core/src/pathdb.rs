@@ -171,6 +171,21 @@ pub fn rtt_bucket(rtt: Duration) -> i32 {
     (2.0 * us.log2()).round() as i32
 }
 
+/// The RTTs that fall in an RTT bucket, `[low, high)` (the inverse of [`rtt_bucket`]); the
+/// floor's bucket starts at zero, since every RTT below [`RTT_BUCKET_FLOOR`] falls in it.
+pub fn rtt_bucket_range(bucket: i32) -> (Duration, Duration) {
+    let edge = |half_octaves: f64| {
+        let us = (half_octaves / 2.0).exp2();
+        Duration::from_secs_f64((us / 1e6).clamp(0.0, 1e9))
+    };
+    let low = if bucket <= rtt_bucket(Duration::ZERO) {
+        Duration::ZERO
+    } else {
+        edge(f64::from(bucket) - 0.5)
+    };
+    (low, edge(f64::from(bucket) + 0.5))
+}
+
 fn age(now_unix_s: f64, then: f64) -> Duration {
     let secs = now_unix_s - then;
     if secs.is_finite() && secs > 0.0 {
@@ -398,6 +413,23 @@ mod tests {
         assert_eq!(
             rtt_bucket(Duration::from_micros(3)),
             rtt_bucket(Duration::from_micros(90))
+        );
+    }
+
+    #[test]
+    fn a_bucket_range_holds_exactly_the_rtts_of_its_bucket() {
+        for rtt_us in [100u64, 150, 500, 999, 25_000, 100_000, 200_000] {
+            let rtt = Duration::from_micros(rtt_us);
+            let (low, high) = rtt_bucket_range(rtt_bucket(rtt));
+            assert!(low <= rtt && rtt < high, "{rtt:?} not in {low:?}..{high:?}");
+        }
+        // 100 ms: bucket 33, about 78 to 110 ms.
+        let (low, high) = rtt_bucket_range(rtt_bucket(Duration::from_millis(100)));
+        assert_eq!((low.as_millis(), high.as_millis()), (77, 110));
+        // The floor's bucket starts at zero.
+        assert_eq!(
+            rtt_bucket_range(rtt_bucket(Duration::ZERO)).0,
+            Duration::ZERO
         );
     }
 

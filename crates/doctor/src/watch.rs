@@ -4,7 +4,8 @@
 //! window or the send buffer are measured over the last refresh, not the connection's life.
 //!
 //! Call order: build a [`Tracker`], then for each refresh call [`Tracker::rows`] with the
-//! new dump, then [`filter_rows`] / [`sort_rows`] and [`render_table`].
+//! new dump, then [`filter_rows`] / [`sort_rows`] and [`render_table`] (and, for
+//! `--metrics`, [`metrics::WatchMetrics::update`]).
 
 use crate::diag::DiagConn;
 use crate::procmap::Owner;
@@ -15,6 +16,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 use tcptune_core::{Bytes, HostLimits, Rate};
+
+pub mod factor;
+pub mod metrics;
+
+pub use factor::{limiting_factor, LimitingFactor};
 
 /// Version of the `watch --json` schema.
 pub const WATCH_SCHEMA_VERSION: u32 = 1;
@@ -108,6 +114,15 @@ pub struct Row {
     pub share_basis: ShareBasis,
     /// The dominant limitation, when a share passes [`LIMITED_SHARE`].
     pub limit: Option<Limit>,
+    /// Share of the time since the last refresh the connection had data to send
+    /// (`tcpi_busy_time` over wall time); `None` on first sight.
+    pub busy_share: Option<f64>,
+    /// Bytes acknowledged over the connection's life.
+    pub bytes_acked: Option<u64>,
+    /// Bytes received over the connection's life.
+    pub bytes_received: Option<u64>,
+    /// What limits it, in one word ([`factor::limiting_factor`]).
+    pub factor: LimitingFactor,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -182,22 +197,25 @@ impl Tracker {
                 received: t.bytes_received.unwrap_or(0),
             };
             let prev = self.prev.get(&c.cookie).copied();
-            let (basis, rwnd, sndbuf, send_rate, recv_rate) = match prev {
+            let (basis, rwnd, sndbuf, send_rate, recv_rate, busy_share) = match prev {
                 Some(p) if cur.busy_us >= p.busy_us && now > p.at => {
                     let busy = cur.busy_us - p.busy_us;
                     let dt = now - p.at;
+                    let dt_us = u64::try_from(dt.as_micros()).unwrap_or(u64::MAX);
                     (
                         ShareBasis::Interval,
                         ratio(cur.rwnd_us.saturating_sub(p.rwnd_us), busy),
                         ratio(cur.sndbuf_us.saturating_sub(p.sndbuf_us), busy),
                         rate_over(cur.acked.saturating_sub(p.acked), dt),
                         rate_over(cur.received.saturating_sub(p.received), dt),
+                        t.busy_time_us.and_then(|_| ratio(busy, dt_us)),
                     )
                 }
                 _ => (
                     ShareBasis::Lifetime,
                     t.rwnd_limited_us.and_then(|v| ratio(v, cur.busy_us)),
                     t.sndbuf_limited_us.and_then(|v| ratio(v, cur.busy_us)),
+                    None,
                     None,
                     None,
                 ),
@@ -230,9 +248,14 @@ impl Tracker {
                 sndbuf_limited: sndbuf,
                 share_basis: basis,
                 limit: None,
+                busy_share,
+                bytes_acked: t.bytes_acked,
+                bytes_received: t.bytes_received,
+                factor: LimitingFactor::Application,
             };
             let peer = rcvbufs.get(&(row.peer, row.local)).copied();
             row.limit = limit_of(&row, peer, ctx);
+            row.factor = limiting_factor(&row);
             rows.push(row);
         }
         self.prev = next;

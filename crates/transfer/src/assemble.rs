@@ -6,11 +6,12 @@ use crate::engine::{SideResult, StreamSide};
 use crate::proto::TestParams;
 use crate::report::{
     Connected, ConnectingTo, CpuUtilization, End, EndStream, EndTcptune, Interval, Report,
-    SideDetail, Start, StartTcptune, StreamDetail, StreamSum, Sum, TestStart, SCHEMA_VERSION,
+    SideDetail, Start, StartTcptune, StreamDetail, StreamSum, Sum, TestStart, Timestamp,
+    SCHEMA_VERSION,
 };
 use std::net::SocketAddr;
-use std::time::Duration;
-use tcptune_core::{HostLimits, PathHint};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tcptune_core::{HostLimits, PathHint, TuneMode};
 use tcptune_sys::os::CpuTimes;
 
 /// Everything the report is made of.
@@ -283,17 +284,31 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             }
         })
         .collect();
+    // The session started `session_seconds` before now.
+    let started = SystemTime::now()
+        .checked_sub(Duration::from_secs_f64(
+            a.session_seconds.unwrap_or(0.0).clamp(0.0, 1e9),
+        ))
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
     let report = Report {
         schema_version: SCHEMA_VERSION,
         start: Start {
             connected,
             version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
             system_info: tcptune_sys::os::system_info(),
+            timestamp: Timestamp::from_unix(started),
             connecting_to: ConnectingTo {
                 host: host_part(&a.cfg.server),
                 port: a.addr.port(),
             },
             cookie: a.session_hex.to_string(),
+            tcp_mss_default: first_stream_mss(a.local),
+            sock_bufsize: match &a.params.tune {
+                TuneMode::Fixed(b) => b.0,
+                TuneMode::None => TuneMode::UNTUNED_BUFFER.0,
+                _ => 0,
+            },
             test_start: TestStart {
                 protocol: "TCP".into(),
                 num_streams: a.params.streams,
@@ -311,6 +326,8 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                     a.params.messages
                 },
                 reverse: u32::from(reverse),
+                tos: 0,
+                target_bitrate: 0,
             },
             tcptune: StartTcptune {
                 tune: a.params.tune.to_string(),
@@ -351,6 +368,15 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         }),
     };
     (report, verdict)
+}
+
+/// The MSS of this end's first stream: its largest congestion window in bytes over the same
+/// window in segments (`snd_cwnd * snd_mss` and `snd_cwnd` of the same sample, as long as
+/// the MSS did not change).
+fn first_stream_mss(side: &SideResult) -> Option<u64> {
+    let s = side.streams.iter().min_by_key(|s| s.stream)?;
+    let segs = u64::from(s.detail.stats.cwnd_max_segs);
+    (segs > 0 && s.detail.stats.cwnd_max_bytes > 0).then(|| s.detail.stats.cwnd_max_bytes / segs)
 }
 
 /// The host of `HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`.
@@ -512,5 +538,25 @@ mod tests {
         rcv.integrity_error = Some("stream 1: message 3 byte 7".into());
         let (_, v) = judge(&side(true, &[500, 500], 5, 0), &rcv, &params(10), false);
         assert!(matches!(v, Err(Verdict::Integrity(ref m)) if m.contains("message 3")));
+    }
+
+    #[test]
+    fn iperf3_start_fields_are_filled() {
+        let mut local = side(true, &[500, 500], 5, 0);
+        local.streams[0].detail.stats.cwnd_max_segs = 10;
+        local.streams[0].detail.stats.cwnd_max_bytes = 14_480;
+        let mut p = params(10);
+        p.tune = TuneMode::Fixed(tcptune_core::Bytes::kib(256));
+        let (r, _) = judge(&local, &side(false, &[500, 500], 5, 0), &p, false);
+        assert_eq!(r.start.tcp_mss_default, Some(1448));
+        assert_eq!(r.start.sock_bufsize, 256 * 1024);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        assert!(now.abs_diff(r.start.timestamp.timesecs) < 5);
+        assert!(r.start.timestamp.time.ends_with(" GMT"));
+        let v = serde_json::to_value(&r).expect("json");
+        assert_eq!(v["start"]["test_start"]["tos"], 0);
+        assert!(v.get("error").is_none(), "no error key on success: {v}");
     }
 }

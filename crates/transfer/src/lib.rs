@@ -11,8 +11,8 @@
 //! * [`proto`] is the wire protocol (framing, messages, data-connection hello);
 //!   [`auth`] the optional shared-secret authentication.
 //! * [`human`] formats a report for people.
-//! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the file of the database of
-//!   per-path measurements that spares it on known paths.
+//! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the client's use of the
+//!   database of per-path measurements ([`tcptune_pathdb`]) that spares it on known paths.
 //!
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.

@@ -1,334 +1,190 @@
-//! The path database's file (the cache logic is [`tcptune_core::pathdb`]): where it lives,
-//! reading it, and updating it from several processes at once.
+//! The client's use of the path database ([`tcptune_pathdb`], whose rules are
+//! [`tcptune_core::pathdb`]'s): open it once per transfer, look the path up, record the
+//! probe's and the transfer's measurements, and turn whatever went wrong into warnings of the
+//! report. Nothing here is ever fatal to a transfer.
 //!
-//! * Location: `$TCPTUNE_PATH_DB` if set, else `$XDG_CACHE_HOME/tcptune/paths.json`, else
-//!   `$HOME/.cache/tcptune/paths.json` ([`default_location`]); `tcptune send --path-db FILE`
-//!   and `--no-path-db` override it.
-//! * Reading: a missing file is an empty database. A file that does not parse or holds
-//!   impossible values is reported ([`PathDbFileError::Corrupt`]) and the caller goes on
-//!   without it: never fatal.
-//! * Writing ([`PathDbFile::update`]): an exclusive `flock` on `FILE.lock` (waiting at most
-//!   [`LOCK_WAIT`]), read, change, write the whole database to a temporary file in the same
-//!   folder and `rename` it over the old one. Concurrent writers thus never corrupt the file
-//!   nor lose each other's entries, and a reader sees the old or the new file, never a part.
+//! [`default_location`] and the store itself are re-exported, so that
+//! `tcptune_transfer::pathdb::default_location` keeps working.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-use tcptune_core::pathdb::PathDb;
+use crate::report::PathDbReport;
+use std::path::Path;
+use std::time::Duration;
+use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
+pub use tcptune_pathdb::{default_location, Location, PathStore, Source, ENV_VAR};
 
-/// The environment variable naming the database file.
-pub const ENV_VAR: &str = "TCPTUNE_PATH_DB";
-/// Longest wait for another process's lock.
-pub const LOCK_WAIT: Duration = Duration::from_secs(3);
-
-/// Why the database file could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum PathDbFileError {
-    /// A file operation failed.
-    #[error("path database {path}: {what}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What was attempted.
-        what: &'static str,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The file is not a valid database.
-    #[error("path database {path} is not usable ({reason}); ignoring it")]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// Another process held the lock too long.
-    #[error("path database {path}: another process held its lock for over {}s", LOCK_WAIT.as_secs())]
-    Locked {
-        /// The file.
-        path: PathBuf,
-    },
+/// The path database for one transfer, and what it contributed (for the report).
+#[derive(Debug)]
+pub(crate) struct PathDbSession {
+    store: Option<PathStore>,
+    report: PathDbReport,
+    policy: PathDbPolicy,
 }
 
-/// Where the database lives by default, from the environment: `$TCPTUNE_PATH_DB`, else the
-/// user's cache folder. `None` when neither is known (no `HOME`).
-pub fn default_location() -> Option<PathBuf> {
-    location_from(|k| std::env::var_os(k))
-}
-
-fn location_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    let non_empty = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(p) = non_empty(ENV_VAR) {
-        return Some(p);
-    }
-    let cache =
-        non_empty("XDG_CACHE_HOME").or_else(|| non_empty("HOME").map(|h| h.join(".cache")))?;
-    Some(cache.join("tcptune").join("paths.json"))
-}
-
-/// The database file at a path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PathDbFile {
-    path: PathBuf,
-}
-
-impl PathDbFile {
-    /// The database stored at `path` (the file need not exist).
-    pub fn new(path: impl Into<PathBuf>) -> PathDbFile {
-        PathDbFile { path: path.into() }
-    }
-
-    /// The file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn io(&self, what: &'static str) -> impl FnOnce(std::io::Error) -> PathDbFileError + '_ {
-        move |source| PathDbFileError::Io {
-            path: self.path.clone(),
-            what,
-            source,
-        }
-    }
-
-    /// Read the database: empty when the file does not exist.
-    pub fn load(&self) -> Result<PathDb, PathDbFileError> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PathDb::new()),
-            Err(e) => return Err(self.io("reading")(e)),
+impl PathDbSession {
+    /// Open the database at `path`; a failure becomes a warning and the session goes on
+    /// without it.
+    pub(crate) fn open(path: &Path) -> PathDbSession {
+        let mut report = PathDbReport {
+            file: Location::resolve(path).database.display().to_string(),
+            used: false,
+            entry_age_s: None,
+            entry_samples: None,
+            entry_full_pipe: None,
+            recorded: Vec::new(),
+            warnings: Vec::new(),
         };
-        let corrupt = |reason: String| PathDbFileError::Corrupt {
-            path: self.path.clone(),
-            reason,
+        let store = match PathStore::open(path) {
+            Ok(mut s) => {
+                report
+                    .warnings
+                    .extend(s.take_warnings().iter().map(ToString::to_string));
+                Some(s)
+            }
+            Err(e) => {
+                report.warnings.push(e.to_string());
+                None
+            }
         };
-        let db: PathDb = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
-        db.validate().map_err(|e| corrupt(e.to_string()))?;
-        Ok(db)
+        PathDbSession {
+            store,
+            report,
+            policy: PathDbPolicy::default(),
+        }
     }
 
-    /// Change the database under its lock: read it (a corrupt file counts as empty and is
-    /// replaced; its error is returned beside the result as a warning), apply `f`, write it
-    /// back atomically.
-    pub fn update(
-        &self,
-        f: impl FnOnce(&mut PathDb),
-    ) -> Result<Option<PathDbFileError>, PathDbFileError> {
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(self.io("creating its folder"))?;
+    fn take_warnings(&mut self) {
+        if let Some(s) = self.store.as_mut() {
+            self.report
+                .warnings
+                .extend(s.take_warnings().iter().map(ToString::to_string));
         }
-        let _lock = self.lock()?;
-        let (mut db, warning) = match self.load() {
-            Ok(db) => (db, None),
-            Err(e @ PathDbFileError::Corrupt { .. }) => (PathDb::new(), Some(e)),
-            Err(e) => return Err(e),
+    }
+
+    /// The fresh entry for this path, if any (noted in the report, used or not).
+    pub(crate) fn lookup(
+        &mut self,
+        peer: &str,
+        direction: Direction,
+        rtt: Duration,
+    ) -> Option<Known> {
+        let store = self.store.as_mut()?;
+        let known = match store.lookup(peer, direction, rtt, unix_now(), &self.policy) {
+            Ok(k) => k,
+            Err(e) => {
+                self.report.warnings.push(e.to_string());
+                None
+            }
         };
-        f(&mut db);
-        let text = serde_json::to_string_pretty(&db).map_err(|e| PathDbFileError::Corrupt {
-            path: self.path.clone(),
-            reason: format!("cannot serialize: {e}"),
-        })?;
-        let tmp = self.temp_path();
-        let written = (|| -> std::io::Result<()> {
-            let mut t = File::create(&tmp)?;
-            t.write_all(text.as_bytes())?;
-            t.write_all(b"\n")?;
-            t.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(self.io("writing")(e));
+        self.take_warnings();
+        if let Some(k) = &known {
+            self.report.entry_age_s = Some(k.age.as_secs_f64());
+            self.report.entry_samples = Some(k.samples);
+            self.report.entry_full_pipe = Some(k.full_pipe);
         }
-        Ok(warning)
+        known
     }
 
-    fn temp_path(&self) -> PathBuf {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let mut name = self
-            .path
-            .file_name()
-            .map(|f| f.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".tmp.{}.{n}", std::process::id()));
-        self.path.with_file_name(name)
+    /// The entry found was used instead of probing.
+    pub(crate) fn mark_used(&mut self) {
+        self.report.used = true;
     }
 
-    /// Take the exclusive lock (released when the returned file is dropped).
-    fn lock(&self) -> Result<File, PathDbFileError> {
-        let mut name = self
-            .path
-            .file_name()
-            .map(|f| f.to_os_string())
-            .unwrap_or_default();
-        name.push(".lock");
-        let lock_path = self.path.with_file_name(name);
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(self.io("opening its lock file"))?;
-        let deadline = Instant::now() + LOCK_WAIT;
-        loop {
-            // SAFETY: flock on a file descriptor we own; no memory is passed.
-            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if r == 0 {
-                return Ok(f);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(self.io("locking")(e));
-            }
-            if Instant::now() > deadline {
-                return Err(PathDbFileError::Locked {
-                    path: self.path.clone(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
+    /// Record a measurement made now (when the path's RTT is known: without it the entry
+    /// would land in a meaningless RTT bucket).
+    pub(crate) fn record(
+        &mut self,
+        peer: &str,
+        direction: Direction,
+        rtt_known: bool,
+        source: Source,
+        m: impl FnOnce(f64) -> Measurement,
+    ) {
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        if !rtt_known {
+            return;
         }
+        let m = m(unix_now());
+        match store.record(peer, direction, &m, &source, &self.policy) {
+            Ok(_) => self.report.recorded.push(source.as_str().to_string()),
+            Err(e) => self.report.warnings.push(e.to_string()),
+        }
+        self.take_warnings();
     }
+
+    /// What the database contributed.
+    pub(crate) fn into_report(self) -> PathDbReport {
+        self.report
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tcptune_core::pathdb::{Direction, Measurement, PathDbPolicy};
     use tcptune_core::Rate;
 
-    struct TempDir(PathBuf);
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            use std::sync::atomic::{AtomicU32, Ordering};
-            static N: AtomicU32 = AtomicU32::new(0);
-            let d = std::env::temp_dir().join(format!(
-                "tcptune-pathdb-{tag}-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::create_dir_all(&d).expect("temp dir");
-            TempDir(d)
-        }
-    }
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn measurement(mbit: u64, at: f64) -> Measurement {
-        Measurement {
-            rate: Rate::mbit(mbit),
-            min_rtt: Duration::from_millis(100),
-            full_pipe: true,
-            at_unix_s: at,
-        }
-    }
-
     #[test]
-    fn location_prefers_the_variable_then_the_cache_folders() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| std::ffi::OsString::from(v))
+    fn an_unusable_database_becomes_a_warning_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("tcptune-session-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("not-a-db");
+        std::fs::write(&path, "plain text").expect("write");
+        let mut s = PathDbSession::open(&path);
+        assert!(s
+            .lookup("10.0.0.2", Direction::Send, Duration::from_millis(10))
+            .is_none());
+        s.record("10.0.0.2", Direction::Send, true, Source::Probe, |at| {
+            Measurement {
+                rate: Rate::mbit(10),
+                min_rtt: Duration::from_millis(10),
+                full_pipe: true,
+                at_unix_s: at,
             }
-        };
-        assert_eq!(
-            location_from(env(&[(ENV_VAR, "/x/db.json"), ("HOME", "/h")])),
-            Some(PathBuf::from("/x/db.json"))
+        });
+        let r = s.into_report();
+        assert!(r.recorded.is_empty());
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert!(
+            r.warnings[0].contains("not touching it"),
+            "{:?}",
+            r.warnings
         );
-        assert_eq!(
-            location_from(env(&[("XDG_CACHE_HOME", "/c"), ("HOME", "/h")])),
-            Some(PathBuf::from("/c/tcptune/paths.json"))
-        );
-        assert_eq!(
-            location_from(env(&[(ENV_VAR, ""), ("HOME", "/h")])),
-            Some(PathBuf::from("/h/.cache/tcptune/paths.json"))
-        );
-        assert_eq!(location_from(env(&[])), None);
-    }
-
-    /// Record one 950 Mbit/s measurement of 10.0.0.2.
-    fn record_one(db: &mut PathDb) {
-        db.record(
-            "10.0.0.2",
-            Direction::Send,
-            &measurement(950, 1.0),
-            &PathDbPolicy::default(),
-        )
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "plain text");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn a_missing_file_is_empty_and_an_update_creates_it() {
-        let d = TempDir::new("create");
-        let f = PathDbFile::new(d.0.join("sub").join("paths.json"));
-        assert_eq!(f.load().expect("missing is empty"), PathDb::new());
-        let warning = f.update(record_one).expect("written");
-        assert!(warning.is_none());
-        assert_eq!(f.load().expect("reads back").entries.len(), 1);
-    }
-
-    #[test]
-    fn a_corrupt_file_is_reported_and_replaced_on_update() {
-        let d = TempDir::new("corrupt");
-        let path = d.0.join("paths.json");
-        std::fs::write(&path, "{ not json").expect("write");
-        let f = PathDbFile::new(&path);
-        let e = f.load().expect_err("corrupt");
-        assert!(matches!(e, PathDbFileError::Corrupt { .. }));
-        assert!(e.to_string().contains("ignoring it"), "{e}");
-        let warning = f.update(record_one).expect("replaced");
-        assert!(warning.is_some());
-        assert_eq!(f.load().expect("valid now").entries.len(), 1);
-        // Impossible values count as corrupt too.
-        std::fs::write(
-            &path,
-            r#"{"schema_version":1,"entries":[{"peer":"","direction":"send","rtt_bucket":1,"rate_bps":1,"full_pipe":true,"min_rtt_us":1,"first_seen_unix_s":0,"updated_unix_s":0,"samples":1}]}"#,
-        )
-        .expect("write");
-        assert!(matches!(f.load(), Err(PathDbFileError::Corrupt { .. })));
-    }
-
-    #[test]
-    fn concurrent_writers_keep_every_entry_and_a_valid_file() {
-        let d = TempDir::new("concurrent");
-        let path = d.0.join("paths.json");
-        let threads: Vec<_> = (0..8u32)
-            .map(|i| {
-                let f = PathDbFile::new(&path);
-                std::thread::spawn(move || {
-                    for k in 0..10u32 {
-                        f.update(|db| {
-                            db.record(
-                                &format!("10.0.{i}.{k}"),
-                                Direction::Send,
-                                &measurement(100 + u64::from(k), f64::from(k)),
-                                &PathDbPolicy::default(),
-                            )
-                        })
-                        .expect("update");
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("writer");
-        }
-        let db = PathDbFile::new(&path).load().expect("valid");
-        assert_eq!(db.entries.len(), 80);
-        // No temporary files left behind.
-        let leftovers = std::fs::read_dir(&d.0)
-            .expect("dir")
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
-            .count();
-        assert_eq!(leftovers, 0);
+    fn a_recorded_probe_is_found_by_the_next_session() {
+        let dir = std::env::temp_dir().join(format!("tcptune-session2-{}", std::process::id()));
+        let path = dir.join("paths.sqlite");
+        let mut s = PathDbSession::open(&path);
+        s.record("10.0.0.2", Direction::Send, true, Source::Probe, |at| {
+            Measurement {
+                rate: Rate::mbit(10),
+                min_rtt: Duration::from_millis(10),
+                full_pipe: true,
+                at_unix_s: at,
+            }
+        });
+        s.record("10.0.0.2", Direction::Send, false, Source::Transfer, |_| {
+            unreachable!("no RTT: nothing to record")
+        });
+        assert_eq!(s.into_report().recorded, ["probe"]);
+        let mut s = PathDbSession::open(&path);
+        let k = s
+            .lookup("10.0.0.2", Direction::Send, Duration::from_millis(11))
+            .expect("found");
+        assert_eq!(k.rate, Rate::mbit(10));
+        let r = s.into_report();
+        assert_eq!(r.entry_samples, Some(1));
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

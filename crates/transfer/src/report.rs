@@ -5,6 +5,19 @@
 //! `.bits_per_second` mean what they mean in iperf3: measured at the receiver. tcptune's own
 //! additions live under `start.tcptune` and `end.tcptune`. Bump [`SCHEMA_VERSION`] on any
 //! incompatible change. Types derive `Deserialize` too, so the lab reads reports back.
+//!
+//! # What iperf3's consumers read
+//!
+//! Every field iperf3 3.x writes for a TCP client test is here under its name, so scripts
+//! written for iperf3 work unchanged; the `iperf3` package on PyPI (`iperf3.TestResult`, used
+//! by many monitoring scripts) reads `start.timestamp.{time,timesecs}`, `start.system_info`,
+//! `start.version`, `start.connected[0]`, `start.tcp_mss_default` (optional),
+//! `start.test_start.{protocol,num_streams,blksize,omit,duration,reverse}`,
+//! `end.cpu_utilization_percent.*`, `end.sum_sent.{bytes,bits_per_second,retransmits}` and
+//! `end.sum_received.{bytes,bits_per_second}`, and treats a report with a top-level `error`
+//! key as a failed test (reading nothing else): `error` is therefore absent unless the run
+//! failed. A run that failed before any report existed (no connection) prints a
+//! [`FailureReport`], iperf3's shape for that case.
 
 use serde::{Deserialize, Serialize};
 pub use tcptune_core::SampleRecord;
@@ -38,14 +51,67 @@ pub struct Start {
     pub version: String,
     /// `uname -a`-like description of this host.
     pub system_info: String,
+    /// When the session started (iperf3: `timestamp`).
+    #[serde(default)]
+    pub timestamp: Timestamp,
     /// Server the client connected to.
     pub connecting_to: ConnectingTo,
     /// Session id (iperf3: `cookie`).
     pub cookie: String,
+    /// MSS of the first data stream at this end, bytes (iperf3: the control connection's
+    /// default MSS); absent when no stream reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_mss_default: Option<u64>,
+    /// The fixed socket buffer asked for (iperf3's `-w`): the size of `--tune fixed:SIZE`,
+    /// 64 KiB for `--tune none`, else 0 (buffers are tuned, not fixed).
+    #[serde(default)]
+    pub sock_bufsize: u64,
     /// Parameters of the test (iperf3: `test_start`).
     pub test_start: TestStart,
     /// tcptune-specific setup.
     pub tcptune: StartTcptune,
+}
+
+/// When a test started (iperf3: `start.timestamp`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timestamp {
+    /// As iperf3 writes it: `Tue, 16 Aug 2016 03:39:47 GMT`.
+    pub time: String,
+    /// Seconds since the Unix epoch.
+    pub timesecs: u64,
+}
+
+impl Timestamp {
+    /// The timestamp of `secs` seconds since the Unix epoch (UTC).
+    pub fn from_unix(secs: u64) -> Timestamp {
+        const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let days = secs / 86_400;
+        let rem = secs % 86_400;
+        // Howard Hinnant's civil_from_days, for days since 1970-01-01 (never negative here).
+        let z = days as i64 + 719_468;
+        let era = z / 146_097;
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Timestamp {
+            time: format!(
+                "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+                DAYS[(days % 7) as usize],
+                MONTHS[(month - 1).clamp(0, 11) as usize],
+                rem / 3600,
+                rem % 3600 / 60,
+                rem % 60
+            ),
+            timesecs: secs,
+        }
+    }
 }
 
 /// One data connection (iperf3: `start.connected[]`).
@@ -91,6 +157,61 @@ pub struct TestStart {
     pub blocks: u64,
     /// 1 when the server sends (`--reverse`).
     pub reverse: u32,
+    /// Always 0 (tcptune does not set a type of service).
+    #[serde(default)]
+    pub tos: u32,
+    /// Always 0 (tcptune does not pace to a target rate).
+    #[serde(default)]
+    pub target_bitrate: u64,
+}
+
+/// What `send --json` prints when the run failed before any report existed (the server
+/// could not be reached, or refused the session): iperf3's shape for that case, with the
+/// error at the top level where iperf3's consumers look for it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailureReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// What is known without a session.
+    pub start: FailureStart,
+    /// Always empty.
+    pub intervals: Vec<Interval>,
+    /// Always empty.
+    pub end: Empty,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// `start` of a [`FailureReport`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailureStart {
+    /// Always empty.
+    pub connected: Vec<Connected>,
+    /// `tcptune X.Y.Z`.
+    pub version: String,
+    /// `uname -a`-like description of this host.
+    pub system_info: String,
+}
+
+/// An empty JSON object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Empty {}
+
+impl FailureReport {
+    /// The report of a run that failed with `error` before it had a report.
+    pub fn new(error: String) -> FailureReport {
+        FailureReport {
+            schema_version: SCHEMA_VERSION,
+            start: FailureStart {
+                connected: Vec::new(),
+                version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
+                system_info: tcptune_sys::os::system_info(),
+            },
+            intervals: Vec::new(),
+            end: Empty {},
+            error,
+        }
+    }
 }
 
 /// tcptune's setup details.
@@ -471,4 +592,40 @@ pub struct ChangeRecord {
     /// Why something else than asked was applied, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_read_as_iperf3_writes_them() {
+        assert_eq!(
+            Timestamp::from_unix(0).time,
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+        assert_eq!(
+            Timestamp::from_unix(1_471_318_787).time,
+            "Tue, 16 Aug 2016 03:39:47 GMT"
+        );
+        assert_eq!(
+            Timestamp::from_unix(1_795_449_952).time,
+            "Mon, 23 Nov 2026 16:05:52 GMT"
+        );
+        // A leap day.
+        assert_eq!(
+            Timestamp::from_unix(951_782_400).time,
+            "Tue, 29 Feb 2000 00:00:00 GMT"
+        );
+    }
+
+    #[test]
+    fn a_failure_report_has_the_error_at_the_top_and_empty_results() {
+        let v = serde_json::to_value(FailureReport::new("refused".into())).expect("json");
+        assert_eq!(v["error"], "refused");
+        assert_eq!(v["intervals"], serde_json::json!([]));
+        assert_eq!(v["end"], serde_json::json!({}));
+        assert_eq!(v["start"]["connected"], serde_json::json!([]));
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
+    }
 }

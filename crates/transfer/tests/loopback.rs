@@ -408,7 +408,12 @@ impl Drop for TempDir {
 fn auto_probes_a_new_path_then_reuses_the_path_database() {
     let server = TestServer::start(ServerConfig::default());
     let dir = TempDir::new("pathdb");
-    let db = dir.0.join("paths.json");
+    let db = dir.0.join("paths.sqlite");
+    let peers_in_db = || -> Vec<String> {
+        let mut store = tcptune_transfer::pathdb::PathStore::open(&db).expect("open database");
+        let entries = store.entries().expect("list database");
+        entries.into_iter().map(|e| e.entry.peer).collect()
+    };
     let run_auto = |probe: bool| {
         let mut c = server.client();
         c.tune = "auto".parse().expect("mode");
@@ -446,8 +451,7 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
     }
     assert_eq!(dbr.recorded, expected);
     assert!(dbr.warnings.is_empty(), "{:?}", dbr.warnings);
-    let text = std::fs::read_to_string(&db).expect("database written");
-    assert!(text.contains("127.0.0.1"), "{text}");
+    assert_eq!(peers_in_db(), ["127.0.0.1"]);
     assert!(first.end.tcptune.session_seconds.unwrap_or(0.0) >= m.seconds);
 
     // The same path again: no probe, the database's rate.
@@ -467,8 +471,12 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
     assert!(dbr2.entry_samples.unwrap_or(0) >= 1);
     assert!(second.start.tcptune.path_hint.rate.is_some());
 
-    // A corrupt database is reported and replaced, never fatal.
-    std::fs::write(&db, "{ not json").expect("write");
+    // A damaged database is reported and replaced, never fatal.
+    let mut wrecked = b"SQLite format 3\0".to_vec();
+    wrecked.resize(8192, 0xA5);
+    std::fs::write(&db, &wrecked).expect("write");
+    let _ = std::fs::remove_file(dir.0.join("paths.sqlite-wal"));
+    let _ = std::fs::remove_file(dir.0.join("paths.sqlite-shm"));
     let third = run_auto(true);
     assert_complete(&third, 16, MIB);
     let m3 = third
@@ -480,12 +488,12 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
     assert_eq!(m3.source, "probe");
     let dbr3 = m3.path_db.as_ref().expect("path db report");
     assert!(
-        dbr3.warnings.iter().any(|w| w.contains("not usable")),
+        dbr3.warnings.iter().any(|w| w.contains("damaged")),
         "{:?}",
         dbr3.warnings
     );
-    let fixed = std::fs::read_to_string(&db).expect("database rewritten");
-    assert!(fixed.contains("127.0.0.1"), "{fixed}");
+    assert_eq!(peers_in_db(), ["127.0.0.1"]);
+    assert!(dir.0.join("paths.sqlite.corrupt").exists());
 }
 
 #[test]

@@ -100,8 +100,8 @@ pub(crate) struct Opts {
     no_progress: bool,
     /// The database of per-path measurements (Enable's idea): modes that need the path's
     /// rate (auto, probe) use a fresh entry for this peer instead of probing, and every
-    /// transfer records what it measured. Default: $TCPTUNE_PATH_DB, else
-    /// ~/.cache/tcptune/paths.json.
+    /// transfer records what it measured (`tcptune paths` lists it). Default:
+    /// $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite.
     #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
     /// Neither read nor write the path database (every run measures the path afresh).
@@ -253,6 +253,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         Err(e) => {
             if let Some(report) = e.report() {
                 print(report)?;
+            } else if opts.json {
+                out::json(&tcptune_transfer::report::FailureReport::new(e.to_string()))?;
             }
             let code = match &e {
                 ClientError::Config(_) => exit::USAGE,

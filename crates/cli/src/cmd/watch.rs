@@ -4,14 +4,17 @@
 use crate::{exit, out};
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::{parse_duration, Rate};
 use tcptune_doctor::diag::{dump_tcp, DiagSocket};
 use tcptune_doctor::procmap::socket_owners;
+use tcptune_doctor::watch::metrics::{WatchMetrics, DEFAULT_MAX_CONNECTION_SERIES};
 use tcptune_doctor::watch::{
     filter_rows, render_table, sort_rows, AddrMatch, Filter, HintContext, LimitKind, ProcessMatch,
     SortKey, TableStyle, Tracker, WatchReport, WATCH_SCHEMA_VERSION,
 };
+use tcptune_metrics::{Exporter, ExporterConfig, Registry};
 
 /// Options of `tcptune watch`.
 #[derive(clap::Args, Debug)]
@@ -28,7 +31,15 @@ Examples:
   tcptune watch --port 5201 --once    one snapshot of connections to/from port 5201
   tcptune watch --process iperf3      only iperf3's connections (reads /proc/*/fd)
   tcptune watch --once --json         for scripts
-  tcptune watch --limited --target 1gbit   limited connections, hints sized for 1 Gbit/s")]
+  tcptune watch --limited --target 1gbit   limited connections, hints sized for 1 Gbit/s
+  tcptune watch --metrics 127.0.0.1:9310 --port 5310   Prometheus metrics of one service
+
+With --metrics, /metrics on ADDR serves connections by limiting factor (receive_window,
+send_buffer, congestion_window, application, receiving) and, for the connections that moved
+the most bytes (at most --metrics-max-connections), series of their own; the rest are summed
+and counted (tcptune_watch_unlisted_connections). The table is then shown only on a
+terminal; --json still prints a line per refresh. docs/grafana/tcptune.json is a dashboard
+for these metrics.")]
 pub(crate) struct Opts {
     /// Print one snapshot and exit.
     #[arg(long)]
@@ -82,6 +93,15 @@ pub(crate) struct Opts {
     /// No colors even on a terminal.
     #[arg(long)]
     no_color: bool,
+
+    /// Serve Prometheus metrics on ADDR (e.g. 127.0.0.1:9310, [::]:9310) at /metrics.
+    #[arg(long, value_name = "ADDR", conflicts_with = "once")]
+    metrics: Option<String>,
+
+    /// Most connections with metric series of their own (the busiest); the others are
+    /// only summed.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTION_SERIES)]
+    metrics_max_connections: usize,
 }
 
 fn parse_addr(s: &str) -> Result<AddrMatch, String> {
@@ -125,6 +145,15 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     };
     let tty = std::io::stdout().is_terminal();
     let live = !opts.once && !opts.json && tty;
+    let (metrics, _exporter) = match &opts.metrics {
+        Some(addr) => {
+            let (m, e) = start_metrics(addr, opts.metrics_max_connections)?;
+            (Some(m), Some(e))
+        }
+        None => (None, None),
+    };
+    // A metrics service prints nothing but what was asked for.
+    let table = live || (metrics.is_none() && !opts.json);
     let style = TableStyle {
         color: tty && !opts.no_color,
         owner: opts.show_process || opts.process.is_some(),
@@ -152,6 +181,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         }
         let mut rows = filter_rows(rows, &filter);
         sort_rows(&mut rows, opts.sort);
+        if let Some(m) = &metrics {
+            m.update(&rows, Duration::from_micros(dump_us));
+        }
         let count = |k: LimitKind| {
             rows.iter()
                 .filter(|r| r.limit.as_ref().is_some_and(|l| l.kind == k))
@@ -172,7 +204,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             } else {
                 out::line(&serde_json::to_string(&report)?);
             }
-        } else {
+        } else if table {
             let table = render_table(&report, style);
             if live {
                 // Home the cursor and clear the screen, as top does.
@@ -190,4 +222,18 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(opts.interval.saturating_sub(t0.elapsed()));
     }
+}
+
+/// Start the exporter of `--metrics`; its first line on stderr says where it listens.
+fn start_metrics(addr: &str, max_series: usize) -> anyhow::Result<(WatchMetrics, Exporter)> {
+    let metrics = WatchMetrics::new(max_series);
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let exporter = Exporter::start(addr, Arc::new(registry), ExporterConfig::default())
+        .map_err(|e| exit::fail(exit::ENVIRONMENT, e))?;
+    eprintln!(
+        "tcptune watch: serving metrics on http://{}/metrics",
+        exporter.local_addr()
+    );
+    Ok((metrics, exporter))
 }

@@ -334,3 +334,86 @@ fn send_buffer_time_behind_a_closed_window_blames_the_reader() {
     assert_eq!(l.share, 0.9);
     assert!(l.hint.contains("reads too slowly"), "{}", l.hint);
 }
+
+/// Two refreshes one second apart; the second's row.
+fn after_a_second(first: impl Fn(&mut TcpSnapshot), second: impl Fn(&mut TcpSnapshot)) -> Row {
+    let mut tr = Tracker::new();
+    tr.rows(
+        Duration::from_secs(1),
+        vec![conn(9, "10.0.0.2:1", first)],
+        &ctx(),
+    );
+    let mut rows = tr.rows(
+        Duration::from_secs(2),
+        vec![conn(9, "10.0.0.2:1", second)],
+        &ctx(),
+    );
+    rows.remove(0)
+}
+
+#[test]
+fn a_connection_busy_all_the_time_and_not_window_limited_is_congestion_window_limited() {
+    let r = after_a_second(
+        |t| t.busy_time_us = Some(1_000_000),
+        |t| {
+            t.busy_time_us = Some(2_000_000);
+            t.bytes_acked = Some(100_000_000);
+        },
+    );
+    assert_eq!(r.busy_share, Some(1.0));
+    assert_eq!(r.factor, LimitingFactor::CongestionWindow);
+}
+
+#[test]
+fn window_and_buffer_limits_win_over_the_congestion_window() {
+    let r = after_a_second(
+        |t| t.busy_time_us = Some(1_000_000),
+        |t| {
+            t.busy_time_us = Some(2_000_000);
+            t.rwnd_limited_us = Some(800_000);
+        },
+    );
+    assert_eq!(r.factor, LimitingFactor::ReceiveWindow);
+    let r = after_a_second(
+        |t| t.busy_time_us = Some(1_000_000),
+        |t| {
+            t.busy_time_us = Some(2_000_000);
+            t.sndbuf_limited_us = Some(600_000);
+        },
+    );
+    assert_eq!(r.factor, LimitingFactor::SendBuffer);
+}
+
+#[test]
+fn a_mostly_idle_sender_is_application_limited_and_a_receiver_is_receiving() {
+    let r = after_a_second(
+        |t| t.busy_time_us = Some(1_000_000),
+        |t| {
+            t.busy_time_us = Some(1_100_000);
+            t.bytes_acked = Some(1_000);
+        },
+    );
+    assert_eq!(r.busy_share, Some(0.1));
+    assert_eq!(r.factor, LimitingFactor::Application);
+    let r = after_a_second(
+        |t| t.bytes_received = Some(0),
+        |t| t.bytes_received = Some(50_000_000),
+    );
+    assert_eq!(r.factor, LimitingFactor::Receiving);
+    // On first sight the kernel's application-limited flag decides.
+    let mut tr = Tracker::new();
+    let rows = tr.rows(
+        Duration::from_secs(1),
+        vec![conn(1, "10.0.0.2:1", |t| {
+            t.delivery_rate_app_limited = true
+        })],
+        &ctx(),
+    );
+    assert_eq!(rows[0].factor, LimitingFactor::Application);
+    let rows = tr.rows(
+        Duration::from_secs(1),
+        vec![conn(2, "10.0.0.2:2", |_| {})],
+        &ctx(),
+    );
+    assert_eq!(rows[0].factor, LimitingFactor::CongestionWindow);
+}

@@ -125,7 +125,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         if let Some(rate) = result.rate() {
             hint.rate = Some(rate);
             hint.rate_is_lower_bound = result.lower_bound();
-            db.record(&hint, "probe", rate, !result.lower_bound());
+            db.record(&hint, crate::pathdb::Source::Probe, rate, !result.lower_bound());
         }
     }
     let measurement = MeasurementReport {
@@ -151,10 +151,10 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
     if let Some(rate) = delivered.filter(|_| receiver_ok(&main.local) && receiver_ok(&remote)) {
-        db.record(&hint, "transfer", rate, false);
+        db.record(&hint, crate::pathdb::Source::Transfer, rate, false);
     }
     let measurement = MeasurementReport {
-        path_db: db.report.take(),
+        path_db: db.report(),
         ..measurement
     };
     let remote_limits = server

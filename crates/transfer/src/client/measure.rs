@@ -2,18 +2,63 @@
 //! database, the bandwidth probe, or nothing; and what it records afterwards.
 
 use super::ClientConfig;
-use crate::pathdb::PathDbFile;
+use crate::pathdb::{PathDbSession, Source as DbSource};
 use crate::report::PathDbReport;
 use std::time::Duration;
-use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
-use tcptune_core::{PathHint, TuneMode};
+use tcptune_core::pathdb::{Direction, Known, Measurement};
+use tcptune_core::{PathHint, Rate, TuneMode};
 
 /// The path database as one transfer uses it.
 pub(crate) struct PathDbUse {
-    file: Option<PathDbFile>,
-    pub(crate) report: Option<PathDbReport>,
+    db: Option<PathDbSession>,
     peer: String,
     direction: Direction,
+}
+
+impl PathDbUse {
+    pub(crate) fn new(cfg: &ClientConfig, peer: String) -> PathDbUse {
+        PathDbUse {
+            db: cfg.path_db.as_deref().map(PathDbSession::open),
+            peer,
+            direction: if cfg.reverse {
+                Direction::Receive
+            } else {
+                Direction::Send
+            },
+        }
+    }
+
+    /// A fresh entry for this path, if the database has one (problems become warnings).
+    pub(crate) fn lookup(&mut self, rtt: Duration) -> Option<Known> {
+        let (peer, dir) = (self.peer.clone(), self.direction);
+        self.db.as_mut()?.lookup(&peer, dir, rtt)
+    }
+
+    /// Mark the entry as used.
+    pub(crate) fn used(&mut self) {
+        if let Some(d) = self.db.as_mut() {
+            d.mark_used();
+        }
+    }
+
+    /// Record a measurement (when a database is in use and the RTT is known); problems with
+    /// the file become warnings of the report.
+    pub(crate) fn record(&mut self, hint: &PathHint, source: DbSource, rate: Rate, full_pipe: bool) {
+        let (peer, dir) = (self.peer.clone(), self.direction);
+        let Some(d) = self.db.as_mut() else { return };
+        let min_rtt = hint.rtt.unwrap_or_default();
+        d.record(&peer, dir, hint.rtt.is_some(), source, |at| Measurement {
+            rate,
+            min_rtt,
+            full_pipe,
+            at_unix_s: at,
+        });
+    }
+
+    /// What the database contributed, for the report.
+    pub(crate) fn report(&mut self) -> Option<PathDbReport> {
+        self.db.take().map(PathDbSession::into_report)
+    }
 }
 
 /// Where the rate came from.
@@ -36,92 +81,6 @@ impl Source {
             Source::PathDb => "path_db",
             Source::Probe => "probe",
             Source::None => "none",
-        }
-    }
-}
-
-impl PathDbUse {
-    pub(crate) fn new(cfg: &ClientConfig, peer: String) -> PathDbUse {
-        let file = cfg.path_db.as_ref().map(PathDbFile::new);
-        let report = file.as_ref().map(|f| PathDbReport {
-            file: f.path().display().to_string(),
-            used: false,
-            entry_age_s: None,
-            entry_samples: None,
-            entry_full_pipe: None,
-            recorded: Vec::new(),
-            warnings: Vec::new(),
-        });
-        PathDbUse {
-            file,
-            report,
-            peer,
-            direction: if cfg.reverse {
-                Direction::Receive
-            } else {
-                Direction::Send
-            },
-        }
-    }
-
-    /// A fresh entry for this path, if the database has one (problems become warnings).
-    pub(crate) fn lookup(&mut self, rtt: Duration) -> Option<Known> {
-        let f = self.file.as_ref()?;
-        let known = match f.load() {
-            Ok(d) => d.lookup(
-                &self.peer,
-                self.direction,
-                rtt,
-                unix_now(),
-                &PathDbPolicy::default(),
-            ),
-            Err(e) => {
-                if let Some(r) = self.report.as_mut() {
-                    r.warnings.push(e.to_string());
-                }
-                None
-            }
-        };
-        if let (Some(k), Some(r)) = (&known, self.report.as_mut()) {
-            r.entry_age_s = Some(k.age.as_secs_f64());
-            r.entry_samples = Some(k.samples);
-            r.entry_full_pipe = Some(k.full_pipe);
-        }
-        known
-    }
-
-    /// Mark the entry as used.
-    pub(crate) fn used(&mut self) {
-        if let Some(r) = self.report.as_mut() {
-            r.used = true;
-        }
-    }
-
-    /// Record a measurement (when a database is in use and the RTT is known); problems with
-    /// the file become warnings of the report.
-    pub(crate) fn record(
-        &mut self,
-        hint: &PathHint,
-        what: &str,
-        rate: tcptune_core::Rate,
-        full_pipe: bool,
-    ) {
-        let (Some(f), Some(r), Some(rtt)) = (&self.file, self.report.as_mut(), hint.rtt) else {
-            return;
-        };
-        let m = Measurement {
-            rate,
-            min_rtt: rtt,
-            full_pipe,
-            at_unix_s: unix_now(),
-        };
-        let (peer, dir) = (&self.peer, self.direction);
-        match f.update(|d| d.record(peer, dir, &m, &PathDbPolicy::default())) {
-            Ok(warning) => {
-                r.recorded.push(what.to_string());
-                r.warnings.extend(warning.map(|w| w.to_string()));
-            }
-            Err(e) => r.warnings.push(e.to_string()),
         }
     }
 }
