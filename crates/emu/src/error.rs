@@ -58,6 +58,9 @@ pub enum EmuError {
         /// What is wrong.
         detail: String,
     },
+    /// Starting, waiting for or stopping a process failed.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// The topology belongs to another program.
     #[error("topology '{name}' belongs to {owner}; stop that program to take it down")]
     NotOwned {

@@ -10,6 +10,10 @@
 //! * [`Topology`] is the driver: it creates the namespaces and TUN devices, runs the
 //!   emulator threads and tears everything down when dropped.
 //!
+//! * [`process`] supervises the programs run around the emulator (children that die with
+//!   their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed readiness
+//!   message): `tcptune emu`, the lab and the tests share it.
+//!
 //! * [`state`] keeps a record per topology under `/run/tcptune/` (owner pid and start time,
 //!   live counters), so that `tcptune emu status` sees every topology and a crashed owner's
 //!   leftovers are removed by the next `up` — never those of a live owner.
@@ -40,8 +44,10 @@
 
 pub mod capacity;
 pub mod config;
+pub mod daemon;
 pub mod packet;
 pub mod path;
+pub mod process;
 pub mod stage;
 pub mod state;
 pub mod stats;

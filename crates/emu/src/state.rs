@@ -10,6 +10,7 @@
 
 use crate::config::{PathConfig, Side};
 use crate::error::EmuError;
+use crate::process::ProcessId;
 use crate::stats::EmuStats;
 use crate::sys;
 use serde::{Deserialize, Serialize};
@@ -68,7 +69,11 @@ pub struct TopologyRecord {
 impl TopologyRecord {
     /// Whether the owner process is still alive.
     pub fn owner_alive(&self) -> bool {
-        sys::process_alive(self.owner_pid, self.owner_start)
+        ProcessId {
+            pid: self.owner_pid,
+            start: self.owner_start,
+        }
+        .alive()
     }
 
     /// Address of `side`.
@@ -249,7 +254,12 @@ pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
 /// Remove a topology's processes, namespaces and files (its owner must be dead, or be us).
 pub(crate) fn remove_topology(record: &TopologyRecord) {
     for ns in &record.netns {
-        sys::kill_netns_processes(ns, Duration::from_millis(500));
+        if let Err(e) = sys::kill_netns_processes(ns, Duration::from_millis(500)) {
+            eprintln!(
+                "tcptune emu: cleaning up stale topology '{}': {e}",
+                record.name
+            );
+        }
         let _ = sys::delete_netns(ns);
     }
     remove_files(&record.name);
