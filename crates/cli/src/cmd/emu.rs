@@ -4,28 +4,43 @@
 
 use crate::{exit, out};
 use anyhow::{anyhow, Context};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::process::{Command, ExitCode, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tcptune_core::{format_duration, parse_duration, Bytes, Rate};
 use tcptune_emu::config::parse_sysctl_arg;
+use tcptune_emu::daemon::{self, DaemonSpec};
+use tcptune_emu::process::{
+    self, output, signals, Ended, ProcessError, ProcessId, Supervised, Waited,
+};
 use tcptune_emu::state::{self, OwnerKind, TopologyRecord};
 use tcptune_emu::{
     capacity_warning, unique_name, DirStats, EmuError, EmuStats, PathConfig, QueueLimit, Side,
     Topology, TopologyConfig, UpOptions,
 };
 
+/// How the --server command's output lines are marked on stderr.
+const SERVER_PREFIX: &str = "[server] ";
+/// SIGTERM to SIGKILL for the --server command when CMD has ended.
+const SERVER_GRACE: Duration = Duration::from_secs(1);
+/// SIGTERM to SIGKILL for CMD when the run is interrupted.
+const CMD_GRACE: Duration = Duration::from_secs(2);
+/// SIGTERM to SIGKILL for an `emu up` daemon (it takes its path down in between).
+const DAEMON_GRACE: Duration = Duration::from_secs(10);
+
 /// Options of `tcptune emu`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
 Examples:
-  tcptune emu run --rtt 100ms --rate 1gbit --server 'iperf3 -s' -- iperf3 -c 198.19.0.1
+  tcptune emu run --rtt 100ms --rate 1gbit --server 'iperf3 -s -1' -- iperf3 -c 198.19.0.1 -J | jq .end
   tcptune emu run --rtt 50ms --rate 500mbit --loss 0.01% --server 'tcptune serve' \\
-      -- sh -c 'tcptune send $TCPTUNE_PEER --json'
+      -- sh -c 'tcptune send $TCPTUNE_PEER --json' > report.json
+  tcptune emu run --rtt 20ms --json -- ping -c 5 198.19.0.1 | jq .stats.a_to_b.lateness
   sudo tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
   tcptune emu exec wan b -- iperf3 -s -D
   tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
@@ -36,7 +51,15 @@ Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and
 joined by a TUN device each; the emulator threads carry packets between them through the
 path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
 side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
-them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.")]
+them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.
+
+Output of emu run: stdout is CMD's stdout, untouched, so that it can be piped into a parser.
+The --server command's stdout and stderr go to stderr, each line prefixed with '[server] ' (or
+to the file --server-log names). emu's own messages and final counters go to stderr. With
+--json, stdout carries exactly one JSON document instead, emu's report (CMD's exit code and the
+final counters), written when CMD has ended; CMD's stdout is then sent to stderr so that the two
+never mix. To keep CMD's stdout clean and also get the counters as JSON, use --stats-json FILE.
+Children of emu run, emu exec and the lab get SIGKILL if their parent dies.")]
 pub(crate) struct Opts {
     #[command(subcommand)]
     command: EmuCommand,
@@ -166,32 +189,41 @@ impl PathOpts {
     }
 }
 
-/// Attach the exit code an emulator error deserves.
-fn emu_fail(e: EmuError) -> anyhow::Error {
-    let code = if e.is_environment() {
+/// The exit code an emulator error deserves.
+fn emu_exit_code(e: &EmuError) -> u8 {
+    if e.is_environment() {
         exit::ENVIRONMENT
     } else if matches!(e, EmuError::Config(_)) {
         exit::USAGE
     } else {
         exit::FAILURE
-    };
-    exit::fail(code, e)
+    }
+}
+
+/// Attach the exit code an emulator error deserves.
+fn emu_fail(e: EmuError) -> anyhow::Error {
+    exit::fail(emu_exit_code(&e), e)
 }
 
 #[derive(clap::Args, Debug)]
 struct RunOpts {
     #[command(flatten)]
     path: PathOpts,
-    /// Command started (through `sh -c`) on side B before CMD; stopped when CMD ends.
+    /// Command started (through `sh -c`) on side B before CMD; stopped when CMD ends. Its
+    /// output goes to stderr, each line prefixed with '[server] '.
     #[arg(long, value_name = "CMD")]
     server: Option<String>,
+    /// Write the --server command's stdout and stderr to FILE instead of stderr.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    server_log: Option<std::path::PathBuf>,
     /// Topology name (default: run-PID).
     #[arg(long)]
     name: Option<String>,
     /// Write the emulator's final counters as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     stats_json: Option<std::path::PathBuf>,
-    /// Print the emulator's final counters (as JSON on stderr with --json).
+    /// Write emu's report (CMD's exit code and the final counters) as JSON on stdout when CMD
+    /// ends, and send CMD's stdout to stderr (see "Output of emu run" below).
     #[arg(long)]
     json: bool,
     /// Reset the counters this long after CMD starts, so that the final counters describe
@@ -250,15 +282,6 @@ struct DaemonOpts {
     spec: String,
 }
 
-/// What `emu up` hands to its daemon.
-#[derive(Serialize, Deserialize)]
-struct DaemonSpec {
-    topology: TopologyConfig,
-    offload: bool,
-    realtime: bool,
-    spin_ns: u64,
-}
-
 /// Run `tcptune emu`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     match opts.command {
@@ -271,57 +294,29 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     }
 }
 
-// ---- signals ----
-
-/// The last SIGINT/SIGTERM/SIGHUP received (0: none).
-static SIGNALLED: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
-}
-
-/// Catch SIGINT, SIGTERM and SIGHUP so that teardown runs (children started later get the
-/// default dispositions back at exec).
-fn catch_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs an async-signal-safe handler (one atomic store).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-}
-
-fn exit_code_of(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(c), _) => u8::try_from(c).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(1),
-        _ => 1,
-    }
-}
-
-fn terminate(child: &mut Child, grace: Duration) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    if let Ok(pid) = i32::try_from(child.id()) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 // ---- run ----
+
+/// What `emu run --json` prints on stdout when CMD has ended.
+#[derive(Serialize)]
+struct RunReport<'a> {
+    schema_version: u32,
+    name: &'a str,
+    path: &'a PathConfig,
+    /// CMD's exit code (128 + N if a signal N ended it), which is also emu run's.
+    exit_code: u8,
+    /// The stop signal (SIGINT, SIGTERM, SIGHUP) that cut the run short.
+    interrupted_by: Option<String>,
+    /// Why the run failed before CMD could finish (the server exited first, ...).
+    error: Option<String>,
+    /// The emulator's final counters.
+    stats: &'a EmuStats,
+}
+
+/// How CMD ended.
+struct CmdEnd {
+    code: u8,
+    signal: Option<i32>,
+}
 
 fn run_cmd(o: RunOpts) -> anyhow::Result<ExitCode> {
     let name = o.name.clone().unwrap_or_else(|| unique_name("run"));
@@ -330,97 +325,169 @@ fn run_cmd(o: RunOpts) -> anyhow::Result<ExitCode> {
     if let Some(w) = capacity_warning(&cfg.path, up_opts.offload) {
         eprintln!("tcptune emu: warning: {w}");
     }
-    catch_signals();
+    signals::catch_stop_signals()?;
     eprintln!("tcptune emu: bringing up {name}: {}", cfg.path.describe());
     let topo = Topology::up_with(&cfg, &up_opts).map_err(emu_fail)?;
     for n in topo.notes() {
         eprintln!("tcptune emu: warning: {n}");
     }
-    let result = run_in_topology(&topo, &o);
+    let mut copiers = Vec::new();
+    let result = run_in_topology(&topo, &o, &mut copiers);
     let stats = topo.down().map_err(emu_fail)?;
+    // Every namespace process is gone, so the server's pipes are closed: its last lines
+    // are out before the report.
+    for c in copiers {
+        let _ = c.join();
+    }
     if let Some(path) = &o.stats_json {
         let text = serde_json::to_string_pretty(&stats)?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("writing the counters to {}", path.display()))?;
     }
+    let (code, signal, error) = match &result {
+        Ok(end) => (end.code, end.signal, None),
+        Err(e) => (
+            e.downcast_ref::<exit::Fail>()
+                .map_or(exit::FAILURE, |f| f.code),
+            None,
+            Some(format!("{e:#}")),
+        ),
+    };
     if o.json {
-        eprintln!("{}", serde_json::to_string_pretty(&stats)?);
+        out::json(&RunReport {
+            schema_version: 1,
+            name: &name,
+            path: &cfg.path,
+            exit_code: code,
+            interrupted_by: signal.map(signals::signal_name),
+            error,
+            stats: &stats,
+        })?;
     } else {
         eprintln!("tcptune emu: {}", dir_line("a->b", &stats.a_to_b));
         eprintln!("tcptune emu: {}", dir_line("b->a", &stats.b_to_a));
     }
-    let code = result?;
+    result?;
     Ok(ExitCode::from(code))
 }
 
-fn run_in_topology(topo: &Topology, o: &RunOpts) -> anyhow::Result<u8> {
-    let mut server = match &o.server {
-        Some(cmd) => {
-            let child = topo
-                .command(Side::B, "sh")
-                .arg("-c")
-                .arg(cmd)
-                .stdin(Stdio::null())
-                .spawn()
-                .with_context(|| format!("starting the server '{cmd}' on side B"))?;
-            Some(child)
+/// Start --server on side B with its output on our stderr (prefixed) or in --server-log.
+fn start_server(
+    topo: &Topology,
+    o: &RunOpts,
+    server: &str,
+    copiers: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Supervised> {
+    let mut cmd = topo.command(Side::B, "sh");
+    cmd.arg("-c").arg(server).stdin(Stdio::null());
+    match &o.server_log {
+        Some(path) => {
+            let log = File::create(path)
+                .with_context(|| format!("creating the server log {}", path.display()))?;
+            let log2 = log
+                .try_clone()
+                .with_context(|| format!("duplicating {}", path.display()))?;
+            cmd.stdout(log).stderr(log2);
         }
-        None => None,
-    };
-    if let Some(s) = server.as_mut() {
-        // Give the server up to 3 s to listen on a TCP port (a UDP server is simply given
-        // the 3 s).
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline && SIGNALLED.load(Ordering::SeqCst) == 0 {
-            if topo.tcp_listeners(Side::B).map_err(emu_fail)? > 0 {
-                break;
-            }
-            if let Ok(Some(st)) = s.try_wait() {
-                return Err(exit::fail(
-                    exit::FAILURE,
-                    anyhow!("the server on side B exited before CMD started ({st})"),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        None => {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
     }
+    let mut child =
+        process::spawn(&mut cmd, format!("the server '{server}' on side B"))?.grace(SERVER_GRACE);
+    let c = child.child_mut();
+    let pipes: Vec<Box<dyn Read + Send>> = [
+        c.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+        c.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for p in pipes {
+        copiers.push(
+            output::prefix_to_stderr(p, SERVER_PREFIX)
+                .context("starting a thread for the server's output")?,
+        );
+    }
+    // Give the server up to 3 s to listen on a TCP port (a UDP server is simply given the
+    // 3 s).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && signals::stop_requested().is_none() {
+        if topo.tcp_listeners(Side::B).map_err(emu_fail)? > 0 {
+            break;
+        }
+        if let Some(st) = child.try_wait()? {
+            return Err(exit::fail(
+                exit::FAILURE,
+                anyhow!("the server on side B exited before CMD started ({st})"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child)
+}
+
+fn run_in_topology(
+    topo: &Topology,
+    o: &RunOpts,
+    copiers: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<CmdEnd> {
+    let mut server = match &o.server {
+        Some(cmd) => Some(start_server(topo, o, cmd, copiers)?),
+        None => None,
+    };
     let (prog, args) = o
         .cmd
         .split_first()
         .ok_or_else(|| exit::fail(exit::USAGE, anyhow!("no command given after --")))?;
-    let mut child = topo
-        .command(Side::A, prog)
-        .args(args)
-        .spawn()
-        .with_context(|| format!("starting {} on side A", prog.to_string_lossy()))?;
+    let mut cmd = topo.command(Side::A, prog);
+    cmd.args(args);
+    if o.json {
+        // stdout carries emu's report: CMD's stdout goes to stderr, so the two never mix.
+        let err = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicating stderr for CMD's stdout")?;
+        cmd.stdout(Stdio::from(err));
+    }
+    let what = format!("{} on side A", prog.to_string_lossy());
+    let mut child = process::spawn(&mut cmd, what)?.grace(CMD_GRACE);
     let started = Instant::now();
-    let mut warmup = o.warmup;
-    let status = loop {
-        if warmup.is_some_and(|w| started.elapsed() >= w) {
-            topo.reset_stats();
-            warmup = None;
-        }
-        if SIGNALLED.load(Ordering::SeqCst) != 0 {
-            terminate(&mut child, Duration::from_secs(2));
-            break None;
-        }
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(anyhow!("waiting for the command: {e}")),
+    let stop = || signals::stop_requested().is_some();
+    let mut waited = match o.warmup {
+        Some(w) => child.wait_until(Some(started + w), stop)?,
+        None => child.wait_until(None, stop)?,
+    };
+    if waited == Waited::Deadline {
+        topo.reset_stats();
+        waited = child.wait_until(None, stop)?;
+    }
+    let end = match waited {
+        Waited::Exited(st) => CmdEnd {
+            code: process::exit_code(st),
+            signal: None,
+        },
+        Waited::Interrupted | Waited::Deadline => {
+            let sig = signals::stop_requested().unwrap_or(libc::SIGTERM);
+            eprintln!(
+                "tcptune emu: interrupted ({}); tearing down",
+                signals::signal_name(sig)
+            );
+            if let Err(e) = child.terminate() {
+                eprintln!("tcptune emu: {e}");
+            }
+            CmdEnd {
+                code: u8::try_from(128 + sig).unwrap_or(1),
+                signal: Some(sig),
+            }
         }
     };
     if let Some(s) = server.as_mut() {
-        terminate(s, Duration::from_secs(1));
-    }
-    match status {
-        Some(st) => Ok(exit_code_of(st)),
-        None => {
-            let sig = SIGNALLED.load(Ordering::SeqCst);
-            eprintln!("tcptune emu: interrupted (signal {sig}); tearing down");
-            Ok(u8::try_from(128 + sig).unwrap_or(1))
+        if let Err(e) = s.terminate() {
+            eprintln!("tcptune emu: {e}");
         }
     }
+    Ok(end)
 }
 
 fn dir_line(label: &str, d: &DirStats) -> String {
@@ -468,27 +535,12 @@ fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
     let mut warnings: Vec<String> = capacity_warning(&cfg.path, up_opts.offload)
         .into_iter()
         .collect();
-    let spec = DaemonSpec {
-        topology: cfg.clone(),
-        offload: up_opts.offload,
-        realtime: up_opts.realtime,
-        spin_ns: u64::try_from(up_opts.spin.as_nanos()).unwrap_or(u64::MAX),
-    };
+    let spec = DaemonSpec::new(cfg.clone(), &up_opts);
     let exe = std::env::current_exe().context("finding the tcptune executable")?;
     let mut cmd = Command::new(exe);
     cmd.args(["emu", "__daemon", "--spec"])
         .arg(serde_json::to_string(&spec)?)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: setsid(2) is async-signal-safe; it detaches the daemon from the terminal's
-    // process group so that Ctrl-C in this shell does not stop it.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
     if !o.json {
         eprintln!(
             "tcptune emu: bringing up {}: {}",
@@ -496,45 +548,22 @@ fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
             cfg.path.describe()
         );
     }
-    let mut child = cmd.spawn().context("starting the emulator daemon")?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("no pipe to the emulator daemon"))?;
-    let mut ready = false;
-    let mut error: Option<(u8, String)> = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.context("reading from the emulator daemon")?;
-        if line == "ready" {
-            ready = true;
-            break;
-        } else if let Some(w) = line.strip_prefix("warning ") {
-            warnings.push(w.to_string());
-        } else if let Some(rest) = line.strip_prefix("error ") {
-            let (code, msg) = rest.split_once(' ').unwrap_or(("1", rest));
-            error = Some((code.parse().unwrap_or(exit::FAILURE), msg.to_string()));
-        }
-    }
-    if !ready {
-        let status = child.wait().ok();
-        let (code, msg) = error.unwrap_or_else(|| {
-            (
-                exit::FAILURE,
-                format!("the emulator daemon exited before the path was ready ({status:?})"),
-            )
-        });
-        return Err(exit::fail(code, anyhow!(msg)));
-    }
-    let record = state::load(&o.name).map_err(emu_fail)?;
+    let d = daemon::start(&mut cmd).map_err(|e| match e {
+        ProcessError::DaemonFailed { exit_code, .. } => exit::fail(exit_code, e),
+        e => exit::fail(exit::FAILURE, e),
+    })?;
+    warnings.extend(d.ready.notes.iter().cloned());
+    let [netns_a, netns_b] = d.ready.netns.clone();
+    let [addr_a, addr_b] = d.ready.addrs.map(|a| a.to_string());
     if o.json {
         out::json(&UpReport {
             schema_version: 1,
             name: o.name.clone(),
-            daemon_pid: child.id(),
-            netns_a: record.netns(Side::A).to_string(),
-            netns_b: record.netns(Side::B).to_string(),
-            addr_a: record.addr(Side::A).to_string(),
-            addr_b: record.addr(Side::B).to_string(),
+            daemon_pid: d.pid,
+            netns_a,
+            netns_b,
+            addr_a,
+            addr_b,
             path: cfg.path.clone(),
             warnings,
         })?;
@@ -543,109 +572,16 @@ fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
             eprintln!("tcptune emu: warning: {w}");
         }
         out::line(&format!(
-            "{} up: side a {} (netns {}), side b {} (netns {}), daemon pid {}",
-            o.name,
-            record.addr(Side::A),
-            record.netns(Side::A),
-            record.addr(Side::B),
-            record.netns(Side::B),
-            child.id()
+            "{} up: side a {addr_a} (netns {netns_a}), side b {addr_b} (netns {netns_b}), daemon pid {}",
+            o.name, d.pid
         ));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Write one line to the `up` process waiting on our stdout.
-fn tell_parent(line: &str) {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}").and_then(|_| o.flush());
-}
-
 fn daemon(o: DaemonOpts) -> anyhow::Result<ExitCode> {
     let spec: DaemonSpec = serde_json::from_str(&o.spec).context("parsing the daemon spec")?;
-    // Block the stop signals in every thread; the main thread waits for them below.
-    // SAFETY: plain signal-mask manipulation with a local sigset.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    let opts = UpOptions {
-        offload: spec.offload,
-        realtime: spec.realtime,
-        spin: Duration::from_nanos(spec.spin_ns),
-        owner: OwnerKind::Daemon,
-        ..UpOptions::default()
-    };
-    let topo = match Topology::up_with(&spec.topology, &opts) {
-        Ok(t) => t,
-        Err(e) => {
-            let code = if e.is_environment() {
-                exit::ENVIRONMENT
-            } else {
-                exit::FAILURE
-            };
-            tell_parent(&format!("error {code} {e}"));
-            return Ok(ExitCode::from(code));
-        }
-    };
-    for n in topo.notes() {
-        tell_parent(&format!("warning {n}"));
-    }
-    // From now on write to the log file, never to the parent (which is about to exit).
-    let log = state::log_path(&spec.topology.name);
-    if let Ok(f) = std::fs::File::create(&log) {
-        use std::os::fd::AsRawFd;
-        tell_parent("ready");
-        // SAFETY: dup2 onto our own stdout/stderr.
-        unsafe {
-            libc::dup2(f.as_raw_fd(), 1);
-            libc::dup2(f.as_raw_fd(), 2);
-        }
-    } else {
-        tell_parent("ready");
-        // SAFETY: as above, onto /dev/null.
-        if let Ok(f) = std::fs::File::open("/dev/null") {
-            use std::os::fd::AsRawFd;
-            unsafe {
-                libc::dup2(f.as_raw_fd(), 1);
-                libc::dup2(f.as_raw_fd(), 2);
-            }
-        }
-    }
-    eprintln!(
-        "tcptune emu daemon {}: up: {}",
-        spec.topology.name,
-        spec.topology.path.describe()
-    );
-    loop {
-        let ts = libc::timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        };
-        // SAFETY: waits for one of the blocked signals, with a timeout.
-        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
-        if sig > 0 {
-            eprintln!("tcptune emu daemon: signal {sig}: taking the path down");
-            break;
-        }
-        if !topo.is_running() {
-            eprintln!(
-                "tcptune emu daemon: emulator stopped: {:?}; taking the path down",
-                topo.failures()
-            );
-            break;
-        }
-    }
-    match topo.down() {
-        Ok(_) => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(emu_fail(e)),
-    }
+    Ok(ExitCode::from(daemon::serve(&spec, emu_exit_code)))
 }
 
 // ---- exec ----
@@ -667,20 +603,14 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
         .cmd
         .split_first()
         .ok_or_else(|| exit::fail(exit::USAGE, anyhow!("no command given after --")))?;
-    let mut child = record
-        .command(o.side, prog)
-        .map_err(emu_fail)?
-        .args(args)
-        .spawn()
-        .with_context(|| format!("starting {} on side {}", prog.to_string_lossy(), o.side))?;
+    let mut cmd = record.command(o.side, prog).map_err(emu_fail)?;
+    cmd.args(args);
+    let what = format!("{} on side {}", prog.to_string_lossy(), o.side);
+    let mut child = process::spawn(&mut cmd, what)?;
     // Like system(3): the child handles Ctrl-C; we wait for it and pass its status on.
-    // SAFETY: setting dispositions of this process after the child exists.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let status = child.wait().context("waiting for the command")?;
-    Ok(ExitCode::from(exit_code_of(status)))
+    signals::ignore_interactive_signals()?;
+    let status = child.wait()?;
+    Ok(ExitCode::from(process::exit_code(status)))
 }
 
 // ---- status ----
@@ -825,22 +755,19 @@ fn down(o: DownOpts) -> anyhow::Result<ExitCode> {
         ));
     }
     let last = record.stats();
-    let pid = i32::try_from(record.owner_pid).context("daemon pid out of range")?;
-    if record.owner_alive() {
-        // SAFETY: kill(2) on the daemon recorded as owner, just checked to be the same
-        // process (pid and start time).
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while record.owner_alive() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if record.owner_alive() {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        std::thread::sleep(Duration::from_millis(100));
+    let daemon = ProcessId {
+        pid: record.owner_pid,
+        start: record.owner_start,
+    };
+    let what = format!("the emulator daemon of '{}' (pid {})", o.name, daemon.pid);
+    // SIGTERM: the daemon takes its path down and exits.
+    let ended = daemon.terminate(&what, DAEMON_GRACE)?;
+    if ended == Ended::Killed {
         state::cleanup_stale().map_err(emu_fail)?;
-        eprintln!("tcptune emu: the daemon did not stop in 10 s; killed it and cleaned up");
+        eprintln!(
+            "tcptune emu: the daemon did not stop in {} s; killed it and cleaned up",
+            DAEMON_GRACE.as_secs()
+        );
     }
     report("stopped", last)
 }
