@@ -17,6 +17,9 @@
 //! * [`state`] keeps a record per topology under `/run/tcptune/` (owner pid and start time,
 //!   live counters), so that `tcptune emu status` sees every topology and a crashed owner's
 //!   leftovers are removed by the next `up` — never those of a live owner.
+//! * [`host`] changes the host's global sysctls (net.core.rmem_max, ...) through a journal
+//!   written before each change, so that the next program puts back what a crashed owner
+//!   raised.
 //!
 //! Addresses (inside the namespaces only): side A is [`ADDR_A`] (198.18.0.1), side B is
 //! [`ADDR_B`] (198.19.0.1), from 198.18.0.0/15, the range RFC 2544 sets aside for
@@ -45,6 +48,7 @@
 pub mod capacity;
 pub mod config;
 pub mod daemon;
+pub mod host;
 pub mod packet;
 pub mod path;
 pub mod process;

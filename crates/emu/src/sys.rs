@@ -214,6 +214,12 @@ pub(crate) fn kill_netns_processes(name: &str, grace: Duration) -> Result<(), Em
     Ok(())
 }
 
+/// Read a sysctl of the calling thread's network namespace (global ones from anywhere).
+pub(crate) fn read_sysctl(key: &str) -> Result<String, EmuError> {
+    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+    fs::read_to_string(&path).map_err(|e| EmuError::sys(format!("reading sysctl {key}"), e))
+}
+
 /// Write a sysctl of the calling thread's network namespace.
 pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
     let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));

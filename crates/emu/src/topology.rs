@@ -140,7 +140,9 @@ impl Topology {
         };
         {
             let _lock = StateLock::acquire()?;
-            state::cleanup_stale_locked();
+            for e in state::cleanup_stale_locked().errors {
+                eprintln!("tcptune emu: cleaning up after a dead owner: {e}");
+            }
             state::claim(&record)?;
             topo.claimed = true;
         }
