@@ -737,7 +737,10 @@ fn down(o: DownOpts) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     };
     let removed = state::cleanup_stale().map_err(emu_fail)?;
-    if removed.iter().any(|n| n == &o.name) {
+    for e in &removed.errors {
+        eprintln!("tcptune emu: cleaning up after a dead owner: {e}");
+    }
+    if removed.topologies.iter().any(|n| n == &o.name) {
         return report("removed-stale", None);
     }
     let record = state::load(&o.name).map_err(emu_fail)?;
