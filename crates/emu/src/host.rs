@@ -2,7 +2,7 @@
 //! namespace) changed so that a crash cannot leave them changed for good.
 //!
 //! Before a value is raised, its original is written to a journal,
-//! `/run/tcptune/host-sysctls.json`, naming the owner process (pid and start time). The owner
+//! `/run/tcptune/host-sysctls.journal`, naming the owner process (pid and start time). The owner
 //! puts the values back when it is done ([`HostSysctls::restore`], or on drop). If it dies
 //! first, even by SIGKILL, the next tcptune program that cleans up after dead owners
 //! (`emu up`/`run`/`down`, a library topology, `lab`, `lab --cleanup`: everything that calls
@@ -24,9 +24,9 @@ use std::path::PathBuf;
 /// Version of the journal layout.
 pub const JOURNAL_SCHEMA_VERSION: u32 = 1;
 
-/// The journal file.
+/// The journal file (JSON, but not named `*.json`: that is a topology record's name).
 pub fn journal_path() -> PathBuf {
-    PathBuf::from(STATE_DIR).join("host-sysctls.json")
+    PathBuf::from(STATE_DIR).join("host-sysctls.journal")
 }
 
 /// The journal: who changes the host's global sysctls, and what they were before.

@@ -6,7 +6,7 @@
 //! `/run/tcptune/NAME.stats.json` holds the owner's latest [`EmuStats`], rewritten every
 //! quarter second. A record whose owner process is gone (pid and start time) is stale: its
 //! namespaces, processes and files are removed by the next `up`, `run` or `down`, after the
-//! host sysctls a dead owner raised are put back (`/run/tcptune/host-sysctls.json`, see
+//! host sysctls a dead owner raised are put back (`/run/tcptune/host-sysctls.journal`, see
 //! [`host`](crate::host)).
 //! `/run/tcptune/.lock` serializes claiming names against cleaning up.
 

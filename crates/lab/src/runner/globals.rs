@@ -22,7 +22,7 @@ impl GlobalSysctls {
     /// back first (and returned), so that the values read from now on are the host's own.
     pub fn acquire() -> anyhow::Result<(GlobalSysctls, Vec<Restored>)> {
         let (host, restored) = HostSysctls::acquire().context(
-            "taking charge of the host's global sysctls (/run/tcptune/host-sysctls.json)",
+            "taking charge of the host's global sysctls (/run/tcptune/host-sysctls.journal)",
         )?;
         Ok((
             GlobalSysctls {
