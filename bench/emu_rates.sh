@@ -86,7 +86,6 @@ rate = "1gbit"
 rtts = ["0.5ms"]
 streams = [1]
 repetitions = 1
-messages = 4
 congestion = "default"
 [hosts]
 untuned = ["none"]
