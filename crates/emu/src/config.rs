@@ -391,7 +391,7 @@ pub fn validate_name(name: &str) -> Result<(), ConfigError> {
 }
 
 /// Sysctls under `net.` that are nevertheless one copy for the whole host.
-const GLOBAL_NET_SYSCTLS: &[&str] = &[
+pub(crate) const GLOBAL_NET_SYSCTLS: &[&str] = &[
     "net.core.rmem_max",
     "net.core.wmem_max",
     "net.core.rmem_default",

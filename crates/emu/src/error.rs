@@ -58,6 +58,18 @@ pub enum EmuError {
         /// What is wrong.
         detail: String,
     },
+    /// Another live process is changing the host's global sysctls.
+    #[error(
+        "the host's global sysctls are being changed by process {pid} (another tcptune lab?); \
+         wait for it to finish"
+    )]
+    HostBusy {
+        /// That process.
+        pid: u32,
+    },
+    /// Starting, waiting for or stopping a process failed.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// The topology belongs to another program.
     #[error("topology '{name}' belongs to {owner}; stop that program to take it down")]
     NotOwned {
@@ -78,6 +90,7 @@ impl EmuError {
                 | EmuError::NoTun(_)
                 | EmuError::MissingTool(_)
                 | EmuError::NameTaken { .. }
+                | EmuError::HostBusy { .. }
         )
     }
 

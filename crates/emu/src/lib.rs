@@ -10,9 +10,16 @@
 //! * [`Topology`] is the driver: it creates the namespaces and TUN devices, runs the
 //!   emulator threads and tears everything down when dropped.
 //!
+//! * [`process`] supervises the programs run around the emulator (children that die with
+//!   their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed readiness
+//!   message): `tcptune emu`, the lab and the tests share it.
+//!
 //! * [`state`] keeps a record per topology under `/run/tcptune/` (owner pid and start time,
 //!   live counters), so that `tcptune emu status` sees every topology and a crashed owner's
 //!   leftovers are removed by the next `up` — never those of a live owner.
+//! * [`host`] changes the host's global sysctls (net.core.rmem_max, ...) through a journal
+//!   written before each change, so that the next program puts back what a crashed owner
+//!   raised.
 //!
 //! Addresses (inside the namespaces only): side A is [`ADDR_A`] (198.18.0.1), side B is
 //! [`ADDR_B`] (198.19.0.1), from 198.18.0.0/15, the range RFC 2544 sets aside for
@@ -40,8 +47,11 @@
 
 pub mod capacity;
 pub mod config;
+pub mod daemon;
+pub mod host;
 pub mod packet;
 pub mod path;
+pub mod process;
 pub mod stage;
 pub mod state;
 pub mod stats;

@@ -5,11 +5,15 @@
 //! namespace exists, so every namespace the emulator makes has a record naming its owner);
 //! `/run/tcptune/NAME.stats.json` holds the owner's latest [`EmuStats`], rewritten every
 //! quarter second. A record whose owner process is gone (pid and start time) is stale: its
-//! namespaces, processes and files are removed by the next `up`, `run` or `down`.
+//! namespaces, processes and files are removed by the next `up`, `run` or `down`, after the
+//! host sysctls a dead owner raised are put back (`/run/tcptune/host-sysctls.journal`, see
+//! [`host`](crate::host)).
 //! `/run/tcptune/.lock` serializes claiming names against cleaning up.
 
 use crate::config::{PathConfig, Side};
 use crate::error::EmuError;
+use crate::host::{self, Cleanup};
+use crate::process::ProcessId;
 use crate::stats::EmuStats;
 use crate::sys;
 use serde::{Deserialize, Serialize};
@@ -68,7 +72,11 @@ pub struct TopologyRecord {
 impl TopologyRecord {
     /// Whether the owner process is still alive.
     pub fn owner_alive(&self) -> bool {
-        sys::process_alive(self.owner_pid, self.owner_start)
+        ProcessId {
+            pid: self.owner_pid,
+            start: self.owner_start,
+        }
+        .alive()
     }
 
     /// Address of `side`.
@@ -249,7 +257,12 @@ pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
 /// Remove a topology's processes, namespaces and files (its owner must be dead, or be us).
 pub(crate) fn remove_topology(record: &TopologyRecord) {
     for ns in &record.netns {
-        sys::kill_netns_processes(ns, Duration::from_millis(500));
+        if let Err(e) = sys::kill_netns_processes(ns, Duration::from_millis(500)) {
+            eprintln!(
+                "tcptune emu: cleaning up stale topology '{}': {e}",
+                record.name
+            );
+        }
         let _ = sys::delete_netns(ns);
     }
     remove_files(&record.name);
@@ -262,22 +275,31 @@ pub(crate) fn remove_files(name: &str) {
     let _ = fs::remove_file(record_path(name));
 }
 
-/// Remove every topology whose owner is dead; returns their names. Topologies of live
-/// owners (other programs' tests, the lab, daemons) are never touched.
-pub fn cleanup_stale() -> Result<Vec<String>, EmuError> {
+/// Undo what dead owners left behind: first the host's global sysctls they raised (see
+/// [`host`](crate::host)), then their topologies (processes, namespaces, files). What live
+/// owners (other programs' tests, the lab, daemons) hold is never touched.
+/// Errors do not stop the cleanup; they are in [`Cleanup::errors`].
+pub fn cleanup_stale() -> Result<Cleanup, EmuError> {
     let _lock = StateLock::acquire()?;
     Ok(cleanup_stale_locked())
 }
 
-pub(crate) fn cleanup_stale_locked() -> Vec<String> {
-    let mut removed = Vec::new();
+pub(crate) fn cleanup_stale_locked() -> Cleanup {
+    let mut cleanup = Cleanup::default();
+    // First: a raised value must never be mistaken for the host's own by what runs next.
+    match host::restore_stale_locked() {
+        Ok(r) => cleanup.sysctls = r,
+        Err(e) => cleanup
+            .errors
+            .push(format!("restoring the host's sysctls: {e}")),
+    }
     for record in list().into_iter().flatten() {
         if !record.owner_alive() {
             remove_topology(&record);
-            removed.push(record.name);
+            cleanup.topologies.push(record.name);
         }
     }
-    removed
+    cleanup
 }
 
 /// Write the stats file of `name` (atomically: readers never see half a file).

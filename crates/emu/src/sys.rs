@@ -1,6 +1,7 @@
 //! The thin Linux layer: TUN devices, network namespaces, `ip`, processes.
 
 use crate::error::EmuError;
+use crate::process;
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
@@ -8,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path as FsPath, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where `ip netns` keeps named namespaces.
 pub(crate) const NETNS_DIR: &str = "/run/netns";
@@ -207,39 +208,16 @@ pub(crate) fn pids_in_netns(name: &str) -> Vec<i32> {
 }
 
 /// Stop every process inside the named namespace: SIGTERM, then SIGKILL after `grace`.
-pub(crate) fn kill_netns_processes(name: &str, grace: Duration) {
-    let pids = pids_in_netns(name);
-    if pids.is_empty() {
-        return;
-    }
-    for &pid in &pids {
-        // SAFETY: kill(2) on a pid; the process is inside our namespace.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && !pids_in_netns(name).is_empty() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for pid in pids_in_netns(name) {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline && !pids_in_netns(name).is_empty() {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+pub(crate) fn kill_netns_processes(name: &str, grace: Duration) -> Result<(), EmuError> {
+    let what = format!("processes in network namespace {name}");
+    process::terminate(&what, grace, || pids_in_netns(name))?;
+    Ok(())
 }
 
-/// Start time of a process (clock ticks after boot, field 22 of /proc/PID/stat).
-pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Whether process `pid` that started at `start` is still alive (not a reused pid).
-pub(crate) fn process_alive(pid: u32, start: u64) -> bool {
-    process_start_time(pid) == Some(start)
+/// Read a sysctl of the calling thread's network namespace (global ones from anywhere).
+pub(crate) fn read_sysctl(key: &str) -> Result<String, EmuError> {
+    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
+    fs::read_to_string(&path).map_err(|e| EmuError::sys(format!("reading sysctl {key}"), e))
 }
 
 /// Write a sysctl of the calling thread's network namespace.

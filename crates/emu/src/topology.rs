@@ -116,7 +116,7 @@ impl Topology {
             name: name.clone(),
             owner_kind: opts.owner,
             owner_pid: pid,
-            owner_start: sys::process_start_time(pid).unwrap_or(0),
+            owner_start: crate::process::start_time(pid).unwrap_or(0),
             netns: netns.clone(),
             addrs: [IpAddr::V4(ADDR_A), IpAddr::V4(ADDR_B)],
             path: cfg.path.clone(),
@@ -140,7 +140,9 @@ impl Topology {
         };
         {
             let _lock = StateLock::acquire()?;
-            state::cleanup_stale_locked();
+            for e in state::cleanup_stale_locked().errors {
+                eprintln!("tcptune emu: cleaning up after a dead owner: {e}");
+            }
             state::claim(&record)?;
             topo.claimed = true;
         }
@@ -472,14 +474,16 @@ impl Topology {
         let mut stats = self.stats();
         stats.running = false;
         self.final_stats = Some(stats.clone());
+        let mut first_err = None;
         for (i, ns) in self.netns.iter().enumerate() {
             if self.ns_created[i] {
-                sys::kill_netns_processes(ns, Duration::from_millis(500));
+                if let Err(e) = sys::kill_netns_processes(ns, Duration::from_millis(500)) {
+                    first_err.get_or_insert(e);
+                }
             }
         }
         self.tuns.clear();
         self.ns_fds.clear();
-        let mut first_err = None;
         for (i, ns) in self.netns.iter().enumerate() {
             if std::mem::take(&mut self.ns_created[i]) {
                 if let Err(e) = sys::delete_netns(ns) {

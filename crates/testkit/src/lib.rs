@@ -5,13 +5,20 @@
 //! * [`Netns`]: a network namespace of the test's own (name starting with `tt`, unique per
 //!   process and call), removed on drop together with every process left inside it, also
 //!   when the test panics. [`Netns::veth_pair`] joins two of them.
-//! * [`ChildGuard`]: kills and reaps a child process on drop.
+//! * [`ChildGuard`]: a supervised child (it dies with the test process, even on SIGKILL),
+//!   stopped and reaped on drop.
+//!
+//! Stopping processes is `tcptune_emu::process`'s job, the one implementation shared with
+//! the `tcptune` command and the lab. This crate depends on `tcptune-emu` for it; the emu
+//! crate takes this one as a dev-dependency only, a cycle Cargo allows (the emu crate's own
+//! unit tests do not use the test kit, so only one build of it meets the kit's).
 //! * [`median`], [`wait_for`]: small helpers that several test files need.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use tcptune_emu::process::{self, Supervised};
 
 /// Whether this is a CI run (`CI=true`), where tests must not skip.
 pub fn ci() -> bool {
@@ -183,7 +190,8 @@ impl Netns {
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     }
 
-    fn pids(&self) -> Vec<i32> {
+    /// The processes inside the namespace now.
+    pub fn pids(&self) -> Vec<i32> {
         Command::new("ip")
             .args(["netns", "pids", &self.name])
             .stderr(Stdio::null())
@@ -200,16 +208,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        for signal in [libc::SIGTERM, libc::SIGKILL] {
-            let pids = self.pids();
-            if pids.is_empty() {
-                break;
-            }
-            for pid in pids {
-                // SAFETY: kill(2) on a process inside the namespace this test created.
-                unsafe { libc::kill(pid, signal) };
-            }
-            wait_for(Duration::from_secs(2), || self.pids().is_empty());
+        let what = format!("processes in network namespace {}", self.name);
+        if let Err(e) = process::terminate(&what, Duration::from_secs(2), || self.pids()) {
+            eprintln!("testkit: {e}");
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])
@@ -218,24 +219,24 @@ impl Drop for Netns {
     }
 }
 
-/// A child process that is killed and reaped when the guard drops.
+/// A child process that dies with the test process (even on SIGKILL) and is stopped
+/// (SIGTERM, then SIGKILL after half a second) and reaped when the guard drops.
 #[derive(Debug)]
-pub struct ChildGuard(pub Child);
+pub struct ChildGuard(pub Supervised);
 
 impl ChildGuard {
-    /// Spawn `cmd` under a guard.
+    /// Spawn `cmd` under a guard (panics if it cannot start).
     pub fn spawn(cmd: &mut Command) -> ChildGuard {
-        ChildGuard(
-            cmd.spawn()
-                .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}")),
-        )
+        let what = format!("{cmd:?}");
+        match process::spawn(cmd, what) {
+            Ok(c) => ChildGuard(c.grace(Duration::from_millis(500))),
+            Err(e) => panic!("{e}"),
+        }
     }
-}
 
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
     }
 }
 

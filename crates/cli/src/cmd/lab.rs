@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tcptune_core::{parse_duration, Rate};
+use tcptune_emu::host::RestoreAction;
 use tcptune_lab::plan::{Plan, PlanError};
 use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
 
@@ -79,6 +80,13 @@ pub(crate) struct Opts {
     /// Print the expanded plan (cells and expected time) and exit without running.
     #[arg(long)]
     dry_run: bool,
+
+    /// Undo what a lab killed mid-run (kill -9, a crash) left behind and exit: put the
+    /// host's net.core.rmem_max/wmem_max back to the values journaled before they were
+    /// raised, then remove its namespaces and the processes in them. A lab does this by
+    /// itself when it starts. Refused while a lab runs.
+    #[arg(long, conflicts_with_all = ["quick", "plan", "dry_run"])]
+    cleanup: bool,
 }
 
 const AFTER_HELP: &str = "\
@@ -117,6 +125,7 @@ Examples:
   sudo tcptune lab --quick
   sudo tcptune lab --rate 500mbit --out lab-results/500m
   sudo tcptune lab --plan my-sweep.toml
+  sudo tcptune lab --cleanup            # after a lab was killed with kill -9
   tcptune lab report lab-results/20261122-101500";
 
 #[derive(clap::Subcommand, Debug)]
@@ -168,8 +177,56 @@ fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
     Ok(plan)
 }
 
+/// `tcptune lab --cleanup`.
+fn cleanup(json: bool) -> anyhow::Result<ExitCode> {
+    let c = runner::cleanup().map_err(|e| {
+        let code = if e.downcast_ref::<Unavailable>().is_some() {
+            exit::ENVIRONMENT
+        } else {
+            exit::FAILURE
+        };
+        exit::fail(code, e)
+    })?;
+    if json {
+        out::json(&c)?;
+    } else if c.is_empty() {
+        out::line("nothing to clean up");
+    } else {
+        for r in &c.sysctls {
+            out::line(&match r.action {
+                RestoreAction::Restored => {
+                    format!("restored {}: {} -> {}", r.key, r.found, r.original)
+                }
+                RestoreAction::AlreadyOriginal => {
+                    format!("{} already at its original {}", r.key, r.original)
+                }
+                RestoreAction::LeftAlone => format!(
+                    "left {} at {} (changed by someone else since; the original was {})",
+                    r.key, r.found, r.original
+                ),
+            });
+        }
+        for t in &c.topologies {
+            out::line(&format!(
+                "removed emulated path {t} (namespaces and processes)"
+            ));
+        }
+        for e in &c.errors {
+            eprintln!("tcptune lab: {e}");
+        }
+    }
+    Ok(if c.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::FAILURE)
+    })
+}
+
 /// Run `tcptune lab`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    if opts.cleanup {
+        return cleanup(opts.json);
+    }
     if let Some(LabCommand::Report { dir, json }) = &opts.command {
         let built = tcptune_lab::rebuild(dir)
             .with_context(|| format!("rebuilding the report in {}", dir.display()))?;

@@ -1,16 +1,18 @@
 //! One emulated path with a `tcptune serve` on side B: the only code in the lab that touches
-//! the emulator and child processes.
+//! the emulator and child processes. Both children (`serve`, `send`) are supervised
+//! (`tcptune_emu::process`): they die with the lab, even if it is killed with SIGKILL.
 
 use crate::plan::{CellKey, Plan};
 use crate::record::{EmuRunStats, RunRecord};
-use crate::runner::{env, signals};
+use crate::runner::{env, interrupted};
 use anyhow::{bail, Context as _};
 use std::fs::File;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tcptune_core::Rate;
+use tcptune_emu::process::{self, Supervised, Waited};
 use tcptune_emu::{EmuStats, PathConfig, QueueLimit, Side, Topology, TopologyConfig};
 use tcptune_transfer::report::Report;
 
@@ -43,7 +45,7 @@ pub(crate) struct BedSpec {
 pub(crate) struct Bed {
     spec: BedSpec,
     topo: Option<Topology>,
-    server: Option<Child>,
+    server: Option<Supervised>,
     peer: IpAddr,
 }
 
@@ -51,6 +53,8 @@ pub(crate) struct Bed {
 const SERVER_READY: Duration = Duration::from_secs(15);
 /// Slack over the run's own time cap before the runner kills `send`.
 const RUN_SLACK: Duration = Duration::from_secs(45);
+/// SIGTERM to SIGKILL for `serve` and an interrupted `send`.
+const GRACE: Duration = Duration::from_secs(2);
 
 impl Bed {
     /// Bring the path up and start the server.
@@ -101,18 +105,14 @@ impl Bed {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {} serve", self.spec.tcptune.display()))?;
-        let pid = child.id();
-        self.server = Some(child);
+        let what = format!("{} serve on side B", self.spec.tcptune.display());
+        let server = self
+            .server
+            .insert(process::spawn(&mut cmd, what)?.grace(GRACE));
+        let pid = server.id();
         let deadline = Instant::now() + SERVER_READY;
         while !listening(pid, self.spec.port) {
-            if let Some(s) = self
-                .server
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(s) = server.try_wait()? {
                 bail!(
                     "tcptune serve exited ({s}) before listening; see {}",
                     log_path.display()
@@ -133,7 +133,7 @@ impl Bed {
 
     fn ensure_server(&mut self) -> anyhow::Result<()> {
         let dead = match self.server.as_mut() {
-            Some(c) => c.try_wait().ok().flatten().is_some(),
+            Some(c) => c.try_wait()?.is_some(),
             None => true,
         };
         if dead {
@@ -239,24 +239,21 @@ impl Bed {
         let t0 = Instant::now();
         let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
         cmd.args(&args).stdin(Stdio::null()).stdout(out).stderr(err);
-        let mut child = cmd.spawn().context("starting tcptune send")?;
+        let mut child = process::spawn(&mut cmd, "tcptune send on side A")?.grace(GRACE);
         let deadline = t0 + max_time + RUN_SLACK;
-        let status = loop {
-            if let Some(s) = child.try_wait().context("waiting for tcptune send")? {
-                break s;
+        let status = match child.wait_until(Some(deadline), interrupted)? {
+            Waited::Exited(s) => s,
+            Waited::Interrupted => {
+                child.terminate()?;
+                bail!("interrupted");
             }
-            if signals::interrupted() || Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                if signals::interrupted() {
-                    bail!("interrupted");
-                }
+            Waited::Deadline => {
+                child.terminate()?;
                 bail!(
                     "tcptune send still running {} s after its --max-time; killed",
                     RUN_SLACK.as_secs()
                 );
             }
-            std::thread::sleep(Duration::from_millis(20));
         };
         let wall = t0.elapsed().as_secs_f64();
         let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
@@ -312,22 +309,10 @@ impl Bed {
 
     fn stop_server(&mut self) {
         if let Some(mut c) = self.server.take() {
-            // SIGTERM first so it can close cleanly, then kill.
-            if let Ok(pid) = i32::try_from(c.id()) {
-                // SAFETY: kill(2) on a child we started and have not reaped.
-                unsafe {
-                    libc::kill(pid, libc::SIGTERM);
-                }
+            // SIGTERM first so it can close cleanly, then SIGKILL.
+            if let Err(e) = c.terminate() {
+                eprintln!("tcptune lab: {e}");
             }
-            let end = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < end {
-                if c.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }

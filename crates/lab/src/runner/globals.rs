@@ -1,72 +1,74 @@
 //! The global sysctls the raised host configurations need (`net.core.rmem_max` and
-//! `net.core.wmem_max` are not per network namespace), changed through a guard that puts the
-//! old values back when dropped: at the end, on error, on panic (unwinding) and after Ctrl-C
-//! (the runner unwinds).
+//! `net.core.wmem_max` are not per network namespace), changed through
+//! `tcptune_emu::host::HostSysctls`: the original values are journaled under `/run/tcptune/`
+//! before anything is raised, so that they are put back at the end, on error, on panic
+//! (unwinding), after Ctrl-C (the runner unwinds) and, if the lab is killed outright, by the
+//! next lab, emulator or `tcptune lab --cleanup`. This guard adds the record the lab keeps in
+//! `meta.json`.
 
 use crate::record::SysctlChange;
 use anyhow::Context as _;
-use tcptune_sys::sysctl::{read_sysctl, write_sysctl};
+use tcptune_emu::host::{HostSysctls, Restored};
 
 /// The guard.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct GlobalSysctls {
+    host: HostSysctls,
     changes: Vec<SysctlChange>,
 }
 
 impl GlobalSysctls {
-    /// Nothing changed yet.
-    pub fn new() -> GlobalSysctls {
-        GlobalSysctls::default()
+    /// Take charge of the host's global sysctls. What a lab that died left raised is put
+    /// back first (and returned), so that the values read from now on are the host's own.
+    pub fn acquire() -> anyhow::Result<(GlobalSysctls, Vec<Restored>)> {
+        let (host, restored) = HostSysctls::acquire().context(
+            "taking charge of the host's global sysctls (/run/tcptune/host-sysctls.journal)",
+        )?;
+        Ok((
+            GlobalSysctls {
+                host,
+                changes: Vec::new(),
+            },
+            restored,
+        ))
     }
 
     /// Make sure `key` is at least `value` (never lowers it). Records what it changed.
     pub fn raise_to(&mut self, key: &str, value: u64) -> anyhow::Result<()> {
-        let before = read_sysctl(key).with_context(|| format!("reading global {key}"))?;
-        let current: u64 = before.trim().parse().unwrap_or(0);
-        if current >= value {
+        let Some(change) = self
+            .host
+            .raise_to(key, value)
+            .with_context(|| format!("raising global {key} to {value}"))?
+        else {
             return Ok(());
-        }
-        write_sysctl(key, &value.to_string())
-            .with_context(|| format!("raising global {key} from {current} to {value}"))?;
-        if let Some(c) = self.changes.iter_mut().find(|c| c.key == key) {
-            c.set = value.to_string();
-            c.restored = false;
-        } else {
-            self.changes.push(SysctlChange {
-                key: key.to_string(),
-                before,
-                set: value.to_string(),
+        };
+        match self.changes.iter_mut().find(|c| c.key == key) {
+            Some(c) => {
+                c.set = change.set;
+                c.restored = false;
+            }
+            None => self.changes.push(SysctlChange {
+                key: change.key,
+                before: change.original,
+                set: change.set,
                 restored: false,
-            });
+            }),
         }
         Ok(())
     }
 
     /// Put every changed value back (idempotent). Returns the errors, if any.
     pub fn restore(&mut self) -> Vec<String> {
-        let mut errors = Vec::new();
-        for c in self.changes.iter_mut().rev() {
-            if c.restored {
-                continue;
-            }
-            match write_sysctl(&c.key, &c.before) {
-                Ok(()) => c.restored = true,
-                Err(e) => errors.push(format!("restoring {} to {}: {e}", c.key, c.before)),
-            }
+        let (_, errors) = self.host.restore();
+        let still_raised: Vec<String> = self.host.changes().iter().map(|c| c.key.clone()).collect();
+        for c in &mut self.changes {
+            c.restored = !still_raised.contains(&c.key);
         }
-        errors
+        errors.into_iter().map(|e| e.to_string()).collect()
     }
 
     /// What was changed and whether it was restored.
     pub fn changes(&self) -> &[SysctlChange] {
         &self.changes
-    }
-}
-
-impl Drop for GlobalSysctls {
-    fn drop(&mut self) {
-        for e in self.restore() {
-            eprintln!("tcptune lab: {e}");
-        }
     }
 }

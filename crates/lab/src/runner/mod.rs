@@ -10,6 +10,12 @@
 //! to the host's values for the untuned configuration). Each run's record is appended to
 //! `results.jsonl` as soon as it finishes. At the end (also after an error or Ctrl-C) the
 //! global sysctls are restored, `meta.json` is completed and every report is built.
+//!
+//! Crash safety: the children (`serve`, `send`) are supervised (`tcptune_emu::process`) and
+//! die with the lab, even when it is killed with SIGKILL; the global sysctls' original values
+//! are journaled before they are raised (`tcptune_emu::host`). The next lab (or
+//! `tcptune lab --cleanup`, [`cleanup`]) puts back what a dead lab left raised before it
+//! reads anything, then removes its namespaces and whatever still ran in them.
 
 mod bed;
 pub mod calibrate;
@@ -17,7 +23,6 @@ pub mod env;
 pub mod globals;
 mod lock;
 pub mod progress;
-pub mod signals;
 
 use crate::plan::{CellKey, ExpandedPlan, HostConfig, Plan};
 use crate::record::{Calibration, LabMeta};
@@ -29,6 +34,13 @@ use progress::{expected_seconds, Progress};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tcptune_core::{Bytes, Rate};
+use tcptune_emu::host::{Cleanup, RestoreAction};
+use tcptune_emu::process::signals;
+
+/// Whether a stop signal (Ctrl-C, SIGTERM, SIGHUP) asked the lab to stop.
+pub(crate) fn interrupted() -> bool {
+    signals::stop_requested().is_some()
+}
 
 /// How to run a lab.
 #[derive(Clone, Debug)]
@@ -196,6 +208,12 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
     cfg.plan.validate()?;
     // Two labs at once would each take the other's raised maxima for the host's own.
     let _lock = lock::LabLock::acquire()?;
+    // What a lab killed mid-run left behind goes first: its raised maxima are put back
+    // before anything reads the host's values.
+    let cleaned = tcptune_emu::state::cleanup_stale()
+        .context("cleaning up after an earlier lab or emulator that died")?;
+    report_cleanup(&cleaned, cfg.progress);
+    let (mut globals, _) = GlobalSysctls::acquire()?;
     let expanded = cfg.plan.expand();
     let dir = cfg.out.clone();
     if dir.join(results::RESULTS_FILE).exists() {
@@ -218,14 +236,13 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
         ..LabMeta::default()
     };
     results::write_json(&dir.join(results::META_FILE), &meta)?;
-    signals::install();
+    signals::catch_stop_signals()?;
 
-    let mut globals = GlobalSysctls::new();
     let result = run_matrix(cfg, &expanded, &dir, &mut meta, &mut globals);
     let restore_errors = globals.restore();
     meta.global_changes = globals.changes().to_vec();
     meta.duration_s = env::unix_now() - meta.started_unix_s;
-    let interrupted = signals::interrupted();
+    let interrupted = interrupted();
     meta.finished = result.is_ok() && !interrupted;
     results::write_json(&dir.join(results::META_FILE), &meta)?;
     let records = results::read_records(&dir)?;
@@ -243,6 +260,47 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
         built,
         interrupted,
     })
+}
+
+/// Say what a cleanup undid.
+fn report_cleanup(c: &Cleanup, verbose: bool) {
+    for r in &c.sysctls {
+        if r.action == RestoreAction::Restored {
+            eprintln!(
+                "tcptune lab: put the host's {} back to {} (a lab that died had left it at {})",
+                r.key, r.original, r.found
+            );
+        } else if r.action == RestoreAction::LeftAlone {
+            eprintln!(
+                "tcptune lab: left the host's {} at {}: changed since a dead lab raised it (its original was {})",
+                r.key, r.found, r.original
+            );
+        }
+    }
+    if verbose && !c.topologies.is_empty() {
+        eprintln!(
+            "tcptune lab: removed {} emulated path(s) whose owner had died: {}",
+            c.topologies.len(),
+            c.topologies.join(", ")
+        );
+    }
+    for e in &c.errors {
+        eprintln!("tcptune lab: cleaning up: {e}");
+    }
+}
+
+/// `tcptune lab --cleanup`: undo what a lab (or emulator) killed mid-run left behind: put
+/// the host's global sysctls back, then remove its namespaces and the processes in them.
+/// Refused while a lab runs. Errors are in [`Cleanup::errors`].
+pub fn cleanup() -> anyhow::Result<Cleanup> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(Unavailable(
+            "tcptune lab --cleanup needs root (global sysctls, network namespaces)".into()
+        ));
+    }
+    let _lock = lock::LabLock::acquire()?;
+    tcptune_emu::state::cleanup_stale().context("cleaning up after a lab or emulator that died")
 }
 
 fn unique_name(tag: &str) -> String {
@@ -320,7 +378,7 @@ fn run_matrix(
     ));
     let mut rng = p.seed ^ 0x9e37_79b9_7f4a_7c15;
     for (rtt_us, cells) in groups {
-        if signals::interrupted() {
+        if interrupted() {
             break;
         }
         // Bring the path up under the host's own global limits.
@@ -351,7 +409,7 @@ fn run_matrix(
             let mut order = cells.clone();
             shuffle(&mut order, &mut rng);
             for key in order {
-                if signals::interrupted() {
+                if interrupted() {
                     break 'reps;
                 }
                 if current != Some(key.host) {
@@ -368,7 +426,7 @@ fn run_matrix(
                 let what = key.id();
                 progress.starting(&what);
                 let rec = bed.run(key, rep, p);
-                if signals::interrupted() {
+                if interrupted() {
                     // The run was cut short by Ctrl-C: not a result.
                     break 'reps;
                 }
@@ -388,7 +446,7 @@ fn run_matrix(
         bed.down();
     }
     progress.done();
-    if signals::interrupted() {
+    if interrupted() {
         progress.note("tcptune lab: interrupted; writing the partial report");
     }
     Ok(())

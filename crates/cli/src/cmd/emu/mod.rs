@@ -1,0 +1,240 @@
+//! `tcptune emu`: emulate a WAN path between two network namespaces (run, up, exec, status,
+//! down). The emulator, its process supervision and its daemon are the `tcptune-emu` library;
+//! this module holds the options shared by the subcommands, and one module per subcommand
+//! its options and `run` function ([`run`], [`background`] for up/down, [`inspect`] for
+//! exec/status).
+
+mod background;
+mod inspect;
+mod run;
+
+use crate::exit;
+use anyhow::anyhow;
+use std::process::ExitCode;
+use std::time::Duration;
+use tcptune_core::{parse_duration, Bytes, Rate};
+use tcptune_emu::config::parse_sysctl_arg;
+use tcptune_emu::state::OwnerKind;
+use tcptune_emu::{DirStats, EmuError, PathConfig, QueueLimit, TopologyConfig, UpOptions};
+
+/// Options of `tcptune emu`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+Examples:
+  tcptune emu run --rtt 100ms --rate 1gbit --server 'iperf3 -s -1' -- iperf3 -c 198.19.0.1 -J | jq .end
+  tcptune emu run --rtt 50ms --rate 500mbit --loss 0.01% --server 'tcptune serve' \\
+      -- sh -c 'tcptune send $TCPTUNE_PEER --json' > report.json
+  tcptune emu run --rtt 20ms --json -- ping -c 5 198.19.0.1 | jq .stats.a_to_b.lateness
+  sudo tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
+  tcptune emu exec wan b -- iperf3 -s -D
+  tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
+  tcptune emu status wan --json
+  tcptune emu down wan
+
+Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and tt-NAME-b
+joined by a TUN device each; the emulator threads carry packets between them through the
+path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
+side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
+them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.
+
+Output of emu run: stdout is CMD's stdout, untouched, so that it can be piped into a parser.
+The --server command's stdout and stderr go to stderr, each line prefixed with '[server] ' (or
+to the file --server-log names). emu's own messages and final counters go to stderr. With
+--json, stdout carries exactly one JSON document instead, emu's report (CMD's exit code and the
+final counters), written when CMD has ended; CMD's stdout is then sent to stderr so that the two
+never mix. To keep CMD's stdout clean and also get the counters as JSON, use --stats-json FILE.
+Children of emu run, emu exec and the lab get SIGKILL if their parent dies.")]
+pub(crate) struct Opts {
+    #[command(subcommand)]
+    command: EmuCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum EmuCommand {
+    /// Bring a path up, start --server on side B, run CMD on side A, tear everything down,
+    /// and exit with CMD's exit status.
+    Run(run::RunOpts),
+    /// Bring a named path up in the background and return once packets flow.
+    Up(background::UpOpts),
+    /// Run a command inside side a or b of a running topology.
+    Exec(inspect::ExecOpts),
+    /// Show running topologies and their live counters.
+    Status(inspect::StatusOpts),
+    /// Take a topology started by `emu up` down.
+    Down(background::DownOpts),
+    /// The background emulator of `emu up` (internal).
+    #[command(name = "__daemon", hide = true)]
+    Daemon(background::DaemonOpts),
+}
+
+/// The emulated path (the same in both directions).
+#[derive(clap::Args, Debug, Clone)]
+struct PathOpts {
+    /// One-way propagation delay, e.g. 25ms, 0.5ms (sub-millisecond resolution, up to 10s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "rtt")]
+    delay: Option<Duration>,
+    /// Round-trip propagation delay (twice the one-way delay), e.g. 50ms.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    rtt: Option<Duration>,
+    /// Bottleneck rate, e.g. 100mbit, 1gbit (decimal units; unlimited if omitted).
+    #[arg(long, value_name = "RATE")]
+    rate: Option<Rate>,
+    /// Drop-tail queue before the bottleneck: 1bdp (rate x RTT, the default), 256kb, 1000pkt.
+    #[arg(long, default_value = "1bdp", value_name = "LIMIT")]
+    queue: QueueLimit,
+    /// Random loss per packet: 0.1% or a fraction such as 0.001.
+    #[arg(long, value_parser = parse_loss, value_name = "LOSS", default_value = "0")]
+    loss: f64,
+    /// Delay variation: each packet gets delay ± jitter (uniform); order is kept unless
+    /// --reorder.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    jitter: Option<Duration>,
+    /// Let jitter reorder packets.
+    #[arg(long)]
+    reorder: bool,
+    /// Seed of the random loss and jitter (same seed, same losses).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// MTU of the emulated link.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
+    mtu: u32,
+    /// Set a sysctl in both namespaces, e.g. net.ipv4.tcp_wmem='4096 16384 268435456'
+    /// (repeatable; only per-namespace net.* sysctls: net.core.rmem_max/wmem_max are global
+    /// and refused).
+    #[arg(long = "sysctl", value_name = "KEY=VALUE", value_parser = parse_sysctl)]
+    sysctls: Vec<(String, String)>,
+    /// Do not pass GSO/TSO super-packets (one read and write per packet; for benchmarks).
+    #[arg(long, hide = true)]
+    no_offload: bool,
+    /// Do not run the emulator threads at real-time priority (for benchmarks).
+    #[arg(long, hide = true)]
+    no_realtime: bool,
+    /// Spin this long before a packet is due instead of sleeping (for benchmarks).
+    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    spin: Option<Duration>,
+}
+
+fn parse_loss(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (t, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a loss rate (use 0.1% or 0.001)"))?;
+    let v = v * scale;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("loss '{s}' is outside 0%..100%"));
+    }
+    Ok(v)
+}
+
+fn parse_sysctl(s: &str) -> Result<(String, String), String> {
+    parse_sysctl_arg(s).map_err(|e| e.to_string())
+}
+
+impl PathOpts {
+    fn path(&self) -> PathConfig {
+        let delay = self.delay.or(self.rtt.map(|r| r / 2)).unwrap_or_default();
+        PathConfig {
+            delay,
+            rate: self.rate,
+            queue: self.queue,
+            loss: self.loss,
+            jitter: self.jitter.unwrap_or_default(),
+            seed: self.seed,
+            mtu: self.mtu,
+            reorder: self.reorder,
+        }
+    }
+
+    fn topology(&self, name: &str) -> anyhow::Result<TopologyConfig> {
+        let cfg = TopologyConfig {
+            name: name.to_string(),
+            path: self.path(),
+            sysctls: self.sysctls.clone(),
+        };
+        cfg.validate()
+            .map_err(|e| exit::fail(exit::USAGE, anyhow!("{e}")))?;
+        Ok(cfg)
+    }
+
+    fn up_options(&self, owner: OwnerKind) -> UpOptions {
+        let default = UpOptions::default();
+        UpOptions {
+            offload: !self.no_offload,
+            realtime: !self.no_realtime,
+            spin: self.spin.unwrap_or(default.spin),
+            owner,
+            ..default
+        }
+    }
+}
+
+/// The exit code an emulator error deserves.
+fn emu_exit_code(e: &EmuError) -> u8 {
+    if e.is_environment() {
+        exit::ENVIRONMENT
+    } else if matches!(e, EmuError::Config(_)) {
+        exit::USAGE
+    } else {
+        exit::FAILURE
+    }
+}
+
+/// Attach the exit code an emulator error deserves.
+fn emu_fail(e: EmuError) -> anyhow::Error {
+    exit::fail(emu_exit_code(&e), e)
+}
+
+/// Run `tcptune emu`.
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    match opts.command {
+        EmuCommand::Run(o) => run::run(o),
+        EmuCommand::Up(o) => background::up(o),
+        EmuCommand::Exec(o) => inspect::exec(o),
+        EmuCommand::Status(o) => inspect::status(o),
+        EmuCommand::Down(o) => background::down(o),
+        EmuCommand::Daemon(o) => background::daemon(o),
+    }
+}
+
+fn dir_line(label: &str, d: &DirStats) -> String {
+    format!(
+        "{label}: {} pkts {}, drops queue {} loss {}{}, queue peak {} / {} pkts, lateness p50 {:.0}us p99 {:.0}us max {:.0}us",
+        d.packets_out,
+        Bytes(d.bytes_out),
+        d.drops.queue,
+        d.drops.loss,
+        if d.drops.malformed + d.drops.write_failed + d.drops.device > 0 {
+            format!(
+                " device {} malformed {} write-failed {}",
+                d.drops.device, d.drops.malformed, d.drops.write_failed
+            )
+        } else {
+            String::new()
+        },
+        Bytes(d.queue_peak_bytes),
+        d.queue_peak_packets,
+        d.lateness.p50_us,
+        d.lateness.p99_us,
+        d.lateness.max_us,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_accepts_percent_and_fraction() {
+        assert_eq!(parse_loss("0.1%"), Ok(0.001));
+        assert_eq!(parse_loss("0.001"), Ok(0.001));
+        assert_eq!(parse_loss("100%"), Ok(1.0));
+        assert!(parse_loss("101%").is_err());
+        assert!(parse_loss("2").is_err());
+        assert!(parse_loss("x").is_err());
+    }
+}
