@@ -35,6 +35,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) host_cpu: CpuTimes,
     pub(crate) host_wall: Duration,
     pub(crate) capped: bool,
+    pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
 }
 
@@ -186,7 +187,9 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         remote_system: pct(a.remote.cpu_system_s, a.remote.wall_s),
     };
 
-    // Judgement.
+    // Judgement. At the cap or an interrupt both ends tore their streams down at once: the
+    // resets that causes are not failures, and fewer bytes than asked are expected.
+    let stopped_early = a.capped || a.interrupted;
     let total_messages = a.params.messages;
     let duration_workload = a.params.duration_ms.is_some();
     let integrity = a
@@ -213,7 +216,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
     let verdict = if let Some(e) = integrity {
         complete = false;
         Err(Verdict::Integrity(e))
-    } else if recv_bytes > sent_bytes || (!a.capped && sent_bytes != recv_bytes) {
+    } else if recv_bytes > sent_bytes || (!stopped_early && sent_bytes != recv_bytes) {
         complete = false;
         Err(Verdict::Integrity(format!(
             "short transfer: {sent_bytes} bytes sent but {recv_bytes} verified at the receiver{}",
@@ -223,7 +226,10 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 format!(" ({})", stream_errors.join("; "))
             }
         )))
-    } else if !duration_workload && !a.capped && (recv_messages != total_messages || partial > 0) {
+    } else if !duration_workload
+        && !stopped_early
+        && (recv_messages != total_messages || partial > 0)
+    {
         complete = false;
         Err(Verdict::Integrity(format!(
             "short transfer: {recv_messages} of {total_messages} messages arrived{}",
@@ -233,13 +239,13 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 format!(" ({})", stream_errors.join("; "))
             }
         )))
-    } else if !stream_errors.is_empty() && !a.capped {
+    } else if !stream_errors.is_empty() && !stopped_early {
         // (At the cap both ends tear their streams down at once; the resets that causes
         // are not failures: the throughput is from the bytes verified until then.)
         complete = false;
         Err(Verdict::Failed(stream_errors.join("; ")))
     } else {
-        complete = !a.capped;
+        complete = !stopped_early;
         Ok(())
     };
 
@@ -248,6 +254,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         tune: a.params.tune.to_string(),
         complete,
         capped: a.capped,
+        interrupted: a.interrupted,
         streams_requested: a.params.streams,
         streams_used: n as u32,
         streams_reason: if n as u32 > a.params.streams {
@@ -476,6 +483,7 @@ mod tests {
             host_cpu: CpuTimes::default(),
             host_wall: Duration::from_secs(2),
             capped,
+            interrupted: false,
             streams_reason: None,
         })
     }

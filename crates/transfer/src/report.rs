@@ -482,6 +482,10 @@ pub struct EndTcptune {
     /// The time cap stopped the transfer before all messages moved; throughput is computed
     /// from the bytes that did move.
     pub capped: bool,
+    /// The user interrupted the transfer (Ctrl-C): both ends stopped at once and the
+    /// figures are from the bytes that moved until then.
+    #[serde(default)]
+    pub interrupted: bool,
     /// Streams asked for with `-P`.
     pub streams_requested: u32,
     /// Streams actually used (more when a tuner asked for more).

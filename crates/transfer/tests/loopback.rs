@@ -511,3 +511,37 @@ fn without_probe_or_database_auto_goes_without_a_rate() {
     assert!(m.probe.is_none() && m.path_db.is_none());
     assert!(r.start.tcptune.path_hint.rate.is_none());
 }
+
+#[test]
+fn an_interrupted_transfer_returns_what_moved_and_the_server_keeps_serving() {
+    let server = TestServer::start(ServerConfig::default());
+    for reverse in [false, true] {
+        let mut c = server.client();
+        c.tune = TuneMode::Kernel;
+        c.messages = 200_000; // never finishes in time
+        c.reverse = reverse;
+        let cancel = tcptune_transfer::client::Cancel::new();
+        c.cancel = Some(cancel.clone());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            cancel.trigger();
+        });
+        let started = std::time::Instant::now();
+        let r = run(&c, None).expect("an interrupted run still reports");
+        let _ = t.join();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let e = &r.end;
+        assert!(e.tcptune.interrupted && !e.tcptune.complete);
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert!(e.sum_received.bytes > 0 && e.sum_received.bytes <= e.sum_sent.bytes);
+    }
+    let mut c = server.client();
+    c.tune = TuneMode::Kernel;
+    c.messages = 2;
+    assert_complete(&run(&c, None).expect("still serving"), 2, MIB);
+    let stats = server.stop();
+    assert_eq!(
+        stats.sessions_failed, 0,
+        "an interrupt ends a session cleanly: {stats:?}"
+    );
+}

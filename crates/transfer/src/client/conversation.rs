@@ -2,7 +2,7 @@
 //! connections being opened and the engine's wake-ups. The [`ClientSession`] decides; this
 //! carries its decisions out, one phase at a time.
 
-use super::{ClientConfig, ClientError, Progress, ProgressFn};
+use super::{Cancel, ClientConfig, ClientError, Progress, ProgressFn};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
@@ -32,6 +32,8 @@ const WAKER: MioToken = MioToken(1);
 const STREAM_BASE: usize = 16;
 /// How often the live display is updated.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+/// How often the loop looks at [`ClientConfig::cancel`].
+const CANCEL_EVERY: Duration = Duration::from_millis(50);
 
 /// What the main phase produced.
 pub(super) struct MainResult {
@@ -312,6 +314,7 @@ impl<'a> Conversation<'a> {
         let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
         let mut last_progress = Instant::now();
         let mut intervals_shown = 0usize;
+        let mut interrupted = false;
         loop {
             if let Some(outcome) = self.carry_out(&mut Some(&hint))? {
                 let Some(p) = self.phase.take() else {
@@ -335,6 +338,11 @@ impl<'a> Conversation<'a> {
                 return Ok((local, intervals, outcome));
             }
             let now = Instant::now();
+            if !interrupted && self.cfg.cancel.as_ref().is_some_and(Cancel::is_triggered) {
+                interrupted = true;
+                self.session.handle_interrupt(now);
+                continue;
+            }
             let mut wait = self
                 .session
                 .poll_timeout()
@@ -343,6 +351,10 @@ impl<'a> Conversation<'a> {
                 });
             if progress.is_some() {
                 wait = wait.min(PROGRESS_EVERY);
+            }
+            if self.cfg.cancel.is_some() {
+                // A signal handler cannot wake the loop: look at the flag often.
+                wait = wait.min(CANCEL_EVERY);
             }
             if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -512,6 +524,7 @@ impl<'a> Conversation<'a> {
                 report: None,
             },
             Failure::Connect(m) => ClientError::Stream(m),
+            Failure::Interrupted => ClientError::Interrupted,
             Failure::Closed if self.session.server().is_none() => ClientError::NotTcptune {
                 addr: self.addr,
                 detail: "it closed the connection without an answer".into(),

@@ -125,7 +125,12 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         if let Some(rate) = result.rate() {
             hint.rate = Some(rate);
             hint.rate_is_lower_bound = result.lower_bound();
-            db.record(&hint, crate::pathdb::Source::Probe, rate, !result.lower_bound());
+            db.record(
+                &hint,
+                crate::pathdb::Source::Probe,
+                rate,
+                !result.lower_bound(),
+            );
         }
     }
     let measurement = MeasurementReport {
@@ -136,6 +141,9 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         path_db: None,
     };
 
+    if cfg.cancel.as_ref().is_some_and(super::Cancel::is_triggered) {
+        return Err(ClientError::Interrupted);
+    }
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
     let main = conv.main(&hint, progress)?;
@@ -190,6 +198,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         host_cpu: cpu,
         host_wall: wall,
         capped: main.outcome.capped,
+        interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
     });
     match verdict {

@@ -43,7 +43,13 @@ impl PathDbUse {
 
     /// Record a measurement (when a database is in use and the RTT is known); problems with
     /// the file become warnings of the report.
-    pub(crate) fn record(&mut self, hint: &PathHint, source: DbSource, rate: Rate, full_pipe: bool) {
+    pub(crate) fn record(
+        &mut self,
+        hint: &PathHint,
+        source: DbSource,
+        rate: Rate,
+        full_pipe: bool,
+    ) {
         let (peer, dir) = (self.peer.clone(), self.direction);
         let Some(d) = self.db.as_mut() else { return };
         let min_rtt = hint.rtt.unwrap_or_default();

@@ -84,6 +84,37 @@ pub struct ClientConfig {
     /// full-pipe estimate (default). With `false` a database entry of any kind is used, and
     /// without one the mode goes without a rate.
     pub probe: bool,
+    /// Stop when this fires (Ctrl-C): the transfer ends at once at both ends and the report
+    /// holds what moved (`end.tcptune.interrupted`); before the transfer began,
+    /// [`ClientError::Interrupted`].
+    pub cancel: Option<Cancel>,
+}
+
+/// A flag that interrupts a running transfer (see [`ClientConfig::cancel`]); a signal
+/// handler may fire it.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<std::sync::atomic::AtomicBool>);
+
+impl Cancel {
+    /// A flag that has not fired.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Fire it.
+    pub fn trigger(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether it fired.
+    pub fn is_triggered(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The flag itself, for a signal handler (`signal_hook::flag::register` and the like).
+    pub fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.0.clone()
+    }
 }
 
 /// A function that builds a tuner for one stream of this end.
@@ -122,6 +153,7 @@ impl ClientConfig {
             custom_tuner: None,
             path_db: None,
             probe: true,
+            cancel: None,
         }
     }
 }
@@ -195,6 +227,9 @@ pub enum ClientError {
         /// What was measured.
         report: Option<Box<Report>>,
     },
+    /// The user interrupted before the transfer began (nothing was measured).
+    #[error("interrupted before the transfer began")]
+    Interrupted,
     /// The transfer failed otherwise (a stream error, a stall, the server gave up).
     #[error("transfer failed: {reason}")]
     Transfer {

@@ -95,6 +95,8 @@ pub(crate) struct ServerInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PhaseOutcome {
     pub(crate) capped: bool,
+    /// The user interrupted the transfer (the report then holds what moved until then).
+    pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
     /// From the phase's start to its first streams all connected.
     pub(crate) setup: Duration,
@@ -124,6 +126,8 @@ pub(crate) enum Failure {
     Connect(String),
     /// The server closed the control connection without a word.
     Closed,
+    /// The user interrupted before the transfer began.
+    Interrupted,
 }
 
 /// What the session asks of its driver.
@@ -175,6 +179,7 @@ struct PhaseState {
     stop_at: Option<(Instant, bool)>,
     stopped: bool,
     capped: bool,
+    interrupted: bool,
     ended: bool,
     result_deadline: Option<Instant>,
     last_progress: (u64, Instant),
@@ -356,6 +361,7 @@ impl ClientSession {
             stop_at,
             stopped: false,
             capped: false,
+            interrupted: false,
             ended: false,
             result_deadline: None,
             last_progress: (0, now),
@@ -499,6 +505,26 @@ impl ClientSession {
         }
     }
 
+    /// The user asks to stop: a running phase ends at once at both ends (as at the cap) and
+    /// its results are still collected; before any phase the session fails.
+    pub(crate) fn handle_interrupt(&mut self, _now: Instant) {
+        if self.failed {
+            return;
+        }
+        let Some(p) = &mut self.phase else {
+            return self.fail(Failure::Interrupted);
+        };
+        if p.interrupted || p.ended {
+            return;
+        }
+        p.interrupted = true;
+        if !p.stopped {
+            p.stopped = true;
+            self.send(ClientMsg::Stop { capped: true });
+            self.out.push_back(ClientOutput::AbortEngine);
+        }
+    }
+
     /// The server closed the control connection (after everything it sent was handled).
     pub(crate) fn handle_closed(&mut self, _now: Instant) {
         self.fail(Failure::Closed);
@@ -571,6 +597,7 @@ impl ClientSession {
             seq: p.seq,
             outcome: PhaseOutcome {
                 capped: p.capped,
+                interrupted: p.interrupted,
                 streams_reason: p.reason,
                 setup: p.setup.unwrap_or_default(),
                 delivery: p.estimator.outcome(),

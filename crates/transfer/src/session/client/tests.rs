@@ -543,3 +543,39 @@ fn setup_time_runs_until_the_first_streams_are_all_connected() {
     assert_eq!(outcome.setup, Duration::from_millis(9));
     let _ = (Bytes(0), Rate(0));
 }
+
+#[test]
+fn an_interrupt_stops_both_ends_and_still_collects_the_results() {
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    s.handle_interrupt(t0);
+    let out = drain(&mut s);
+    assert_eq!(
+        out,
+        vec![
+            ClientOutput::Send(ClientMsg::Stop { capped: true }),
+            ClientOutput::AbortEngine
+        ]
+    );
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::PhaseDone { outcome, .. }) if outcome.interrupted
+    ));
+    // Before any phase there is nothing to collect.
+    let mut s = ClientSession::new(t0, plan());
+    drain(&mut s);
+    s.handle_interrupt(t0);
+    assert_eq!(
+        drain(&mut s),
+        vec![ClientOutput::Failed(Failure::Interrupted)]
+    );
+}
