@@ -52,13 +52,14 @@ impl TuneMode {
         ]
     }
 
-    /// Whether the transfer engine must run a short bandwidth probe before the transfer and
-    /// put the measured rate in [`PathHint::rate`](crate::PathHint) (the engine always puts the
-    /// control connection's RTT in `PathHint::rtt`).
+    /// Whether the mode wants the path's rate in [`PathHint::rate`](crate::PathHint) (the
+    /// engine always puts the control connection's RTT in `PathHint::rtt`): from the path
+    /// database when it knows the path, else measured.
     ///
-    /// `probe` is built on it; `auto` uses it to size buffers and count streams before the
-    /// first byte (without it, `auto` falls back to in-band decisions, which come late on
-    /// long paths).
+    /// `probe` measures with a short bandwidth probe before the transfer (NLANR's way);
+    /// `auto` measures in band, during the transfer itself, on paths of 5 ms or more
+    /// ([`PathHint::rate_in_band`](crate::PathHint::rate_in_band)), and sizes buffers and
+    /// counts streams before the first byte when the rate is already known.
     pub fn needs_rate_probe(&self) -> bool {
         matches!(self, TuneMode::Probe | TuneMode::Auto)
     }
@@ -195,6 +196,7 @@ pub struct TunerFactory {
     mode: TuneMode,
     pool: SharedPool,
     peer_limits: Option<HostLimits>,
+    measure: tuners::auto::MeasureShare,
 }
 
 impl TunerFactory {
@@ -204,6 +206,7 @@ impl TunerFactory {
             mode,
             pool: PoolConfig::default().shared(),
             peer_limits: None,
+            measure: tuners::auto::MeasureShare::new(),
         }
     }
 
@@ -258,6 +261,7 @@ impl TunerFactory {
             TuneMode::Auto => Box::new(
                 tuners::auto::AutoConfig::default()
                     .peer_limits(self.peer_limits.clone())
+                    .share(self.measure.clone())
                     .build(ctx),
             ),
         }

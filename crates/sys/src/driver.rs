@@ -21,7 +21,7 @@ use crate::sockopt::{self, SockoptError};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use tcptune_core::{
-    Action, ConnEvent, Decimated, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
+    Action, ConnEvent, Decimated, PathHint, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
 };
 
 /// The shortest interval between two samples of one socket.
@@ -252,6 +252,17 @@ impl TunerDriver {
                 });
             }
         }
+    }
+
+    /// The transfer learned something about the path while it runs (see
+    /// [`Tuner::handle_hint`]): tell the tuner and apply what it changes.
+    pub fn hint(&mut self, now: Time, fd: BorrowedFd<'_>, hint: &PathHint, streams: u32) {
+        if self.closed {
+            return;
+        }
+        self.known_streams = streams;
+        self.tuner.handle_hint(now, hint, streams);
+        self.drain(now, fd);
     }
 
     /// Requests for more streams collected since the last call.

@@ -121,6 +121,22 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
         rate_source(t),
         t.congestion
     );
+    if let Some(ib) = t.measurement.as_ref().and_then(|m| m.in_band.as_ref()) {
+        let rate = tcptune_core::Rate(ib.rate_bps);
+        let _ = match ib.corrects_bps {
+            Some(old) => writeln!(
+                o,
+                "Path database corrected: it said {}, this transfer delivers {rate} (found after {:.2} s): buffers resized, the entry replaced",
+                tcptune_core::Rate(old),
+                ib.after_seconds
+            ),
+            None => writeln!(
+                o,
+                "Measured in band: {rate} (the pipe was full after {:.2} s, {} rounds); both ends then sized their buffers for it",
+                ib.after_seconds, ib.rounds
+            ),
+        };
+    }
 }
 
 /// Where the path's rate came from, in words (empty when nothing was measured).
@@ -155,6 +171,7 @@ fn rate_source(t: &crate::report::StartTcptune) -> String {
             )
         }
         "given" => " (given)".to_string(),
+        "in_band" => " (to be measured by the transfer itself)".to_string(),
         _ => String::new(),
     }
 }

@@ -249,9 +249,10 @@ pub struct StartTcptune {
 /// How the path's rate was obtained before the transfer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MeasurementReport {
-    /// `"probe"` (measured now), `"path_db"` (a fresh entry of the path database),
-    /// `"given"` (`--tune manual:RATE`), or `"none"` (no rate: the mode needs none, or the
-    /// probe is off and the database has no entry).
+    /// `"in_band"` (measured by the transfer itself), `"probe"` (measured before, out of
+    /// band: `--tune probe`), `"path_db"` (a fresh entry of the path database), `"given"`
+    /// (`--tune manual:RATE`), or `"none"` (no rate: the mode needs none, the path is short,
+    /// or measuring is off and the database has no entry).
     pub source: String,
     /// Wall time spent measuring before the transfer (database lookup and probe phase),
     /// seconds: the cost a user pays on top of `end.sum_received.seconds`.
@@ -264,6 +265,25 @@ pub struct MeasurementReport {
     /// The path database, when one is in use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_db: Option<PathDbReport>,
+    /// What the transfer measured of the path while it ran (`source` `"in_band"`, or a
+    /// correction of the database's rate), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_band: Option<InBandReport>,
+}
+
+/// The path's rate as the transfer itself found it: the plateau of its delivery.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InBandReport {
+    /// The rate, bit/s.
+    pub rate_bps: u64,
+    /// When the pipe was found full, seconds after the transfer's start; both ends then
+    /// settled their buffers to it.
+    pub after_seconds: f64,
+    /// Rounds of one RTT the estimator counted.
+    pub rounds: u32,
+    /// The path database's rate that this corrects (the transfer delivered much less), bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrects_bps: Option<u64>,
 }
 
 /// What the pre-transfer probe did.
@@ -501,6 +521,14 @@ pub struct EndTcptune {
     pub peak_wmem_queued_bytes: u64,
     /// Sum over streams of each stream's peak `sk_rmem_alloc` at the receiver (memory used).
     pub peak_rmem_alloc_bytes: u64,
+    /// The most the sender's streams held at once in `sk_sndbuf` (each as last sampled):
+    /// the memory the sending host had to provide. The `peak_sndbuf_bytes` above sums each
+    /// stream's own peak, which may come at different times, and so can only be larger.
+    #[serde(default)]
+    pub peak_sndbuf_total_bytes: u64,
+    /// The same for the receiver's `sk_rcvbuf`.
+    #[serde(default)]
+    pub peak_rcvbuf_total_bytes: u64,
     /// Per-stream details from both ends.
     pub streams: Vec<StreamDetail>,
     /// Complete, verified messages at the receiver.
@@ -514,6 +542,20 @@ pub struct EndTcptune {
     /// end of the transfer (measurement and setup included): what the user waited, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_seconds: Option<f64>,
+    /// Round trips of the path (the control connection's RTT) from the command's start to
+    /// the first data byte leaving the sender: the TCP handshakes and requests the user
+    /// waits through before any data moves (2 on a path without a shared secret's
+    /// challenge: the control connection's handshake, then the data connections'). The
+    /// client times the first write when it sends; when it receives, the first byte's
+    /// arrival less half a round trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_round_trips: Option<f64>,
+    /// Round trips from the last data byte's arrival at the receiver to the end of the
+    /// command (the final exchange of results). When the client sends, the arrival is
+    /// placed from the server's own first-to-last span after the client's first write plus
+    /// half a round trip (the two clocks are never compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_round_trips: Option<f64>,
     /// The transfer's own aggregate delivery rate over one-RTT rounds, bit/s: the median of
     /// the rounds where it stopped growing, else the largest round (what it tells the path
     /// database: a lower bound on the path's rate).

@@ -10,8 +10,8 @@ use crate::probe::ProbeResult;
 use crate::proto::{self, DataHello, FrameReader, Phase, ServerMsg, Token, MAX_SERVER_FRAME};
 use crate::report::Interval;
 use crate::session::client::{
-    ClientOutput, ClientPlan, ClientSession, Failure, Goal, Observe, PhaseOutcome, PhaseRequest,
-    ServerInfo,
+    ClientOutput, ClientPlan, ClientSession, Failure, Goal, InBand, Measured, Observe,
+    PhaseOutcome, PhaseRequest, ServerInfo,
 };
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token as MioToken, Waker};
@@ -40,6 +40,8 @@ pub(super) struct MainResult {
     pub(super) local: SideResult,
     pub(super) intervals: Vec<Interval>,
     pub(super) outcome: PhaseOutcome,
+    /// What the in-band measurement found, if it ran and found something.
+    pub(super) measured: Option<Measured>,
 }
 
 /// A data connection being opened.
@@ -90,6 +92,8 @@ pub(super) struct Conversation<'a> {
     opening: HashMap<usize, Opening>,
     next_stream_token: usize,
     seen_server: bool,
+    /// The running main phase's in-band measurement, once it found the rate.
+    measured: Option<Measured>,
 }
 
 impl<'a> Conversation<'a> {
@@ -136,6 +140,7 @@ impl<'a> Conversation<'a> {
             opening: HashMap::new(),
             next_stream_token: STREAM_BASE,
             seen_server: false,
+            measured: None,
         })
     }
 
@@ -157,6 +162,7 @@ impl<'a> Conversation<'a> {
         let plan = ProbePlan::new(hint.rtt, &sender_limits, max);
         let req = PhaseRequest {
             goal: Goal::Probe(plan.clone()),
+            in_band: InBand::Off,
             hint: hint.clone(),
             streams: plan.streams.min(max).max(1),
             reason: None,
@@ -169,26 +175,46 @@ impl<'a> Conversation<'a> {
         })
     }
 
-    /// Run the transfer.
+    /// Run the transfer; `in_band` says whether it measures the path's rate itself.
     pub(super) fn main(
         &mut self,
         hint: &PathHint,
+        in_band: InBand,
         progress: Option<ProgressFn<'_>>,
     ) -> Result<MainResult, ClientError> {
         let initial = self.cfg.streams;
-        let (total, reason) = self.planned_streams(hint, initial);
+        let (total, reason) = if in_band == InBand::Measure {
+            // The streams a full pipe needs to show itself (as the probe had): their slow
+            // starts run in parallel; the plan made from the measured rate sizes them.
+            let (sender, _) = self.sender_receiver_limits();
+            let max = self.cfg.max_streams;
+            let n = ProbePlan::new(hint.rtt, &sender, max).streams;
+            (
+                n.max(initial),
+                Some(format!(
+                    "measuring the path in band: {n} streams ramp up together until the pipe is full"
+                )),
+            )
+        } else {
+            self.planned_streams(hint, initial)
+        };
         let total = total.min(self.cfg.max_streams).max(initial);
+        let mut hint = hint.clone();
+        hint.rate_in_band = in_band == InBand::Measure;
         let req = PhaseRequest {
             goal: Goal::Main,
-            hint: hint.clone(),
+            in_band,
+            hint,
             streams: total,
             reason: (total > initial).then_some(reason).flatten(),
         };
+        self.measured = None;
         let (local, intervals, outcome) = self.run_phase(req, progress)?;
         Ok(MainResult {
             local,
             intervals,
             outcome,
+            measured: self.measured.take(),
         })
     }
 
@@ -457,6 +483,33 @@ impl<'a> Conversation<'a> {
                             self.session
                                 .handle_stream_failed(Instant::now(), index, e.to_string());
                         }
+                    }
+                }
+                ClientOutput::Measured(m) => {
+                    // Plan again with the measured rate: the streams it needs (the ones open
+                    // are kept: their windows carry the pipe), and every tuner settles.
+                    let rtt = self.phase.as_ref().and_then(|p| p.spec.hint.rtt);
+                    let hint = PathHint {
+                        rtt,
+                        rate: Some(m.rate),
+                        rate_is_lower_bound: false,
+                        rate_in_band: false,
+                    };
+                    let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
+                    let total = total
+                        .min(self.cfg.max_streams)
+                        .max(self.session.streams_requested());
+                    if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
+                        self.session.note_reason(r);
+                    }
+                    self.session.settle(Instant::now(), hint, total);
+                    self.measured = Some(m);
+                }
+                ClientOutput::LocalHint { hint, streams } => {
+                    if let Some(p) = &mut self.phase {
+                        p.engine.hint(&hint, streams);
+                        // Streams opened from now on are built with it.
+                        p.spec.hint = hint;
                     }
                 }
                 ClientOutput::StopSenders => {

@@ -76,6 +76,8 @@ pub(crate) enum Source {
     PathDb,
     /// The probe ran.
     Probe,
+    /// Measured by the transfer itself.
+    InBand,
     /// No rate.
     None,
 }
@@ -86,18 +88,22 @@ impl Source {
             Source::Given => "given",
             Source::PathDb => "path_db",
             Source::Probe => "probe",
+            Source::InBand => "in_band",
             Source::None => "none",
         }
     }
 }
 
-/// Whether the transfer needs a probe first, and the rate it already has.
+/// How the transfer learns the path's rate.
 pub(crate) enum Plan {
-    /// The rate is known (given or from the database): no probe.
-    Known(Source),
-    /// Run the probe.
+    /// The rate is known (given or from the database): no measurement; a database rate is
+    /// checked against what the transfer delivers when `check`.
+    Known { source: Source, check: bool },
+    /// Run the out-of-band probe first (`--tune probe`, NLANR's way).
     Probe,
-    /// Go without a rate.
+    /// Measure it in band: the transfer starts at once and finds the full pipe itself.
+    InBand,
+    /// Go without a rate (a short path: kernel autotuning; or measuring is off).
     Without,
 }
 
@@ -105,7 +111,10 @@ pub(crate) enum Plan {
 pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint) -> Plan {
     if let TuneMode::Manual(Some(r)) = &cfg.tune {
         hint.rate = Some(*r);
-        return Plan::Known(Source::Given);
+        return Plan::Known {
+            source: Source::Given,
+            check: false,
+        };
     }
     if !cfg.tune.needs_rate_probe() || cfg.custom_tuner.is_some() {
         return Plan::Without;
@@ -116,9 +125,20 @@ pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint
             hint.rate = Some(k.rate);
             hint.rate_is_lower_bound = !k.full_pipe;
             db.used();
-            Plan::Known(Source::PathDb)
+            Plan::Known {
+                source: Source::PathDb,
+                check: cfg.probe && k.full_pipe,
+            }
         }
-        None if cfg.probe => Plan::Probe,
+        None if !cfg.probe => Plan::Without,
+        None if cfg.tune == TuneMode::Probe => Plan::Probe,
+        None if hint
+            .rtt
+            .is_some_and(|r| r >= tcptune_core::tuners::auto::MEASURE_MIN_RTT) =>
+        {
+            Plan::InBand
+        }
+        // A short path: kernel autotuning is in charge; nothing to measure.
         None => Plan::Without,
     }
 }
