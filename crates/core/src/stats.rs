@@ -49,6 +49,17 @@ pub struct StreamStats {
     pub samples_taken: u64,
     /// Changes the tuner made (applied or failed).
     pub changes_made: u64,
+    /// The congestion control the socket used, read back from it (`TCP_CONGESTION`) once
+    /// connected: what the kernel really ran, whatever was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    /// The window scale this end sends with (`tcpi_snd_wscale`: the peer's shift, fixed at
+    /// SYN time), from the first snapshot of the established connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snd_wscale: Option<u8>,
+    /// The window scale this end advertises (`tcpi_rcv_wscale`), likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_wscale: Option<u8>,
     /// Sum of the smoothed RTTs, for the mean (not reported).
     #[serde(skip)]
     rtt_sum_us: u64,
@@ -61,6 +72,10 @@ impl StreamStats {
     /// Fold one snapshot in.
     pub fn add(&mut self, s: &TcpSnapshot) {
         self.samples_taken += 1;
+        if self.snd_wscale.is_none() && s.state == crate::snapshot::TcpState::Established {
+            self.snd_wscale = Some(s.snd_wscale);
+            self.rcv_wscale = Some(s.rcv_wscale);
+        }
         if s.rtt_us > 0 {
             self.rtt_min_us = Some(self.rtt_min_us.map_or(s.rtt_us, |m| m.min(s.rtt_us)));
             self.rtt_max_us = Some(self.rtt_max_us.map_or(s.rtt_us, |m| m.max(s.rtt_us)));

@@ -54,15 +54,25 @@ pub struct CellStats {
     pub failed: usize,
     /// Runs stopped by the time cap (throughput from the bytes that moved).
     pub capped: usize,
-    /// Receiver-measured throughput, bit/s.
+    /// The primary throughput: bytes over the time from the client command's start to the
+    /// last byte at the receiver ([`RunRecord::throughput_bps`]), bit/s.
     pub throughput_bps: Spread,
-    /// Throughput with the time spent measuring the path and opening the streams counted
-    /// ([`RunRecord::throughput_incl_measure_bps`]), bit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throughput_incl_measure_bps: Option<Spread>,
-    /// Seconds spent measuring the path before the transfer.
+    /// Completion time: the client command's start to the last byte at the receiver, s.
+    pub completion_s: Spread,
+    /// Throughput from the receiver's first byte to its last, bit/s.
+    pub first_to_last_bps: Spread,
+    /// Seconds spent measuring the path before the transfer (a probe phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measure_s: Option<Spread>,
+    /// Round trips before the first data byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_round_trips: Option<Spread>,
+    /// Round trips after the last data byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_round_trips: Option<Spread>,
+    /// Where the path's rate came from, as most runs say (`in_band`, `path_db`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement_source: Option<String>,
     /// Kernel-held buffer, the larger end, summed over streams.
     pub peak_buffer_bytes: Spread,
     /// Kernel-held send buffers at the sender, summed over streams.
@@ -137,7 +147,7 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
         let ok: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.ok).collect();
         let failed = runs.len() - ok.len();
         let f = |g: &dyn Fn(&RunRecord) -> f64| Spread::of(ok.iter().map(|r| g(r)));
-        let Some(throughput_bps) = f(&|r| r.throughput_bps) else {
+        let Some(throughput_bps) = f(&|r| r.throughput_bps()) else {
             let err = runs
                 .iter()
                 .rev()
@@ -157,8 +167,12 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
             failed,
             capped: ok.iter().filter(|r| r.capped).count(),
             throughput_bps,
-            throughput_incl_measure_bps: f(&|r| r.throughput_incl_measure_bps()),
+            completion_s: f(&|r| r.completion()).unwrap_or(zero),
+            first_to_last_bps: f(&|r| r.first_to_last_bps).unwrap_or(zero),
             measure_s: f(&|r| r.measure_s.unwrap_or(0.0)),
+            setup_round_trips: Spread::of(ok.iter().filter_map(|r| r.setup_round_trips)),
+            finish_round_trips: Spread::of(ok.iter().filter_map(|r| r.finish_round_trips)),
+            measurement_source: most_common(ok.iter().filter_map(|r| r.measurement_source.clone())),
             peak_buffer_bytes: f(&|r| r.peak_buffer_bytes() as f64).unwrap_or(zero),
             peak_sndbuf_bytes: f(&|r| r.peak_sndbuf_bytes as f64).unwrap_or(zero),
             peak_rcvbuf_bytes: f(&|r| r.peak_rcvbuf_bytes as f64).unwrap_or(zero),
@@ -170,12 +184,13 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
                 .map(|s| s.median),
             rwnd_limited_share: Spread::of(
                 ok.iter()
-                    .filter_map(|r| share(r.rwnd_limited_us(), r.streams_used, r.seconds)),
+                    .filter_map(|r| share(r.rwnd_limited_us(), r.streams_used, r.first_to_last_s)),
             )
             .map(|s| s.median),
             sndbuf_limited_share: Spread::of(
-                ok.iter()
-                    .filter_map(|r| share(r.sndbuf_limited_us(), r.streams_used, r.seconds)),
+                ok.iter().filter_map(|r| {
+                    share(r.sndbuf_limited_us(), r.streams_used, r.first_to_last_s)
+                }),
             )
             .map(|s| s.median),
             key: key.clone(),
@@ -184,6 +199,16 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
     }
     agg.ideal = pick_ideal(&agg.cells);
     agg
+}
+
+/// The value most items have (the first of equals in sorted order).
+fn most_common(items: impl Iterator<Item = String>) -> Option<String> {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for i in items {
+        *counts.entry(i).or_insert(0) += 1;
+    }
+    let best = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, n)| *n == best).map(|(k, _)| k)
 }
 
 fn fixed_size(key: &CellKey) -> Option<Bytes> {
@@ -196,7 +221,7 @@ fn fixed_size(key: &CellKey) -> Option<Bytes> {
 fn pick_ideal(cells: &BTreeMap<CellKey, CellStats>) -> BTreeMap<(u64, u32), IdealPick> {
     let mut groups: BTreeMap<(u64, u32), Vec<(Bytes, &CellStats)>> = BTreeMap::new();
     for (k, s) in cells {
-        if k.host != HostConfig::UserKernel {
+        if k.host != HostConfig::UserKernel || !k.is_plain() {
             continue;
         }
         if let Some(b) = fixed_size(k) {
@@ -248,12 +273,8 @@ impl Aggregate {
                 .then(|| self.ideal.get(&(rtt_us, streams)).map(|p| &p.stats))
                 .flatten();
         }
-        self.cells.get(&CellKey {
-            rtt_us,
-            host,
-            streams,
-            tune: mode.to_string(),
-        })
+        self.cells
+            .get(&CellKey::new(rtt_us, host, streams, mode.to_string()))
     }
 
     /// Median throughput of a mode in a cell, bit/s.
@@ -267,7 +288,7 @@ impl Aggregate {
         let mut streams: Vec<u32> = self
             .cells
             .keys()
-            .filter(|k| k.rtt_us == rtt_us && k.host == host)
+            .filter(|k| k.rtt_us == rtt_us && k.host == host && k.is_plain())
             .map(|k| k.streams)
             .collect();
         streams.sort_unstable();
@@ -285,7 +306,10 @@ impl Aggregate {
             .cells
             .iter()
             .filter(|(k, _)| {
-                k.rtt_us == rtt_us && k.streams == streams && k.host == HostConfig::UserKernel
+                k.rtt_us == rtt_us
+                    && k.streams == streams
+                    && k.host == HostConfig::UserKernel
+                    && k.is_plain()
             })
             .filter_map(|(k, s)| fixed_size(k).map(|b| (b, s)))
             .collect();
@@ -293,17 +317,32 @@ impl Aggregate {
         v
     }
 
-    /// Every RTT with results, ascending.
+    /// The statistics of any cell, extra experiments' included.
+    pub fn cell(&self, key: &CellKey) -> Option<&CellStats> {
+        self.cells.get(key)
+    }
+
+    /// Every RTT with results of plain matrix cells, ascending.
     pub fn rtts(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.cells.keys().map(|k| k.rtt_us).collect();
+        let mut v: Vec<u64> = self
+            .cells
+            .keys()
+            .filter(|k| k.is_plain())
+            .map(|k| k.rtt_us)
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
     }
 
-    /// Every stream count with results, ascending.
+    /// Every stream count with results of plain matrix cells, ascending.
     pub fn stream_counts(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.cells.keys().map(|k| k.streams).collect();
+        let mut v: Vec<u32> = self
+            .cells
+            .keys()
+            .filter(|k| k.is_plain())
+            .map(|k| k.streams)
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -326,12 +365,7 @@ pub(crate) mod tests {
         buf: u64,
     ) -> RunRecord {
         let mut r = RunRecord::failed(
-            CellKey {
-                rtt_us,
-                host,
-                streams,
-                tune: tune.into(),
-            },
+            CellKey::new(rtt_us, host, streams, tune),
             rep,
             0.0,
             1.0,
@@ -339,13 +373,25 @@ pub(crate) mod tests {
         );
         r.ok = true;
         r.error = None;
-        r.throughput_bps = mbps * 1e6;
         r.bytes = 128 << 20;
-        r.seconds = r.bytes as f64 * 8.0 / r.throughput_bps;
+        // The primary figure is `mbps`; the receiver's first-to-last span is 90% of it.
+        r.completion_s = Some(r.bytes as f64 * 8.0 / (mbps * 1e6));
+        r.first_to_last_s = r.completion_s.unwrap_or(0.0) * 0.9;
+        r.first_to_last_bps = r.bytes as f64 * 8.0 / r.first_to_last_s;
+        r.session_s = r.completion_s;
+        r.setup_round_trips = Some(2.0);
+        r.finish_round_trips = Some(1.0);
         r.complete = true;
         r.streams_used = streams;
         r.peak_sndbuf_bytes = buf;
         r.peak_rcvbuf_bytes = buf / 2;
+        r
+    }
+
+    /// A successful fixture run of any cell (extra experiments' included).
+    pub(crate) fn run_cell(key: &CellKey, rep: u32, mbps: f64, buf: u64) -> RunRecord {
+        let mut r = run(key.rtt_us, key.host, key.streams, &key.tune, rep, mbps, buf);
+        r.cell = key.clone();
         r
     }
 

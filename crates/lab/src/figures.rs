@@ -114,11 +114,26 @@ pub fn streams_panel(plan: &ExpandedPlan, agg: &Aggregate, host: HostConfig, rtt
         y_max: None,
         series,
         vlines: Vec::new(),
-        hlines: vec![Marker {
-            at: plan.plan.rate.0 as f64 / 1e6,
-            label: "link".into(),
-        }],
+        hlines: reference_lines(plan, rtt_us),
     }
+}
+
+/// The link rate and the physical limit (the best throughput from the command's start any
+/// TCP sender could reach on this path with the plan's transfer size), Mbit/s.
+pub fn reference_lines(plan: &ExpandedPlan, rtt_us: u64) -> Vec<Marker> {
+    let p = &plan.plan;
+    vec![
+        Marker {
+            at: p.rate.0 as f64 / 1e6,
+            label: "link".into(),
+            keep_in_view: false,
+        },
+        Marker {
+            at: crate::limit::limit_bps(p.rate, p.mtu, rtt_us, p.transfer_bytes()) / 1e6,
+            label: "limit".into(),
+            keep_in_view: true,
+        },
+    ]
 }
 
 /// The paper's Figure 5 for one path: throughput against the fixed per-stream buffer, one line
@@ -166,11 +181,9 @@ pub fn sweep_panel(plan: &ExpandedPlan, agg: &Aggregate, rtt_us: u64, streams: &
         vlines: vec![Marker {
             at: bdp as f64,
             label: format!("BDP {}", short_size_approx(bdp)),
+            keep_in_view: false,
         }],
-        hlines: vec![Marker {
-            at: plan.plan.rate.0 as f64 / 1e6,
-            label: "link".into(),
-        }],
+        hlines: reference_lines(plan, rtt_us),
     }
 }
 
@@ -216,6 +229,13 @@ mod tests {
         assert!(c.series[1].points.is_empty(), "kernel was not run");
         assert_eq!(c.x_ticks.len(), 2);
         assert_eq!(c.title, "No tuning, 25 ms");
+        // The link and the physical limit: 128 MiB in 2.5 RTT + 1.112 s.
+        assert_eq!(c.hlines[0].at, 1000.0);
+        assert!(
+            (c.hlines[1].at - 1073.74 / (0.0625 + 1.1123)).abs() < 0.5,
+            "{}",
+            c.hlines[1].at
+        );
     }
 
     #[test]

@@ -126,49 +126,76 @@ pub fn render(i: &ReportInput) -> String {
 
 fn headline_section(h: &mut String, i: &ReportInput) {
     let hl = &i.summary.headline;
-    h.push_str("<h2>Headline: auto against ideal and against kernel autotuning</h2>");
+    h.push_str("<h2>Headline: auto against ideal, kernel autotuning and the physical limit</h2>");
     let _ = write!(
         h,
-        "<p class=\"note\">Goal: <code>auto</code> at least {THROUGHPUT_GOAL} x <code>ideal</code> (the best fixed size found by the sweep, set with setsockopt under raised maxima) on every path and stream count, with peak buffer memory at most {MEMORY_GOAL_BDP} x BDP. Throughput is the paper's: bytes over the receiver's time from the first byte to the last; the <i>incl. measuring</i> ratio also counts the time auto spent measuring the path (its bandwidth probe; every lab run starts with an empty path database, so this is the cold cost) and opening streams, on both sides. Memory is compared like with like: the kernel-held peak (the larger of the sender's sk_sndbuf and the receiver's sk_rcvbuf, all streams) halved into setsockopt units, because the kernel holds twice what setsockopt asks for. <code>auto</code> runs under the namespace's default limits where the plan has it there; <code>kernel</code> is Linux autotuning under the same default limits.</p>"
+        "<p class=\"note\">Every figure is timed from the client command's start to the last byte's arrival at the receiver, for every mode alike (ideal and kernel included): what a user waits for, and the closest to the paper's timing (from the start of the first process to the end of the last). The <i>first-to-last</i> ratio beside it is the receiver's first byte to its last byte, which leaves out connecting, measuring the path and the first round trips. A <i>new</i> path starts with an empty path database (auto measures the rate in band, while transferring); a <i>known</i> path reuses what a first transfer of the same cell recorded. The physical limit is the best completion any TCP sender could reach: the control and data connections' handshakes (2 RTT), the bytes at the goodput (the link rate less IP, TCP and timestamp headers: {:.1}% at MTU {}) and the last byte's one-way delay. Goals: <code>auto</code> at least {THROUGHPUT_GOAL} x <code>ideal</code> (the best fixed size found by the sweep, set with setsockopt under raised maxima), never later than <code>kernel</code> (Linux autotuning under the namespace's default limits), with peak buffer memory at most {MEMORY_GOAL_BDP} x BDP. Memory is compared like with like: the kernel-held peak (the larger of the sender's sk_sndbuf and the receiver's sk_rcvbuf, all streams) halved into setsockopt units, because the kernel holds twice what setsockopt asks for. The number in parentheses after each throughput is the streams the mode actually used.</p>",
+        crate::limit::goodput_bps(tcptune_core::Rate(1_000_000_000), i.plan.plan.mtu) / 1e7,
+        i.plan.plan.mtu
     );
     if hl.rows.is_empty() {
         h.push_str("<p class=\"na\">auto was not run in this plan: no headline.</p>");
         return;
     }
     let verdict = if hl.judged == 0 {
-        "the goal could not be judged (auto or ideal missing)".to_string()
+        "the goals could not be judged (auto, ideal or kernel missing)".to_string()
     } else if hl.goals_met == hl.judged {
-        format!("the goal is met on all {} judged rows", hl.judged)
+        format!("the goals are met on all {} judged rows", hl.judged)
     } else {
         format!(
-            "the goal is met on {} of {} judged rows; not met on {}",
+            "the goals are met on {} of {} judged rows; not met on {}",
             hl.goals_met,
             hl.judged,
             hl.judged - hl.goals_met
         )
     };
     let _ = write!(h, "<p><b>Verdict: {}.</b></p>", esc(&verdict));
-    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>BDP</th><th>auto (host)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / ideal<br>incl. measuring</th><th>auto measuring</th><th>auto / kernel</th><th>auto peak buffer<br>(kernel-held)</th><th>auto peak<br>in use</th><th>ideal peak buffer<br>(kernel-held)</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
+    h.push_str("<table><tr><th>RTT</th><th>streams</th><th>path</th><th>BDP</th><th>physical limit</th><th>auto (host, rate from)</th><th>ideal (size/stream)</th><th>kernel, defaults</th><th>auto / ideal</th><th>auto / kernel</th><th>auto / ideal<br>first-to-last</th><th>limit / completion<br>auto, ideal, kernel</th><th>auto round trips<br>before, after data</th><th>auto peak buffer<br>(kernel-held)</th><th>auto peak<br>in use</th><th>auto mem / ideal mem</th><th>auto mem / BDP<br>(setsockopt units)</th></tr>");
+    let fig = |m: &Option<crate::headline::ModeFigures>| {
+        m.as_ref().map_or("-".to_string(), |m| {
+            format!(
+                "{} in {:.2} s ({})",
+                fmt_mbps(Some(m.bps)),
+                m.completion_s,
+                m.streams_used
+            )
+        })
+    };
     for r in &hl.rows {
+        let auto = r.auto.as_ref();
         let _ = write!(
             h,
-            "<tr><td>{} ms</td><td>{}</td><td>{} MiB</td><td>{} ({})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+            "<tr><td>{} ms</td><td>{}</td><td>{}</td><td>{} MiB</td><td>{} in {:.2} s</td><td>{} ({}, {})</td><td>{} ({})</td><td>{}</td><td class=\"{}\">{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}, {}, {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
             r.rtt_ms,
             r.streams,
+            match r.path {
+                crate::plan::PathKnowledge::New => "new",
+                crate::plan::PathKnowledge::Known => "known",
+            },
             mib(r.bdp_bytes as f64),
-            fmt_mbps(r.auto_bps),
-            r.auto_host,
-            fmt_mbps(r.ideal_bps),
-            r.ideal_size_bytes.map_or("-".into(), short_size),
-            fmt_mbps(r.kernel_default_bps),
+            fmt_mbps(Some(r.limit_bps)),
+            r.limit_s,
+            fig(&r.auto),
+            auto.map_or("-".into(), |a| a.host.to_string()),
+            auto.and_then(|a| a.measurement_source.clone()).unwrap_or_else(|| "-".into()),
+            fig(&r.ideal),
+            r.ideal.as_ref().and_then(|m| m.tune.strip_prefix("fixed:").and_then(|v| v.parse::<u64>().ok())).map_or("-".into(), short_size),
+            fig(&r.kernel),
             goal_class(r.throughput_goal_met),
             pct(r.auto_over_ideal),
-            pct(r.auto_over_ideal_incl_measure),
-            r.auto_measure_s.map_or("-".into(), |m| format!("{m:.2} s")),
+            goal_class(r.kernel_goal_met),
             pct(r.auto_over_kernel),
-            r.auto_peak_buffer_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
-            r.auto_peak_used_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
-            r.ideal_peak_buffer_bytes.map_or("-".into(), |b| format!("{} MiB", mib(b as f64))),
+            pct(r.auto_over_ideal_first_to_last),
+            pct(r.auto_of_limit),
+            pct(r.ideal_of_limit),
+            pct(r.kernel_of_limit),
+            auto.map_or("-".into(), |a| format!(
+                "{}, {}",
+                a.setup_round_trips.map_or("-".into(), |x| format!("{x:.1}")),
+                a.finish_round_trips.map_or("-".into(), |x| format!("{x:.1}"))
+            )),
+            auto.map_or("-".into(), |a| format!("{} MiB", mib(a.peak_buffer_bytes as f64))),
+            auto.map_or("-".into(), |a| format!("{} MiB", mib(a.peak_used_bytes as f64))),
             pct(r.auto_mem_over_ideal),
             goal_class(r.memory_goal_met),
             pct(r.auto_mem_bdp),
@@ -176,7 +203,7 @@ fn headline_section(h: &mut String, i: &ReportInput) {
     }
     h.push_str("</table>");
     if !hl.shortfalls.is_empty() {
-        h.push_str("<p><b>Where the goal is not met:</b></p><ul>");
+        h.push_str("<p><b>Where a goal is not met:</b></p><ul>");
         for s in &hl.shortfalls {
             let _ = write!(h, "<li>{}</li>", esc(s));
         }
@@ -197,7 +224,7 @@ fn legend(h: &mut String, modes: &[String]) {
         };
         let _ = write!(h, "<span><i style=\"{style}\"></i>{}</span>", esc(m));
     }
-    h.push_str("<span>whiskers: min-max over repetitions; hollow marker: at least one run hit the time cap (throughput from the bytes that moved); dashed line: link rate</span></p>");
+    h.push_str("<span>whiskers: min-max over repetitions; hollow marker: at least one run hit the time cap (throughput from the bytes that moved); dashed lines: the link rate and the physical limit (the best throughput from the command's start any TCP sender could reach with this transfer)</span></p>");
 }
 
 fn figures_section(h: &mut String, i: &ReportInput) {
@@ -554,7 +581,7 @@ fn setup_section(h: &mut String, i: &ReportInput) {
 
 #[cfg(test)]
 mod tests {
-    use crate::aggregate::tests::run;
+    use crate::aggregate::tests::run_cell;
     use crate::plan::{HostConfig, Plan};
     use crate::record::LabMeta;
 
@@ -568,15 +595,7 @@ mod tests {
                 "none" => 20.0,
                 _ => 900.0,
             };
-            recs.push(run(
-                c.key.rtt_us,
-                c.key.host,
-                c.key.streams,
-                &c.key.tune,
-                1,
-                mbps,
-                1 << 20,
-            ));
+            recs.push(run_cell(&c.key, 1, mbps, 1 << 20));
         }
         let meta = LabMeta {
             kernel: "6.18.0-test".into(),
@@ -589,9 +608,10 @@ mod tests {
         assert!(html.contains("No tuning, 0.5 ms"));
         assert!(html.contains("User/kernel tuning, 100 ms"));
         assert!(html.contains("Buffer sweep, 25 ms"));
-        // Auto at 600 of ideal's 900 misses the goal everywhere, and the page says so.
+        // Auto at 600 of ideal's 900 misses the goal everywhere (new and known paths),
+        // and the page says so.
         assert!(
-            html.contains("the goal is met on 0 of 6 judged rows"),
+            html.contains("the goals are met on 0 of 12 judged rows"),
             "verdict"
         );
         assert!(html.contains("auto reached 0.667 of ideal"));
@@ -601,12 +621,12 @@ mod tests {
         assert!(html.contains("kernel holds twice what setsockopt asks for"));
         // The modes table says where each mode ran.
         assert!(html.contains("<code>drs</code>"));
-        assert_eq!(b.summary.headline.rows.len(), 6);
+        assert_eq!(b.summary.headline.rows.len(), 12);
         assert!(b
             .summary
             .headline
             .rows
             .iter()
-            .all(|r| r.auto_host == HostConfig::Untuned));
+            .all(|r| r.auto.as_ref().map(|a| a.host) == Some(HostConfig::Untuned)));
     }
 }

@@ -13,6 +13,7 @@ pub mod claims;
 pub mod figures;
 pub mod headline;
 pub mod html;
+pub mod limit;
 pub mod plan;
 pub mod record;
 pub mod results;

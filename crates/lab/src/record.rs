@@ -5,13 +5,23 @@
 //! Memory units: every `*_bytes` buffer figure is what the kernel holds (`sk_sndbuf`,
 //! `sk_rcvbuf` from `SO_MEMINFO`), which for a buffer set with `setsockopt(SO_SNDBUF, v)` is
 //! `2 v`. Sums are over the streams of a run.
+//!
+//! Time: a run's primary figure is its completion time, from the client command's start to
+//! the last byte's arrival at the receiver ([`RunRecord::completion_s`]), and the throughput
+//! over that time ([`RunRecord::throughput_bps`]): what a user waits for, and the closest
+//! to the paper's timing (from the start of the first process to the end of the last).
+//! [`RunRecord::first_to_last_bps`] is the receiver's first byte to its last byte, which
+//! leaves out connecting, measuring and the first round trips.
 
 use crate::plan::{CellKey, HostConfig};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tcptune_transfer::report::{Report, StreamDetail};
 
-/// Version of `results.jsonl` records and `meta.json`.
-pub const RECORD_SCHEMA_VERSION: u32 = 1;
+/// Version of `results.jsonl` records and `meta.json`. 2: completion time from the
+/// command's start (`completion_s`), `first_to_last_*` for the receiver's span (read from
+/// version 1's `throughput_bps`/`seconds`), round trips, the measurement's source.
+pub const RECORD_SCHEMA_VERSION: u32 = 2;
 
 /// One run of one cell.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,12 +42,35 @@ pub struct RunRecord {
     /// What went wrong, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Receiver-measured throughput (`end.sum_received.bits_per_second`), bit/s.
-    pub throughput_bps: f64,
+    /// Throughput from the receiver's first byte to its last
+    /// (`end.sum_received.bits_per_second`), bit/s.
+    #[serde(alias = "throughput_bps")]
+    pub first_to_last_bps: f64,
     /// Bytes received.
     pub bytes: u64,
-    /// Receiver-measured duration (first byte to last byte), seconds.
-    pub seconds: f64,
+    /// The receiver's first byte to its last byte, seconds.
+    #[serde(alias = "seconds")]
+    pub first_to_last_s: f64,
+    /// From the client command's start to the last byte's arrival at the receiver, seconds:
+    /// `end.tcptune.session_seconds` less the round trips after the last byte
+    /// (`finish_round_trips` x the control connection's RTT). `None` when the report has no
+    /// session time.
+    #[serde(default)]
+    pub completion_s: Option<f64>,
+    /// The client command's wall time (`end.tcptune.session_seconds`), seconds.
+    #[serde(default)]
+    pub session_s: Option<f64>,
+    /// Round trips from the command's start to the first data byte
+    /// (`end.tcptune.setup_round_trips`).
+    #[serde(default)]
+    pub setup_round_trips: Option<f64>,
+    /// Round trips from the last byte's arrival to the command's end.
+    #[serde(default)]
+    pub finish_round_trips: Option<f64>,
+    /// Where the path's rate came from (`start.tcptune.measurement.source`: `in_band`,
+    /// `path_db`, `probe`, `none`).
+    #[serde(default)]
+    pub measurement_source: Option<String>,
     /// The time cap stopped the transfer; throughput is from the bytes that moved.
     pub capped: bool,
     /// Every message arrived and checked out.
@@ -60,9 +93,8 @@ pub struct RunRecord {
     /// RTT the engine measured before the transfer (control connection), microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint_rtt_us: Option<u64>,
-    /// Seconds spent measuring the path before the transfer (the bandwidth probe of `auto`
-    /// and `probe`; the lab runs every transfer with a cold path database), not part of
-    /// `seconds`.
+    /// Seconds spent measuring the path before the transfer (the bandwidth probe of `probe`;
+    /// in-band measurement costs none of its own), not part of `first_to_last_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measure_s: Option<f64>,
     /// Seconds spent opening the transfer's streams before its first byte.
@@ -73,6 +105,49 @@ pub struct RunRecord {
     /// The emulator's counters for this run (differences over the run), if available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emu: Option<EmuRunStats>,
+    /// A competing-transfers run: the second transfer and how the two shared the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub competing: Option<Box<Competing>>,
+    /// A path-change run: the time series of the first stream and when the path changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<RunSeries>,
+}
+
+/// The second transfer of a competing-transfers run, and the fairness of the overlap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Competing {
+    /// The second transfer (same mode, started `second_at_s` after the first).
+    pub second: RunRecord,
+    /// When the second command started, seconds after the first.
+    pub second_at_s: f64,
+    /// The overlap both transfers were sending in, seconds (on the first transfer's clock).
+    pub overlap_s: [f64; 2],
+    /// Each transfer's throughput over the overlap, bit/s (from its one-second intervals).
+    pub overlap_bps: [f64; 2],
+    /// Jain's fairness index of the two transfers over the overlap (1: equal shares; 0.5:
+    /// one took everything).
+    pub jain_transfers: Option<f64>,
+    /// Jain's index over every stream of both transfers, from their whole-transfer rates.
+    pub jain_streams: Option<f64>,
+    /// The first transfer's throughput before the second started, bit/s.
+    pub alone_bps: Option<f64>,
+}
+
+/// One recorded time series (a path-change run).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSeries {
+    /// When the path changed, seconds after the transfer's start (on the report's clock).
+    pub change_at_s: Option<f64>,
+    /// What changed (`rtt 25ms -> 100ms`).
+    pub change: String,
+    /// The first stream's sender samples.
+    pub sender: Vec<tcptune_core::SampleRecord>,
+    /// The first stream's receiver samples.
+    pub receiver: Vec<tcptune_core::SampleRecord>,
+    /// The changes the sender's tuner made (SO_SNDBUF etc.), with their times.
+    pub sender_changes: Vec<tcptune_transfer::report::ChangeRecord>,
+    /// The changes the receiver's tuner made.
+    pub receiver_changes: Vec<tcptune_transfer::report::ChangeRecord>,
 }
 
 /// One stream of a run: the report's per-stream detail (the one statistics type the
@@ -110,6 +185,14 @@ impl RunRecord {
             .retransmits
             .unwrap_or_else(|| t.streams.iter().map(|s| s.sender.stats.retransmits).sum());
         let error = report.error.clone();
+        let rtt_s = report.start.tcptune.path_hint.rtt.map(|d| d.as_secs_f64());
+        let completion_s = t.session_seconds.map(|session| {
+            let after = match (t.finish_round_trips, rtt_s) {
+                (Some(n), Some(rtt)) => n * rtt,
+                _ => 0.0,
+            };
+            (session - after).max(end.sum_received.seconds)
+        });
         RunRecord {
             schema_version: RECORD_SCHEMA_VERSION,
             cell,
@@ -119,9 +202,19 @@ impl RunRecord {
             ok: error.is_none() && end.sum_received.bytes > 0,
             error: error
                 .or_else(|| (end.sum_received.bytes == 0).then(|| "no bytes received".to_string())),
-            throughput_bps: end.sum_received.bits_per_second,
+            first_to_last_bps: end.sum_received.bits_per_second,
             bytes: end.sum_received.bytes,
-            seconds: end.sum_received.seconds,
+            first_to_last_s: end.sum_received.seconds,
+            completion_s,
+            session_s: t.session_seconds,
+            setup_round_trips: t.setup_round_trips,
+            finish_round_trips: t.finish_round_trips,
+            measurement_source: report
+                .start
+                .tcptune
+                .measurement
+                .as_ref()
+                .map(|m| m.source.clone()),
             capped: t.capped,
             complete: t.complete,
             streams_used: t.streams_used,
@@ -141,6 +234,8 @@ impl RunRecord {
             setup_s: t.setup_seconds,
             per_stream,
             emu: None,
+            competing: None,
+            series: None,
         }
     }
 
@@ -160,9 +255,14 @@ impl RunRecord {
             wall_s,
             ok: false,
             error: Some(error),
-            throughput_bps: 0.0,
+            first_to_last_bps: 0.0,
             bytes: 0,
-            seconds: 0.0,
+            first_to_last_s: 0.0,
+            completion_s: None,
+            session_s: None,
+            setup_round_trips: None,
+            finish_round_trips: None,
+            measurement_source: None,
             capped: false,
             complete: false,
             streams_used: 0,
@@ -177,18 +277,48 @@ impl RunRecord {
             setup_s: None,
             per_stream: Vec::new(),
             emu: None,
+            competing: None,
+            series: None,
         }
     }
 
-    /// Throughput counting the time spent measuring the path and opening the streams as
-    /// part of the transfer (what a user who waits for the whole command sees), bit/s.
-    pub fn throughput_incl_measure_bps(&self) -> f64 {
-        let t = self.seconds + self.measure_s.unwrap_or(0.0) + self.setup_s.unwrap_or(0.0);
+    /// The primary figure: bytes over [`RunRecord::completion_s`], bit/s. A record of a
+    /// tcptune without session timing (schema 1) counts the receiver's span plus the time
+    /// spent measuring the path and opening the streams instead.
+    pub fn throughput_bps(&self) -> f64 {
+        let t = self.completion_s.unwrap_or(
+            self.first_to_last_s + self.measure_s.unwrap_or(0.0) + self.setup_s.unwrap_or(0.0),
+        );
         if t > 0.0 {
             self.bytes as f64 * 8.0 / t
         } else {
             0.0
         }
+    }
+
+    /// Completion time, seconds (see [`RunRecord::throughput_bps`] for old records).
+    pub fn completion(&self) -> f64 {
+        self.completion_s.unwrap_or(
+            self.first_to_last_s + self.measure_s.unwrap_or(0.0) + self.setup_s.unwrap_or(0.0),
+        )
+    }
+
+    /// The congestion controls the data sockets used, read back from each socket: per end
+    /// (sender, receiver), control -> sockets. Sockets whose control is unknown count under
+    /// `"unknown"`.
+    pub fn congestion_used(&self) -> [BTreeMap<String, u32>; 2] {
+        let mut out = [BTreeMap::new(), BTreeMap::new()];
+        for s in &self.per_stream {
+            for (i, side) in [&s.sender, &s.receiver].into_iter().enumerate() {
+                let cc = side
+                    .stats
+                    .congestion
+                    .clone()
+                    .unwrap_or_else(|| "unknown".into());
+                *out[i].entry(cc).or_insert(0) += 1;
+            }
+        }
+        out
     }
 
     /// The larger of the two ends' kernel-held buffer peaks (the memory figure the report
@@ -292,12 +422,7 @@ mod tests {
 
     #[test]
     fn failed_record_has_no_throughput_and_round_trips() {
-        let key = CellKey {
-            rtt_us: 500,
-            host: HostConfig::Untuned,
-            streams: 1,
-            tune: "kernel".into(),
-        };
+        let key = CellKey::new(500, HostConfig::Untuned, 1, "kernel");
         let r = RunRecord::failed(key.clone(), 2, 1.0, 3.5, "server died".into());
         assert!(!r.ok);
         let line = serde_json::to_string(&r).expect("serializes");

@@ -206,24 +206,53 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or(String::new(), |x| x.to_string())
 }
 
+/// The congestion controls of a run's sockets: `cubic*4` per end, ends joined by `/`.
+fn cc_used(r: &RunRecord) -> String {
+    r.congestion_used()
+        .iter()
+        .map(|m| {
+            m.iter()
+                .map(|(cc, n)| format!("{cc}*{n}"))
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// One row per run.
 pub fn results_csv(records: &[RunRecord]) -> String {
-    let mut s = String::from("rtt_ms,host,streams,tune,repetition,ok,capped,complete,throughput_bps,bytes,seconds,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,emu_drops,emu_lateness_p99_us,measure_s,setup_s,throughput_incl_measure_bps,wall_s,error\n");
+    let mut s = String::from("rtt_ms,host,streams,tune,path,cc,size_bytes,scenario,repetition,ok,capped,complete,throughput_bps,completion_s,first_to_last_bps,first_to_last_s,bytes,session_s,setup_round_trips,finish_round_trips,measurement_source,streams_used,peak_sndbuf_bytes,peak_rcvbuf_bytes,peak_wmem_queued_bytes,peak_rmem_alloc_bytes,retransmits,rtt_min_us,rwnd_limited_us,sndbuf_limited_us,emu_drops,emu_lateness_p99_us,measure_s,setup_s,congestion_used,wall_s,error\n");
     for r in records {
+        let k = &r.cell;
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.0},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.3},{}",
-            r.cell.rtt_ms(),
-            r.cell.host,
-            r.cell.streams,
-            csv_field(&r.cell.tune),
+            "{},{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.6},{:.0},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}",
+            k.rtt_ms(),
+            k.host,
+            k.streams,
+            csv_field(&k.tune),
+            if k.path.is_new() { "new" } else { "known" },
+            k.cc.as_deref().unwrap_or(""),
+            opt(k.bytes),
+            match k.scenario {
+                Some(crate::plan::Scenario::Competing) => "competing",
+                Some(crate::plan::Scenario::PathChange) => "path_change",
+                None => "",
+            },
             r.repetition,
             r.ok,
             r.capped,
             r.complete,
-            r.throughput_bps,
+            r.throughput_bps(),
+            r.completion(),
+            r.first_to_last_bps,
+            r.first_to_last_s,
             r.bytes,
-            r.seconds,
+            opt(r.session_s.map(|m| format!("{m:.3}"))),
+            opt(r.setup_round_trips),
+            opt(r.finish_round_trips),
+            csv_field(r.measurement_source.as_deref().unwrap_or("")),
             r.streams_used,
             r.peak_sndbuf_bytes,
             r.peak_rcvbuf_bytes,
@@ -241,7 +270,7 @@ pub fn results_csv(records: &[RunRecord]) -> String {
                 .map(|l| l.round())),
             opt(r.measure_s.map(|m| format!("{m:.3}"))),
             opt(r.setup_s.map(|m| format!("{m:.3}"))),
-            r.throughput_incl_measure_bps(),
+            csv_field(&cc_used(r)),
             r.wall_s,
             csv_field(r.error.as_deref().unwrap_or(""))
         );
@@ -251,7 +280,7 @@ pub fn results_csv(records: &[RunRecord]) -> String {
 
 /// One row per cell.
 pub fn cells_csv(agg: &Aggregate) -> String {
-    let mut s = String::from("rtt_ms,host,streams,tune,runs,failed,capped,throughput_median_bps,throughput_min_bps,throughput_max_bps,peak_buffer_median_bytes,peak_sndbuf_median_bytes,peak_rcvbuf_median_bytes,peak_used_median_bytes,streams_used_median,rtt_min_us,rwnd_limited_share,sndbuf_limited_share,is_ideal\n");
+    let mut s = String::from("rtt_ms,host,streams,tune,path,cc,size_bytes,scenario,runs,failed,capped,throughput_median_bps,throughput_min_bps,throughput_max_bps,completion_median_s,first_to_last_median_bps,peak_buffer_median_bytes,peak_sndbuf_median_bytes,peak_rcvbuf_median_bytes,peak_used_median_bytes,streams_used_median,rtt_min_us,rwnd_limited_share,sndbuf_limited_share,is_ideal\n");
     for (k, c) in &agg.cells {
         let is_ideal = agg
             .ideal
@@ -259,17 +288,27 @@ pub fn cells_csv(agg: &Aggregate) -> String {
             .is_some_and(|p| p.stats.key == *k);
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.0},{:.0},{:.0},{:.6},{:.0},{:.0},{:.0},{:.0},{:.0},{},{},{},{},{}",
             k.rtt_ms(),
             k.host,
             k.streams,
             csv_field(&k.tune),
+            if k.path.is_new() { "new" } else { "known" },
+            k.cc.as_deref().unwrap_or(""),
+            opt(k.bytes),
+            match k.scenario {
+                Some(crate::plan::Scenario::Competing) => "competing",
+                Some(crate::plan::Scenario::PathChange) => "path_change",
+                None => "",
+            },
             c.runs,
             c.failed,
             c.capped,
             c.throughput_bps.median,
             c.throughput_bps.min,
             c.throughput_bps.max,
+            c.completion_s.median,
+            c.first_to_last_bps.median,
             c.peak_buffer_bytes.median,
             c.peak_sndbuf_bytes.median,
             c.peak_rcvbuf_bytes.median,
@@ -287,7 +326,7 @@ pub fn cells_csv(agg: &Aggregate) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::tests::run;
+    use crate::aggregate::tests::{run, run_cell};
     use crate::plan::{HostConfig, Plan};
 
     fn tmpdir(tag: &str) -> PathBuf {
@@ -326,19 +365,7 @@ mod tests {
         write_json(&d.join(META_FILE), &meta).expect("meta");
         for c in &plan.cells {
             let mbps = if c.key.tune == "none" { 20.0 } else { 500.0 };
-            append_record(
-                &d,
-                &run(
-                    c.key.rtt_us,
-                    c.key.host,
-                    c.key.streams,
-                    &c.key.tune,
-                    1,
-                    mbps,
-                    1 << 20,
-                ),
-            )
-            .expect("append");
+            append_record(&d, &run_cell(&c.key, 1, mbps, 1 << 20)).expect("append");
         }
         let b = rebuild(&d).expect("rebuild");
         assert!(b.summary.missing_cells.is_empty());

@@ -4,7 +4,7 @@
 
 use crate::aggregate::{Aggregate, CellStats};
 use crate::claims::Claim;
-use crate::headline::{fmt_mbps, Headline};
+use crate::headline::Headline;
 use crate::plan::{ExpandedPlan, HostConfig, PlanMode};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -71,12 +71,17 @@ pub struct ModeSummary {
     /// For `ideal`: the fixed mode that won the sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tune: Option<String>,
-    /// Median receiver-measured throughput, bit/s.
+    /// Median throughput from the client command's start to the last byte at the
+    /// receiver, bit/s.
     pub throughput_bps: f64,
     /// Smallest over repetitions.
     pub throughput_min_bps: f64,
     /// Largest over repetitions.
     pub throughput_max_bps: f64,
+    /// Median completion time (command start to last byte at the receiver), seconds.
+    pub completion_s: f64,
+    /// Median throughput from the receiver's first byte to its last, bit/s.
+    pub first_to_last_bps: f64,
     /// Median peak kernel-held buffer (larger end, all streams), bytes.
     pub peak_buffer_bytes: u64,
     /// Median peak kernel-held send buffer (sender, all streams), bytes.
@@ -111,6 +116,8 @@ fn mode_summary(mode: &str, host: HostConfig, s: &CellStats, tune: Option<String
         throughput_bps: s.throughput_bps.median,
         throughput_min_bps: s.throughput_bps.min,
         throughput_max_bps: s.throughput_bps.max,
+        completion_s: s.completion_s.median,
+        first_to_last_bps: s.first_to_last_bps.median,
         peak_buffer_bytes: s.peak_buffer_bytes.median as u64,
         peak_sndbuf_bytes: s.peak_sndbuf_bytes.median as u64,
         peak_used_bytes: s.peak_used_bytes.median as u64,
@@ -179,8 +186,10 @@ pub fn summarize(
 
 /// The sentence about units, shared by the summary and the report.
 pub const UNITS: &str =
-    "Throughput is measured at the receiver (first byte to last byte), in bit/s \
-(decimal: 1 Mbit/s = 10^6 bit/s). Buffer figures are kernel-held bytes (sk_sndbuf at the sender, \
+    "Throughput is bytes over the time from the client command's start to the last byte's \
+arrival at the receiver (completion time), for every mode alike, in bit/s (decimal: 1 Mbit/s = \
+10^6 bit/s); first_to_last is the receiver's first byte to its last byte, which leaves out \
+connecting, measuring and the first round trips. Buffer figures are kernel-held bytes (sk_sndbuf at the sender, \
 sk_rcvbuf at the receiver, from SO_MEMINFO), summed over streams; peak_buffer is the larger end. \
 These are limits the kernel may fill; peak_used is the memory actually queued at the peak \
 (sk_wmem_queued at the sender, sk_rmem_alloc at the receiver, the larger end). \
@@ -236,38 +245,53 @@ pub fn terminal_table(s: &Summary) -> String {
     if !h.rows.is_empty() {
         let _ = writeln!(
             out,
-            "\nHeadline: auto vs ideal (best fixed size) and vs kernel autotuning at default limits"
+            "\nHeadline: auto vs ideal (best fixed size), kernel autotuning at default limits and the physical limit;\n\
+             Mbit/s from the command's start to the last byte at the receiver (streams actually used)"
         );
         let _ = writeln!(
             out,
-            "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>11} {:>12} {:>13}",
+            "  {:>6} {:>2} {:>5} {:>13} {:>13} {:>13} {:>8} {:>10} {:>11} {:>10} {:>10}",
             "RTT ms",
             "P",
+            "path",
             "auto",
             "ideal",
+            "kernel",
+            "limit",
             "auto/ideal",
-            "incl.probe",
             "auto/kernel",
-            "auto mem/BDP"
+            "auto/limit",
+            "mem/BDP"
         );
         for r in &h.rows {
             let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+            let m = |x: &Option<crate::headline::ModeFigures>| {
+                x.as_ref().map_or("-".into(), |m| {
+                    format!("{:.0} ({:.0})", m.bps / 1e6, m.streams_used)
+                })
+            };
             let _ = writeln!(
                 out,
-                "  {:>8} {:>3} {:>14} {:>14} {:>11} {:>11} {:>12} {:>13}",
+                "  {:>6} {:>2} {:>5} {:>13} {:>13} {:>13} {:>8.0} {:>10} {:>11} {:>10} {:>10}",
                 r.rtt_ms,
                 r.streams,
-                fmt_mbps(r.auto_bps),
-                fmt_mbps(r.ideal_bps),
+                match r.path {
+                    crate::plan::PathKnowledge::New => "new",
+                    crate::plan::PathKnowledge::Known => "known",
+                },
+                m(&r.auto),
+                m(&r.ideal),
+                m(&r.kernel),
+                r.limit_bps / 1e6,
                 f(r.auto_over_ideal),
-                f(r.auto_over_ideal_incl_measure),
                 f(r.auto_over_kernel),
+                f(r.auto_of_limit),
                 f(r.auto_mem_bdp)
             );
         }
         let _ = writeln!(
             out,
-            "  goal (auto >= 0.95 x ideal and memory <= 2 x BDP in setsockopt units) met on {} of {} judged rows",
+            "  goals (auto >= 0.95 x ideal, not later than kernel, memory <= 2 x BDP in setsockopt units) met on {} of {} judged rows",
             h.goals_met, h.judged
         );
         for sf in &h.shortfalls {
@@ -330,6 +354,7 @@ mod tests {
         assert!(t.contains("18.0*"), "{t}");
         assert!(t.contains("auto @ untuned"), "{t}");
         assert!(t.contains("0.95"), "{t}");
+        assert!(t.contains("950 (1)"), "{t}");
         let json = serde_json::to_string(&s).expect("serializes");
         let back: Summary = serde_json::from_str(&json).expect("parses");
         assert_eq!(back.paths, s.paths);

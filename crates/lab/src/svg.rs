@@ -50,6 +50,9 @@ pub struct Marker {
     pub at: f64,
     /// Label drawn next to it.
     pub label: String,
+    /// A horizontal line the y axis stretches to include (else it is drawn only when the
+    /// data reach it).
+    pub keep_in_view: bool,
 }
 
 /// A chart.
@@ -167,6 +170,7 @@ impl Chart {
                 .series
                 .iter()
                 .flat_map(|s| s.points.iter().map(|p| p.hi.max(p.y)))
+                .chain(self.hlines.iter().filter(|m| m.keep_in_view).map(|m| m.at))
                 .fold(0.0, f64::max);
             nice_ceil(m * 1.05)
         })
@@ -349,6 +353,7 @@ mod tests {
             }],
             vlines: vec![],
             hlines: vec![Marker {
+                keep_in_view: false,
                 at: 1000.0,
                 label: "link".into(),
             }],

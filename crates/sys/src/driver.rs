@@ -150,6 +150,8 @@ impl TunerDriver {
 
     /// Step 3: the handshake completed.
     pub fn established(&mut self, now: Time, fd: BorrowedFd<'_>) {
+        // What the kernel runs on this socket, for the record (a failure leaves it unknown).
+        self.stats.congestion = sockopt::congestion(fd).ok();
         self.tuner.handle_event(now, ConnEvent::Established);
         self.drain(now, fd);
         self.next_due = now;

@@ -432,8 +432,9 @@ fn run_matrix(
                 }
                 let result = if rec.ok {
                     format!(
-                        "{:.1} Mbit/s{}",
-                        rec.throughput_bps / 1e6,
+                        "{:.1} Mbit/s in {:.2} s{}",
+                        rec.throughput_bps() / 1e6,
+                        rec.completion(),
                         if rec.capped { " (capped)" } else { "" }
                     )
                 } else {
@@ -507,12 +508,12 @@ fn calibrate_once(
     let size = (2 * bdp).clamp(256 * 1024, 4 << 20);
     let mut cplan = p.clone();
     cplan.max_time_ms = 15_000;
-    let key = CellKey {
+    let key = CellKey::new(
         rtt_us,
-        host: HostConfig::UserKernel,
-        streams: 1,
-        tune: format!("fixed:{}", Bytes(size).0),
-    };
+        HostConfig::UserKernel,
+        1,
+        format!("fixed:{}", Bytes(size).0),
+    );
     let rec = bed.run(&key, 1, &cplan);
     let stats = bed.stats();
     bed.down();
@@ -524,7 +525,7 @@ fn calibrate_once(
     }
     let m = calibrate::Measured {
         rate_bps: rate.0,
-        throughput_bps: rec.throughput_bps,
+        throughput_bps: rec.first_to_last_bps,
         rtt_us: rec.hint_rtt_us.or(rec.rtt_min_us().map(u64::from)),
         lateness_p99_us: stats.as_ref().map(|s| s.a_to_b.lateness.p99_us),
         drops: stats.as_ref().map_or(0, |s| s.a_to_b.drops.total()),

@@ -169,12 +169,7 @@ mod tests {
     use crate::plan::HostConfig;
 
     fn key(rtt_us: u64, tune: &str, streams: u32) -> CellKey {
-        CellKey {
-            rtt_us,
-            host: HostConfig::Untuned,
-            streams,
-            tune: tune.into(),
-        }
+        CellKey::new(rtt_us, HostConfig::Untuned, streams, tune)
     }
 
     #[test]

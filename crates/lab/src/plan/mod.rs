@@ -36,13 +36,57 @@
 //! max = "64m"
 //! step = 2                # multiply by this from min to max
 //! ```
+//!
+//! Experiments beyond the paper's matrix are optional sections too (see [`extras`]):
+//!
+//! ```toml
+//! known_path = true       # auto/probe again with a warm path database
+//!
+//! [congestion_sweep]
+//! controls = ["reno", "cubic", "bbr"]
+//! rtts = ["25ms", "100ms"]
+//! streams = [1]
+//! modes = ["kernel", "auto", "fixed:8m@user_kernel"]   # MODE or MODE@HOST
+//!
+//! [size_sweep]
+//! sizes = ["8m", "64m", "1g"]
+//! rtts = ["100ms"]
+//! streams = [1]
+//! modes = ["kernel", "auto"]
+//!
+//! [competing]              # a second transfer starts while the first runs
+//! rtts = ["25ms"]
+//! streams = [1]
+//! modes = ["kernel", "auto"]
+//! first = "8s"
+//! second_at = "3s"
+//! second = "3s"
+//!
+//! [path_change]            # the path changes under a running transfer
+//! rtt = "25ms"
+//! to_rtt = "100ms"         # and/or to_rate = "300mbit"
+//! at = "4s"
+//! duration = "10s"
+//! streams = 1
+//! modes = ["auto", "kernel"]
+//! ```
+//!
+//! The TOML is read in [`file`].
+
+pub mod extras;
+mod file;
+
+pub use extras::{
+    CompetingSpec, CongestionSweep, Extras, ModeAt, PathChangeSpec, PathKnowledge, Scenario,
+    SizeSweep,
+};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
-use tcptune_core::{format_duration, parse_duration, Bytes, Rate, TuneMode};
+use tcptune_core::{format_duration, Bytes, Rate, TuneMode};
 
 /// The paper's three host configurations (section III.A, "Buffer Sizes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -231,6 +275,9 @@ pub struct Plan {
     pub ideal: IdealSweep,
     /// Figure 5's sweep, if any.
     pub buffer_sweep: Option<BufferSweep>,
+    /// The experiments beyond the paper's matrix.
+    #[serde(default)]
+    pub extras: Extras,
 }
 
 /// Why a cell is in the plan (a cell can be there for several reasons).
@@ -243,6 +290,16 @@ pub enum CellRole {
     IdealSweep,
     /// A point of the buffer sweep (Figure 5).
     BufferSweep,
+    /// A matrix cell again on a known path (warm path database).
+    KnownPath,
+    /// A point of the congestion-control sweep.
+    Congestion,
+    /// A point of the transfer-size sweep.
+    Size,
+    /// Two transfers competing on one path.
+    Competing,
+    /// A transfer while the path changes.
+    PathChange,
 }
 
 /// What identifies a cell: results with equal keys are repetitions of each other.
@@ -256,18 +313,69 @@ pub struct CellKey {
     pub streams: u32,
     /// Tuning mode, canonical spelling (`fixed:1048576`).
     pub tune: String,
+    /// What the path database knows at the start (default: nothing, a path never seen).
+    #[serde(default, skip_serializing_if = "PathKnowledge::is_new")]
+    pub path: PathKnowledge,
+    /// Congestion control, when not the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
+    /// Bytes per transfer, when not the plan's `messages x message_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// A scenario other than one transfer alone on its path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<Scenario>,
 }
 
 impl CellKey {
-    /// A stable, readable id: `rtt25ms/user_kernel/P2/fixed:1048576`.
+    /// A matrix cell: one transfer of the plan's size on a path never seen.
+    pub fn new(rtt_us: u64, host: HostConfig, streams: u32, tune: impl Into<String>) -> CellKey {
+        CellKey {
+            rtt_us,
+            host,
+            streams,
+            tune: tune.into(),
+            path: PathKnowledge::New,
+            cc: None,
+            bytes: None,
+            scenario: None,
+        }
+    }
+
+    /// A stable, readable id: `rtt25ms/user_kernel/P2/fixed:1048576`, with `/known`,
+    /// `/cc=reno`, `/size=8MiB`, `/competing` or `/path_change` when they apply.
     pub fn id(&self) -> String {
-        format!(
+        let mut id = format!(
             "rtt{}/{}/P{}/{}",
             format_duration(Duration::from_micros(self.rtt_us)),
             self.host,
             self.streams,
             self.tune
-        )
+        );
+        if self.path == PathKnowledge::Known {
+            id.push_str("/known");
+        }
+        if let Some(cc) = &self.cc {
+            id.push_str(&format!("/cc={cc}"));
+        }
+        if let Some(b) = self.bytes {
+            id.push_str(&format!("/size={}", Bytes(b)));
+        }
+        match self.scenario {
+            Some(Scenario::Competing) => id.push_str("/competing"),
+            Some(Scenario::PathChange) => id.push_str("/path_change"),
+            None => {}
+        }
+        id
+    }
+
+    /// Whether this is a plain matrix cell (path never seen, the plan's congestion control
+    /// and size, alone on the path): what the paper's figures and claims read.
+    pub fn is_plain(&self) -> bool {
+        self.path == PathKnowledge::New
+            && self.cc.is_none()
+            && self.bytes.is_none()
+            && self.scenario.is_none()
     }
 
     /// The round-trip time in milliseconds.
@@ -303,39 +411,7 @@ pub struct ExpandedPlan {
 }
 
 /// Version of `plan.json`.
-pub const PLAN_SCHEMA_VERSION: u32 = 1;
-
-/// The raw TOML of a plan file; every key optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanFile {
-    name: Option<String>,
-    rate: Option<String>,
-    mtu: Option<u32>,
-    queue_bdp: Option<f64>,
-    rtts: Option<Vec<String>>,
-    streams: Option<Vec<u32>>,
-    repetitions: Option<u32>,
-    messages: Option<u64>,
-    message_size: Option<String>,
-    max_time: Option<String>,
-    seed: Option<u64>,
-    congestion: Option<String>,
-    raised_max: Option<String>,
-    hosts: Option<BTreeMap<String, Vec<String>>>,
-    ideal: Option<IdealSweep>,
-    buffer_sweep: Option<BufferSweepFile>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BufferSweepFile {
-    rtts: Vec<String>,
-    streams: Vec<u32>,
-    min: Option<String>,
-    max: Option<String>,
-    step: Option<u64>,
-}
+pub const PLAN_SCHEMA_VERSION: u32 = 2;
 
 fn ms(v: f64) -> u64 {
     (v * 1000.0).round() as u64
@@ -375,7 +451,14 @@ impl Plan {
             HostConfig::KernelOnly,
             modes(&["kernel", "psc", "drs", "auto"]),
         );
-        hosts.insert(HostConfig::UserKernel, modes(&["manual", "probe", "ideal"]));
+        // manual:100mbit is Tierney's advice when the bottleneck is unknown: "assume the
+        // bandwidth is 100Mbps".
+        hosts.insert(
+            HostConfig::UserKernel,
+            modes(&["manual", "manual:100mbit", "probe", "ideal"]),
+        );
+        let m = |s: &str| s.parse::<ModeAt>().ok();
+        let three = |list: &[&str]| list.iter().filter_map(|s| m(s)).collect::<Vec<_>>();
         Plan {
             name: "full".into(),
             rate: Rate::gbit(1),
@@ -397,12 +480,62 @@ impl Plan {
                 streams: vec![1, 2],
                 sizes: geometric_sizes(Bytes::kib(8), Bytes::mib(64), 2),
             }),
+            extras: Extras {
+                known_path: true,
+                congestion: Some(CongestionSweep {
+                    controls: vec!["reno".into(), "cubic".into(), "bbr".into()],
+                    rtts_us: vec![ms(25.0), ms(100.0)],
+                    streams: vec![1, 4],
+                    modes: three(&["kernel@kernel_only", "auto", "manual@user_kernel"]),
+                }),
+                sizes: Some(SizeSweep {
+                    sizes: vec![
+                        Bytes::mib(8),
+                        Bytes::mib(32),
+                        Bytes::mib(128),
+                        Bytes::mib(512),
+                        Bytes(Bytes::GIB),
+                    ],
+                    rtts_us: vec![ms(25.0), ms(100.0)],
+                    streams: vec![1],
+                    modes: three(&["kernel", "auto", "manual@user_kernel"]),
+                }),
+                competing: Some(CompetingSpec {
+                    rtts_us: vec![ms(25.0), ms(100.0)],
+                    streams: vec![1],
+                    modes: three(&["kernel", "auto", "manual@user_kernel"]),
+                    first_ms: 12_000,
+                    second_at_ms: 4_000,
+                    second_ms: 4_000,
+                }),
+                path_change: vec![
+                    PathChangeSpec {
+                        rtt_us: ms(25.0),
+                        to_rtt_us: Some(ms(100.0)),
+                        to_rate: None,
+                        at_ms: 4_000,
+                        duration_ms: 12_000,
+                        streams: 1,
+                        modes: three(&["auto", "kernel", "psc"]),
+                    },
+                    PathChangeSpec {
+                        rtt_us: ms(50.0),
+                        to_rtt_us: None,
+                        to_rate: Some(Rate::mbit(250)),
+                        at_ms: 4_000,
+                        duration_ms: 12_000,
+                        streams: 1,
+                        modes: three(&["auto", "kernel", "psc"]),
+                    },
+                ],
+            },
         }
     }
 
-    /// The `--quick` subset (the CI smoke test; about 5 minutes on 2 cores): three paths,
+    /// The `--quick` subset (the CI smoke test; about 6 minutes on 2 cores): three paths,
     /// 1 and 4 streams, one repetition, the modes the headline and the DRS-vs-kernel claims
-    /// need, a coarse Figure 5.
+    /// need, a coarse Figure 5, and the headline's known-path rows (none of the other extra
+    /// experiments).
     pub fn quick() -> Plan {
         let mut hosts = BTreeMap::new();
         hosts.insert(
@@ -424,97 +557,30 @@ impl Plan {
                 streams: vec![1],
                 sizes: geometric_sizes(Bytes::kib(16), Bytes::mib(16), 4),
             }),
+            extras: Extras {
+                known_path: true,
+                ..Extras::default()
+            },
             ..Plan::full()
         }
     }
 
-    /// Parse a plan file; missing keys take [`Plan::full`]'s values.
-    pub fn from_toml(text: &str) -> Result<Plan, PlanError> {
-        let f: PlanFile = toml::from_str(text)?;
-        let (rtts_given, streams_given) = (f.rtts.is_some(), f.streams.is_some());
-        let mut p = Plan::full();
-        p.name = f.name.unwrap_or_else(|| "plan".into());
-        let inv = |what: &str, e: &dyn fmt::Display| PlanError::Invalid(format!("{what}: {e}"));
-        if let Some(r) = f.rate {
-            p.rate = r.parse().map_err(|e| inv("rate", &e))?;
-        }
-        if let Some(m) = f.mtu {
-            p.mtu = m;
-        }
-        if let Some(q) = f.queue_bdp {
-            p.queue_bdp = q;
-        }
-        if let Some(rtts) = f.rtts {
-            p.rtts_us = rtts
-                .iter()
-                .map(|s| parse_rtt(s))
-                .collect::<Result<_, _>>()?;
-        }
-        if let Some(s) = f.streams {
-            p.streams = s;
-        }
-        if let Some(r) = f.repetitions {
-            p.repetitions = r;
-        }
-        if let Some(m) = f.messages {
-            p.messages = m;
-        }
-        if let Some(s) = f.message_size {
-            p.message_size = s.parse().map_err(|e| inv("message_size", &e))?;
-        }
-        if let Some(t) = f.max_time {
-            let d = parse_duration(&t).map_err(|e| inv("max_time", &e))?;
-            p.max_time_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        }
-        if let Some(s) = f.seed {
-            p.seed = s;
-        }
-        if let Some(c) = f.congestion {
-            p.congestion = (!c.eq_ignore_ascii_case("default")).then_some(c);
-        }
-        if let Some(m) = f.raised_max {
-            p.raised_max = if m.eq_ignore_ascii_case("auto") {
-                None
-            } else {
-                Some(m.parse().map_err(|e| inv("raised_max", &e))?)
-            };
-        }
-        if let Some(h) = f.hosts {
-            let mut hosts = BTreeMap::new();
-            for (k, list) in h {
-                let host: HostConfig = k.parse()?;
-                let ms = list
-                    .iter()
-                    .map(|s| s.parse())
-                    .collect::<Result<Vec<PlanMode>, _>>()?;
-                hosts.insert(host, ms);
-            }
-            p.hosts = hosts;
-        }
-        if let Some(i) = f.ideal {
-            p.ideal = i;
-        }
-        if let Some(b) = f.buffer_sweep {
-            let min = b.min.as_deref().unwrap_or("8k");
-            let max = b.max.as_deref().unwrap_or("64m");
-            let min: Bytes = min.parse().map_err(|e| inv("buffer_sweep.min", &e))?;
-            let max: Bytes = max.parse().map_err(|e| inv("buffer_sweep.max", &e))?;
-            p.buffer_sweep = Some(BufferSweep {
-                rtts_us: b
-                    .rtts
-                    .iter()
-                    .map(|s| parse_rtt(s))
-                    .collect::<Result<_, _>>()?,
-                streams: b.streams,
-                sizes: geometric_sizes(min, max, b.step.unwrap_or(2)),
-            });
-        } else if rtts_given || streams_given {
-            // A user's own matrix without a Figure 5 section gets none, rather than the
-            // full preset's (which may name paths the user did not ask for).
-            p.buffer_sweep = None;
-        }
-        p.validate()?;
-        Ok(p)
+    /// Bytes of one transfer of the matrix: `messages x message_size`.
+    pub fn transfer_bytes(&self) -> u64 {
+        self.messages.saturating_mul(self.message_size.0)
+    }
+
+    /// `bytes` rounded up to whole messages of the plan's size.
+    pub fn whole_messages(&self, bytes: Bytes) -> u64 {
+        let m = self.message_size.0.max(1);
+        bytes.0.div_ceil(m).max(1) * m
+    }
+
+    /// Messages of a cell's transfer (its size when it has one, else the plan's).
+    pub fn messages_of(&self, key: &CellKey) -> u64 {
+        key.bytes.map_or(self.messages, |b| {
+            b.div_ceil(self.message_size.0.max(1)).max(1)
+        })
     }
 
     /// Check ranges and consistency.
@@ -547,8 +613,8 @@ impl Plan {
         if self.max_time_ms < 500 {
             return bad("max_time must be at least 0.5s".into());
         }
-        if self.hosts.values().all(|m| m.is_empty()) {
-            return bad("no modes in [hosts]".into());
+        if self.hosts.values().all(|m| m.is_empty()) && !self.extras.any() {
+            return bad("no modes in [hosts] and no extra experiment".into());
         }
         for (h, ms) in &self.hosts {
             if ms.contains(&PlanMode::Ideal) && *h != HostConfig::UserKernel {
@@ -565,6 +631,7 @@ impl Plan {
                 return bad("buffer_sweep needs rtts, streams and min <= max".into());
             }
         }
+        self.extras.validate()?;
         Ok(())
     }
 
@@ -622,36 +689,33 @@ impl Plan {
     /// user/kernel tuning; duplicates merged.
     pub fn expand(&self) -> ExpandedPlan {
         let mut cells: BTreeMap<CellKey, Vec<CellRole>> = BTreeMap::new();
-        let mut add = |key: CellKey, role: CellRole| {
+        fn add(cells: &mut BTreeMap<CellKey, Vec<CellRole>>, key: CellKey, role: CellRole) {
             let roles = cells.entry(key).or_default();
             if !roles.contains(&role) {
                 roles.push(role);
                 roles.sort();
             }
-        };
+        }
         for (&host, ms) in &self.hosts {
             for &rtt_us in &self.rtts_us {
                 for &streams in &self.streams {
                     for m in ms {
                         match m {
                             PlanMode::Tune(t) => add(
-                                CellKey {
-                                    rtt_us,
-                                    host,
-                                    streams,
-                                    tune: t.to_string(),
-                                },
+                                &mut cells,
+                                CellKey::new(rtt_us, host, streams, t.to_string()),
                                 CellRole::Matrix,
                             ),
                             PlanMode::Ideal => {
                                 for size in self.ideal_sizes(rtt_us, streams) {
                                     add(
-                                        CellKey {
+                                        &mut cells,
+                                        CellKey::new(
                                             rtt_us,
                                             host,
                                             streams,
-                                            tune: TuneMode::Fixed(size).to_string(),
-                                        },
+                                            TuneMode::Fixed(size).to_string(),
+                                        ),
                                         CellRole::IdealSweep,
                                     )
                                 }
@@ -666,18 +730,25 @@ impl Plan {
                 for &streams in &b.streams {
                     for &size in &b.sizes {
                         add(
-                            CellKey {
+                            &mut cells,
+                            CellKey::new(
                                 rtt_us,
-                                host: HostConfig::UserKernel,
+                                HostConfig::UserKernel,
                                 streams,
-                                tune: TuneMode::Fixed(size).to_string(),
-                            },
+                                TuneMode::Fixed(size).to_string(),
+                            ),
                             CellRole::BufferSweep,
                         )
                     }
                 }
             }
         }
+        let matrix: Vec<CellKey> = cells
+            .iter()
+            .filter(|(_, r)| r.contains(&CellRole::Matrix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        extras::expand(self, &matrix, &mut |k, r| add(&mut cells, k, r));
         ExpandedPlan {
             schema_version: PLAN_SCHEMA_VERSION,
             plan: self.clone(),
@@ -692,11 +763,6 @@ impl Plan {
     pub fn wants_ideal(&self) -> bool {
         self.hosts.values().any(|m| m.contains(&PlanMode::Ideal))
     }
-}
-
-fn parse_rtt(s: &str) -> Result<u64, PlanError> {
-    let d = parse_duration(s).map_err(|e| PlanError::Invalid(format!("rtt '{s}': {e}")))?;
-    Ok(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl ExpandedPlan {
@@ -719,18 +785,13 @@ mod tests {
             .iter()
             .filter(|c| c.roles.contains(&CellRole::Matrix))
             .count();
-        // 5 paths x 4 stream counts x (7 + 4 + 2 non-ideal modes).
-        assert_eq!(matrix, 5 * 4 * 13);
+        // 5 paths x 4 stream counts x (7 + 4 + 3 non-ideal modes).
+        assert_eq!(matrix, 5 * 4 * 14);
         // Every untuned cell of every path and stream count is there.
         for &r in &p.rtts_us {
             for &s in &p.streams {
                 for m in ["none", "kernel", "manual", "psc", "drs", "probe", "auto"] {
-                    let key = CellKey {
-                        rtt_us: r,
-                        host: HostConfig::Untuned,
-                        streams: s,
-                        tune: m.into(),
-                    };
+                    let key = CellKey::new(r, HostConfig::Untuned, s, m);
                     assert!(e.cells.iter().any(|c| c.key == key), "{}", key.id());
                 }
             }
@@ -765,12 +826,7 @@ mod tests {
     #[test]
     fn sweep_cells_shared_by_ideal_and_figure_5_are_merged() {
         let e = Plan::full().expand();
-        let key = CellKey {
-            rtt_us: 25_000,
-            host: HostConfig::UserKernel,
-            streams: 1,
-            tune: "fixed:4194304".into(),
-        };
+        let key = CellKey::new(25_000, HostConfig::UserKernel, 1, "fixed:4194304");
         let c = e.cells.iter().find(|c| c.key == key).expect("cell");
         assert_eq!(c.roles, vec![CellRole::IdealSweep, CellRole::BufferSweep]);
         let mut ids: Vec<String> = e.cells.iter().map(|c| c.key.id()).collect();
@@ -780,9 +836,85 @@ mod tests {
     }
 
     #[test]
+    fn extras_expand_into_cells_of_their_own_and_merge_with_the_matrix() {
+        let p = Plan::full();
+        let e = p.expand();
+        let with = |role: CellRole| e.cells.iter().filter(move |c| c.roles.contains(&role));
+        // Known path: every auto and probe cell of the matrix, again.
+        let autos = with(CellRole::Matrix)
+            .filter(|c| c.key.tune == "auto" || c.key.tune == "probe")
+            .count();
+        assert_eq!(with(CellRole::KnownPath).count(), autos);
+        assert!(with(CellRole::KnownPath).all(|c| c.key.path == PathKnowledge::Known));
+        // cubic is the plan's own: those points are the matrix's cells.
+        let cubic = CellKey::new(25_000, HostConfig::KernelOnly, 1, "kernel");
+        let c = e
+            .cells
+            .iter()
+            .find(|c| c.key == cubic)
+            .expect("matrix cell");
+        assert_eq!(c.roles, vec![CellRole::Matrix, CellRole::Congestion]);
+        let reno = CellKey {
+            cc: Some("reno".into()),
+            ..cubic.clone()
+        };
+        assert!(e.cells.iter().any(|c| c.key == reno));
+        assert_eq!(reno.id(), "rtt25ms/kernel_only/P1/kernel/cc=reno");
+        // 128 MiB is the matrix's size; 1 GiB is a cell of its own.
+        let gib = CellKey {
+            bytes: Some(1 << 30),
+            ..CellKey::new(100_000, HostConfig::Untuned, 1, "auto")
+        };
+        assert!(e.cells.iter().any(|c| c.key == gib));
+        assert_eq!(p.messages_of(&gib), 1024);
+        assert!(with(CellRole::Size).any(|c| c.key.bytes.is_none()));
+        assert!(with(CellRole::Competing).all(|c| c.key.scenario == Some(Scenario::Competing)));
+        assert_eq!(with(CellRole::PathChange).count(), 2 * 3);
+    }
+
+    #[test]
+    fn plan_file_extras_parse_and_are_not_inherited_from_the_full_preset() {
+        let p = Plan::from_toml(
+            r#"
+            rtts = ["25ms"]
+            streams = [1]
+            known_path = true
+            [hosts]
+            untuned = ["auto"]
+            [congestion_sweep]
+            controls = ["reno", "BBR"]
+            rtts = ["25ms"]
+            streams = [1]
+            modes = ["kernel@kernel_only", "auto"]
+            [[path_change]]
+            rtt = "25ms"
+            to_rate = "100mbit"
+            at = "2s"
+            duration = "6s"
+            modes = ["auto"]
+            "#,
+        )
+        .expect("valid plan");
+        assert!(p.extras.known_path);
+        let c = p.extras.congestion.as_ref().expect("sweep");
+        assert_eq!(c.controls, vec!["reno", "bbr"]);
+        assert_eq!(c.modes[0].host, HostConfig::KernelOnly);
+        assert_eq!(p.extras.path_change[0].to_rate, Some(Rate::mbit(100)));
+        assert!(p.extras.sizes.is_none() && p.extras.competing.is_none());
+        let bare = Plan::from_toml("rtts = [\"25ms\"]").expect("valid");
+        assert!(
+            !bare.extras.any(),
+            "the full preset's extras are not inherited"
+        );
+        let e = Plan::from_toml("[competing]\nrtts=[\"25ms\"]\nstreams=[1]\nmodes=[\"auto\"]\nfirst=\"2s\"\nsecond_at=\"3s\"\nsecond=\"2s\"")
+            .expect_err("second after first");
+        assert!(e.to_string().contains("competing"), "{e}");
+    }
+
+    #[test]
     fn quick_preset_is_small() {
         let e = Plan::quick().expand();
-        assert!(e.runs() <= 90, "quick has {} runs", e.runs());
+        assert!(e.runs() <= 100, "quick has {} runs", e.runs());
         assert!(e.cells.iter().any(|c| c.key.tune == "auto"));
     }
 
@@ -828,7 +960,7 @@ mod tests {
 
     #[test]
     fn the_benchmark_plan_in_the_repo_parses() {
-        let p = Plan::from_toml(include_str!("../../../bench/lab_auto.toml")).expect("plan");
+        let p = Plan::from_toml(include_str!("../../../../bench/lab_auto.toml")).expect("plan");
         assert_eq!(p.repetitions, 3);
         assert!(p.hosts.values().flatten().any(|m| m.to_string() == "auto"));
         assert!(p.buffer_sweep.is_none());
@@ -846,12 +978,7 @@ mod tests {
 
     #[test]
     fn cell_ids_are_readable() {
-        let k = CellKey {
-            rtt_us: 500,
-            host: HostConfig::KernelOnly,
-            streams: 4,
-            tune: "drs".into(),
-        };
+        let k = CellKey::new(500, HostConfig::KernelOnly, 4, "drs");
         assert_eq!(k.id(), "rtt500us/kernel_only/P4/drs");
     }
 }
