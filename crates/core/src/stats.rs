@@ -51,14 +51,14 @@ pub struct StreamStats {
     pub changes_made: u64,
     /// The congestion control the socket used, read back from it (`TCP_CONGESTION`) once
     /// connected: what the kernel really ran, whatever was asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub congestion: Option<String>,
     /// The window scale this end sends with (`tcpi_snd_wscale`: the peer's shift, fixed at
     /// SYN time), from the first snapshot of the established connection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub snd_wscale: Option<u8>,
     /// The window scale this end advertises (`tcpi_rcv_wscale`), likewise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub rcv_wscale: Option<u8>,
     /// Sum of the smoothed RTTs, for the mean (not reported).
     #[serde(skip)]

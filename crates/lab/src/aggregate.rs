@@ -93,6 +93,16 @@ pub struct CellStats {
     pub rwnd_limited_share: Option<f64>,
     /// Same, limited by their own send buffer.
     pub sndbuf_limited_share: Option<f64>,
+    /// The largest window scale the receivers advertised at SYN time (`tcpi_rcv_wscale`),
+    /// over every stream of every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_wscale: Option<u8>,
+    /// Competing runs: Jain's index of the two transfers over their overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jain_transfers: Option<Spread>,
+    /// Competing runs: Jain's index over every stream of both transfers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jain_streams: Option<Spread>,
 }
 
 impl CellStats {
@@ -193,6 +203,19 @@ pub fn aggregate(records: &[RunRecord]) -> Aggregate {
                 }),
             )
             .map(|s| s.median),
+            rcv_wscale: ok
+                .iter()
+                .flat_map(|r| r.per_stream.iter())
+                .filter_map(|s| s.receiver.stats.rcv_wscale)
+                .max(),
+            jain_transfers: Spread::of(
+                ok.iter()
+                    .filter_map(|r| r.competing.as_ref().and_then(|c| c.jain_transfers)),
+            ),
+            jain_streams: Spread::of(
+                ok.iter()
+                    .filter_map(|r| r.competing.as_ref().and_then(|c| c.jain_streams)),
+            ),
             key: key.clone(),
         };
         agg.cells.insert(key, stats);

@@ -310,28 +310,63 @@ fn sweep_section(h: &mut String, i: &ReportInput) {
     }
 }
 
-fn claims_section(h: &mut String, i: &ReportInput) {
-    h.push_str("<h2>Paper vs today</h2>");
-    h.push_str("<p class=\"note\">For each claim: what the paper measured (quoted), what this lab measured (computed from the results above) and a verdict computed with the stated rule. Kernels map to modes as 2.2.20-none = <code>none</code>, 2.4.17-Auto = <code>kernel</code>, 2.4.17-DRS = <code>drs</code>; the paper's delay is the round-trip time here.</p>");
-    h.push_str("<table><tr><th class=\"l\">claim</th><th class=\"l\">paper (2002)</th><th class=\"l\">today (this lab)</th><th>verdict</th><th class=\"l\">rule</th></tr>");
-    for c in &i.summary.claims {
-        let cls = match c.verdict {
-            Verdict::Holds => "ok",
-            Verdict::DoesNotHold => "bad",
-            Verdict::Partly => "part",
-            Verdict::NotMeasured | Verdict::Reference => "na",
+/// The CSS class of a verdict.
+pub(crate) fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Holds => "ok",
+        Verdict::Refuted => "bad",
+        Verdict::Partly => "part",
+        Verdict::NotMeasured | Verdict::Reference => "na",
+    }
+}
+
+/// A table of claims with their cases (folded under each row).
+pub(crate) fn claims_table(h: &mut String, claims: &[crate::claims::Claim]) {
+    h.push_str("<table><tr><th class=\"l\">claim</th><th class=\"l\">paper</th><th class=\"l\">measured (this lab)</th><th>verdict</th><th class=\"l\">rule (tolerance)</th></tr>");
+    for c in claims {
+        let cls = verdict_class(c.verdict);
+        let caveat = c.caveat.as_ref().map_or(String::new(), |cv| {
+            format!("<br><span class=\"note\"><b>Caveat:</b> {}</span>", esc(cv))
+        });
+        let cases = if c.cases.is_empty() {
+            String::new()
+        } else {
+            let mut t = String::from("<details><summary>cases</summary><table><tr><th class=\"l\">case</th><th class=\"l\">paper</th><th class=\"l\">measured</th><th></th></tr>");
+            for k in &c.cases {
+                let _ = write!(
+                    t,
+                    "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"{}\">{}</td></tr>",
+                    esc(&k.case),
+                    esc(&k.paper),
+                    esc(&k.measured),
+                    if k.holds { "ok" } else { "bad" },
+                    if k.holds { "holds" } else { "refuted" }
+                );
+            }
+            t.push_str("</table></details>");
+            t
         };
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"{cls}\">{}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td class=\"l\"><b>{}</b><br>{}<br><span class=\"note\">{}</span></td><td class=\"l\">{}</td><td class=\"l\">{}{}{}</td><td class=\"{cls}\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(&c.id),
             esc(&c.claim),
+            esc(&c.source),
             esc(&c.paper),
-            esc(&c.today),
+            esc(&c.measured),
+            caveat,
+            cases,
             c.verdict.label(),
             esc(&c.rule)
         );
     }
     h.push_str("</table>");
+}
+
+fn claims_section(h: &mut String, i: &ReportInput) {
+    h.push_str("<h2>Paper vs today</h2>");
+    h.push_str("<p class=\"note\">For each claim: what the paper measured (quoted), what this lab measured (computed from the results above) and a verdict. Each claim is judged case by case (every path, stream count and mode it covers) against the paper's own figure, with the tolerance stated in its rule; nothing is folded into a median first. <i>holds</i>: every case holds; <i>refuted</i>: none does; <i>partly</i>: the measured column names the cases that hold and those that do not. Kernels map to modes as 2.2.20-none = <code>none</code>, 2.4.17-Auto = <code>kernel</code>, 2.4.17-DRS = <code>drs</code>; the paper's delay is the round-trip time here; throughput is timed from the command's start, like the paper's (from the first process's start to the last one's end).</p>");
+    claims_table(h, &i.summary.claims);
 }
 
 fn memory_section(h: &mut String, i: &ReportInput) {
@@ -466,9 +501,7 @@ fn setup_section(h: &mut String, i: &ReportInput) {
     row(
         h,
         "congestion control",
-        plan.congestion
-            .clone()
-            .unwrap_or_else(|| "namespace default".into()),
+        i.summary.congestion_proof.sentence(),
     );
     row(h, "wall time", format!("{:.0} s", m.duration_s));
     let cells = i.plan.cells.len();

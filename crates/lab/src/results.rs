@@ -151,8 +151,7 @@ pub fn build(plan: &ExpandedPlan, records: &[RunRecord], meta: &LabMeta) -> Buil
     let agg = aggregate(records);
     let hl = headline(plan, &agg);
     let cl = claims(plan, &agg);
-    let failed = records.iter().filter(|r| !r.ok).count();
-    let summary = summarize(plan, &agg, records.len(), failed, hl, cl);
+    let summary = summarize(plan, &agg, records, hl, cl);
     let html = render(&ReportInput {
         plan,
         records,

@@ -6,7 +6,9 @@ use crate::aggregate::{Aggregate, CellStats};
 use crate::claims::Claim;
 use crate::headline::Headline;
 use crate::plan::{ExpandedPlan, HostConfig, PlanMode};
+use crate::record::RunRecord;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Version of `summary.json`.
@@ -39,6 +41,88 @@ pub struct Summary {
     pub headline: Headline,
     /// Paper vs today.
     pub claims: Vec<Claim>,
+    /// The congestion control every data socket ran, read back from each socket.
+    pub congestion_proof: CongestionProof,
+}
+
+/// Proof of the congestion control each socket used: every data socket reads its control
+/// back (`getsockopt(TCP_CONGESTION)`) once connected, and every run records it per stream
+/// and end (`results.jsonl`, `per_stream[].sender.congestion`, `.receiver.congestion`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CongestionProof {
+    /// What the plan asks every socket for (`None`: the namespace's default).
+    pub asked: Option<String>,
+    /// Sender sockets per control, over every successful run.
+    pub sender_sockets: BTreeMap<String, u64>,
+    /// Receiver sockets per control.
+    pub receiver_sockets: BTreeMap<String, u64>,
+    /// Successful runs checked.
+    pub runs: usize,
+    /// Runs with a socket whose control is not what its cell asked for (cell id and
+    /// repetition), or unknown.
+    pub mismatched_runs: Vec<String>,
+}
+
+impl CongestionProof {
+    /// Count the sockets of `records`.
+    pub fn of(plan: &ExpandedPlan, records: &[RunRecord]) -> CongestionProof {
+        let mut p = CongestionProof {
+            asked: plan.plan.congestion.clone(),
+            ..CongestionProof::default()
+        };
+        for r in records.iter().filter(|r| r.ok) {
+            p.runs += 1;
+            let want = r.cell.cc.clone().or_else(|| plan.plan.congestion.clone());
+            let [snd, rcv] = r.congestion_used();
+            let mut bad = false;
+            for (m, total) in [(snd, &mut p.sender_sockets), (rcv, &mut p.receiver_sockets)] {
+                for (cc, n) in m {
+                    bad |= cc == "unknown" || want.as_ref().is_some_and(|w| *w != cc);
+                    *total.entry(cc).or_insert(0) += u64::from(n);
+                }
+            }
+            if bad || r.per_stream.is_empty() {
+                p.mismatched_runs
+                    .push(format!("{} rep {}", r.cell.id(), r.repetition));
+            }
+        }
+        p
+    }
+
+    /// One sentence for the report.
+    pub fn sentence(&self) -> String {
+        let list = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(cc, n)| format!("{cc} on {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let asked = self.asked.as_deref().map_or(
+            "the namespace's default (no control asked for)".to_string(),
+            |a| format!("{a}, asked for on every socket with TCP_CONGESTION (a cell of the congestion sweep asks for its own)"),
+        );
+        let mut s = format!(
+            "{asked}; read back from every data socket of {} successful runs: sender sockets {}; receiver sockets {}",
+            self.runs,
+            if self.sender_sockets.is_empty() { "none recorded".into() } else { list(&self.sender_sockets) },
+            if self.receiver_sockets.is_empty() { "none recorded".into() } else { list(&self.receiver_sockets) },
+        );
+        if self.mismatched_runs.is_empty() {
+            s.push_str("; every socket ran what its cell asked for");
+        } else {
+            s.push_str(&format!(
+                "; {} run(s) had a socket running something else or not recorded: {}",
+                self.mismatched_runs.len(),
+                self.mismatched_runs
+                    .iter()
+                    .take(10)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        s
+    }
 }
 
 /// One path.
@@ -132,11 +216,12 @@ fn mode_summary(mode: &str, host: HostConfig, s: &CellStats, tune: Option<String
 pub fn summarize(
     plan: &ExpandedPlan,
     agg: &Aggregate,
-    runs: usize,
-    failed_runs: usize,
+    records: &[RunRecord],
     headline: Headline,
     claims: Vec<Claim>,
 ) -> Summary {
+    let runs = records.len();
+    let failed_runs = records.iter().filter(|r| !r.ok).count();
     let mut paths = Vec::new();
     for &rtt in &plan.plan.rtts_us {
         let mut streams = Vec::new();
@@ -181,6 +266,7 @@ pub fn summarize(
         paths,
         headline,
         claims,
+        congestion_proof: CongestionProof::of(plan, records),
     }
 }
 
@@ -340,7 +426,7 @@ mod tests {
         ];
         let agg = aggregate(&recs);
         let h = crate::headline::headline(&plan, &agg);
-        let s = summarize(&plan, &agg, 3, 0, h, Vec::new());
+        let s = summarize(&plan, &agg, &recs, h, Vec::new());
         assert_eq!(s.paths.len(), 1);
         let modes = &s.paths[0].streams[0].modes;
         let ideal = modes.iter().find(|m| m.mode == "ideal").expect("ideal");
@@ -359,5 +445,33 @@ mod tests {
         let back: Summary = serde_json::from_str(&json).expect("parses");
         assert_eq!(back.paths, s.paths);
         assert_eq!(back.missing_cells, s.missing_cells);
+    }
+
+    #[test]
+    fn congestion_proof_counts_sockets_and_names_runs_that_ran_something_else() {
+        let plan = Plan::quick().expand();
+        let with = |snd: &str, rcv: &str| {
+            let mut r = run(25_000, HostConfig::Untuned, 1, "kernel", 1, 500.0, 1);
+            let mut s = tcptune_transfer::report::StreamDetail {
+                socket: 1,
+                opened_at_s: 0.0,
+                messages: 1,
+                sender: Default::default(),
+                receiver: Default::default(),
+            };
+            s.sender.stats.congestion = Some(snd.into());
+            s.receiver.stats.congestion = Some(rcv.into());
+            r.per_stream = vec![s.clone(), s];
+            r
+        };
+        let p = CongestionProof::of(&plan, &[with("cubic", "cubic")]);
+        assert_eq!(p.sender_sockets.get("cubic"), Some(&2));
+        assert!(p.mismatched_runs.is_empty());
+        assert!(p
+            .sentence()
+            .contains("every socket ran what its cell asked for"));
+        let p = CongestionProof::of(&plan, &[with("cubic", "cubic"), with("bbr", "cubic")]);
+        assert_eq!(p.mismatched_runs, vec!["rtt25ms/untuned/P1/kernel rep 1"]);
+        assert!(p.sentence().contains("bbr on 2"), "{}", p.sentence());
     }
 }
