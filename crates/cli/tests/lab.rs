@@ -159,7 +159,7 @@ fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
     assert!(records
         .iter()
         .filter(|r| r.ok)
-        .all(|r| r.throughput_bps > 0.0));
+        .all(|r| r.throughput_bps() > 0.0));
     let summary: Summary =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
             .expect("summary parses");

@@ -195,6 +195,8 @@ impl TryFrom<String> for TuneMode {
 pub struct TunerFactory {
     mode: TuneMode,
     pool: SharedPool,
+    /// Under a memory budget (`serve --memory-budget`): `auto` draws from the pool too.
+    budget: bool,
     peer_limits: Option<HostLimits>,
     measure: tuners::auto::MeasureShare,
 }
@@ -205,6 +207,7 @@ impl TunerFactory {
         TunerFactory {
             mode,
             pool: PoolConfig::default().shared(),
+            budget: false,
             peer_limits: None,
             measure: tuners::auto::MeasureShare::new(),
         }
@@ -214,6 +217,21 @@ impl TunerFactory {
     pub fn with_pool_config(mut self, cfg: PoolConfig) -> TunerFactory {
         self.pool = cfg.shared();
         self
+    }
+
+    /// Draw from a memory budget shared with other transfers (every session of a server):
+    /// `psc` tuners use `pool` as their pool and `auto` senders get their send buffers
+    /// granted from it ([`tuners::budget::Budgeted`]). `pool` is this transfer's view of the
+    /// budget ([`SharedPool::view`]: its clock offset and name).
+    pub fn with_budget(mut self, pool: SharedPool) -> TunerFactory {
+        self.pool = pool;
+        self.budget = true;
+        self
+    }
+
+    /// Whether this factory's streams draw from a budget shared with other transfers.
+    pub fn budgeted(&self) -> bool {
+        self.budget
     }
 
     /// The other end's buffer limits, when known (the report carries both ends'): `auto`
@@ -258,12 +276,19 @@ impl TunerFactory {
             ),
             TuneMode::Drs => Box::new(tuners::drs::DrsConfig::default().build(ctx)),
             TuneMode::Probe => Box::new(tuners::probe::ProbeConfig::default().build(ctx)),
-            TuneMode::Auto => Box::new(
-                tuners::auto::AutoConfig::default()
-                    .peer_limits(self.peer_limits.clone())
-                    .share(self.measure.clone())
-                    .build(ctx),
-            ),
+            TuneMode::Auto => {
+                let auto = Box::new(
+                    tuners::auto::AutoConfig::default()
+                        .peer_limits(self.peer_limits.clone())
+                        .share(self.measure.clone())
+                        .build(ctx.clone()),
+                );
+                if self.budget {
+                    Box::new(tuners::budget::Budgeted::new(auto, self.pool.clone(), &ctx))
+                } else {
+                    auto
+                }
+            }
         }
     }
 }

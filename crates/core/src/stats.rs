@@ -60,6 +60,10 @@ pub struct StreamStats {
     /// The window scale this end advertises (`tcpi_rcv_wscale`), likewise.
     #[serde(default)]
     pub rcv_wscale: Option<u8>,
+    /// Under a memory budget: the most this stream held of the shared pool (`SO_SNDBUF`
+    /// units); `None` when it drew from no budget.
+    #[serde(default)]
+    pub pool_held_peak_bytes: Option<u64>,
     /// Sum of the smoothed RTTs, for the mean (not reported).
     #[serde(skip)]
     rtt_sum_us: u64,
@@ -139,6 +143,13 @@ pub struct SampleRecord {
     pub rwnd_limited_us: Option<u64>,
     /// Cumulative sndbuf-limited time.
     pub sndbuf_limited_us: Option<u64>,
+    /// Under a memory budget: the pool's fair share (`hiwat_fair_share`) at this sample,
+    /// `SO_SNDBUF` units.
+    #[serde(default)]
+    pub pool_fair_share_bytes: Option<u64>,
+    /// Under a memory budget: what this stream held of the pool (its `SO_SNDBUF` value).
+    #[serde(default)]
+    pub pool_held_bytes: Option<u64>,
 }
 
 impl SampleRecord {
@@ -160,7 +171,18 @@ impl SampleRecord {
             notsent_bytes: s.notsent_bytes,
             rwnd_limited_us: s.rwnd_limited_us,
             sndbuf_limited_us: s.sndbuf_limited_us,
+            pool_fair_share_bytes: None,
+            pool_held_bytes: None,
         }
+    }
+
+    /// The same with the stream's standing in a shared memory pool.
+    pub fn with_pool(mut self, share: Option<crate::tuners::pool::PoolShare>) -> SampleRecord {
+        if let Some(p) = share {
+            self.pool_fair_share_bytes = Some(p.fair_share.0);
+            self.pool_held_bytes = Some(p.held.0);
+        }
+        self
     }
 }
 

@@ -215,4 +215,11 @@ pub trait Tuner: Send {
     /// now has `streams` streams. A tuner may settle its buffers to it (drain
     /// [`Tuner::poll_action`] afterwards). Most tuners decide once and ignore this.
     fn handle_hint(&mut self, _now: Time, _hint: &PathHint, _streams: u32) {}
+
+    /// This connection's standing in the shared memory pool it draws from (PSC's
+    /// `hiwat_fair_share`, what it wants and what it holds), if it draws from one: for the
+    /// record (drivers keep it with each sample).
+    fn pool_share(&self) -> Option<crate::tuners::pool::PoolShare> {
+        None
+    }
 }

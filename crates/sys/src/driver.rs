@@ -177,6 +177,11 @@ impl TunerDriver {
         self.stats.add(&snap);
         self.tuner.handle_snapshot(now, &snap);
         self.drain(now, fd);
+        let share = self.tuner.pool_share();
+        if let Some(p) = share {
+            let peak = self.stats.pool_held_peak_bytes.unwrap_or(0).max(p.held.0);
+            self.stats.pool_held_peak_bytes = Some(peak);
+        }
         let rtt = snap.rtt().unwrap_or(Duration::from_millis(100));
         let interval = self
             .tuner
@@ -185,7 +190,8 @@ impl TunerDriver {
             .clamp(MIN_SAMPLE_INTERVAL, MAX_SAMPLE_INTERVAL);
         self.next_due = now + interval;
         if self.record_series {
-            self.samples.push(now, SampleRecord::of(&snap));
+            self.samples
+                .push(now, SampleRecord::of(&snap).with_pool(share));
         }
         self.last = Some(snap);
         Ok(())

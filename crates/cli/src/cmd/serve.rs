@@ -26,6 +26,7 @@ Examples:
   tcptune serve                                  # port 5310 on all addresses
   tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
   tcptune serve -1 --json                        # one session, log as JSON lines
+  tcptune serve --memory-budget 64m              # psc/auto send buffers of all sessions share 64 MiB
 
 Everything (control and data connections) arrives on the one port: one firewall rule.
 Refusals are counted by kind; the first of each kind from each address is logged, the rest
@@ -80,6 +81,16 @@ pub(crate) struct Opts {
     /// Exit after the first session.
     #[arg(short = '1', long)]
     one_off: bool,
+    /// Share this much send-buffer memory among the psc and auto streams of every session
+    /// this server sends on (clients' --reverse), as PSC's autotuning does: each stream
+    /// gets what its congestion window (psc) or its plan (auto) wants, up to a max-min
+    /// fair share of the budget recomputed every 500 ms; streams joining or leaving
+    /// reshare it within a second. SO_SNDBUF units (the kernel holds about twice). The
+    /// shares are logged when streams join or leave and every 5 s; with --samples a
+    /// client's report shows each stream's share over time. Other modes (fixed sizes,
+    /// kernel) are not bounded by it.
+    #[arg(long, value_name = "SIZE")]
+    memory_budget: Option<Bytes>,
     /// Log sessions as JSON lines on stdout.
     #[arg(long)]
     json: bool,
@@ -109,7 +120,90 @@ struct LogLine<'a> {
     count: Option<u64>,
 }
 
+/// A JSON log line of the memory budget's shares.
+#[derive(Serialize)]
+struct BudgetLine<'a> {
+    schema_version: u32,
+    event: &'static str,
+    budget_bytes: u64,
+    fair_share_bytes: u64,
+    held_bytes: u64,
+    in_use_bytes: u64,
+    streams: Vec<BudgetStreamLine<'a>>,
+}
+
+#[derive(Serialize)]
+struct BudgetStreamLine<'a> {
+    session: &'a str,
+    stream: u32,
+    wants_bytes: u64,
+    held_bytes: u64,
+    in_use_bytes: u64,
+}
+
+fn log_budget(json: bool, ev: &ServerEvent) {
+    let ServerEvent::MemoryBudget {
+        budget_bytes,
+        fair_share_bytes,
+        held_bytes,
+        in_use_bytes,
+        streams,
+    } = ev
+    else {
+        return;
+    };
+    if json {
+        let line = BudgetLine {
+            schema_version: 1,
+            event: "memory_budget",
+            budget_bytes: *budget_bytes,
+            fair_share_bytes: *fair_share_bytes,
+            held_bytes: *held_bytes,
+            in_use_bytes: *in_use_bytes,
+            streams: streams
+                .iter()
+                .map(|s| BudgetStreamLine {
+                    session: &s.session,
+                    stream: s.stream,
+                    wants_bytes: s.wants_bytes,
+                    held_bytes: s.held_bytes,
+                    in_use_bytes: s.in_use_bytes,
+                })
+                .collect(),
+        };
+        if let Ok(s) = serde_json::to_string(&line) {
+            out::line(&s);
+        }
+        return;
+    }
+    let per: Vec<String> = streams
+        .iter()
+        .map(|s| {
+            format!(
+                "{}#{} {} of {}",
+                server::escape(&s.session, 40),
+                s.stream,
+                Bytes(s.held_bytes),
+                Bytes(s.wants_bytes)
+            )
+        })
+        .collect();
+    out::line(&format!(
+        "memory budget: {} of {} held by {} stream(s) ({} in use), fair share {}{}{}",
+        Bytes(*held_bytes),
+        Bytes(*budget_bytes),
+        streams.len(),
+        Bytes(*in_use_bytes),
+        Bytes(*fair_share_bytes),
+        if per.is_empty() { "" } else { ": " },
+        per.join(", ")
+    ));
+}
+
 fn log_event(json: bool, ev: &ServerEvent) {
+    if matches!(ev, ServerEvent::MemoryBudget { .. }) {
+        return log_budget(json, ev);
+    }
     let line = match ev {
         ServerEvent::SessionStarted {
             peer,
@@ -172,6 +266,7 @@ fn log_event(json: bool, ev: &ServerEvent) {
             kind: Some(kind),
             count: Some(*count),
         },
+        ServerEvent::MemoryBudget { .. } => return,
     };
     if json {
         if let Ok(s) = serde_json::to_string(&line) {
@@ -213,6 +308,7 @@ fn log_event(json: bool, ev: &ServerEvent) {
         } => format!(
             "{count} more refusals of kind {kind} in the last {seconds} s (not logged one by one)"
         ),
+        ServerEvent::MemoryBudget { .. } => return,
     };
     out::line(&text);
 }
@@ -233,6 +329,17 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.idle_timeout = Duration::from_secs(opts.idle_timeout.max(1));
     cfg.force_buffers = opts.force_buffers;
     cfg.one_off = opts.one_off;
+    if let Some(b) = opts.memory_budget {
+        if b.0 < 64 * 1024 {
+            return Err(exit::fail(
+                exit::USAGE,
+                anyhow::anyhow!(
+                    "--memory-budget {b} is too small: every stream is entitled to 16 KiB, so a budget below 64 KiB cannot carry even four"
+                ),
+            ));
+        }
+        cfg.memory_budget = Some(b.0);
+    }
     if let Some(path) = &opts.secret_file {
         cfg.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
     }
@@ -251,6 +358,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     if !json {
         out::line(&format!("tcptune serve listening on {local}"));
         out::line(&format!("limits: {}", server::describe_limits(&cfg)));
+        if let Some(b) = cfg.memory_budget {
+            out::line(&format!(
+                "memory budget: {} of send buffers shared by the psc and auto streams of every session (max-min fair, recomputed every 500 ms)",
+                Bytes(b)
+            ));
+        }
     }
     let stats =
         server::run(listener, cfg, Shutdown::new()).map_err(|e| exit::fail(exit::FAILURE, e))?;

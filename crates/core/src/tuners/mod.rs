@@ -14,6 +14,7 @@
 mod common;
 
 pub mod auto;
+pub mod budget;
 pub mod drs;
 pub mod fixed;
 pub mod kernel;

@@ -2,8 +2,12 @@
 //! Mathis (SIGCOMM'98), plus the `AUTO_SND_THRESH` hard limit.
 //!
 //! One pool serves every PSC tuner of one transfer end (the [`TunerFactory`](crate::TunerFactory)
-//! holds it and hands a [`SharedPool`] to each PSC tuner it builds). Amounts are in
-//! `SO_SNDBUF` value units, the same units as [`Action::SetSndBuf`](crate::Action).
+//! holds it and hands a [`SharedPool`] to each PSC tuner it builds), or, under a memory
+//! budget, every `psc` and `auto` stream of every session of a server (`serve
+//! --memory-budget`): then each session sees the pool through a view
+//! ([`SharedPool::view`]) that names it and converts its clock (each session's `now` starts
+//! at its own epoch) to the pool's. Amounts are in `SO_SNDBUF` value units, the same units
+//! as [`Action::SetSndBuf`](crate::Action) (the kernel holds about twice as much).
 //!
 //! # The fair share (Appendix A)
 //!
@@ -100,25 +104,97 @@ impl PoolConfig {
 
     /// A pool with this configuration, ready to share between tuners.
     pub fn shared(&self) -> SharedPool {
-        SharedPool(Arc::new(Mutex::new(self.build())))
+        SharedPool::new(self.build())
     }
 }
 
-/// A [`MemoryPool`] shared by the tuners of one transfer end.
+/// A [`MemoryPool`] shared by the tuners of one transfer end, or of every session of a
+/// server; seen through a view that says whose streams these are and how their clock maps
+/// to the pool's.
 #[derive(Clone, Debug)]
-pub struct SharedPool(Arc<Mutex<MemoryPool>>);
+pub struct SharedPool {
+    pool: Arc<Mutex<MemoryPool>>,
+    /// The pool's time when this view's clock read zero.
+    offset: Duration,
+    /// Whose connections register through this view (a session's label).
+    owner: Arc<str>,
+}
 
 impl SharedPool {
+    fn new(pool: MemoryPool) -> SharedPool {
+        SharedPool {
+            pool: Arc::new(Mutex::new(pool)),
+            offset: Duration::ZERO,
+            owner: Arc::from(""),
+        }
+    }
+
     /// Run `f` with the pool locked. A poisoned lock (a tuner panicked while holding it) is
     /// recovered: the pool's state is updated field by field and stays consistent enough to
     /// go on.
     pub fn with<R>(&self, f: impl FnOnce(&mut MemoryPool) -> R) -> R {
-        let mut guard = match self.0.lock() {
+        let mut guard = match self.pool.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         f(&mut guard)
     }
+
+    /// The same pool for a user whose clock reads zero `offset` into the pool's time (a
+    /// session that started that long after the server), registering its connections as
+    /// `owner`. Every user must map its `now` with [`SharedPool::pool_time`] before
+    /// [`MemoryPool::tick`], so that the fair share is recomputed every 500 ms of one clock.
+    pub fn view(&self, offset: Duration, owner: &str) -> SharedPool {
+        SharedPool {
+            pool: self.pool.clone(),
+            offset,
+            owner: Arc::from(owner),
+        }
+    }
+
+    /// A time of this view's clock on the pool's clock.
+    pub fn pool_time(&self, now: Time) -> Time {
+        now + self.offset
+    }
+
+    /// Register a connection of this view's owner (`stream` is its 0-based index).
+    pub fn register(&self, stream: u32) -> ConnId {
+        let owner = self.owner.clone();
+        self.with(|p| p.register_as(owner, stream))
+    }
+
+    /// Whether two handles share one pool.
+    pub fn same_pool(&self, other: &SharedPool) -> bool {
+        Arc::ptr_eq(&self.pool, &other.pool)
+    }
+}
+
+/// One connection's standing in its pool, for the record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolShare {
+    /// The pool's `hiwat_fair_share` now.
+    pub fair_share: Bytes,
+    /// What this connection wants (`sb_net_target`).
+    pub net_target: Bytes,
+    /// What it holds (the `SO_SNDBUF` value granted).
+    pub held: Bytes,
+}
+
+/// One connection of a pool, as [`MemoryPool::shares`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareRecord {
+    /// Whose (the view's owner, e.g. a session's label).
+    pub owner: String,
+    /// Stream index within its owner (0-based).
+    pub stream: u32,
+    /// ESTABLISHED or CLOSE_WAIT: counted in the fair share.
+    pub established: bool,
+    /// Its `sb_net_target`.
+    pub net_target: Bytes,
+    /// What it holds.
+    pub held: Bytes,
+    /// Memory its send queue uses, as last reported.
+    pub in_use: Bytes,
 }
 
 /// A connection's handle in a [`MemoryPool`].
@@ -128,6 +204,8 @@ pub struct ConnId(u64);
 #[derive(Clone, Debug)]
 struct Entry {
     id: ConnId,
+    owner: Arc<str>,
+    stream: u32,
     established: bool,
     net_target: u64,
     held: u64,
@@ -170,11 +248,18 @@ impl MemoryPool {
 
     /// Add a connection (not yet established, holding nothing).
     pub fn register(&mut self) -> ConnId {
+        self.register_as(Arc::from(""), 0)
+    }
+
+    /// Add a connection of `owner`'s (stream `stream`), for [`MemoryPool::shares`].
+    pub fn register_as(&mut self, owner: Arc<str>, stream: u32) -> ConnId {
         let id = ConnId(self.next_id);
         self.next_id += 1;
         self.index.insert(id, self.entries.len());
         self.entries.push(Entry {
             id,
+            owner,
+            stream,
             established: false,
             net_target: 0,
             held: 0,
@@ -311,6 +396,34 @@ impl MemoryPool {
         Bytes(new)
     }
 
+    /// PSC's decision for a connection holding `current` with `in_use` queued, after its
+    /// report and the pool's tick: grow at once to `sb_mem_target` out of free memory, or
+    /// shrink lazily (never below what is queued); above `AUTO_SND_THRESH` (memory in use
+    /// over the pool) shrink as acknowledged data leaves, whatever the target. Returns the
+    /// new value to set, if it changes; the pool's holdings follow.
+    pub fn resize(&mut self, id: ConnId, current: Bytes, in_use: Bytes) -> Option<Bytes> {
+        let floor = self.cfg.floor;
+        let desired = if self.over_threshold() {
+            current.min(in_use).max(floor)
+        } else {
+            self.mem_target(id)
+        };
+        if desired > current {
+            let got = self.grant(id, desired);
+            (got > current).then_some(got)
+        } else if desired < current {
+            let lazy = desired.max(in_use);
+            if lazy < current {
+                self.release(id, lazy);
+                Some(lazy)
+            } else {
+                None
+            }
+        } else {
+            None
+        }
+    }
+
     /// Lower what a connection holds (a lazy decrease as its queue drains). Values above
     /// what it holds are ignored.
     pub fn release(&mut self, id: ConnId, held: Bytes) {
@@ -342,6 +455,38 @@ impl MemoryPool {
     /// `AUTO_SND_THRESH` exceeded: memory in use is above the pool size.
     pub fn over_threshold(&self) -> bool {
         self.in_use_total > self.cfg.size.0
+    }
+
+    /// A connection's standing (zero for an unknown one).
+    pub fn share(&self, id: ConnId) -> PoolShare {
+        PoolShare {
+            fair_share: self.fair_share(),
+            net_target: Bytes(self.entry(id).map_or(0, |e| e.net_target)),
+            held: self.held(id),
+        }
+    }
+
+    /// Every connection, in registration order of the survivors (for logs and reports).
+    pub fn shares(&self) -> Vec<ShareRecord> {
+        let mut v: Vec<(ConnId, ShareRecord)> = self
+            .entries
+            .iter()
+            .map(|e| {
+                (
+                    e.id,
+                    ShareRecord {
+                        owner: e.owner.to_string(),
+                        stream: e.stream,
+                        established: e.established,
+                        net_target: Bytes(e.net_target),
+                        held: Bytes(e.held),
+                        in_use: Bytes(e.in_use),
+                    },
+                )
+            })
+            .collect();
+        v.sort_by_key(|(id, _)| id.0);
+        v.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Number of connections.

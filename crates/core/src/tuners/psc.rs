@@ -107,6 +107,7 @@ impl PscConfig {
             })
             .max(self.initial);
         PscTuner {
+            stream_index: ctx.stream_index,
             role: ctx.role,
             limits: ctx.limits,
             pool,
@@ -163,6 +164,7 @@ impl NetTarget {
 /// PSC's tuner: send buffer from `cwnd` and the pool (sender), maximum buffer (receiver).
 #[derive(Debug)]
 pub struct PscTuner {
+    stream_index: u32,
     role: Role,
     limits: HostLimits,
     pool: SharedPool,
@@ -197,11 +199,10 @@ impl PscTuner {
             return id;
         }
         let (net, current) = (Bytes(self.net.get()), self.current);
-        let id = self.pool.with(|p| {
-            let id = p.register();
+        let id = self.pool.register(self.stream_index);
+        self.pool.with(|p| {
             p.report(id, net, Bytes::ZERO);
             p.grant(id, current);
-            id
         });
         self.id = Some(id);
         id
@@ -217,31 +218,12 @@ impl PscTuner {
         let in_use = queued_value(s);
         let established = matches!(s.state, TcpState::Established | TcpState::CloseWait);
         let current = self.current;
+        let pool_now = self.pool.pool_time(now);
         let decision = self.pool.with(|p| {
             p.set_established(id, established);
             p.report(id, net, in_use);
-            p.tick(now);
-            let floor = p.config().floor_size();
-            let desired = if p.over_threshold() {
-                // AUTO_SND_THRESH: shrink as acknowledged data leaves the buffer.
-                current.min(in_use).max(floor)
-            } else {
-                p.mem_target(id)
-            };
-            if desired > current {
-                let got = p.grant(id, desired);
-                (got > current).then_some(got)
-            } else if desired < current {
-                let lazy = desired.max(in_use);
-                if lazy < current {
-                    p.release(id, lazy);
-                    Some(lazy)
-                } else {
-                    None
-                }
-            } else {
-                None
-            }
+            p.tick(pool_now);
+            p.resize(id, current, in_use)
         });
         if let Some(v) = decision {
             self.current = v;
@@ -292,6 +274,11 @@ impl Tuner for PscTuner {
 
     fn poll_interval(&self) -> Option<Duration> {
         (!self.stopped && self.role == Role::Sender).then(|| interval_from_rtt(self.srtt, 4))
+    }
+
+    fn pool_share(&self) -> Option<super::pool::PoolShare> {
+        let id = self.id?;
+        Some(self.pool.with(|p| p.share(id)))
     }
 }
 

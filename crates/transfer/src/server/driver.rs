@@ -1,7 +1,7 @@
 //! The server's event loop: moves bytes between sockets and the [`Endpoint`], runs the
 //! engines it asks for, and writes its log records. No policy lives here.
 
-use super::{ServerConfig, ServerError, ServerStats, Shutdown};
+use super::{BudgetShare, ServerConfig, ServerError, ServerEvent, ServerStats, Shutdown};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
 use crate::pattern::Pattern;
 use crate::phase::{prepare_accepted, DriverSpec, PhaseTuning};
@@ -17,7 +17,8 @@ use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::Role;
+use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
+use tcptune_core::{Bytes, Role, TunerFactory};
 
 const LISTENER: MioToken = MioToken(0);
 const WAKER: MioToken = MioToken(1);
@@ -33,6 +34,8 @@ const LINGER: Duration = Duration::from_secs(2);
 const MAX_LINGERING: usize = 1024;
 /// Descriptors kept out of the connection budget (listener, epoll, pipes, logs, files).
 const FD_RESERVE: u64 = 64;
+/// How often the memory budget's shares are logged while streams hold some.
+const BUDGET_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// A finished phase's result, from its finishing thread.
 struct Finished(SessionId, u32, Box<SideResult>);
@@ -108,6 +111,11 @@ pub fn run(
         accept_paused: None,
         lingering: 0,
         force,
+        budget: config.memory_budget.map(|b| Budget {
+            pool: PoolConfig::default().size(Bytes(b)).shared(),
+            epoch: Instant::now(),
+            logged: None,
+        }),
         config,
     };
     let mut events = Events::with_capacity(1024);
@@ -169,6 +177,7 @@ pub fn run(
             d.carry_out(&mut endpoint, &mut finished_sessions);
         }
         d.reap_lingering();
+        d.log_budget();
     }
     for (_, p) in d.phases.drain() {
         p.engine.abort();
@@ -201,6 +210,15 @@ fn host_info(force: bool) -> HostInfo {
     }
 }
 
+/// A memory budget shared by every session's `psc` and `auto` streams.
+struct Budget {
+    pool: SharedPool,
+    /// The pool's clock starts here; each phase's view is offset by its own epoch.
+    epoch: Instant,
+    /// When the shares were last logged, and how many streams there were.
+    logged: Option<(Instant, usize)>,
+}
+
 struct Driver {
     poll: Poll,
     waker: Arc<Waker>,
@@ -212,10 +230,46 @@ struct Driver {
     /// Connections closing (see [`Conn::close_at`]).
     lingering: usize,
     force: bool,
+    budget: Option<Budget>,
     config: ServerConfig,
 }
 
 impl Driver {
+    /// Log the budget's shares when streams joined or left it, and every few seconds while
+    /// any holds a share.
+    fn log_budget(&mut self) {
+        let (Some(b), Some(log)) = (self.budget.as_mut(), self.config.log.as_ref()) else {
+            return;
+        };
+        let n = b.pool.with(|p| p.len());
+        let due = match b.logged {
+            None => n > 0,
+            Some((t, last)) => n != last || (n > 0 && t.elapsed() >= BUDGET_LOG_EVERY),
+        };
+        if !due {
+            return;
+        }
+        b.logged = Some((Instant::now(), n));
+        let ev = b.pool.with(|p| ServerEvent::MemoryBudget {
+            budget_bytes: p.config().pool_size().0,
+            fair_share_bytes: p.fair_share().0,
+            held_bytes: p.held_total().0,
+            in_use_bytes: p.in_use_total().0,
+            streams: p
+                .shares()
+                .into_iter()
+                .map(|s| BudgetShare {
+                    session: s.owner,
+                    stream: s.stream + 1,
+                    wants_bytes: s.net_target.0,
+                    held_bytes: s.held.0,
+                    in_use_bytes: s.in_use.0,
+                })
+                .collect(),
+        });
+        log(&ev);
+    }
+
     fn accept(&mut self, listener: &mut MioListener, endpoint: &mut Endpoint) {
         self.accept_paused = None;
         loop {
@@ -413,7 +467,11 @@ impl Driver {
                     }
                     self.flush(endpoint, conn);
                 }
-                EndpointEvent::StartEngine { session, spec } => self.start_engine(session, spec),
+                EndpointEvent::StartEngine {
+                    session,
+                    label,
+                    spec,
+                } => self.start_engine(session, &label, spec),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -477,7 +535,7 @@ impl Driver {
         }
     }
 
-    fn start_engine(&mut self, session: SessionId, spec: EngineSpec) {
+    fn start_engine(&mut self, session: SessionId, label: &str, spec: EngineSpec) {
         let role = if spec.params.reverse {
             Role::Sender
         } else {
@@ -511,7 +569,16 @@ impl Driver {
             session,
             Phase {
                 engine,
-                tuning: PhaseTuning::for_phase(spec.kind, &spec.params.tune),
+                tuning: match (&self.budget, main) {
+                    // Every session's streams draw from the server's budget, each through
+                    // a view on its own clock.
+                    (Some(b), true) => {
+                        PhaseTuning::Mode(TunerFactory::new(spec.params.tune.clone()).with_budget(
+                            b.pool.view(epoch.saturating_duration_since(b.epoch), label),
+                        ))
+                    }
+                    _ => PhaseTuning::for_phase(spec.kind, &spec.params.tune),
+                },
                 spec: DriverSpec {
                     role,
                     limits,

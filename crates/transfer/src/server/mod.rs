@@ -102,6 +102,20 @@ pub enum ServerEvent {
         /// Why.
         reason: String,
     },
+    /// Under a memory budget: how the budget is shared now. Logged when streams join or
+    /// leave it, and every 5 seconds while any holds a share.
+    MemoryBudget {
+        /// The budget, `SO_SNDBUF` units, bytes.
+        budget_bytes: u64,
+        /// PSC's `hiwat_fair_share`: what one stream that wants more may hold.
+        fair_share_bytes: u64,
+        /// What the streams hold together (never more than the budget).
+        held_bytes: u64,
+        /// Memory their send queues use (`sk_wmem_queued` / 2, as last sampled).
+        in_use_bytes: u64,
+        /// Every stream drawing from the budget.
+        streams: Vec<BudgetShare>,
+    },
     /// Refusals of one kind that were counted but not logged in the last period.
     Suppressed {
         /// The kind.
@@ -111,6 +125,21 @@ pub enum ServerEvent {
         /// The period, seconds.
         seconds: u64,
     },
+}
+
+/// One stream's share of a server's memory budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetShare {
+    /// The session's label.
+    pub session: String,
+    /// Stream number (1-based).
+    pub stream: u32,
+    /// What it wants (`sb_net_target`), bytes.
+    pub wants_bytes: u64,
+    /// What it holds, bytes.
+    pub held_bytes: u64,
+    /// What its send queue uses, bytes.
+    pub in_use_bytes: u64,
 }
 
 /// A log callback.
@@ -142,6 +171,11 @@ pub struct ServerConfig {
     pub force_buffers: bool,
     /// Return after the first session that got past the handshake ends.
     pub one_off: bool,
+    /// A memory budget for the send buffers of every `psc` and `auto` stream of every
+    /// session together (`SO_SNDBUF` units, bytes): one PSC pool shared max-min fairly
+    /// (Appendix A of Semke et al.), recomputed every 500 ms; `None`: each transfer on its
+    /// own, as a client is.
+    pub memory_budget: Option<u64>,
     /// Called for every session start/end and (rate-limited) refusal.
     pub log: Option<ServerLog>,
 }
@@ -160,6 +194,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("secret", &self.secret.is_some())
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
+            .field("memory_budget", &self.memory_budget)
             .finish()
     }
 }
@@ -184,6 +219,7 @@ impl Default for ServerConfig {
             secret: None,
             force_buffers: false,
             one_off: false,
+            memory_budget: None,
             log: None,
         }
     }

@@ -92,6 +92,8 @@ pub(crate) enum EndpointEvent {
     /// Start the engine of a session's new phase.
     StartEngine {
         session: SessionId,
+        /// The session's label (as in the log).
+        label: String,
         spec: EngineSpec,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
@@ -697,8 +699,11 @@ impl Endpoint {
                 }
                 SessionOutput::StartEngine(spec) => {
                     let token = e.token;
-                    self.events
-                        .push_back(EndpointEvent::StartEngine { session: sid, spec });
+                    self.events.push_back(EndpointEvent::StartEngine {
+                        session: sid,
+                        label: e.label.clone(),
+                        spec,
+                    });
                     self.unpark(now, token);
                 }
                 SessionOutput::AttachStream { conn, index } => {
