@@ -274,6 +274,8 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         error: verdict.as_ref().err().map(|v| match v {
             Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
         }),
+        adjustments: Vec::new(),
+        diagnosis: None,
     };
     let connected = a
         .local
@@ -298,7 +300,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         ))
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    let report = Report {
+    let mut report = Report {
         schema_version: SCHEMA_VERSION,
         start: Start {
             connected,
@@ -350,6 +352,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                     a.params.messages
                 },
                 message_size: a.params.message_size,
+                duration_s: a.params.duration_ms.map(|d| d as f64 / 1000.0),
                 max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
                 path_hint: a.hint.clone(),
                 sender_limits: a.sender_limits,
@@ -374,6 +377,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             Verdict::Failed(e) => format!("transfer failed: {e}"),
         }),
     };
+    crate::diagnose::annotate(&mut report);
     (report, verdict)
 }
 

@@ -18,6 +18,7 @@
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
 mod assemble;
+pub mod diagnose;
 pub mod auth;
 pub mod client;
 mod engine;
@@ -28,6 +29,7 @@ mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
+mod report_serde;
 pub mod server;
 pub mod session;
 
