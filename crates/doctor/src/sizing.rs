@@ -25,9 +25,10 @@ pub const INT_MAX: u64 = i32::MAX as u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     /// Bottleneck rate in bit/s.
+    #[serde(rename = "rate_bps", alias = "rate")]
     pub rate: Rate,
-    /// Round-trip time.
-    #[serde(with = "duration_us")]
+    /// Round-trip time, microseconds.
+    #[serde(with = "duration_us", rename = "rtt_us", alias = "rtt")]
     pub rtt: Duration,
     /// Where the numbers came from.
     pub source: TargetSource,
