@@ -38,14 +38,6 @@ pub(crate) fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Print a value as one line of JSON (JSON Lines).
-pub(crate) fn json_line<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    let s = serde_json::to_string(value)?;
-    JSON_PRINTED.store(true, Ordering::Relaxed);
-    line(&s);
-    Ok(())
-}
-
 /// Whether a JSON document was printed.
 pub(crate) fn json_printed() -> bool {
     JSON_PRINTED.load(Ordering::Relaxed)
