@@ -124,6 +124,13 @@ fn command_words(raw: &[OsString]) -> String {
 fn report_error(raw: &[OsString], message: &str, code: u8) -> ExitCode {
     eprintln!("tcptune: error: {message}");
     if wants_json(raw) && !out::json_printed() {
+        if command_words(raw) == "send" {
+            // iperf3's shape, which iperf3's consumers read: the error at the top level.
+            let report = tcptune_transfer::report::FailureReport::new(message.to_string())
+                .with_exit(code, false);
+            let _ = out::json(&report);
+            return ExitCode::from(code);
+        }
         let _ = out::json(&ErrorReport {
             schema_version: 1,
             command: command_words(raw),

@@ -184,6 +184,17 @@ pub struct FailureReport {
     pub end: Empty,
     /// What went wrong.
     pub error: String,
+    /// tcptune's additions.
+    pub tcptune: FailureTcptune,
+}
+
+/// `tcptune` of a [`FailureReport`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailureTcptune {
+    /// The exit status of `tcptune send` (see `tcptune --help`).
+    pub exit_code: u8,
+    /// Ctrl-C (or SIGTERM) ended the run before the transfer began.
+    pub interrupted: bool,
 }
 
 /// `start` of a [`FailureReport`].
@@ -214,7 +225,20 @@ impl FailureReport {
             intervals: Vec::new(),
             end: Empty {},
             error,
+            tcptune: FailureTcptune {
+                exit_code: 1,
+                interrupted: false,
+            },
         }
+    }
+
+    /// The same with the exit status the command ends with, and whether it was interrupted.
+    pub fn with_exit(mut self, exit_code: u8, interrupted: bool) -> FailureReport {
+        self.tcptune = FailureTcptune {
+            exit_code,
+            interrupted,
+        };
+        self
     }
 }
 

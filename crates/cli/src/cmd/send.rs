@@ -378,7 +378,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             if let Some(report) = e.report() {
                 print(report)?;
             } else if opts.json {
-                out::json(&FailureReport::new(e.to_string()))?;
+                let interrupted = matches!(e, ClientError::Interrupted);
+                out::json(&FailureReport::new(e.to_string()).with_exit(code, interrupted))?;
             }
             Err(exit::fail(code, e))
         }
