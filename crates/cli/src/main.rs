@@ -201,6 +201,30 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The README's command table says what `--help` says, and its unit rules and exit-code
+    /// table are the ones `--help` prints.
+    #[test]
+    fn the_readme_matches_the_help() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+        let cli = Cli::command();
+        let mut shown = 0;
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `tcptune {} ", sub.get_name())))
+                .unwrap_or_else(|| panic!("README has no row for `tcptune {}`", sub.get_name()));
+            assert!(row.contains(&about), "README row of {}: not '{about}'", sub.get_name());
+            shown += 1;
+        }
+        let rows = readme.lines().filter(|l| l.starts_with("| `tcptune ")).count();
+        assert_eq!(rows, shown, "README lists a command --help does not");
+        for line in args::UNITS_HELP.lines().chain(exit::TABLE.lines()) {
+            assert!(readme.contains(line), "README lacks: {line}");
+        }
+        assert!(readme.contains("cargo install --locked --path crates/cli"));
+    }
+
     #[test]
     fn json_is_wanted_only_before_a_cmd() {
         let v = |s: &str| s.split(' ').map(OsString::from).collect::<Vec<_>>();
