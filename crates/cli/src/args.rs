@@ -61,7 +61,9 @@ pub(crate) fn rate(
     max: Rate,
 ) -> impl Fn(&str) -> Result<Rate, String> + Clone + Send + Sync + 'static {
     move |s: &str| {
-        let r: Rate = s.parse().map_err(|e: tcptune_core::ParseQuantityError| e.to_string())?;
+        let r: Rate = s
+            .parse()
+            .map_err(|e: tcptune_core::ParseQuantityError| e.to_string())?;
         if r.0 == 0 {
             return Err("must be greater than zero".into());
         }
@@ -81,7 +83,9 @@ pub(crate) fn size(
     max: Bytes,
 ) -> impl Fn(&str) -> Result<Bytes, String> + Clone + Send + Sync + 'static {
     move |s: &str| {
-        let b: Bytes = s.parse().map_err(|e: tcptune_core::ParseQuantityError| e.to_string())?;
+        let b: Bytes = s
+            .parse()
+            .map_err(|e: tcptune_core::ParseQuantityError| e.to_string())?;
         if b.0 == 0 {
             return Err("must be greater than zero".into());
         }

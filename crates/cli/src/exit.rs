@@ -98,9 +98,15 @@ mod tests {
     fn a_cause_already_in_the_message_is_said_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
         let e = anyhow::Error::new(io).context("reading secret file /x: No such file or directory");
-        assert_eq!(one_line(&e), "reading secret file /x: No such file or directory");
+        assert_eq!(
+            one_line(&e),
+            "reading secret file /x: No such file or directory"
+        );
         let wrapped = fail(USAGE, e);
-        assert_eq!(one_line(&wrapped), "reading secret file /x: No such file or directory");
+        assert_eq!(
+            one_line(&wrapped),
+            "reading secret file /x: No such file or directory"
+        );
         assert_eq!(code_of(&wrapped), USAGE);
     }
 }

@@ -111,8 +111,22 @@ fn command_words(raw: &[OsString]) -> String {
         .filter(|a| {
             matches!(
                 *a,
-                "lab" | "send" | "serve" | "emu" | "doctor" | "watch" | "paths" | "run" | "up"
-                    | "down" | "exec" | "status" | "report" | "show" | "forget" | "export"
+                "lab"
+                    | "send"
+                    | "serve"
+                    | "emu"
+                    | "doctor"
+                    | "watch"
+                    | "paths"
+                    | "run"
+                    | "up"
+                    | "down"
+                    | "exec"
+                    | "status"
+                    | "report"
+                    | "show"
+                    | "forget"
+                    | "export"
             )
         })
         .collect::<Vec<_>>()
@@ -214,10 +228,17 @@ mod tests {
                 .lines()
                 .find(|l| l.starts_with(&format!("| `tcptune {} ", sub.get_name())))
                 .unwrap_or_else(|| panic!("README has no row for `tcptune {}`", sub.get_name()));
-            assert!(row.contains(&about), "README row of {}: not '{about}'", sub.get_name());
+            assert!(
+                row.contains(&about),
+                "README row of {}: not '{about}'",
+                sub.get_name()
+            );
             shown += 1;
         }
-        let rows = readme.lines().filter(|l| l.starts_with("| `tcptune ")).count();
+        let rows = readme
+            .lines()
+            .filter(|l| l.starts_with("| `tcptune "))
+            .count();
         assert_eq!(rows, shown, "README lists a command --help does not");
         for line in args::UNITS_HELP.lines().chain(exit::TABLE.lines()) {
             assert!(readme.contains(line), "README lacks: {line}");

@@ -12,7 +12,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcptune");
 fn run(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
-        .env("TCPTUNE_PATH_DB", std::env::temp_dir().join("tcptune-errors-unused.sqlite"))
+        .env(
+            "TCPTUNE_PATH_DB",
+            std::env::temp_dir().join("tcptune-errors-unused.sqlite"),
+        )
         .stdin(Stdio::null())
         .output()
         .expect("run tcptune")
@@ -62,7 +65,12 @@ impl Server {
         let first = lines.next().expect("a line").expect("readable");
         let port = first
             .split_whitespace()
-            .find_map(|w| w.rsplit(':').next().and_then(|p| p.parse().ok()).filter(|_| w.contains(':') && !w.ends_with('Z')))
+            .find_map(|w| {
+                w.rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .filter(|_| w.contains(':') && !w.ends_with('Z'))
+            })
             .unwrap_or_else(|| panic!("no port in '{first}'"));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -106,7 +114,11 @@ fn a_duration_needs_a_unit_except_for_sends_iperf3_options() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // iperf3's bare seconds on send: -t 1 parses (the refused connection proves it).
     let closed = free_port().to_string();
-    fails(&["send", "127.0.0.1", "-p", &closed, "-t", "1"], 3, &["refused"]);
+    fails(
+        &["send", "127.0.0.1", "-p", &closed, "-t", "1"],
+        3,
+        &["refused"],
+    );
 }
 
 #[test]
@@ -115,24 +127,59 @@ fn rates_and_sizes_take_every_printed_spelling_and_refuse_bare_or_zero_values() 
     let o = run(&["doctor", "--target", "1Gbit/s", "--rtt", "100 ms"]);
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", stderr(&o));
     fails(
-        &["emu", "run", "--rate", "1Gbit/s", "--mtu", "1", "--", "true"],
+        &[
+            "emu", "run", "--rate", "1Gbit/s", "--mtu", "1", "--", "true",
+        ],
         2,
         &["--mtu"],
     );
     let closed = free_port().to_string();
     fails(
-        &["send", "127.0.0.1", "-p", &closed, "-l", "4 MiB", "--tune", "manual:18.1 Gbit/s"],
+        &[
+            "send",
+            "127.0.0.1",
+            "-p",
+            &closed,
+            "-l",
+            "4 MiB",
+            "--tune",
+            "manual:18.1 Gbit/s",
+        ],
         3,
         &["refused"],
     );
     // Refused up front, naming the option.
-    fails(&["emu", "run", "--rate", "5", "--", "true"], 2, &["--rate", "no unit", "5mbit"]);
-    fails(&["doctor", "--target", "1", "--rtt", "50ms"], 2, &["--target", "no unit"]);
-    fails(&["doctor", "--rtt", "0ms"], 2, &["--rtt", "greater than zero"]);
-    fails(&["doctor", "--target", "100MB/s"], 2, &["--target", "800mbit"]);
-    fails(&["send", "h", "-l", "0"], 2, &["--length", "greater than zero"]);
+    fails(
+        &["emu", "run", "--rate", "5", "--", "true"],
+        2,
+        &["--rate", "no unit", "5mbit"],
+    );
+    fails(
+        &["doctor", "--target", "1", "--rtt", "50ms"],
+        2,
+        &["--target", "no unit"],
+    );
+    fails(
+        &["doctor", "--rtt", "0ms"],
+        2,
+        &["--rtt", "greater than zero"],
+    );
+    fails(
+        &["doctor", "--target", "100MB/s"],
+        2,
+        &["--target", "800mbit"],
+    );
+    fails(
+        &["send", "h", "-l", "0"],
+        2,
+        &["--length", "greater than zero"],
+    );
     fails(&["send", "h", "--tune", "fixed:0"], 2, &["--tune"]);
-    fails(&["watch", "--interval", "1ms"], 2, &["--interval", "at least 50ms"]);
+    fails(
+        &["watch", "--interval", "1ms"],
+        2,
+        &["--interval", "at least 50ms"],
+    );
 }
 
 #[test]
@@ -140,28 +187,58 @@ fn send_options_are_validated_before_anything_is_printed_or_connected() {
     let closed = free_port().to_string();
     let spec = format!("127.0.0.1:{closed}");
     for (args, words) in [
-        (vec!["send", &spec, "-p", "5999"], vec!["port is given twice"]),
-        (vec!["send", &spec, "-n", "16", "-t", "1"], vec!["--messages", "--time"]),
+        (
+            vec!["send", &spec, "-p", "5999"],
+            vec!["port is given twice"],
+        ),
+        (
+            vec!["send", &spec, "-n", "16", "-t", "1"],
+            vec!["--messages", "--time"],
+        ),
         (vec!["send", &spec, "-P", "0"], vec!["--parallel"]),
         (vec!["send", &spec, "-P", "100000"], vec!["--parallel"]),
         (vec!["send", &spec, "-P", "100"], vec!["--max-streams 64"]),
-        (vec!["send", &spec, "--max-streams", "0"], vec!["--max-streams"]),
         (
-            vec!["send", &spec, "--secret-file", "/nonexistent/tcptune.secret"],
+            vec!["send", &spec, "--max-streams", "0"],
+            vec!["--max-streams"],
+        ),
+        (
+            vec![
+                "send",
+                &spec,
+                "--secret-file",
+                "/nonexistent/tcptune.secret",
+            ],
             vec!["--secret-file", "/nonexistent/tcptune.secret"],
         ),
-        (vec!["watch", "--once", "--count", "3"], vec!["--once", "--count"]),
+        (
+            vec!["watch", "--once", "--count", "3"],
+            vec!["--once", "--count"],
+        ),
     ] {
         let o = run(&args);
-        assert!(o.stdout.is_empty(), "{args:?} printed: {}", String::from_utf8_lossy(&o.stdout));
+        assert!(
+            o.stdout.is_empty(),
+            "{args:?} printed: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
         fails(&args, 2, &words);
     }
     // The missing file is said once, not twice.
     let o = run(&["send", &spec, "--secret-file", "/nonexistent/x"]);
-    assert_eq!(stderr(&o).matches("No such file").count(), 1, "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).matches("No such file").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
     // An unknown congestion control fails here, not at the server.
     if std::path::Path::new("/proc/sys/net/ipv4/tcp_available_congestion_control").exists() {
-        fails(&["send", &spec, "-C", "bogus"], 2, &["-C bogus", "available"]);
+        fails(
+            &["send", &spec, "-C", "bogus"],
+            2,
+            &["-C bogus", "available"],
+        );
     }
 }
 
@@ -171,7 +248,10 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
     let o = run(&["send", "127.0.0.1", "-p", &closed, "-n", "1"]);
     assert_eq!(o.status.code(), Some(3));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains(&format!("Connecting to 127.0.0.1 port {closed}")), "{out}");
+    assert!(
+        out.contains(&format!("Connecting to 127.0.0.1 port {closed}")),
+        "{out}"
+    );
     fails(
         &["send", "127.0.0.1", "-p", &closed, "-n", "1"],
         3,
@@ -181,7 +261,17 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
     let wrong = std::env::temp_dir().join(format!("tcptune-wrong-{}", std::process::id()));
     std::fs::write(&wrong, "not the secret").expect("write");
     fails(
-        &["send", "127.0.0.1", "-p", &s.port(), "-n", "1", "--no-path-db", "--secret-file", wrong.to_str().unwrap_or_default()],
+        &[
+            "send",
+            "127.0.0.1",
+            "-p",
+            &s.port(),
+            "-n",
+            "1",
+            "--no-path-db",
+            "--secret-file",
+            wrong.to_str().unwrap_or_default(),
+        ],
         3,
         &["secret does not match"],
     );
@@ -192,10 +282,36 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
 fn serve_exit_statuses_follow_the_table() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = busy.local_addr().expect("addr").port().to_string();
-    fails(&["serve", "-B", "127.0.0.1", "-p", &port, "--max-duration", "60s"], 5, &["in use", "-p"]);
-    fails(&["serve", "-B", "192.0.2.55", "-p", "0"], 5, &["not one of this host's"]);
+    fails(
+        &[
+            "serve",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--max-duration",
+            "60s",
+        ],
+        5,
+        &["in use", "-p"],
+    );
+    fails(
+        &["serve", "-B", "192.0.2.55", "-p", "0"],
+        5,
+        &["not one of this host's"],
+    );
     fails(&["serve", "-4", "-6"], 2, &["--ipv4", "--ipv6"]);
-    fails(&["serve", "--logfile", "/nonexistent/dir/tcptune.log", "-p", "0"], 2, &["--logfile"]);
+    fails(
+        &[
+            "serve",
+            "--logfile",
+            "/nonexistent/dir/tcptune.log",
+            "-p",
+            "0",
+        ],
+        2,
+        &["--logfile"],
+    );
 }
 
 #[test]
@@ -213,18 +329,34 @@ fn privileged_commands_exit_5_for_an_unprivileged_user() {
             .stdin(Stdio::null())
             .output()
             .expect("setpriv");
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let (code, err) = as_nobody(&["doctor", "--apply", "--target", "1gbit", "--rtt", "10ms"]);
     assert_eq!(code, Some(5), "{err}");
-    assert!(err.contains("needs root") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("needs root") && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
 fn ctrl_c_ends_send_with_a_report_of_what_moved_and_exit_130() {
     let s = Server::start(&[]);
     for json in [true, false] {
-        let mut args = vec!["send", "127.0.0.1", "-p", "", "-t", "30", "--no-path-db", "--tune", "kernel"];
+        let mut args = vec![
+            "send",
+            "127.0.0.1",
+            "-p",
+            "",
+            "-t",
+            "30",
+            "--no-path-db",
+            "--tune",
+            "kernel",
+        ];
         let port = s.port();
         args[3] = &port;
         if json {
@@ -243,7 +375,10 @@ fn ctrl_c_ends_send_with_a_report_of_what_moved_and_exit_130() {
         }
         let t0 = Instant::now();
         let o = child.wait_with_output().expect("wait");
-        assert!(t0.elapsed() < Duration::from_secs(10), "send took long to stop");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "send took long to stop"
+        );
         assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
         let out = String::from_utf8_lossy(&o.stdout);
         if json {
@@ -252,7 +387,10 @@ fn ctrl_c_ends_send_with_a_report_of_what_moved_and_exit_130() {
             assert!(v["end"]["sum_received"]["bytes"].as_u64() > Some(0), "{v}");
             assert!(v.get("error").is_none());
         } else {
-            assert!(out.contains("INTERRUPTED:") && out.contains("[SUM]"), "{out}");
+            assert!(
+                out.contains("INTERRUPTED:") && out.contains("[SUM]"),
+                "{out}"
+            );
         }
         // The server records what moved, and not as a failure.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -263,6 +401,9 @@ fn ctrl_c_ends_send_with_a_report_of_what_moved_and_exit_130() {
                 Err(_) => assert!(Instant::now() < deadline, "no session end logged"),
             }
         };
-        assert!(!ended.contains("FAILED") && !ended.contains(" 0 B moved"), "{ended}");
+        assert!(
+            !ended.contains("FAILED") && !ended.contains(" 0 B moved"),
+            "{ended}"
+        );
     }
 }

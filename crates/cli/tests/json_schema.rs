@@ -85,7 +85,12 @@ fn check(root: &Value, s: &Value, v: &Value, at: &str, errs: &mut Vec<String>) {
     }
     if let Some(o) = v.as_object() {
         let props = s.get("properties").and_then(Value::as_object);
-        for r in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+        for r in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let k = r.as_str().unwrap_or_default();
             if !o.contains_key(k) {
                 errs.push(format!("{at}: missing key '{k}'"));
@@ -166,7 +171,14 @@ impl Server {
     fn start() -> Server {
         let port = free_port();
         let child = Command::new(BIN)
-            .args(["serve", "-B", "127.0.0.1", "-p", &port.to_string(), "--json"])
+            .args([
+                "serve",
+                "-B",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--json",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -209,20 +221,49 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
         &["-n", "4", "--tune", "fixed:16m"],
         &["-n", "4", "--tune", "none"],
     ] {
-        let mut args = vec!["send", "127.0.0.1", "-p", &port, "--json", "--path-db", &db_arg];
+        let mut args = vec![
+            "send",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--json",
+            "--path-db",
+            &db_arg,
+        ];
         args.extend_from_slice(extra);
         let o = run(&args);
-        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         let v = doc(&o);
         assert_valid("send", &v);
-        assert!(v.get("error").is_none(), "no error key on success: iperf3's consumers");
+        assert!(
+            v.get("error").is_none(),
+            "no error key on success: iperf3's consumers"
+        );
     }
     // Receiver intervals: what only the sender knows is null, not 0.
-    let o = run(&["send", "127.0.0.1", "-p", &port, "--json", "--no-path-db", "-t", "200ms", "-R"]);
+    let o = run(&[
+        "send",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--json",
+        "--no-path-db",
+        "-t",
+        "200ms",
+        "-R",
+    ]);
     let v = doc(&o);
     let iv = &v["intervals"][0]["streams"][0];
     assert_eq!(iv["sender"], false);
-    assert!(iv["retransmits"].is_null() && iv["snd_cwnd"].is_null(), "{iv}");
+    assert!(
+        iv["retransmits"].is_null() && iv["snd_cwnd"].is_null(),
+        "{iv}"
+    );
     assert!((v["start"]["tcptune"]["duration_s"].as_f64().unwrap_or(0.0) - 0.2).abs() < 1e-9);
 
     // The path database the sends filled, through every paths output.
@@ -230,17 +271,34 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
     assert_valid("paths", &doc(&run(&["paths", "--json", "--path-db", d])));
     assert_valid(
         "paths-show",
-        &doc(&run(&["paths", "show", "127.0.0.1", "--json", "--path-db", d])),
+        &doc(&run(&[
+            "paths",
+            "show",
+            "127.0.0.1",
+            "--json",
+            "--path-db",
+            d,
+        ])),
     );
     let export = run(&["paths", "export", "--path-db", d]);
     let text = String::from_utf8_lossy(&export.stdout);
     assert!(text.lines().count() > 0, "export wrote nothing");
     for line in text.lines() {
-        assert_valid("paths-export", &serde_json::from_str(line).expect("a JSON line"));
+        assert_valid(
+            "paths-export",
+            &serde_json::from_str(line).expect("a JSON line"),
+        );
     }
     assert_valid(
         "paths-forget",
-        &doc(&run(&["paths", "forget", "--all", "--json", "--path-db", d])),
+        &doc(&run(&[
+            "paths",
+            "forget",
+            "--all",
+            "--json",
+            "--path-db",
+            d,
+        ])),
     );
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{d}{suffix}"));
@@ -249,7 +307,10 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
     let log = s.log();
     assert!(log.lines().count() >= 10, "{log}");
     for line in log.lines() {
-        assert_valid("serve-log", &serde_json::from_str(line).expect("a JSON line"));
+        assert_valid(
+            "serve-log",
+            &serde_json::from_str(line).expect("a JSON line"),
+        );
     }
 }
 
@@ -290,13 +351,26 @@ fn doctor_watch_and_emu_status_match_their_schemas() {
     let port = l.local_addr().expect("addr").port();
     let _c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     let _s = l.accept().expect("accept");
-    let o = run(&["watch", "--once", "--json", "--interval", "100ms", "--port", &port.to_string()]);
+    let o = run(&[
+        "watch",
+        "--once",
+        "--json",
+        "--interval",
+        "100ms",
+        "--port",
+        &port.to_string(),
+    ]);
     assert_eq!(o.status.code(), Some(0));
     let v = doc(&o);
     assert_valid("watch", &v);
     assert_eq!(v["connections"].as_array().map(Vec::len), Some(2), "{v}");
     let o = run(&["emu", "status", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_valid("emu-status", &doc(&o));
 }
 
@@ -305,10 +379,17 @@ fn every_schema_is_documented_and_parses() {
     let doc_text = std::fs::read_to_string(schema_dir().join("../json.md")).expect("docs/json.md");
     for entry in std::fs::read_dir(schema_dir()).expect("docs/schema") {
         let path = entry.expect("entry").path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read"))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(v["title"].is_string(), "{name}: a title");
-        assert!(doc_text.contains(&name), "docs/json.md does not mention {name}");
+        assert!(
+            doc_text.contains(&name),
+            "docs/json.md does not mention {name}"
+        );
     }
 }

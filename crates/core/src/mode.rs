@@ -298,9 +298,15 @@ mod tests {
         }
         assert_eq!("fixed:4m".parse(), Ok(TuneMode::Fixed(Bytes::mib(4))));
         assert_eq!("AUTO".parse(), Ok(TuneMode::Auto));
-        assert_eq!(TuneMode::Fixed(Bytes::mib(16)).to_string(), "fixed:16777216");
+        assert_eq!(
+            TuneMode::Fixed(Bytes::mib(16)).to_string(),
+            "fixed:16777216"
+        );
         assert_eq!(TuneMode::Fixed(Bytes::mib(16)).describe(), "fixed:16MiB");
-        assert_eq!(TuneMode::Manual(Some(Rate::gbit(1))).to_string(), "manual:1gbit");
+        assert_eq!(
+            TuneMode::Manual(Some(Rate::gbit(1))).to_string(),
+            "manual:1gbit"
+        );
     }
 
     #[test]

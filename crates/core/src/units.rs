@@ -147,7 +147,7 @@ fn exact_ratio(v: u64, div: u64, max_decimals: u32) -> Option<String> {
     }
     let p = 10u128.pow(max_decimals);
     let scaled = u128::from(rem) * p;
-    if scaled % u128::from(div) != 0 {
+    if !scaled.is_multiple_of(u128::from(div)) {
         return None;
     }
     let frac = format!(
@@ -629,7 +629,10 @@ mod tests {
         );
         assert_eq!(format_duration(Duration::from_micros(500)), "500us");
         assert_eq!(format_duration(Duration::from_micros(2500)), "2.5ms");
-        assert_eq!(format_duration(Duration::from_nanos(1_000_000_001)), "1.000000001s");
+        assert_eq!(
+            format_duration(Duration::from_nanos(1_000_000_001)),
+            "1.000000001s"
+        );
     }
 
     #[test]

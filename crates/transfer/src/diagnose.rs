@@ -80,9 +80,19 @@ fn end_adjustments(
     streams: &[StreamDetail],
 ) -> Vec<Adjustment> {
     let (option, sysctl, max, end) = if sender_end {
-        ("SO_SNDBUF", "net.core.wmem_max", limits.wmem_max.0, "sender")
+        (
+            "SO_SNDBUF",
+            "net.core.wmem_max",
+            limits.wmem_max.0,
+            "sender",
+        )
     } else {
-        ("SO_RCVBUF", "net.core.rmem_max", limits.rmem_max.0, "receiver")
+        (
+            "SO_RCVBUF",
+            "net.core.rmem_max",
+            limits.rmem_max.0,
+            "receiver",
+        )
     };
     let host = host_of(sender_end, reverse);
     // (asked, held, note) -> streams

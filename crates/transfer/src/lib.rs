@@ -18,9 +18,9 @@
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
 mod assemble;
-pub mod diagnose;
 pub mod auth;
 pub mod client;
+pub mod diagnose;
 mod engine;
 pub mod human;
 pub mod pathdb;

@@ -192,7 +192,10 @@ impl Opts {
     fn plan(&self) -> anyhow::Result<Plan> {
         let (host, spec_port) = split_port(&self.server);
         if host.is_empty() {
-            return Err(exit::msg(exit::USAGE, "no server given: tcptune send HOST[:PORT]"));
+            return Err(exit::msg(
+                exit::USAGE,
+                "no server given: tcptune send HOST[:PORT]",
+            ));
         }
         let port = match (spec_port, self.port) {
             (Some(_), Some(b)) => {
@@ -302,7 +305,11 @@ fn failure_code(e: &ClientError) -> u8 {
 
 /// Run `tcptune send`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    let Plan { mut cfg, host, port } = opts.plan()?;
+    let Plan {
+        mut cfg,
+        host,
+        port,
+    } = opts.plan()?;
     let cancel = Cancel::new();
     cfg.cancel = Some(cancel.clone());
     signals::on_stop(move || cancel.trigger())?;

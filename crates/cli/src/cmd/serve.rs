@@ -280,7 +280,11 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
                 .map_or(String::new(), |e| format!(", FAILED: {}", esc(e)))
         ),
         ServerEvent::Refused { reason, kind, .. } => {
-            format!("{} refused ({kind}): {}", line.peer.as_deref().unwrap_or(""), esc(reason))
+            format!(
+                "{} refused ({kind}): {}",
+                line.peer.as_deref().unwrap_or(""),
+                esc(reason)
+            )
         }
         ServerEvent::Suppressed {
             kind,
@@ -317,7 +321,11 @@ fn listen_v6_any(port: u16, v6only: bool) -> std::io::Result<TcpListener> {
                 Ok(())
             }
         };
-        set(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, libc::c_int::from(v6only))?;
+        set(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            libc::c_int::from(v6only),
+        )?;
         set(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
         let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
         sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
@@ -374,7 +382,10 @@ fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
         Ok(l) => Ok((l, None)),
         Err(e) if !opts.ipv6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
             let l = TcpListener::bind(v4).map_err(|e| in_use(v4.to_string(), e))?;
-            Ok((l, Some("IPv6 is not available on this host: IPv4 only".into())))
+            Ok((
+                l,
+                Some("IPv6 is not available on this host: IPv4 only".into()),
+            ))
         }
         Err(e) => Err(in_use(v6.to_string(), e)),
     }
@@ -424,7 +435,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     };
     let json = opts.json;
     let log_sink = sink.clone();
-    cfg.log = Some(Arc::new(move |ev: &ServerEvent| log_event(&log_sink, json, ev)));
+    cfg.log = Some(Arc::new(move |ev: &ServerEvent| {
+        log_event(&log_sink, json, ev)
+    }));
     let (listener, note) = listen(&opts)?;
     let local = listener
         .local_addr()
