@@ -275,6 +275,25 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
         3,
         &["secret does not match"],
     );
+    // A secret given to a server that needs none is said, not silently ignored.
+    let open = Server::start(&[]);
+    let o = run(&[
+        "send",
+        "127.0.0.1",
+        "-p",
+        &open.port(),
+        "-n",
+        "1",
+        "--no-path-db",
+        "--secret-file",
+        wrong.to_str().unwrap_or_default(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--secret-file was not needed"),
+        "{}",
+        stderr(&o)
+    );
     let _ = std::fs::remove_file(&wrong);
 }
 

@@ -367,3 +367,92 @@ pub fn diagnose(r: &Report) -> Diagnosis {
         summary,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{ChangeRecord, SideDetail};
+
+    fn stream(sndbuf_peak: u64, rcvbuf_peak: u64, changes: Vec<ChangeRecord>) -> StreamDetail {
+        let mut sender = SideDetail::default();
+        sender.stats.peak_sndbuf_bytes = sndbuf_peak;
+        sender.changes = changes;
+        let mut receiver = SideDetail::default();
+        receiver.stats.peak_rcvbuf_bytes = rcvbuf_peak;
+        StreamDetail {
+            socket: 1,
+            opened_at_s: 0.0,
+            messages: 1,
+            sender,
+            receiver,
+        }
+    }
+
+    #[test]
+    fn a_fixed_buffer_above_the_system_maximum_is_said_capped_with_the_sysctl_that_fixes_it() {
+        let limits = HostLimits::linux_defaults();
+        let mode = TuneMode::Fixed(Bytes::mib(16));
+        let streams = [stream(8 << 20, 8 << 20, Vec::new())];
+        let a = end_adjustments(true, false, &limits, Some(&mode), &streams);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].kind.as_str(), a[0].host.as_str()),
+            ("capped", "local")
+        );
+        assert_eq!(a[0].limit.as_deref(), Some("net.core.wmem_max"));
+        assert_eq!((a[0].asked_bytes, a[0].kernel_bytes), (16 << 20, 8 << 20));
+        assert!(a[0]
+            .fix
+            .as_deref()
+            .is_some_and(|f| f.contains("sysctl -w net.core.wmem_max=16777216")));
+        // The receiver is the server when the local host sends.
+        let r = end_adjustments(false, false, &limits, Some(&mode), &streams);
+        assert_eq!(r[0].host, "server");
+        assert!(r[0].fix.as_deref().is_some_and(|f| f.contains("serve")));
+    }
+
+    #[test]
+    fn the_untuned_64_kib_is_said_doubled_and_a_forced_end_is_not_capped() {
+        let limits = HostLimits::linux_defaults();
+        let streams = [stream(128 << 10, 128 << 10, Vec::new())];
+        let a = end_adjustments(true, false, &limits, Some(&TuneMode::None), &streams);
+        assert_eq!(a[0].kind, "doubled");
+        let forced = HostLimits {
+            can_force: true,
+            ..limits
+        };
+        let big = [stream(32 << 20, 0, Vec::new())];
+        let f = end_adjustments(
+            true,
+            false,
+            &forced,
+            Some(&TuneMode::Fixed(Bytes::mib(16))),
+            &big,
+        );
+        assert_eq!(f[0].kind, "doubled");
+    }
+
+    #[test]
+    fn a_capped_change_of_a_tuner_is_reported_from_the_changes() {
+        let change = ChangeRecord {
+            t_s: 0.5,
+            action: Action::SetSndBuf(Bytes::mib(6)),
+            effective: Some(8 << 20),
+            error: None,
+            note: None,
+        };
+        let streams = [stream(8 << 20, 0, vec![change])];
+        let a = end_adjustments(
+            true,
+            true,
+            &HostLimits::linux_defaults(),
+            Some(&TuneMode::Auto),
+            &streams,
+        );
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].kind.as_str(), a[0].host.as_str()),
+            ("capped", "server")
+        );
+    }
+}

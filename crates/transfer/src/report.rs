@@ -281,6 +281,10 @@ pub struct StartTcptune {
     /// Where `path_hint.rate` came from and what measuring it cost.
     #[serde(default)]
     pub measurement: Option<MeasurementReport>,
+    /// Whether the server requires the shared secret (`serve --secret-file`); `null` when
+    /// unknown.
+    #[serde(default)]
+    pub server_requires_secret: Option<bool>,
 }
 
 /// How the path's rate was obtained before the transfer.

@@ -174,6 +174,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         (conv.local_limits.clone(), remote_limits)
     };
     let session_hex = proto::to_hex(&token);
+    let server_requires_secret = server.as_ref().map(|s| s.auth_required);
     let (report, verdict) = assemble(Assembly {
         cfg,
         params: &params,
@@ -197,6 +198,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         intervals: main.intervals,
         host_cpu: cpu,
         host_wall: wall,
+        server_requires_secret,
         capped: main.outcome.capped,
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
