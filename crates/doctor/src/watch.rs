@@ -320,6 +320,23 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
                     human_bytes(l.rmem_max.0)
                 )
             }
+            // A receiver on this host whose window stays far below what autotuning could
+            // reach: autotuning is off for that socket, so its application set SO_RCVBUF
+            // (raising tcp_rmem would change nothing).
+            (_, None, Some(l))
+                if row.peer.ip().is_loopback() && w.saturating_mul(4) < l.tcp_rmem[2].0 =>
+            {
+                let to = wanted.unwrap_or(w.saturating_mul(4));
+                format!(
+                    "{head}: the receiving application locked its buffer (it set SO_RCVBUF, \
+                     which turns autotuning off; autotuning could grow it to {}, net.ipv4.tcp_rmem \
+                     max): drop the setting, or set at least {}{target_words} (net.core.rmem_max \
+                     caps it at twice {})",
+                    human_bytes(l.tcp_rmem[2].0),
+                    human_bytes(to),
+                    human_bytes(l.rmem_max.0)
+                )
+            }
             _ => {
                 let to = wanted.unwrap_or(w.saturating_mul(4));
                 let who = if row.peer.ip().is_loopback() {
