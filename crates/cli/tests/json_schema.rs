@@ -393,3 +393,59 @@ fn every_schema_is_documented_and_parses() {
         );
     }
 }
+
+/// Takes a topology down if a test ends before it did.
+struct Down(String);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN)
+            .args(["emu", "down", &self.0])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn emu_run_up_and_down_match_their_schemas() {
+    use tcptune_testkit::Need;
+    if !tcptune_testkit::require(
+        "emu_run_up_and_down_match_their_schemas",
+        &[Need::Root, Need::Tun],
+    ) {
+        return;
+    }
+    let o = run(&[
+        "emu", "run", "--rtt", "2ms", "--rate", "100mbit", "--json", "--", "true",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = doc(&o);
+    assert_valid("emu-run", &v);
+    assert_eq!(v["path"]["rtt_us"], 2000.0);
+    let name = tcptune_emu::unique_name("js");
+    let _guard = Down(name.clone());
+    let o = run(&["emu", "up", &name, "--delay", "1ms", "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_valid("emu-up", &doc(&o));
+    let o = run(&["emu", "status", &name, "--json"]);
+    assert_valid("emu-status", &doc(&o));
+    let o = run(&["emu", "down", &name, "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_valid("emu-down", &doc(&o));
+}
