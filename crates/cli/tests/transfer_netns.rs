@@ -62,7 +62,10 @@ fn each_end_tunes_with_its_own_namespaces_limits() {
         } else {
             (&t["sender_limits"], &t["receiver_limits"])
         };
-        assert_eq!(client["tcp_wmem_bytes"][2], 3_145_728, "client's namespace: {t}");
+        assert_eq!(
+            client["tcp_wmem_bytes"][2], 3_145_728,
+            "client's namespace: {t}"
+        );
         assert_eq!(
             server_side["tcp_rmem_bytes"][2], 7_340_032,
             "server's namespace: {t}"
