@@ -194,7 +194,7 @@ fn a_path_database_entry_the_transfer_contradicts_is_replaced_and_said() {
         "measured {measured} bit/s on a 50 Mbit/s path: {ib}"
     );
     // Found within the transfer, not at its end (24 MiB take about 4 s here).
-    assert!(f(&ib["after_seconds"]) < 3.5, "{ib}");
+    assert!(f(&ib["after_s"]) < 3.5, "{ib}");
     let now = db_rate(&db);
     assert!(
         now < 60e6,

@@ -208,6 +208,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         !cfg.reverse,
     );
     let session_hex = proto::to_hex(&token);
+    let server_requires_secret = server.as_ref().map(|s| s.auth_required);
     let (report, verdict) = assemble(Assembly {
         cfg,
         params: &params,
@@ -232,6 +233,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         intervals: main.intervals,
         host_cpu: cpu,
         host_wall: wall,
+        server_requires_secret,
         capped: main.outcome.capped,
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
