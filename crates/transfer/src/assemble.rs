@@ -37,6 +37,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) host_wall: Duration,
     /// Whether the server asked for the shared secret (unknown without its answer).
     pub(crate) server_requires_secret: Option<bool>,
+    pub(crate) resume: Option<crate::report::ResumeReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -368,6 +369,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 probe_seconds: a.probe_seconds,
                 measurement: a.measurement,
                 server_requires_secret: a.server_requires_secret,
+                resume: a.resume.clone(),
             },
         },
         intervals: a.intervals,
@@ -496,6 +498,7 @@ mod tests {
             host_cpu: CpuTimes::default(),
             host_wall: Duration::from_secs(2),
             server_requires_secret: None,
+            resume: None,
             capped,
             interrupted: false,
             streams_reason: None,

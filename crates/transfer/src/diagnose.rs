@@ -438,6 +438,7 @@ mod tests {
             t_s: 0.5,
             action: Action::SetSndBuf(Bytes::mib(6)),
             effective: Some(8 << 20),
+            effective_bps: None,
             error: None,
             note: None,
         };

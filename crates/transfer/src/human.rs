@@ -130,6 +130,21 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
             ),
         };
     }
+    if let Some(r) = &t.resume {
+        let _ = match (r.used, r.initcwnd_segs, r.pacing_bps) {
+            (true, Some(w), Some(p)) => writeln!(
+                o,
+                "Careful resume: the streams started with a {w}-segment window, paced at {} each for their first round trips (route {}, removed once they connected)",
+                tcptune_core::Rate(p).human(),
+                r.route.as_deref().unwrap_or("?")
+            ),
+            _ => writeln!(
+                o,
+                "Careful resume not used: {}",
+                r.why_not.as_deref().unwrap_or("unknown")
+            ),
+        };
+    }
 }
 
 /// Where the path's rate came from, in words (empty when nothing was measured).

@@ -285,6 +285,26 @@ pub struct StartTcptune {
     /// unknown.
     #[serde(default)]
     pub server_requires_secret: Option<bool>,
+    /// Careful resume on a known path (`null`: the rate was not a fresh full-pipe entry of
+    /// the path database, so there was nothing to resume).
+    #[serde(default)]
+    pub resume: Option<ResumeReport>,
+}
+
+/// Careful resume: a known path started at its known rate (see
+/// `tcptune_core::tuners::auto::ResumePacer`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumeReport {
+    /// Whether the transfer started at the saved rate.
+    pub used: bool,
+    /// The initial window new connections to the peer got, segments.
+    pub initcwnd_segs: Option<u64>,
+    /// Each stream's pacing cap for its first round trips, bit/s.
+    pub pacing_bps: Option<u64>,
+    /// The route installed for the transfer (and removed at its end).
+    pub route: Option<String>,
+    /// Why it was not used.
+    pub why_not: Option<String>,
 }
 
 /// How the path's rate was obtained before the transfer.
@@ -755,6 +775,10 @@ pub struct ChangeRecord {
     /// The value the kernel holds afterwards (e.g. `SO_SNDBUF` read back), if applicable.
     #[serde(rename = "effective_bytes", alias = "effective")]
     pub effective: Option<u64>,
+    /// For a pacing cap (`set_max_pacing_rate`): the cap the kernel holds afterwards, bit/s
+    /// (`null`: no cap, or another action).
+    #[serde(default)]
+    pub effective_bps: Option<u64>,
     /// The error, if applying it failed.
     #[serde(default)]
     pub error: Option<String>,

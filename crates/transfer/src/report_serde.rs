@@ -17,6 +17,7 @@ pub(crate) mod path_hint {
         rate_bps: Option<u64>,
         rate_is_lower_bound: bool,
         rate_in_band: bool,
+        resume: bool,
     }
 
     /// The old `rtt` was serde's `{"secs", "nanos"}`.
@@ -38,6 +39,8 @@ pub(crate) mod path_hint {
         rate_is_lower_bound: bool,
         #[serde(default)]
         rate_in_band: bool,
+        #[serde(default)]
+        resume: bool,
     }
 
     pub(crate) fn serialize<S: Serializer>(h: &PathHint, s: S) -> Result<S::Ok, S::Error> {
@@ -48,6 +51,7 @@ pub(crate) mod path_hint {
             rate_bps: h.rate.map(|r| r.0),
             rate_is_lower_bound: h.rate_is_lower_bound,
             rate_in_band: h.rate_in_band,
+            resume: h.resume,
         }
         .serialize(s)
     }
@@ -62,6 +66,7 @@ pub(crate) mod path_hint {
             rate: i.rate_bps.map(Rate),
             rate_is_lower_bound: i.rate_is_lower_bound,
             rate_in_band: i.rate_in_band,
+            resume: i.resume,
         })
     }
 }
@@ -119,6 +124,9 @@ pub(crate) mod action {
         action: String,
         #[serde(default, alias = "value", skip_serializing_if = "Option::is_none")]
         value_bytes: Option<serde_json::Value>,
+        /// `set_max_pacing_rate`: the cap, bit/s (`null`: the cap is lifted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value_bps: Option<serde_json::Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,10 +139,21 @@ pub(crate) mod action {
             Action::SetRcvBuf(b) => ("set_rcv_buf", Some(b.0)),
             Action::SetWindowClamp(b) => ("set_window_clamp", Some(b.0)),
             Action::SetNotsentLowat(b) => ("set_notsent_lowat", Some(b.0)),
+            Action::SetMaxPacingRate(r) => {
+                return Json {
+                    action: "set_max_pacing_rate".into(),
+                    value_bytes: None,
+                    value_bps: Some(r.map_or(serde_json::Value::Null, |r| r.0.into())),
+                    count: None,
+                    reason: None,
+                }
+                .serialize(s)
+            }
             Action::OpenStreams { count, reason } => {
                 return Json {
                     action: "open_streams".into(),
                     value_bytes: None,
+                    value_bps: None,
                     count: Some(*count),
                     reason: Some(reason.clone()),
                 }
@@ -144,6 +163,7 @@ pub(crate) mod action {
         Json {
             action: name.into(),
             value_bytes: bytes.map(serde_json::Value::from),
+            value_bps: None,
             count: None,
             reason: None,
         }
@@ -170,6 +190,10 @@ pub(crate) mod action {
                 (None, r, None) => (0, r.unwrap_or_default()),
             };
             return Ok(Action::OpenStreams { count, reason });
+        }
+        if j.action == "set_max_pacing_rate" {
+            let rate = j.value_bps.as_ref().and_then(serde_json::Value::as_u64);
+            return Ok(Action::SetMaxPacingRate(rate.map(Rate)));
         }
         let bytes = Bytes(
             j.value_bytes

@@ -146,10 +146,17 @@ pub(crate) struct Opts {
     /// Neither read nor write the path database (every run measures the path afresh).
     #[arg(long)]
     no_path_db: bool,
-    /// Never run the pre-transfer bandwidth probe: use a path-database entry of any kind, or
-    /// go without a rate (auto then opens streams as the transfer itself shows they help).
+    /// Never measure the path's rate (neither auto's in-band measurement nor probe's
+    /// pre-transfer probe): use a path-database entry of any kind, or go without a rate
+    /// (auto then opens streams as the transfer itself shows they help).
     #[arg(long)]
     no_probe: bool,
+    /// On a path the database knows, do not start at its saved rate. By default auto gives
+    /// the data connections a large initial window (a route to the server with initcwnd,
+    /// removed once they are connected; needs CAP_NET_ADMIN) and paces them at the saved
+    /// rate for their first round trips, retreating on the first loss or a longer RTT.
+    #[arg(long)]
+    no_resume_rate: bool,
     /// Testing aid: flip one byte of this message to check that the run fails (status 4).
     #[arg(long, value_name = "MESSAGE", hide = true)]
     inject_corruption: Option<u64>,
@@ -257,6 +264,7 @@ impl Opts {
                 .or_else(tcptune_transfer::pathdb::default_location)
         };
         c.probe = !self.no_probe;
+        c.resume_rate = !self.no_resume_rate;
         if let Some(path) = &self.secret_file {
             let secret = Secret::from_file(path).map_err(|e| {
                 exit::msg(
