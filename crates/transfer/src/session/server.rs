@@ -569,18 +569,21 @@ impl ServerSession {
                     p.stopped = true;
                     self.out.push_back(SessionOutput::StopSenders);
                 }
-                let State::Phase(p) = &self.state else { return };
+                // The deadline is for announced streams to connect. Streams that are
+                // connected may still be delivering what the client wrote before it ended
+                // the phase (a sender's buffer can hold the whole transfer): the idle
+                // timeout (no progress) watches them.
+                let missing = p
+                    .expected
+                    .map_or(0, |n| n.saturating_sub(p.attached.len() as u32));
                 if p.end_deadline.is_some_and(|d| now >= d) {
-                    let missing = p
-                        .expected
-                        .map_or(0, |n| n.saturating_sub(p.attached.len() as u32));
-                    let reason = if missing > 0 {
-                        format!("{missing} announced stream(s) did not connect in time")
-                    } else {
-                        "the phase did not end: streams still open after the client finished"
-                            .to_string()
-                    };
-                    return self.fail(reason, false);
+                    if missing > 0 {
+                        return self.fail(
+                            format!("{missing} announced stream(s) did not connect in time"),
+                            false,
+                        );
+                    }
+                    p.end_deadline = None;
                 }
                 if now >= p.last_activity + idle {
                     self.fail(

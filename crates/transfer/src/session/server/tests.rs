@@ -255,6 +255,32 @@ fn end_phase_waits_for_late_streams_and_fails_when_they_never_come() {
 }
 
 #[test]
+fn connected_streams_may_deliver_long_after_end_phase_while_they_progress() {
+    // The client ends the phase once its senders wrote their last byte; a sender's buffer
+    // may hold most of the transfer, which then takes far longer than a handshake.
+    let t0 = Instant::now();
+    let mut s = running(t0);
+    s.handle_msg(t0, ClientMsg::EndPhase { streams: 2 });
+    drain(&mut s);
+    let mut now = t0;
+    for k in 1..=8u64 {
+        now += HANDSHAKE;
+        s.handle_timeout(now, Some(k * 1000));
+        assert!(
+            drain(&mut s).is_empty(),
+            "at {k} handshakes: still delivering"
+        );
+        assert!(
+            s.poll_timeout().is_some_and(|t| t > now),
+            "no deadline in the past"
+        );
+    }
+    s.handle_engine(now, Event::StreamDone(0));
+    s.handle_engine(now, Event::StreamDone(1));
+    assert_eq!(drain(&mut s), vec![SessionOutput::FinishEngine { seq: 0 }]);
+}
+
+#[test]
 fn end_phase_below_the_streams_that_joined_or_twice_is_an_error() {
     let t0 = Instant::now();
     let mut s = running(t0);
