@@ -2,13 +2,17 @@
 
 use crate::config::{Side, TopologyConfig};
 use crate::error::EmuError;
+use crate::mode::{self, Facts, Mode, ModeChoice};
 use crate::path::{Path, DEFAULT_MAX_BURST};
-use crate::state::{self, OwnerKind, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION};
+use crate::rootless::{self, NsRef, Rootless};
+use crate::state::{
+    self, OwnerKind, RootlessRecord, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION,
+};
 use crate::stats::{EmuStats, STATS_SCHEMA_VERSION};
 use crate::sys;
-use crate::worker::{Shared, Worker};
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
-use std::os::fd::{AsRawFd, OwnedFd};
+use crate::worker::{Framing, Shared, Worker};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -40,6 +44,9 @@ pub struct UpOptions {
     pub max_burst: Duration,
     /// Who owns the topology (shown by `emu status`; `emu down` only stops daemons).
     pub owner: OwnerKind,
+    /// Root or rootless mode (see [`crate::mode`]); by default what `TCPTUNE_EMU_MODE` says,
+    /// or `auto`.
+    pub mode: ModeChoice,
 }
 
 impl Default for UpOptions {
@@ -50,6 +57,7 @@ impl Default for UpOptions {
             realtime: true,
             max_burst: DEFAULT_MAX_BURST,
             owner: OwnerKind::Library,
+            mode: ModeChoice::from_env(),
         }
     }
 }
@@ -63,24 +71,34 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 /// A running emulated topology: namespaces `tt-NAME-a` and `tt-NAME-b`, a TUN device in
-/// each, and two emulator threads in this process (A→B and B→A).
+/// each, and two emulator threads in this process (A→B and B→A). In rootless mode (see
+/// [`crate::mode`]) the namespaces are unnamed, inside a user namespace of their own, and
+/// joined to the emulator by veth pairs and packet sockets instead of TUN devices.
 ///
 /// # Use
 ///
 /// 1. [`Topology::up`] builds everything and returns once a probe has crossed the path both
 ///    ways.
-/// 2. Run programs with [`command`](Self::command) (another process in a namespace) or code
-///    with [`run_in`](Self::run_in) (a thread of this process in a namespace); read counters
-///    with [`stats`](Self::stats).
+/// 2. Run programs with [`command`](Self::command) (another process in a namespace), make
+///    sockets inside a namespace with [`socket`](Self::socket),
+///    [`tcp_listener`](Self::tcp_listener), [`tcp_connect`](Self::tcp_connect) and
+///    [`udp_socket`](Self::udp_socket) (both modes), or run code with
+///    [`run_in`](Self::run_in) (a thread of this process in a namespace: root mode only);
+///    read counters with [`stats`](Self::stats).
 /// 3. [`down`](Self::down) (or drop) stops the threads, kills every process left in the two
 ///    namespaces, and removes the devices, namespaces and state files. Dropping during a
 ///    panic does the same.
 pub struct Topology {
     cfg: TopologyConfig,
+    mode: Mode,
+    facts: Facts,
     netns: [String; 2],
-    ns_fds: Vec<Arc<OwnedFd>>,
+    ns: Vec<NsRef>,
     ns_created: [bool; 2],
+    /// Rootless mode: the user and emulator namespaces (the sides are in `ns`).
+    rootless: Option<Rootless>,
     claimed: bool,
+    /// The emulator's devices: TUN devices (root) or packet sockets (rootless), A then B.
     tuns: Vec<Arc<OwnedFd>>,
     workers: Vec<JoinHandle<()>>,
     housekeeper: Option<JoinHandle<()>>,
@@ -93,6 +111,7 @@ impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Topology")
             .field("name", &self.cfg.name)
+            .field("mode", &self.mode)
             .field("netns", &self.netns)
             .finish()
     }
@@ -107,11 +126,12 @@ impl Topology {
     /// Bring a topology up.
     pub fn up_with(cfg: &TopologyConfig, opts: &UpOptions) -> Result<Topology, EmuError> {
         cfg.validate()?;
-        sys::check_environment()?;
+        let (mode, facts) = mode::detect(opts.mode);
+        let mode = mode?;
         let name = cfg.name.clone();
         let netns = [format!("tt-{name}-a"), format!("tt-{name}-b")];
         let pid = std::process::id();
-        let record = TopologyRecord {
+        let mut record = TopologyRecord {
             schema_version: RECORD_SCHEMA_VERSION,
             name: name.clone(),
             owner_kind: opts.owner,
@@ -124,12 +144,16 @@ impl Topology {
             created_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            rootless: None,
         };
         let mut topo = Topology {
             cfg: cfg.clone(),
+            mode,
+            facts,
             netns,
-            ns_fds: Vec::new(),
+            ns: Vec::new(),
             ns_created: [false; 2],
+            rootless: None,
             claimed: false,
             tuns: Vec::new(),
             workers: Vec::new(),
@@ -147,22 +171,84 @@ impl Topology {
             topo.claimed = true;
         }
         // From here on, an error drops `topo`, which removes whatever was made.
-        for side in [Side::A, Side::B] {
-            let ns = topo.netns[side.index()].clone();
-            sys::create_netns(&ns)?;
-            topo.ns_created[side.index()] = true;
-            topo.ns_fds.push(Arc::new(sys::open_netns(&ns)?));
-        }
-        for side in [Side::A, Side::B] {
-            let (tun, netdev) = topo.setup_side(side, opts.offload)?;
-            topo.tuns.push(Arc::new(tun));
-            if let Ok(mut n) = topo.shared.netdev.lock() {
-                n.push(netdev);
-            }
+        match mode {
+            Mode::Root => topo.build_root(opts)?,
+            Mode::Rootless => topo.build_rootless(opts, &mut record)?,
         }
         topo.start_workers(opts);
         topo.wait_ready()?;
         Ok(topo)
+    }
+
+    /// Root mode: named namespaces and a TUN device in each.
+    fn build_root(&mut self, opts: &UpOptions) -> Result<(), EmuError> {
+        for side in [Side::A, Side::B] {
+            let ns = self.netns[side.index()].clone();
+            sys::create_netns(&ns)?;
+            self.ns_created[side.index()] = true;
+            self.ns.push(NsRef {
+                user: None,
+                net: Arc::new(sys::open_netns(&ns)?),
+                label: ns,
+            });
+        }
+        for side in [Side::A, Side::B] {
+            let (tun, netdev) = self.setup_side(side, opts.offload)?;
+            self.tuns.push(Arc::new(tun));
+            if let Ok(mut n) = self.shared.netdev.lock() {
+                n.push(netdev);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rootless mode: a user namespace holding the emulator's namespace and the two sides,
+    /// joined by veth pairs; the record learns where `emu exec` finds the namespaces.
+    fn build_rootless(
+        &mut self,
+        opts: &UpOptions,
+        record: &mut TopologyRecord,
+    ) -> Result<(), EmuError> {
+        if !opts.offload {
+            self.shared.note(
+                "rootless mode always passes GSO/TSO super-packets through (--no-offload is for \
+                 TUN devices)"
+                    .into(),
+            );
+        }
+        let rl = Rootless::create(&self.netns)?;
+        self.ns = rl.sides.to_vec();
+        let ns_ids = [rl.sides[0].id()?, rl.sides[1].id()?];
+        let wired = rl.wire(
+            self.cfg.path.mtu,
+            [self.addr(Side::A), self.addr(Side::B)],
+            &self.cfg.sysctls,
+        )?;
+        self.rootless = Some(rl);
+        record.rootless = Some(RootlessRecord {
+            ns_fds: [self.ns[0].net.as_raw_fd(), self.ns[1].net.as_raw_fd()],
+            ns_ids,
+        });
+        state::rewrite(record)?;
+        let [sa, sb] = wired.sockets;
+        self.tuns = vec![Arc::new(sa), Arc::new(sb)];
+        if let Ok(mut p) = self.shared.packet_inputs.lock() {
+            *p = self.tuns.clone();
+        }
+        if let Ok(mut n) = self.shared.netdev.lock() {
+            n.extend(wired.netdev);
+        }
+        Ok(())
+    }
+
+    /// The mode this topology runs in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// One line: the mode and what it cannot do (see [`Mode::summary`]).
+    pub fn mode_summary(&self) -> String {
+        self.mode.summary(&self.facts)
     }
 
     /// Configure `side`'s namespace and create its TUN device; also opens that namespace's
@@ -198,6 +284,16 @@ impl Topology {
         let epoch = Instant::now();
         for dir in 0..2 {
             let (input, output) = (self.tuns[dir].clone(), self.tuns[1 - dir].clone());
+            let framing = match self.mode {
+                Mode::Root => Framing::Tun,
+                Mode::Rootless => {
+                    // Out of the other side's veth end, to that side's tt0.
+                    let mut dst_src = [0u8; 12];
+                    dst_src[..6].copy_from_slice(&rootless::mac(1 - dir, true));
+                    dst_src[6..].copy_from_slice(&rootless::mac(1 - dir, false));
+                    Framing::Ethernet { dst_src }
+                }
+            };
             let worker = Worker {
                 dir,
                 name: format!(
@@ -207,7 +303,8 @@ impl Topology {
                 ),
                 input,
                 output,
-                vnet: opts.offload,
+                vnet: opts.offload || self.mode == Mode::Rootless,
+                framing,
                 path: Path::with_max_burst(&self.cfg.path, dir as u64, opts.max_burst),
                 spin: opts.spin,
                 realtime: opts.realtime,
@@ -259,10 +356,7 @@ impl Topology {
             _ => (3, false),
         };
         let sock = |side: Side| -> Result<UdpSocket, EmuError> {
-            let addr = self.addr(side);
-            let s = self
-                .try_run_in(side, move || UdpSocket::bind((addr, 0)))?
-                .map_err(|e| EmuError::sys(format!("binding a UDP probe socket to {addr}"), e))?;
+            let s = self.udp_socket(side, 0)?;
             s.set_read_timeout(Some(per_try))
                 .map_err(|e| EmuError::sys("setting the probe timeout", e))?;
             Ok(s)
@@ -328,14 +422,15 @@ impl Topology {
 
     /// A command that runs `program` inside `side`'s namespace, with `TCPTUNE_SELF` set to
     /// that side's address and `TCPTUNE_PEER` to the other side's. Processes still running
-    /// in the namespace when the topology goes down are killed.
+    /// in the namespace when the topology goes down are killed. In rootless mode the command
+    /// also joins the topology's user namespace, where it is root.
     pub fn command(
         &self,
         side: Side,
         program: impl AsRef<std::ffi::OsStr>,
     ) -> std::process::Command {
         state::command_in(
-            self.ns_fds[side.index()].clone(),
+            &self.ns[side.index()],
             self.addr(side),
             self.addr(side.peer()),
             program,
@@ -343,7 +438,9 @@ impl Topology {
     }
 
     /// Run `f` on a thread that has entered `side`'s namespace (sockets it creates live in
-    /// that namespace, also after `f` returns).
+    /// that namespace, also after `f` returns). Root mode only: in rootless mode this
+    /// process cannot enter the namespaces; make sockets with [`socket`](Self::socket) and
+    /// friends, or run a program with [`command`](Self::command).
     ///
     /// # Panics
     ///
@@ -356,13 +453,20 @@ impl Topology {
         }
     }
 
-    /// Like [`run_in`](Self::run_in), returning an error if the namespace cannot be entered.
+    /// Like [`run_in`](Self::run_in), returning an error if the namespace cannot be entered
+    /// (always in rootless mode: [`EmuError::RootOnly`]).
     pub fn try_run_in<T: Send>(
         &self,
         side: Side,
         f: impl FnOnce() -> T + Send,
     ) -> Result<T, EmuError> {
-        let fd = self.ns_fds[side.index()].as_raw_fd();
+        if self.mode == Mode::Rootless {
+            return Err(EmuError::RootOnly(format!(
+                "running code of this process inside {}",
+                self.netns(side)
+            )));
+        }
+        let fd = self.ns[side.index()].net.as_raw_fd();
         let ns = self.netns(side).to_string();
         std::thread::scope(|s| {
             let h = s.spawn(move || -> Result<T, EmuError> {
@@ -376,32 +480,114 @@ impl Topology {
         })
     }
 
+    /// A socket created inside `side`'s namespace (`ty` may include `SOCK_NONBLOCK`;
+    /// `SOCK_CLOEXEC` is added). It stays in that namespace wherever it is used.
+    pub fn socket(
+        &self,
+        side: Side,
+        domain: libc::c_int,
+        ty: libc::c_int,
+        protocol: libc::c_int,
+    ) -> Result<OwnedFd, EmuError> {
+        if self.mode == Mode::Rootless {
+            return self.ns[side.index()].socket(domain, ty, protocol);
+        }
+        let what = format!("socket({domain}, {ty}, {protocol}) in {}", self.netns(side));
+        self.try_run_in(side, || {
+            // SAFETY: plain socket(2); the descriptor is owned at once.
+            let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) };
+            if fd < 0 {
+                return Err(EmuError::last_os(what));
+            }
+            // SAFETY: a fresh descriptor nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })?
+    }
+
+    /// A TCP listener on `side`'s address and `port` (0: any), inside its namespace.
+    pub fn tcp_listener(&self, side: Side, port: u16) -> Result<TcpListener, EmuError> {
+        let addr = SocketAddr::new(self.addr(side), port);
+        let fd = self.socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)?;
+        crate::sock::reuse_addr(&fd, addr)?;
+        crate::sock::bind(&fd, addr)?;
+        crate::sock::listen(&fd, addr)?;
+        Ok(TcpListener::from(fd))
+    }
+
+    /// A UDP socket bound to `side`'s address and `port` (0: any), inside its namespace.
+    pub fn udp_socket(&self, side: Side, port: u16) -> Result<UdpSocket, EmuError> {
+        let addr = SocketAddr::new(self.addr(side), port);
+        let fd = self.socket(side, libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+        crate::sock::bind(&fd, addr)?;
+        Ok(UdpSocket::from(fd))
+    }
+
+    /// A TCP connection from `side`'s namespace to `target`, made within `timeout` (the
+    /// socket is created before the clock starts: only the handshake is timed).
+    pub fn tcp_connect(
+        &self,
+        side: Side,
+        target: SocketAddr,
+        timeout: Duration,
+    ) -> Result<TcpStream, EmuError> {
+        let fd = self.socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)?;
+        crate::sock::connect_timeout(fd, target, timeout)
+    }
+
     /// Set a sysctl in `side`'s namespace (global sysctls such as net.core.rmem_max are
     /// refused).
     pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<(), EmuError> {
         crate::config::check_namespaced_sysctl(key)?;
+        if self.mode == Mode::Rootless {
+            return self.ns[side.index()].write_sysctls(&[(key.to_string(), value.to_string())]);
+        }
         self.try_run_in(side, || sys::write_sysctl(key, value))?
+    }
+
+    /// Read a sysctl as `side`'s namespace sees it (trimmed; tabs as the kernel writes them).
+    pub fn read_sysctl(&self, side: Side, key: &str) -> Result<String, EmuError> {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let text = self.read_file_in(side, &path)?;
+        Ok(text.trim().to_string())
+    }
+
+    /// Read a file as a process in `side`'s namespace would (`/proc/thread-self/net/...`,
+    /// `/proc/sys/net/...`).
+    fn read_file_in(&self, side: Side, path: &str) -> Result<String, EmuError> {
+        use std::io::Read as _;
+        let mut text = String::new();
+        if self.mode == Mode::Rootless {
+            let mut f = self.ns[side.index()].open(path)?;
+            f.read_to_string(&mut text)
+                .map_err(|e| EmuError::sys(format!("reading {path} of {}", self.netns(side)), e))?;
+            return Ok(text);
+        }
+        let owned = path.to_string();
+        self.try_run_in(side, move || std::fs::read_to_string(&owned))?
+            .map_err(|e| EmuError::sys(format!("reading {path} in {}", self.netns(side)), e))
     }
 
     /// Number of listening TCP sockets (IPv4 and IPv6) in `side`'s namespace.
     pub fn tcp_listeners(&self, side: Side) -> Result<usize, EmuError> {
-        self.try_run_in(side, || -> Result<usize, EmuError> {
-            let mut n = 0;
-            for f in ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"] {
-                let text = match std::fs::read_to_string(f) {
-                    Ok(t) => t,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(EmuError::sys(format!("reading {f}"), e)),
-                };
-                // Field 4 is the state; 0A is LISTEN.
-                n += text
-                    .lines()
-                    .skip(1)
-                    .filter(|l| l.split_whitespace().nth(3) == Some("0A"))
-                    .count();
-            }
-            Ok(n)
-        })?
+        let mut n = 0;
+        for f in ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"] {
+            let text = match self.read_file_in(side, f) {
+                Ok(t) => t,
+                Err(EmuError::Sys { error, .. })
+                    if error.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            // Field 4 is the state; 0A is LISTEN.
+            n += text
+                .lines()
+                .skip(1)
+                .filter(|l| l.split_whitespace().nth(3) == Some("0A"))
+                .count();
+        }
+        Ok(n)
     }
 
     /// Live counters of both directions (refreshed every 100 ms by the emulator threads).
@@ -482,8 +668,24 @@ impl Topology {
                 }
             }
         }
+        if self.rootless.is_some() {
+            for ns in &self.ns {
+                let killed = ns.id().and_then(|id| {
+                    sys::kill_ns_processes(id, &ns.label, Duration::from_millis(500))
+                });
+                if let Err(e) = killed {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Ok(mut p) = self.shared.packet_inputs.lock() {
+            p.clear();
+        }
         self.tuns.clear();
-        self.ns_fds.clear();
+        // Closing the last descriptors removes a rootless topology's namespaces, links and
+        // sockets.
+        self.ns.clear();
+        self.rootless = None;
         for (i, ns) in self.netns.iter().enumerate() {
             if std::mem::take(&mut self.ns_created[i]) {
                 if let Err(e) = sys::delete_netns(ns) {
@@ -525,7 +727,11 @@ fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuSta
 
 impl Drop for Topology {
     fn drop(&mut self) {
-        if self.claimed || self.ns_created.iter().any(|&c| c) || !self.workers.is_empty() {
+        if self.claimed
+            || self.ns_created.iter().any(|&c| c)
+            || self.rootless.is_some()
+            || !self.workers.is_empty()
+        {
             if let Err(e) = self.teardown() {
                 eprintln!("tcptune emu: tearing down '{}': {e}", self.cfg.name);
             }
