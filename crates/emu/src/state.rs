@@ -181,6 +181,22 @@ impl TopologyRecord {
         })
     }
 
+    /// The processes inside its namespaces now (never this process).
+    pub fn processes(&self) -> Vec<i32> {
+        match &self.rootless {
+            Some(rl) => rl
+                .ns_ids
+                .iter()
+                .flat_map(|id| sys::pids_in_ns(*id))
+                .collect(),
+            None => self
+                .netns
+                .iter()
+                .flat_map(|n| sys::pids_in_netns(n))
+                .collect(),
+        }
+    }
+
     /// The owner's latest counters, if it has written any.
     pub fn stats(&self) -> Option<EmuStats> {
         let text = fs::read_to_string(stats_path(&self.name)).ok()?;
