@@ -181,6 +181,15 @@ impl TopologyRecord {
         })
     }
 
+    /// Root or rootless mode.
+    pub fn mode(&self) -> crate::mode::Mode {
+        if self.rootless.is_some() {
+            crate::mode::Mode::Rootless
+        } else {
+            crate::mode::Mode::Root
+        }
+    }
+
     /// The processes inside its namespaces now (never this process).
     pub fn processes(&self) -> Vec<i32> {
         match &self.rootless {
