@@ -258,8 +258,13 @@ pub fn log_path(name: &str) -> PathBuf {
     state_dir().join(format!("{name}.log"))
 }
 
-/// Create the state directory; one that is not root's must be a directory of this user's
-/// that nobody else may write (it is under a shared temporary directory).
+/// Create the state directory and return it; one that is not root's must be a directory
+/// of this user's that nobody else may write (it is under a shared temporary directory).
+pub fn ensure_state_dir() -> Result<PathBuf, EmuError> {
+    ensure_dir()?;
+    Ok(state_dir())
+}
+
 fn ensure_dir() -> Result<(), EmuError> {
     let dir = state_dir();
     if dir == std::path::Path::new(STATE_DIR) {

@@ -151,7 +151,7 @@ pub fn build(plan: &ExpandedPlan, records: &[RunRecord], meta: &LabMeta) -> Buil
     let agg = aggregate(records);
     let hl = headline(plan, &agg);
     let cl = claims(plan, &agg);
-    let failed = records.iter().filter(|r| !r.ok).count();
+    let failed = records.iter().filter(|r| r.failed_run()).count();
     let summary = summarize(plan, &agg, records.len(), failed, hl, cl);
     let html = render(&ReportInput {
         plan,
@@ -243,7 +243,11 @@ pub fn results_csv(records: &[RunRecord]) -> String {
             opt(r.setup_s.map(|m| format!("{m:.3}"))),
             r.throughput_incl_measure_bps(),
             r.wall_s,
-            csv_field(r.error.as_deref().unwrap_or(""))
+            csv_field(&match (&r.error, &r.not_run) {
+                (Some(e), _) => e.clone(),
+                (None, Some(why)) => format!("not run: {why}"),
+                (None, None) => String::new(),
+            })
         );
     }
     s
