@@ -125,7 +125,7 @@ mod tests {
             let k = key(HostConfig::KernelOnly, tune, 1);
             let why = not_runnable(&plan, &k, &ROOTLESS_4M).unwrap_or_default();
             assert!(why.starts_with("rootless mode: "), "{tune}: {why}");
-            assert!(why.contains("4.0MiB"), "{why}");
+            assert!(why.contains("(4MiB/4MiB)"), "{why}");
         }
         // A host whose maxima are already that high runs them.
         let big = HostLimits {
