@@ -152,7 +152,10 @@ fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
     );
     let mode = if rootless { "rootless" } else { "root" };
     assert_eq!(meta.mode.as_deref(), Some(mode));
-    assert!(stderr.contains(&format!("tcptune lab: mode {mode}: ")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tcptune lab: mode {mode}: ")),
+        "{stderr}"
+    );
     if rootless {
         assert!(meta.global_changes.is_empty(), "{:?}", meta.global_changes);
     }
@@ -167,10 +170,10 @@ fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
     assert!(rootless || summary.not_run_cells.is_empty());
     for c in &plan.cells {
         if summary.not_run_cells.iter().any(|n| n.cell == c.key.id()) {
-            assert!(records
-                .iter()
-                .filter(|r| r.cell == c.key)
-                .all(|r| r.not_run.as_deref().is_some_and(|w| w.starts_with("rootless mode: "))));
+            assert!(records.iter().filter(|r| r.cell == c.key).all(|r| r
+                .not_run
+                .as_deref()
+                .is_some_and(|w| w.starts_with("rootless mode: "))));
             continue;
         }
         let ok = records.iter().filter(|r| r.cell == c.key && r.ok).count();
@@ -572,9 +575,17 @@ fn a_rootless_lab_marks_the_cells_it_cannot_run_and_runs_the_rest() {
             .expect("summary parses");
     assert_eq!(summary.failed_runs, 0);
     assert!(summary.missing_cells.is_empty());
-    assert_eq!(summary.not_run_cells.len(), 2, "{:?}", summary.not_run_cells);
+    assert_eq!(
+        summary.not_run_cells.len(),
+        2,
+        "{:?}",
+        summary.not_run_cells
+    );
     let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
     assert!(html.contains("Not run (2)"), "the report lists them");
     let table = String::from_utf8_lossy(&o.stdout);
-    assert!(table.contains("2 planned cell(s) not run in this mode"), "{table}");
+    assert!(
+        table.contains("2 planned cell(s) not run in this mode"),
+        "{table}"
+    );
 }

@@ -392,7 +392,10 @@ mod tests {
         assert_eq!(s.runs, records.len());
         let n_auto = plan.plan.streams.len();
         assert_eq!(s.not_run_cells.len(), n_auto, "{:?}", s.not_run_cells);
-        assert!(s.not_run_cells.iter().all(|c| c.reason == why && c.cell.contains("auto")));
+        assert!(s
+            .not_run_cells
+            .iter()
+            .all(|c| c.reason == why && c.cell.contains("auto")));
         assert!(b.html.contains("not run in this mode"), "header");
         assert!(b.html.contains(&format!("Not run ({n_auto})")), "table");
         assert!(b.html.contains("Mode rootless: cannot raise"), "mode line");

@@ -56,6 +56,9 @@ pub enum Need {
     /// The emulator in the mode this process gets (`tcptune_emu::mode`): root mode as root
     /// with `/dev/net/tun`, rootless mode otherwise (user namespaces).
     Emulator,
+    /// A [`Netns`] of the test's own: as root a named one, otherwise one in a user namespace
+    /// (what [`Need::UserNs`] checks).
+    Netns,
     /// A program on `PATH` (`iperf3`, `ss`, ...).
     Program(&'static str),
 }
@@ -70,6 +73,7 @@ impl Need {
             Need::UserNs => tcptune_emu::mode::userns_available()
                 .err()
                 .map(|e| format!("user namespaces are not available: {e}")),
+            Need::Netns if !is_root() => Need::UserNs.missing(),
             Need::Emulator => {
                 let (mode, _) = tcptune_emu::mode::detect(tcptune_emu::ModeChoice::from_env());
                 mode.err()
