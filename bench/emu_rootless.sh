@@ -44,10 +44,11 @@ order() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "root rootless"; else echo "root
 capacity() {
     local mode=$1; shift
     if [ "$mode" = root ]; then
-        EMU_AS=(env TCPTUNE_EMU_MODE=root) EMU_TMP= emu_iperf "$SECS" "$WARM" "$@"
+        EMU_AS=(env TCPTUNE_EMU_MODE=root); EMU_TMP=
     else
-        EMU_AS=("${USER_PREFIX[@]}") EMU_TMP=$SCRATCH emu_iperf "$SECS" "$WARM" "$@"
+        EMU_AS=("${USER_PREFIX[@]}"); EMU_TMP=$SCRATCH
     fi
+    emu_iperf "$SECS" "$WARM" "$@"
 }
 
 # handshake MODE DELAY -> median TCP connect time in ms over an idle path
