@@ -52,15 +52,25 @@ impl TuneMode {
         ]
     }
 
-    /// Whether the transfer engine must run a short bandwidth probe before the transfer and
-    /// put the measured rate in [`PathHint::rate`](crate::PathHint) (the engine always puts the
-    /// control connection's RTT in `PathHint::rtt`).
+    /// Whether the mode wants the path's rate in [`PathHint::rate`](crate::PathHint) (the
+    /// engine always puts the control connection's RTT in `PathHint::rtt`): from the path
+    /// database when it knows the path, else measured.
     ///
-    /// `probe` is built on it; `auto` uses it to size buffers and count streams before the
-    /// first byte (without it, `auto` falls back to in-band decisions, which come late on
-    /// long paths).
+    /// `probe` measures with a short bandwidth probe before the transfer (NLANR's way);
+    /// `auto` measures in band, during the transfer itself, on paths of 5 ms or more
+    /// ([`PathHint::rate_in_band`](crate::PathHint::rate_in_band)), and sizes buffers and
+    /// counts streams before the first byte when the rate is already known.
     pub fn needs_rate_probe(&self) -> bool {
         matches!(self, TuneMode::Probe | TuneMode::Auto)
+    }
+
+    /// The spelling for people: sizes and rates with units (`fixed:16MiB`, `manual:1gbit`);
+    /// it parses back to the same mode.
+    pub fn describe(&self) -> String {
+        match self {
+            TuneMode::Fixed(b) => format!("fixed:{b}"),
+            other => other.to_string(),
+        }
     }
 
     /// The technique's short name without parameters (`fixed`, `manual`, ...).
@@ -150,8 +160,10 @@ impl FromStr for TuneMode {
 impl fmt::Display for TuneMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // The byte count: the lab's cell ids and saved results use this spelling, and
+            // every version of the server reads it alike. `describe` is the form for people.
             TuneMode::Fixed(b) => write!(f, "fixed:{}", b.0),
-            TuneMode::Manual(Some(r)) => write!(f, "manual:{}bit", r.0),
+            TuneMode::Manual(Some(r)) => write!(f, "manual:{}", r.compact()),
             other => f.write_str(other.name()),
         }
     }
@@ -195,6 +207,7 @@ pub struct TunerFactory {
     mode: TuneMode,
     pool: SharedPool,
     peer_limits: Option<HostLimits>,
+    measure: tuners::auto::MeasureShare,
 }
 
 impl TunerFactory {
@@ -204,6 +217,7 @@ impl TunerFactory {
             mode,
             pool: PoolConfig::default().shared(),
             peer_limits: None,
+            measure: tuners::auto::MeasureShare::new(),
         }
     }
 
@@ -258,6 +272,7 @@ impl TunerFactory {
             TuneMode::Auto => Box::new(
                 tuners::auto::AutoConfig::default()
                     .peer_limits(self.peer_limits.clone())
+                    .share(self.measure.clone())
                     .build(ctx),
             ),
         }
@@ -287,6 +302,15 @@ mod tests {
         }
         assert_eq!("fixed:4m".parse(), Ok(TuneMode::Fixed(Bytes::mib(4))));
         assert_eq!("AUTO".parse(), Ok(TuneMode::Auto));
+        assert_eq!(
+            TuneMode::Fixed(Bytes::mib(16)).to_string(),
+            "fixed:16777216"
+        );
+        assert_eq!(TuneMode::Fixed(Bytes::mib(16)).describe(), "fixed:16MiB");
+        assert_eq!(
+            TuneMode::Manual(Some(Rate::gbit(1))).to_string(),
+            "manual:1gbit"
+        );
     }
 
     #[test]

@@ -305,7 +305,15 @@ impl PathDb {
                     e.samples = e.samples.saturating_add(1);
                     e.min_rtt_us = e.min_rtt_us.min(rtt_us);
                     if m.full_pipe {
-                        e.rate_bps = if e.full_pipe {
+                        // Two full-pipe measurements a factor of 1.5 apart are two different
+                        // paths (the route or the bottleneck changed): a mean describes
+                        // neither, the new one replaces the old.
+                        let below = |a: u64, b: u64| a.saturating_mul(3) < b.saturating_mul(2);
+                        let changed = e.full_pipe
+                            && (below(m.rate.0, e.rate_bps) || below(e.rate_bps, m.rate.0));
+                        e.rate_bps = if changed {
+                            m.rate.0
+                        } else if e.full_pipe {
                             e.rate_bps / 2 + m.rate.0 / 2
                         } else {
                             e.rate_bps.max(m.rate.0)
@@ -342,6 +350,46 @@ impl PathDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_pipe_measurement_far_from_the_entry_replaces_it() {
+        let policy = PathDbPolicy::default();
+        let mut db = PathDb::new();
+        let m = |mbit: u64, at: f64| Measurement {
+            rate: Rate::mbit(mbit),
+            min_rtt: Duration::from_millis(100),
+            full_pipe: true,
+            at_unix_s: at,
+        };
+        db.record("p", Direction::Send, &m(500, 10.0), &policy);
+        db.record("p", Direction::Send, &m(450, 20.0), &policy);
+        let k = db
+            .lookup(
+                "p",
+                Direction::Send,
+                Duration::from_millis(100),
+                30.0,
+                &policy,
+            )
+            .expect("entry");
+        assert_eq!(k.rate, Rate::mbit(475), "close measurements are averaged");
+        db.record("p", Direction::Send, &m(50, 40.0), &policy);
+        let k = db
+            .lookup(
+                "p",
+                Direction::Send,
+                Duration::from_millis(100),
+                50.0,
+                &policy,
+            )
+            .expect("entry");
+        assert_eq!(
+            k.rate,
+            Rate::mbit(50),
+            "a different path replaces the old one"
+        );
+        assert_eq!(k.samples, 3);
+    }
 
     const HOUR: f64 = 3600.0;
 

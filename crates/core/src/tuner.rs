@@ -92,6 +92,18 @@ pub struct PathHint {
     /// implies, on evidence.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rate_is_lower_bound: bool,
+    /// No rate yet, but the transfer measures it in band and hands it to every tuner with
+    /// [`Tuner::handle_hint`] once the pipe is full: until then a tuner may size buffers
+    /// from what the stream delivers (`auto` does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rate_in_band: bool,
+    /// `rate` is the path's own, measured with a full pipe at this RTT and fresh (a path
+    /// database entry the control connection's RTT confirms), and the sender's host starts
+    /// new connections to the peer with a large initial window: a sender may start at the
+    /// rate (careful resume), paced, and retreats to normal behaviour on the first loss or
+    /// a longer RTT.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
 }
 
 /// Everything a tuner is told when it is built.
@@ -153,6 +165,9 @@ pub enum Action {
     SetWindowClamp(Bytes),
     /// `setsockopt(TCP_NOTSENT_LOWAT, bytes)`: limit unsent data queued in the kernel.
     SetNotsentLowat(Bytes),
+    /// `setsockopt(SO_MAX_PACING_RATE)`: send at most at this rate (once set, Linux paces in
+    /// TCP itself, without the fq qdisc); `None` lifts the cap.
+    SetMaxPacingRate(Option<Rate>),
     /// Ask the transfer engine for `count` more parallel streams.
     OpenStreams {
         /// How many streams to add.
@@ -178,6 +193,8 @@ pub enum Action {
 ///    [`handle_snapshot`], drain [`poll_action`] and apply the actions in order. Sample again
 ///    after [`poll_interval`] (drivers clamp it to 10 ms..200 ms; about one RTT is typical).
 /// 5. If the application sets a buffer itself: `handle_event(now, ConnEvent::UserSetBuffer)`.
+///    If the transfer learns something new about the path while it runs:
+///    [`handle_hint`](Tuner::handle_hint), then drain [`poll_action`].
 /// 6. When the connection closes: `handle_event(now, ConnEvent::Closed)`. No calls after this.
 ///
 /// `now` must never go backwards across calls. Actions are returned at most once; a driver
@@ -202,4 +219,10 @@ pub trait Tuner: Send {
 
     /// How long until the tuner wants the next snapshot (`None`: it does not need any).
     fn poll_interval(&self) -> Option<Duration>;
+
+    /// What is known about the path changed while the connection runs: the transfer
+    /// measured the path's rate in band (or found the rate it had wrong), and the transfer
+    /// now has `streams` streams. A tuner may settle its buffers to it (drain
+    /// [`Tuner::poll_action`] afterwards). Most tuners decide once and ignore this.
+    fn handle_hint(&mut self, _now: Time, _hint: &PathHint, _streams: u32) {}
 }

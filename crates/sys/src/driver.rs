@@ -21,7 +21,7 @@ use crate::sockopt::{self, SockoptError};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use tcptune_core::{
-    Action, ConnEvent, Decimated, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
+    Action, ConnEvent, Decimated, PathHint, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
 };
 
 /// The shortest interval between two samples of one socket.
@@ -53,6 +53,14 @@ pub struct StreamRequest {
     pub count: u32,
     /// Its reason.
     pub reason: String,
+}
+
+/// Whether the kernel holds less than the doubled size asked for (a `*mem_max` cap).
+fn capped(action: &Action, effective: Option<u64>) -> bool {
+    match (action, effective) {
+        (Action::SetSndBuf(b) | Action::SetRcvBuf(b), Some(v)) => v < b.0.saturating_mul(2),
+        _ => false,
+    }
 }
 
 /// Points a recorded time series keeps per socket (`record_series`): older points are
@@ -241,8 +249,11 @@ impl TunerDriver {
                     error,
                     note,
                 });
-            } else if (error.is_some() || note.is_some()) && self.changes.len() < 8 {
-                // Without a series, failures and adjustments are still worth keeping (a few).
+            } else if (error.is_some() || note.is_some() || capped(&applied, effective))
+                && self.changes.len() < 8
+            {
+                // Without a series, failures and adjustments (the driver's, or a system
+                // maximum's) are still worth keeping (a few): the report explains them.
                 self.changes.push(AppliedChange {
                     at: now,
                     action,
@@ -252,6 +263,17 @@ impl TunerDriver {
                 });
             }
         }
+    }
+
+    /// The transfer learned something about the path while it runs (see
+    /// [`Tuner::handle_hint`]): tell the tuner and apply what it changes.
+    pub fn hint(&mut self, now: Time, fd: BorrowedFd<'_>, hint: &PathHint, streams: u32) {
+        if self.closed {
+            return;
+        }
+        self.known_streams = streams;
+        self.tuner.handle_hint(now, hint, streams);
+        self.drain(now, fd);
     }
 
     /// Requests for more streams collected since the last call.
@@ -276,7 +298,7 @@ impl TunerDriver {
     }
 
     /// The changes kept: with `record_series` the first [`CHANGES_CAPACITY`] changes the
-    /// tuner made, applied or failed; without, the first few failures only.
+    /// tuner made, applied or failed; without, the first few that failed, were adjusted or were capped.
     pub fn changes(&self) -> &[AppliedChange] {
         &self.changes
     }

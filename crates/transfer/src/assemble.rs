@@ -25,6 +25,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) measurement: Option<crate::report::MeasurementReport>,
     pub(crate) setup_seconds: Option<f64>,
     pub(crate) session_seconds: Option<f64>,
+    pub(crate) round_trips: (Option<f64>, Option<f64>),
     pub(crate) delivery_rate_max_bps: Option<u64>,
     pub(crate) sender_limits: HostLimits,
     pub(crate) receiver_limits: HostLimits,
@@ -34,6 +35,9 @@ pub(crate) struct Assembly<'a> {
     pub(crate) intervals: Vec<Interval>,
     pub(crate) host_cpu: CpuTimes,
     pub(crate) host_wall: Duration,
+    /// Whether the server asked for the shared secret (unknown without its answer).
+    pub(crate) server_requires_secret: Option<bool>,
+    pub(crate) resume: Option<crate::report::ResumeReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -266,14 +270,20 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         peak_rcvbuf_bytes: sum_over(&|d| d.receiver.stats.peak_rcvbuf_bytes),
         peak_wmem_queued_bytes: sum_over(&|d| d.sender.stats.peak_wmem_queued_bytes),
         peak_rmem_alloc_bytes: sum_over(&|d| d.receiver.stats.peak_rmem_alloc_bytes),
+        peak_sndbuf_total_bytes: snd.peaks.sndbuf_bytes,
+        peak_rcvbuf_total_bytes: rcv.peaks.rcvbuf_bytes,
         streams: details,
         messages_received: recv_messages,
         setup_seconds: a.setup_seconds,
         session_seconds: a.session_seconds,
+        setup_round_trips: a.round_trips.0,
+        finish_round_trips: a.round_trips.1,
         delivery_rate_max_bps: a.delivery_rate_max_bps,
         error: verdict.as_ref().err().map(|v| match v {
             Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
         }),
+        adjustments: Vec::new(),
+        diagnosis: None,
     };
     let connected = a
         .local
@@ -298,7 +308,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         ))
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    let report = Report {
+    let mut report = Report {
         schema_version: SCHEMA_VERSION,
         start: Start {
             connected,
@@ -350,6 +360,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                     a.params.messages
                 },
                 message_size: a.params.message_size,
+                duration_s: a.params.duration_ms.map(|d| d as f64 / 1000.0),
                 max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
                 path_hint: a.hint.clone(),
                 sender_limits: a.sender_limits,
@@ -357,6 +368,8 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 congestion: a.congestion,
                 probe_seconds: a.probe_seconds,
                 measurement: a.measurement,
+                server_requires_secret: a.server_requires_secret,
+                resume: a.resume.clone(),
             },
         },
         intervals: a.intervals,
@@ -374,6 +387,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             Verdict::Failed(e) => format!("transfer failed: {e}"),
         }),
     };
+    crate::diagnose::annotate(&mut report);
     (report, verdict)
 }
 
@@ -473,6 +487,7 @@ mod tests {
             measurement: None,
             setup_seconds: None,
             session_seconds: None,
+            round_trips: (None, None),
             delivery_rate_max_bps: None,
             sender_limits: HostLimits::linux_defaults(),
             receiver_limits: HostLimits::linux_defaults(),
@@ -482,6 +497,8 @@ mod tests {
             intervals: Vec::new(),
             host_cpu: CpuTimes::default(),
             host_wall: Duration::from_secs(2),
+            server_requires_secret: None,
+            resume: None,
             capped,
             interrupted: false,
             streams_reason: None,

@@ -20,6 +20,7 @@
 mod assemble;
 pub mod auth;
 pub mod client;
+pub mod diagnose;
 mod engine;
 pub mod human;
 pub mod pathdb;
@@ -28,6 +29,7 @@ mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
+mod report_serde;
 pub mod server;
 pub mod session;
 

@@ -81,12 +81,24 @@ fn every_tuning_mode_moves_messages_byte_exact_in_both_directions() {
                     assert_complete(&r, 12, MIB);
                     assert_eq!(r.start.tcptune.tune, c.tune.to_string());
                     assert_eq!(r.start.test_start.reverse, u32::from(reverse));
-                    if c.tune.needs_rate_probe() {
+                    let source = r
+                        .start
+                        .tcptune
+                        .measurement
+                        .as_ref()
+                        .map(|m| m.source.clone());
+                    if c.tune == TuneMode::Probe {
                         assert!(
                             r.start.tcptune.path_hint.rate.is_some(),
                             "{mode}: probe rate"
                         );
                         assert!(r.start.tcptune.probe_seconds.is_some());
+                        assert_eq!(source.as_deref(), Some("probe"));
+                    }
+                    if c.tune == TuneMode::Auto {
+                        // Loopback is a short path: nothing to measure, autotuning leads.
+                        assert!(r.start.tcptune.probe_seconds.is_none(), "{mode}");
+                        assert_eq!(source.as_deref(), Some("none"));
                     }
                     println!(
                         "{mode:>12} reverse={reverse}: {:.2} Gbit/s",
@@ -405,7 +417,7 @@ impl Drop for TempDir {
 }
 
 #[test]
-fn auto_probes_a_new_path_then_reuses_the_path_database() {
+fn a_probe_of_a_new_path_is_recorded_and_auto_reuses_it_from_the_path_database() {
     let server = TestServer::start(ServerConfig::default());
     let dir = TempDir::new("pathdb");
     let db = dir.0.join("paths.sqlite");
@@ -414,17 +426,18 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
         let entries = store.entries().expect("list database");
         entries.into_iter().map(|e| e.entry.peer).collect()
     };
-    let run_auto = |probe: bool| {
+    let run_mode = |mode: &str, probe: bool| {
         let mut c = server.client();
-        c.tune = "auto".parse().expect("mode");
+        c.tune = mode.parse().expect("mode");
         c.messages = 16;
         c.path_db = Some(db.clone());
         c.probe = probe;
         run(&c, None).expect("transfer")
     };
 
-    // A new path: the probe runs, and both it and the transfer are recorded.
-    let first = run_auto(true);
+    // A new path: the probe runs (`--tune probe`; auto measures in band on long paths and
+    // leaves short ones to autotuning), and both it and the transfer are recorded.
+    let first = run_mode("probe", true);
     assert_complete(&first, 16, MIB);
     let m = first
         .start
@@ -454,8 +467,8 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
     assert_eq!(peers_in_db(), ["127.0.0.1"]);
     assert!(first.end.tcptune.session_seconds.unwrap_or(0.0) >= m.seconds);
 
-    // The same path again: no probe, the database's rate.
-    let second = run_auto(true);
+    // The same path again, with auto: no probe, the database's rate.
+    let second = run_mode("auto", true);
     assert_complete(&second, 16, MIB);
     let m2 = second
         .start
@@ -477,7 +490,7 @@ fn auto_probes_a_new_path_then_reuses_the_path_database() {
     std::fs::write(&db, &wrecked).expect("write");
     let _ = std::fs::remove_file(dir.0.join("paths.sqlite-wal"));
     let _ = std::fs::remove_file(dir.0.join("paths.sqlite-shm"));
-    let third = run_auto(true);
+    let third = run_mode("probe", true);
     assert_complete(&third, 16, MIB);
     let m3 = third
         .start

@@ -2,6 +2,7 @@
 
 use super::tcp::{Ack, Receiver, Seg, Sender};
 use super::{SimConfig, SimOutcome};
+use crate::fullpipe::{FullPipe, ProbePlan};
 use crate::mode::TunerFactory;
 use crate::time::Time;
 use crate::tuner::{Action, ConnEvent, PathHint, Role, Tuner, TunerContext};
@@ -139,6 +140,11 @@ struct Engine<'a> {
     reason: Option<String>,
     segs: Vec<Seg>,
     step_count: u64,
+    /// The in-band measurement of the path's rate (a mode that needs a rate and got none,
+    /// as the client does): its estimator and when it samples next.
+    measuring: Option<(FullPipe, Time)>,
+    /// When the in-band measurement found the rate.
+    measured_at: Option<Time>,
 }
 
 /// Run one simulated transfer.
@@ -180,6 +186,8 @@ impl<'a> Engine<'a> {
                 rtt: Some(rtt),
                 rate: probe.map(|(r, _)| r),
                 rate_is_lower_bound: probe.is_some_and(|(_, lb)| lb),
+                rate_in_band: false,
+                resume: false,
             },
             streams: Vec::new(),
             link: Bottleneck {
@@ -199,11 +207,31 @@ impl<'a> Engine<'a> {
             reason: None,
             segs: Vec::new(),
             step_count: 0,
+            measuring: None,
+            measured_at: None,
         }
     }
 
     fn run(mut self) -> SimOutcome {
-        let initial = self.cfg.streams.clamp(1, self.cfg.max_streams.max(1));
+        let mut initial = self.cfg.streams.clamp(1, self.cfg.max_streams.max(1));
+        // A mode that needs the rate and has none measures it in band, as the client does:
+        // it starts with the streams a full pipe needs to show, and the estimator watches
+        // what the transfer delivers.
+        if self.cfg.mode.needs_rate_probe()
+            && self.hint.rate.is_none()
+            && self.cfg.in_band
+            && self.cfg.path.rtt >= crate::tuners::auto::MEASURE_MIN_RTT
+        {
+            let plan = ProbePlan::new(
+                Some(self.cfg.path.rtt),
+                &self.cfg.sender_limits,
+                self.cfg.max_streams,
+            );
+            initial = initial.max(plan.streams).min(self.cfg.max_streams.max(1));
+            self.hint.rate_in_band = true;
+            let round = self.cfg.path.rtt.max(crate::fullpipe::MIN_ROUND);
+            self.measuring = Some((FullPipe::new(round, Duration::MAX), Time::ZERO));
+        }
         self.open(initial);
         let end = Time::ZERO + self.cfg.max_time;
         loop {
@@ -290,6 +318,63 @@ impl<'a> Engine<'a> {
         for (k, &i) in open.iter().enumerate() {
             let extra = unstarted / n + u64::from((k as u64) < unstarted % n);
             self.streams[i].snd.target += extra * msg;
+        }
+    }
+
+    /// The client's in-band measurement: sample the delivered bytes a few times a round;
+    /// once the pipe is full, hand every tuner the rate and the stream count (the plan's, or
+    /// more when more are open), as the client does with its `Hint`.
+    fn measure(&mut self) {
+        let Some((est, next)) = self.measuring.as_mut() else {
+            return;
+        };
+        if self.now < *next {
+            return;
+        }
+        *next = self.now + (self.cfg.path.rtt / 8).max(Duration::from_millis(2));
+        let delivered: u64 = self.streams.iter().map(|s| s.snd.una).sum();
+        if est.on_sample(self.now, delivered).is_none() {
+            return;
+        }
+        let Some(rate) = est.outcome().rate else {
+            return;
+        };
+        self.measuring = None;
+        self.measured_at = Some(self.now);
+        self.hint.rate = Some(rate);
+        self.hint.rate_in_band = false;
+        let planned = crate::tuners::auto::AutoPlan::compute(
+            &crate::tuners::auto::AutoConfig::default()
+                .peer_limits(Some(self.cfg.receiver_limits.clone())),
+            &TunerContext {
+                role: Role::Sender,
+                limits: self.cfg.sender_limits.clone(),
+                hint: self.hint.clone(),
+                stream_index: 0,
+                streams: self.cfg.streams.max(1),
+            },
+        )
+        .streams_total
+        .max(self.cfg.streams)
+        .min(self.cfg.max_streams.max(1));
+        // Streams beyond the plan's are kept: their congestion windows carry the pipe, and
+        // retiring them would leave the rest to grow theirs back in congestion avoidance.
+        let open = self.streams.iter().filter(|s| !s.closed).count() as u32;
+        if planned > open {
+            self.open(planned - open);
+        }
+        let planned = planned.max(open);
+        let now = self.now;
+        let hint = self.hint.clone();
+        for i in 0..self.streams.len() {
+            if self.streams[i].closed {
+                continue;
+            }
+            self.streams[i].snd_tuner.handle_hint(now, &hint, planned);
+            self.streams[i].rcv_tuner.handle_hint(now, &hint, planned);
+            let connected = self.streams[i].established;
+            self.drain(i, Role::Sender, connected);
+            self.drain(i, Role::Receiver, connected);
         }
     }
 
@@ -405,6 +490,7 @@ impl<'a> Engine<'a> {
         let fwd = &mut self.fwd;
         self.link.drain(self.dt, |seg| fwd.push_back((arrive, seg)));
 
+        self.measure();
         for i in 0..n {
             self.sample(i);
             let s = &mut self.streams[i];
@@ -483,6 +569,8 @@ impl<'a> Engine<'a> {
             peak_rmem_alloc: sum(|s| s.peak_rmem),
             retransmitted: sum(|s| s.snd.retrans_bytes),
             actions: self.actions,
+            completion: last.map_or(Duration::ZERO, |l| l.saturating_since(Time::ZERO)),
+            measured_in: self.measured_at.map(|t| t.saturating_since(Time::ZERO)),
         }
     }
 }

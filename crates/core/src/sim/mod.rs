@@ -85,6 +85,9 @@ pub struct SimConfig {
     /// Modes that ask for a rate get one (else they start without: no probe, no database
     /// entry).
     pub probe_enabled: bool,
+    /// Without a rate, a mode that needs one measures it in band as the client does
+    /// (`auto` on a path never seen); with `false` it goes without (`--no-probe`).
+    pub in_band: bool,
     /// A woken writer runs again after a uniformly random delay up to this.
     pub writer_jitter: Duration,
     /// Stop after this much simulated time (the result is then marked capped).
@@ -111,6 +114,7 @@ impl SimConfig {
             probe_accuracy: 0.9,
             probe_single_socket: false,
             probe_enabled: true,
+            in_band: true,
             writer_jitter: Duration::from_micros(200),
             max_time: Duration::from_secs(10),
             max_streams: 32,
@@ -167,4 +171,8 @@ pub struct SimOutcome {
     pub retransmitted: Bytes,
     /// Tuner actions applied.
     pub actions: u64,
+    /// From the first SYN to the last byte at the receiver (capped runs: to the cap).
+    pub completion: Duration,
+    /// When the in-band measurement found the path's rate, if it ran and did.
+    pub measured_in: Option<Duration>,
 }

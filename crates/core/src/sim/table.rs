@@ -57,8 +57,9 @@ pub fn ideal(rtt: Duration, streams: u32) -> (Bytes, SimOutcome) {
 
 /// Run the matrix: for each RTT and stream count, `ideal`, every mode under default limits,
 /// `kernel`/`auto` under raised limits (suffix `+`), `auto` fed by a probe that is one
-/// socket wide (`auto-1p`: a rate that is only a lower bound) and `auto` without any rate
-/// (`auto-0`: no probe, no database entry; in-band decisions only).
+/// socket wide (`auto-1p`: a rate that is only a lower bound), `auto` without any rate
+/// (`auto-0`: no probe, no database entry: it measures the rate in band, as on a path it has
+/// never seen) and `auto` told not to measure at all (`auto-nm`: `--no-probe`).
 pub fn rows(rtts: &[Duration], streams: &[u32]) -> Vec<Row> {
     let mut out = Vec::new();
     for &rtt in rtts {
@@ -94,6 +95,8 @@ pub fn rows(rtts: &[Duration], streams: &[u32]) -> Vec<Row> {
             let mut blind = SimConfig::paper(TuneMode::Auto, rtt, p);
             blind.probe_enabled = false;
             push("auto-0".to_string(), run(&blind));
+            blind.in_band = false;
+            push("auto-nm".to_string(), run(&blind));
         }
     }
     out
@@ -108,11 +111,12 @@ pub fn render(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:>6} {:>2} {:<13} {:>7} {:>6} {:>4} {:>8} {:>8} {:>8} {:>7} {:>7} {:>6}",
+        "{:>6} {:>2} {:<13} {:>7} {:>6} {:>6} {:>4} {:>8} {:>8} {:>8} {:>7} {:>7} {:>6}",
         "rtt_ms",
         "P",
         "mode",
         "Mbit/s",
+        "done_s",
         "ideal",
         "used",
         "sndbuf",
@@ -127,11 +131,12 @@ pub fn render(rows: &[Row]) -> String {
         let o = &r.outcome;
         let _ = writeln!(
             s,
-            "{:>6} {:>2} {:<13} {:>7.1} {:>6.2} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>6}",
+            "{:>6} {:>2} {:<13} {:>7.1} {:>6.3} {:>6.2} {:>4} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>6}",
             crate::units::format_duration(r.rtt).trim_end_matches("ms"),
             r.streams,
             r.label,
             o.throughput.as_mbit_f64(),
+            o.completion.as_secs_f64(),
             r.of_ideal,
             o.streams_used,
             mib(o.peak_sndbuf),
@@ -155,7 +160,9 @@ pub fn paper_table() -> String {
                   # Modes under default limits (tcp_wmem max 4 MiB, *mem_max 4 MiB, tcp_rmem max 32 MiB);\n\
                   # '+' rows and ideal (best fixed buffer) under raised limits (256 MiB);\n\
                   # auto-1p: auto fed by a lower-bound rate (a one-stream probe: what one socket carries);\n\
-                  # auto-0: auto without any rate (in-band decisions only).\n\
+                  # auto-0: auto without any rate (it measures in band);\n\
+                  # auto-nm: auto told not to measure (slow-start decisions only).\n\
+                  # done_s: from the first SYN to the last byte (what a user waits for, less setup);\n\
                   # sndbuf/queued/rcvbuf: MiB, sum over streams of per-stream peaks; q/BDP: queued / BDP;\n\
                   # retx: MiB retransmitted.\n";
     format!("{header}{}", render(&rows(&rtts, &[1, 4])))

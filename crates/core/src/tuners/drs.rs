@@ -105,6 +105,7 @@ impl DrsConfig {
         let max_window =
             linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_value, &ctx.limits));
         DrsTuner {
+            limits: ctx.limits.clone(),
             role: ctx.role,
             factor: self.factor,
             max_value,
@@ -125,6 +126,7 @@ impl DrsConfig {
 /// Dynamic Right-Sizing at the receiver; does nothing at the sender.
 #[derive(Debug)]
 pub struct DrsTuner {
+    limits: crate::tuner::HostLimits,
     role: Role,
     factor: f64,
     max_value: Bytes,
@@ -152,6 +154,33 @@ impl DrsTuner {
     /// The largest estimate of the sender's window so far.
     pub fn largest_estimate(&self) -> Bytes {
         Bytes(self.largest)
+    }
+
+    /// Take over a connection whose window another tuner advertised (`window`): DRS grows
+    /// it from there.
+    pub fn adopt(&mut self, window: Bytes) {
+        self.window = window.0;
+    }
+
+    /// Size the window anew while the connection runs (a plan made when the path's rate was
+    /// measured): advertise `window` now if that is more than today's (the advertised window
+    /// never shrinks), grow by `factor` x the largest estimate from now on, and never past
+    /// what `max_buffer` gives.
+    pub fn retarget(&mut self, window: Bytes, max_buffer: Bytes, factor: f64) {
+        self.factor = if factor.is_finite() {
+            factor.max(1.0)
+        } else {
+            2.0
+        };
+        self.max_value = max_buffer;
+        self.max_window =
+            linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, &self.limits));
+        self.initial_window = window
+            .0
+            .clamp(linux::SOCK_MIN_RCVBUF, self.max_window.max(1));
+        if self.window > 0 && self.initial_window > self.window {
+            self.advertise(self.initial_window);
+        }
     }
 
     fn rcv_rtt(&self, s: &TcpSnapshot) -> Duration {

@@ -7,8 +7,8 @@ use super::{resolve, validate, ClientConfig, ClientError, ProgressFn};
 use crate::assemble::{assemble, Assembly, Verdict};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
-use crate::report::{MeasurementReport, ProbeReport, Report};
-use crate::session::client::ClientPlan;
+use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report};
+use crate::session::client::{ClientPlan, InBand};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -104,10 +104,19 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     let mut db = PathDbUse::new(cfg, addr.ip().to_string());
     let decision = measure::decide(cfg, &mut db, &mut hint);
     let mut conv = Conversation::new(cfg, addr, ctrl, plan, local_limits, force)?;
-    let mut source = match decision {
-        Plan::Known(s) => s,
-        _ => Source::None,
+    let (mut source, in_band) = match decision {
+        Plan::Known {
+            source,
+            check: true,
+            ..
+        } => (source, hint.rate.map_or(InBand::Off, InBand::Check)),
+        Plan::Known { source, .. } => (source, InBand::Off),
+        Plan::AtLeast => (Source::PathDb, InBand::Measure),
+        Plan::InBand => (Source::InBand, InBand::Measure),
+        _ => (Source::None, InBand::Off),
     };
+    // Careful resume: a fresh full-pipe entry confirmed by the RTT now starts at its rate.
+    let resume = resume_intent(cfg, &decision, &hint);
     let mut probe_report = None;
     let mut probe_seconds = None;
     if let Plan::Probe = decision {
@@ -139,6 +148,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         lower_bound: hint.rate_is_lower_bound,
         probe: probe_report,
         path_db: None,
+        in_band: None,
     };
 
     if cfg.cancel.as_ref().is_some_and(super::Cancel::is_triggered) {
@@ -146,7 +156,18 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     }
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
-    let main = conv.main(&hint, progress)?;
+    let main = conv.main(&hint, in_band, resume.as_ref().ok().copied(), progress)?;
+    hint.resume = main.resume.as_ref().is_some_and(|r| r.used);
+    let resume_report = match resume {
+        Ok(_) => main.resume.clone(),
+        Err(why_not) => why_not.map(|why| crate::report::ResumeReport {
+            used: false,
+            initcwnd_segs: None,
+            pacing_bps: None,
+            route: None,
+            why_not: Some(why),
+        }),
+    };
     let cpu = tcptune_sys::os::process_cpu()
         .unwrap_or_default()
         .since(&cpu0);
@@ -154,15 +175,35 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     conv.bye();
     let server = conv.server.clone();
 
-    // What the transfer delivered is a lower bound on the path's rate.
+    // What the transfer measured in band is the path's rate (a full pipe); otherwise what
+    // it delivered is a lower bound on it.
     let delivered = main.outcome.delivery.rate;
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
-    if let Some(rate) = delivered.filter(|_| receiver_ok(&main.local) && receiver_ok(&remote)) {
-        db.record(&hint, crate::pathdb::Source::Transfer, rate, false);
+    let clean = receiver_ok(&main.local) && receiver_ok(&remote);
+    match (&main.measured, delivered) {
+        (Some(m), _) if clean => {
+            db.record(&hint, crate::pathdb::Source::Transfer, m.rate, true);
+        }
+        (None, Some(rate)) if clean => {
+            db.record(&hint, crate::pathdb::Source::Transfer, rate, false);
+        }
+        _ => {}
     }
     let measurement = MeasurementReport {
         path_db: db.report(),
+        in_band: main.measured.as_ref().map(|m| InBandReport {
+            rate_bps: m.rate.0,
+            after_seconds: m.after.as_secs_f64(),
+            rounds: m.rounds,
+            corrects_bps: m.corrects.map(|r| r.0),
+        }),
+        seconds: if main.measured.is_some() && source == Source::InBand {
+            // Measuring in band costs no time of its own: it is part of the transfer.
+            0.0
+        } else {
+            measurement.seconds
+        },
         ..measurement
     };
     let remote_limits = server
@@ -173,7 +214,16 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     } else {
         (conv.local_limits.clone(), remote_limits)
     };
+    let round_trips = round_trips(
+        session_start,
+        Instant::now(),
+        hint.rtt,
+        &main.local,
+        &remote,
+        !cfg.reverse,
+    );
     let session_hex = proto::to_hex(&token);
+    let server_requires_secret = server.as_ref().map(|s| s.auth_required);
     let (report, verdict) = assemble(Assembly {
         cfg,
         params: &params,
@@ -184,6 +234,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         measurement: Some(measurement),
         setup_seconds: Some(main.outcome.setup.as_secs_f64()),
         session_seconds: Some(session_start.elapsed().as_secs_f64()),
+        round_trips,
         delivery_rate_max_bps: delivered.map(|r| r.0),
         sender_limits,
         receiver_limits,
@@ -197,6 +248,8 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         intervals: main.intervals,
         host_cpu: cpu,
         host_wall: wall,
+        server_requires_secret,
+        resume: resume_report,
         capped: main.outcome.capped,
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
@@ -212,4 +265,100 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
             report: Some(Box::new(report)),
         }),
     }
+}
+
+/// Round trips before the first data byte left the sender and after the last one arrived
+/// (see [`crate::report::EndTcptune::setup_round_trips`]), from this end's timestamps and
+/// the server's own first-to-last span.
+fn round_trips(
+    start: Instant,
+    end: Instant,
+    rtt: Option<std::time::Duration>,
+    local: &SideResult,
+    remote: &SideResult,
+    sending: bool,
+) -> (Option<f64>, Option<f64>) {
+    let (Some(rtt), Some(t0)) = (rtt.filter(|r| !r.is_zero()), local.started) else {
+        return (None, None);
+    };
+    let rtt = rtt.as_secs_f64();
+    let span = |side: &SideResult| {
+        let first = side
+            .streams
+            .iter()
+            .filter_map(|s| s.first_s)
+            .reduce(f64::min)?;
+        let last = side
+            .streams
+            .iter()
+            .filter_map(|s| s.last_s)
+            .reduce(f64::max)?;
+        Some((first, last))
+    };
+    let Some((first, last)) = span(local) else {
+        return (None, None);
+    };
+    let since_start =
+        |offset_s: f64| (t0.saturating_duration_since(start)).as_secs_f64() + offset_s;
+    let total = end.saturating_duration_since(start).as_secs_f64();
+    let round = |x: f64| (x.max(0.0) * 100.0).round() / 100.0;
+    if sending {
+        let setup = since_start(first);
+        let arrived = span(remote).map(|(f, l)| setup + rtt / 2.0 + (l - f));
+        (
+            Some(round(setup / rtt)),
+            arrived.map(|a| round((total - a) / rtt)),
+        )
+    } else {
+        (
+            Some(round(since_start(first) / rtt - 0.5)),
+            Some(round((total - since_start(last)) / rtt)),
+        )
+    }
+}
+
+/// Whether the transfer may start at the path database's rate (careful resume): `Ok` with
+/// the rate and RTT to resume at; `Err(Some(why))` when a known path cannot (said in the
+/// report); `Err(None)` when there is nothing to resume.
+fn resume_intent(
+    cfg: &ClientConfig,
+    decision: &Plan,
+    hint: &PathHint,
+) -> Result<(tcptune_core::Rate, std::time::Duration), Option<String>> {
+    let Plan::Known {
+        source: Source::PathDb,
+        entry: Some(k),
+        ..
+    } = decision
+    else {
+        return Err(None);
+    };
+    if cfg.tune != tcptune_core::TuneMode::Auto || cfg.custom_tuner.is_some() {
+        return Err(None);
+    }
+    if !cfg.resume_rate {
+        return Err(Some("off (--no-resume-rate)".into()));
+    }
+    if !k.full_pipe {
+        return Err(Some(
+            "the saved rate is only a lower bound (its pipe was never seen full)".into(),
+        ));
+    }
+    if cfg.reverse {
+        return Err(Some(
+            "the server sends: careful resume needs the sender's routes, and a server does not change its routes for clients".into(),
+        ));
+    }
+    let Some(rtt) = hint.rtt else {
+        return Err(Some("no RTT was measured on the control connection".into()));
+    };
+    let (now, saved) = (rtt.as_secs_f64(), k.min_rtt.as_secs_f64());
+    if saved <= 0.0 || now > saved * 1.25 || now < saved * 0.8 {
+        return Err(Some(format!(
+            "the RTT now ({}) is not the saved one ({}): the path may have changed",
+            tcptune_core::format_duration(rtt),
+            tcptune_core::format_duration(k.min_rtt)
+        )));
+    }
+    Ok((k.rate, k.min_rtt))
 }

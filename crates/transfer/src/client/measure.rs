@@ -76,6 +76,8 @@ pub(crate) enum Source {
     PathDb,
     /// The probe ran.
     Probe,
+    /// Measured by the transfer itself.
+    InBand,
     /// No rate.
     None,
 }
@@ -86,18 +88,30 @@ impl Source {
             Source::Given => "given",
             Source::PathDb => "path_db",
             Source::Probe => "probe",
+            Source::InBand => "in_band",
             Source::None => "none",
         }
     }
 }
 
-/// Whether the transfer needs a probe first, and the rate it already has.
+/// How the transfer learns the path's rate.
 pub(crate) enum Plan {
-    /// The rate is known (given or from the database): no probe.
-    Known(Source),
-    /// Run the probe.
+    /// The rate is known (given or from the database): no measurement; a database rate is
+    /// checked against what the transfer delivers when `check`. `entry` is the database's
+    /// entry, when it gave the rate.
+    Known {
+        source: Source,
+        check: bool,
+        entry: Option<Known>,
+    },
+    /// The database knows only a lower bound (an earlier transfer ended before its pipe
+    /// was seen full): start from it, and measure in band.
+    AtLeast,
+    /// Run the out-of-band probe first (`--tune probe`, NLANR's way).
     Probe,
-    /// Go without a rate.
+    /// Measure it in band: the transfer starts at once and finds the full pipe itself.
+    InBand,
+    /// Go without a rate (a short path: kernel autotuning; or measuring is off).
     Without,
 }
 
@@ -105,21 +119,43 @@ pub(crate) enum Plan {
 pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint) -> Plan {
     if let TuneMode::Manual(Some(r)) = &cfg.tune {
         hint.rate = Some(*r);
-        return Plan::Known(Source::Given);
+        return Plan::Known {
+            source: Source::Given,
+            check: false,
+            entry: None,
+        };
     }
     if !cfg.tune.needs_rate_probe() || cfg.custom_tuner.is_some() {
         return Plan::Without;
     }
     let known = hint.rtt.and_then(|rtt| db.lookup(rtt));
-    match known.filter(|k| k.full_pipe || !cfg.probe) {
-        Some(k) => {
+    let long = hint
+        .rtt
+        .is_some_and(|r| r >= tcptune_core::tuners::auto::MEASURE_MIN_RTT);
+    match known {
+        Some(k) if k.full_pipe || !cfg.probe => {
             hint.rate = Some(k.rate);
             hint.rate_is_lower_bound = !k.full_pipe;
             db.used();
-            Plan::Known(Source::PathDb)
+            Plan::Known {
+                source: Source::PathDb,
+                check: cfg.probe && k.full_pipe,
+                entry: Some(k),
+            }
         }
-        None if cfg.probe => Plan::Probe,
-        None => Plan::Without,
+        // A lower bound from a transfer that ended before its pipe was full (a long path,
+        // a short transfer): auto starts from it and measures in band.
+        Some(k) if cfg.tune == TuneMode::Auto && long => {
+            hint.rate = Some(k.rate);
+            hint.rate_is_lower_bound = true;
+            db.used();
+            Plan::AtLeast
+        }
+        _ if !cfg.probe => Plan::Without,
+        _ if cfg.tune == TuneMode::Probe => Plan::Probe,
+        _ if long => Plan::InBand,
+        // A short path: kernel autotuning is in charge; nothing to measure.
+        _ => Plan::Without,
     }
 }
 

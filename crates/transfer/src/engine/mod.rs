@@ -56,7 +56,7 @@ pub struct StreamSide {
     pub messages: u64,
     /// Receiver: bytes of a message cut short at the end (duration workload or cap).
     pub partial_bytes: u64,
-    /// Seconds after this end's start (its first stream) of the first write / first byte's
+    /// Seconds after this end's start (its first stream) of the first write's call / the first byte's
     /// arrival.
     pub first_s: Option<f64>,
     /// Seconds after this end's start of the last write / last byte's arrival.
@@ -76,9 +76,36 @@ pub struct StreamSide {
     pub error: Option<String>,
 }
 
+/// The most all streams of one end held at once (each stream as last sampled): the memory
+/// the host had to provide, where the per-stream peaks (which may come at different times)
+/// only bound it from above.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TotalPeaks {
+    /// Largest sum of `sk_sndbuf`.
+    pub sndbuf_bytes: u64,
+    /// Largest sum of `sk_rcvbuf`.
+    pub rcvbuf_bytes: u64,
+    /// Largest sum of `sk_wmem_queued`.
+    pub wmem_queued_bytes: u64,
+    /// Largest sum of `sk_rmem_alloc`.
+    pub rmem_alloc_bytes: u64,
+}
+
+impl TotalPeaks {
+    fn fold(&mut self, now: &TotalPeaks) {
+        self.sndbuf_bytes = self.sndbuf_bytes.max(now.sndbuf_bytes);
+        self.rcvbuf_bytes = self.rcvbuf_bytes.max(now.rcvbuf_bytes);
+        self.wmem_queued_bytes = self.wmem_queued_bytes.max(now.wmem_queued_bytes);
+        self.rmem_alloc_bytes = self.rmem_alloc_bytes.max(now.rmem_alloc_bytes);
+    }
+}
+
 /// One end's result of a phase.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SideResult {
+    /// The most all streams held at once.
+    #[serde(default)]
+    pub peaks: TotalPeaks,
     /// Per stream, ordered by stream number.
     pub streams: Vec<StreamSide>,
     /// CPU of the phase's threads, user seconds.
@@ -91,6 +118,10 @@ pub struct SideResult {
     pub integrity_error: Option<String>,
     /// Congestion control of the data sockets.
     pub congestion: String,
+    /// This end's start (its first stream added): what `first_s` and `last_s` count from.
+    /// Local only (an instant of this process's clock).
+    #[serde(skip)]
+    pub started: Option<Instant>,
 }
 
 impl SideResult {
@@ -111,6 +142,9 @@ impl SideResult {
 pub(crate) enum Event {
     /// Stream `index`'s data thread finished.
     StreamDone(u32),
+    /// Stream `index`'s sender wrote its last byte and closed its side; its thread now waits
+    /// for the receiver to close (every byte delivered) before it finishes.
+    StreamWritten(u32),
     /// Received data did not verify.
     Integrity(String),
     /// A tuner asks for more streams.
@@ -311,7 +345,9 @@ impl Engine {
                 .stack_size(THREAD_STACK)
                 .spawn(move || {
                     let out = match cfg.role {
-                        Role::Sender => send_loop(&stream, &shared, &pattern, &counters, &cfg),
+                        Role::Sender => {
+                            send_loop(&stream, &shared, &pattern, &counters, &cfg, index)
+                        }
                         Role::Receiver => {
                             recv_loop(&stream, &shared, &pattern, &counters, &cfg, index)
                         }
@@ -339,6 +375,16 @@ impl Engine {
         Ok(())
     }
 
+    /// The transfer learned something about the path while it runs (the rate measured in
+    /// band, or a corrected one): every stream's tuner hears it, for a transfer of
+    /// `streams` streams. Streams added later are built with it by the caller.
+    pub(crate) fn hint(&self, hint: &tcptune_core::PathHint, streams: u32) {
+        let _ = self.sampler_tx.send(SamplerCmd::Hint {
+            hint: hint.clone(),
+            streams,
+        });
+    }
+
     /// Senders stop at their next write (end of a duration workload).
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
@@ -346,7 +392,7 @@ impl Engine {
 
     /// Stream `index` finishes the message it is sending and closes (a sender only; the
     /// other streams take the remaining messages).
-    #[allow(dead_code)] // the in-band settling of `auto` (issue 11) retires surplus streams
+    #[allow(dead_code)] // kept for retiring streams; in-band settling keeps them (see client)
     pub(crate) fn retire(&self, index: u32) {
         if let Some(s) = self.slots.iter().find(|s| s.index == index) {
             s.counters.retire.store(true, Ordering::Release);
@@ -422,13 +468,20 @@ impl Engine {
         }
         let _ = self.sampler_tx.send(SamplerCmd::Finish);
         let sampler = self.sampler.take().and_then(|t| t.join().ok());
-        let (mut drivers, intervals, mut cpu) = match sampler {
-            Some(s) => (s.drivers, s.intervals, s.cpu),
-            None => (Vec::new(), Vec::new(), CpuTimes::default()),
+        let (mut drivers, intervals, mut cpu, peaks) = match sampler {
+            Some(s) => (s.drivers, s.intervals, s.cpu, s.peaks),
+            None => (
+                Vec::new(),
+                Vec::new(),
+                CpuTimes::default(),
+                TotalPeaks::default(),
+            ),
         };
         let t0_time = self.time(t0);
         let mut result = SideResult {
             congestion: self.congestion.clone(),
+            peaks,
+            started: Some(t0),
             ..SideResult::default()
         };
         let mut end = t0;

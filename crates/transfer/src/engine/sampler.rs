@@ -1,7 +1,7 @@
 //! The sampler thread: runs every stream's tuner on its schedule, cuts the intervals, and
 //! summarizes each stream's end for the result.
 
-use super::{secs_between, Counters, EngineConfig, Event, Shared};
+use super::{secs_between, Counters, EngineConfig, Event, Shared, TotalPeaks};
 use crate::report::{ChangeRecord, Interval, IntervalStream, IntervalSum, SideDetail};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tcptune_core::{Role, SampleRecord, Time};
+use tcptune_core::{Action, PathHint, Role, SampleRecord, Time};
 use tcptune_sys::driver::TunerDriver;
 use tcptune_sys::os::{thread_cpu, CpuTimes};
 
@@ -20,6 +20,11 @@ pub(super) enum SamplerCmd {
         driver: Box<TunerDriver>,
         counters: Arc<Counters>,
     },
+    /// What is known of the path changed: every stream's tuner hears it.
+    Hint {
+        hint: PathHint,
+        streams: u32,
+    },
     Finish,
 }
 
@@ -27,6 +32,7 @@ pub(super) struct SamplerOut {
     pub(super) drivers: Vec<(u32, Box<TunerDriver>)>,
     pub(super) intervals: Vec<Interval>,
     pub(super) cpu: CpuTimes,
+    pub(super) peaks: TotalPeaks,
 }
 
 /// One end of one stream for the report: the driver's statistics, and with `series` its
@@ -57,7 +63,18 @@ pub(super) fn side_detail(d: &TunerDriver, t0: Time, series: bool) -> SideDetail
         .map(|c| ChangeRecord {
             t_s: rel(c.at),
             action: c.action.clone(),
-            effective: c.effective,
+            // A pacing cap reads back in bytes per second (u64::MAX: none).
+            effective: match c.action {
+                Action::SetMaxPacingRate(_) => None,
+                _ => c.effective,
+            },
+            effective_bps: match c.action {
+                Action::SetMaxPacingRate(_) => c
+                    .effective
+                    .filter(|&v| v != u64::MAX)
+                    .map(|v| v.saturating_mul(8)),
+                _ => None,
+            },
             error: c.error.clone(),
             note: c.note.clone(),
         })
@@ -93,6 +110,7 @@ pub(super) fn sampler_main(
     let mut next_interval: Option<Instant> = None;
     let mut interval_start: Option<Instant> = None;
     let mut finishing = false;
+    let mut peaks = TotalPeaks::default();
     loop {
         let now = Instant::now();
         let t = to_time(now);
@@ -120,6 +138,18 @@ pub(super) fn sampler_main(
                 shared.post(Event::MoreStreams(req));
             }
         }
+        // What all open streams hold together, each as last sampled (at most one sampling
+        // interval old): the memory the host had to provide at once.
+        let open = entries.iter().filter(|e| e.stream.is_some());
+        let mut now_total = TotalPeaks::default();
+        for snap in open.filter_map(|e| e.driver.last_snapshot()) {
+            let v = |x: Option<u32>| u64::from(x.unwrap_or(0));
+            now_total.sndbuf_bytes += v(snap.sndbuf_bytes);
+            now_total.rcvbuf_bytes += v(snap.rcvbuf_bytes);
+            now_total.wmem_queued_bytes += v(snap.wmem_queued_bytes);
+            now_total.rmem_alloc_bytes += v(snap.rmem_alloc_bytes);
+        }
+        peaks.fold(&now_total);
         // Intervals, once the transfer started.
         if let (Some(every), Some(t0)) = (cfg.interval, t0.lock().ok().and_then(|g| *g)) {
             let start = *interval_start.get_or_insert(t0);
@@ -169,6 +199,14 @@ pub(super) fn sampler_main(
                 last_bytes: 0,
                 last_retrans: 0,
             }),
+            Ok(SamplerCmd::Hint { hint, streams }) => {
+                let t = to_time(Instant::now());
+                for e in &mut entries {
+                    if let Some(s) = &e.stream {
+                        e.driver.hint(t, s.as_fd(), &hint, streams);
+                    }
+                }
+            }
             Ok(SamplerCmd::Finish) | Err(RecvTimeoutError::Disconnected) => finishing = true,
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -177,6 +215,7 @@ pub(super) fn sampler_main(
         drivers: entries.into_iter().map(|e| (e.index, e.driver)).collect(),
         intervals,
         cpu: thread_cpu().unwrap_or_default().since(&cpu0),
+        peaks,
     }
 }
 

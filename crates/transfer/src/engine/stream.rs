@@ -43,6 +43,7 @@ pub(super) fn send_loop(
     pattern: &Pattern,
     counters: &Counters,
     cfg: &EngineConfig,
+    index: u32,
 ) -> ThreadOut {
     let mut out = ThreadOut::default();
     let cpu0 = thread_cpu().unwrap_or_default();
@@ -99,6 +100,9 @@ pub(super) fn send_loop(
                 iov[niov] = IoSlice::new(p);
                 niov += 1;
             }
+            // The first write counts from its call: a blocking write returns only once the
+            // send buffer took it all, which on a new connection takes round trips.
+            let called = Instant::now();
             let r = w.write_vectored(&iov[..niov]);
             match r {
                 Ok(0) => {
@@ -107,7 +111,7 @@ pub(super) fn send_loop(
                 }
                 Ok(n) => {
                     let now = Instant::now();
-                    out.first.get_or_insert(now);
+                    out.first.get_or_insert(called);
                     out.last = Some(now);
                     last_progress = now;
                     let before = pos;
@@ -151,8 +155,10 @@ pub(super) fn send_loop(
     }
     let _ = stream.shutdown(Shutdown::Write);
     // Wait for the receiver to close its side: then every byte was delivered and the last
-    // TCP_INFO sample is final.
+    // TCP_INFO sample is final. The controller hears now that nothing more will be written
+    // (a client then ends the phase a round trip sooner).
     if out.error.is_none() {
+        shared.post(Event::StreamWritten(index));
         let mut b = [0u8; 64];
         let mut r = stream;
         let waited = Instant::now();

@@ -27,6 +27,8 @@
 //!                                              connection's address only
 //!                                          <-  Accepted{limits, host limits} | Rejected
 //!                                          <-  WantStreams{..}   (a server tuner asks)
+//!   Hint{seq, hint, streams}               ->  (the rate, measured in band: both ends
+//!                                              settle their buffers)
 //!   Stop{capped}                           ->  (duration over, time cap, probe done)
 //!   EndPhase{streams}                      ->  (the client opens no more streams)
 //!                                          <-  PhaseResult{server side}  (once every
@@ -241,6 +243,17 @@ pub enum ClientMsg {
         /// Streams the client opens now (it may open more later, up to the limit).
         streams: u32,
     },
+    /// What is known of the path changed while phase `seq` runs (its rate was measured in
+    /// band, or the path database's was wrong): both ends' tuners settle to it, for a
+    /// transfer of `streams` streams.
+    Hint {
+        /// The phase.
+        seq: u32,
+        /// The path as now known.
+        hint: PathHint,
+        /// Streams the transfer has (or is opening) in all.
+        streams: u32,
+    },
     /// Senders stop now (duration over, the time cap hit, or the probe's time is up).
     Stop {
         /// End at once, discarding queued data (the `--max-time` cap or the end of the
@@ -325,6 +338,7 @@ impl ClientMsg {
             ClientMsg::Auth { .. } => "auth",
             ClientMsg::Setup { .. } => "setup",
             ClientMsg::StartPhase { .. } => "start_phase",
+            ClientMsg::Hint { .. } => "hint",
             ClientMsg::Stop { .. } => "stop",
             ClientMsg::EndPhase { .. } => "end_phase",
             ClientMsg::Bye => "bye",

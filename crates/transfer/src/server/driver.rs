@@ -424,6 +424,18 @@ impl Driver {
                         endpoint.on_session_error(Instant::now(), session, reason);
                     }
                 }
+                EndpointEvent::Hint {
+                    session,
+                    hint,
+                    streams,
+                } => {
+                    if let Some(p) = self.phases.get_mut(&session) {
+                        p.engine.hint(&hint, streams);
+                        // Streams that join later are built with it.
+                        p.spec.hint = hint;
+                        p.streams = p.streams.max(streams);
+                    }
+                }
                 EndpointEvent::StopSenders { session } => {
                     if let Some(p) = self.phases.get(&session) {
                         p.engine.stop();

@@ -39,7 +39,7 @@ use crate::proto::{
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
-use tcptune_core::{HostLimits, PathHint, Time};
+use tcptune_core::{HostLimits, PathHint, Rate, Time};
 
 /// What the client's session needs to know.
 #[derive(Clone, Debug)]
@@ -71,10 +71,36 @@ pub(crate) enum Goal {
     Probe(ProbePlan),
 }
 
+/// What the transfer learns about the path's rate while it runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum InBand {
+    /// Nothing: the rate is given, or not wanted.
+    Off,
+    /// The rate is not known: measure it (the full-pipe estimator on the transfer itself).
+    Measure,
+    /// The path database gave this rate: check it against what the transfer delivers and
+    /// correct it when it delivers much less.
+    Check(Rate),
+}
+
+/// What the in-band measurement found.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Measured {
+    /// The path's rate: the plateau the transfer's delivery reached.
+    pub(crate) rate: Rate,
+    /// The rate the path database gave, when this one corrects it.
+    pub(crate) corrects: Option<Rate>,
+    /// From the phase's start.
+    pub(crate) after: Duration,
+    /// Rounds of one RTT it took.
+    pub(crate) rounds: u32,
+}
+
 /// A phase to start.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PhaseRequest {
     pub(crate) goal: Goal,
+    pub(crate) in_band: InBand,
     pub(crate) hint: PathHint,
     /// Streams to open now.
     pub(crate) streams: u32,
@@ -142,6 +168,11 @@ pub(crate) enum ClientOutput {
         to: u32,
         total: u32,
     },
+    /// The in-band measurement found the path's rate (or that the database's was wrong):
+    /// decide the streams and call [`ClientSession::settle`].
+    Measured(Measured),
+    /// Tell the local engine's tuners what is now known of the path.
+    LocalHint { hint: PathHint, streams: u32 },
     /// Local senders stop.
     StopSenders,
     /// Tear the local engine down.
@@ -165,6 +196,7 @@ struct PhaseState {
     seq: u32,
     kind: Phase,
     goal: Goal,
+    in_band: InBand,
     epoch: Instant,
     estimator: FullPipe,
     sample_every: Duration,
@@ -347,6 +379,7 @@ impl ClientSession {
             seq,
             kind,
             goal: req.goal,
+            in_band: req.in_band,
             epoch: now,
             estimator,
             sample_every,
@@ -374,6 +407,37 @@ impl ClientSession {
             .as_ref()
             .map_or(u32::MAX, |s| s.limits.max_streams);
         self.plan.max_streams.min(server).max(1)
+    }
+
+    /// Why the phase has the streams it has (a plan made in band).
+    pub(crate) fn note_reason(&mut self, reason: String) {
+        if let Some(p) = &mut self.phase {
+            p.reason = Some(reason);
+        }
+    }
+
+    /// Settle the running phase on what the in-band measurement found: both ends' tuners
+    /// hear `hint` for a transfer of `streams` streams, and streams open up to that count.
+    pub(crate) fn settle(&mut self, _now: Instant, hint: PathHint, streams: u32) {
+        if self.failed {
+            return;
+        }
+        let max = self.max_streams();
+        let Some(p) = &mut self.phase else { return };
+        if p.stopped || p.ended {
+            return;
+        }
+        let streams = streams.clamp(1, max).max(p.requested);
+        p.target = p.target.max(streams);
+        let seq = p.seq;
+        self.send(ClientMsg::Hint {
+            seq,
+            hint: hint.clone(),
+            streams,
+        });
+        self.out
+            .push_back(ClientOutput::LocalHint { hint, streams });
+        self.open_wanted();
     }
 
     /// End the session (after the last phase).
@@ -551,7 +615,10 @@ impl ClientSession {
             return;
         }
         match ev {
-            Event::StreamDone(i) => {
+            // A sender that wrote its last byte opens nothing more: the phase may end for
+            // the server while the bytes are still in flight (its result comes when they
+            // have arrived), a round trip before this end's streams see the receiver close.
+            Event::StreamDone(i) | Event::StreamWritten(i) => {
                 if let Some(p) = &mut self.phase {
                     p.done.insert(i);
                 }
@@ -632,10 +699,37 @@ impl ClientSession {
                     .unwrap_or(u64::MAX),
             );
             let full = p.estimator.on_sample(t, obs.delivered()).is_some();
-            if full && matches!(p.goal, Goal::Probe(_)) && !p.stopped {
+            let probe_done = full && matches!(p.goal, Goal::Probe(_)) && !p.stopped;
+            if probe_done {
                 p.stopped = true;
+            }
+            let mut found = None;
+            if full && !p.stopped && p.in_band != InBand::Off {
+                let o = p.estimator.outcome();
+                found = match (p.in_band, o.rate) {
+                    (InBand::Measure, Some(rate)) => Some((rate, None, o.rounds)),
+                    // Much less than the database said: the path changed.
+                    (InBand::Check(known), Some(rate))
+                        if rate.0.saturating_mul(4) < known.0.saturating_mul(3) =>
+                    {
+                        Some((rate, Some(known), o.rounds))
+                    }
+                    _ => None,
+                };
+                p.in_band = InBand::Off;
+            }
+            let after = now.saturating_duration_since(p.epoch);
+            if probe_done {
                 self.send(ClientMsg::Stop { capped: true });
                 self.out.push_back(ClientOutput::AbortEngine);
+            }
+            if let Some((rate, corrects, rounds)) = found {
+                self.out.push_back(ClientOutput::Measured(Measured {
+                    rate,
+                    corrects,
+                    after,
+                    rounds,
+                }));
             }
         }
         let Some(p) = &mut self.phase else { return };

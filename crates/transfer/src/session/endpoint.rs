@@ -100,6 +100,12 @@ pub(crate) enum EndpointEvent {
         conn: ConnId,
         index: u32,
     },
+    /// Tell the engine's tuners what is now known of the path.
+    Hint {
+        session: SessionId,
+        hint: tcptune_core::PathHint,
+        streams: u32,
+    },
     /// Senders stop.
     StopSenders { session: SessionId },
     /// Tear the engine down.
@@ -700,6 +706,13 @@ impl Endpoint {
                         session: sid,
                         conn,
                         index,
+                    });
+                }
+                SessionOutput::Hint { hint, streams } => {
+                    self.events.push_back(EndpointEvent::Hint {
+                        session: sid,
+                        hint,
+                        streams,
                     });
                 }
                 SessionOutput::StopSenders => {

@@ -143,6 +143,8 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                     .then(|| Duration::from_micros(r.pick_u64() >> 20)),
                 rate: r.chance(50).then(|| Rate(r.pick_u64())),
                 rate_is_lower_bound: r.chance(50),
+                rate_in_band: r.chance(50),
+                resume: r.chance(50),
             },
             streams: r.below(10) as u32,
         },
@@ -313,7 +315,8 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                 7 if !sessions.is_empty() => {
                     let s = sessions[r.below(sessions.len() as u64) as usize];
                     let ev = match r.below(4) {
-                        0 | 3 => Event::StreamDone(r.below(3) as u32),
+                        0 => Event::StreamDone(r.below(3) as u32),
+                        3 => Event::StreamWritten(r.below(3) as u32),
                         1 => Event::MoreStreams(StreamRequest {
                             known_streams: r.below(10) as u32,
                             count: r.next() as u32,
@@ -426,6 +429,7 @@ fn the_client_session_survives_random_servers() {
                     now,
                     PhaseRequest {
                         goal: Goal::Main,
+                        in_band: super::client::InBand::Measure,
                         hint: PathHint::default(),
                         streams: r.below(10) as u32,
                         reason: None,
@@ -465,7 +469,8 @@ fn the_client_session_survives_random_servers() {
                     s.handle_msg(now, m);
                 }
                 4 => s.handle_stream_open(now, r.below(10) as u32),
-                5 => s.handle_engine(now, Event::StreamDone(r.below(10) as u32)),
+                5 if r.chance(50) => s.handle_engine(now, Event::StreamDone(r.below(10) as u32)),
+                5 => s.handle_engine(now, Event::StreamWritten(r.below(10) as u32)),
                 6 => {
                     now += Duration::from_millis(r.below(10_000));
                     s.handle_timeout(now, &mut Still);

@@ -114,6 +114,13 @@ pub(crate) enum SessionOutput {
         /// Its stream index.
         index: u32,
     },
+    /// The path's rate became known (or changed): tell every stream's tuner.
+    Hint {
+        /// The path, bounded.
+        hint: PathHint,
+        /// Streams in the transfer.
+        streams: u32,
+    },
     /// Senders stop (end of a duration workload).
     StopSenders,
     /// Tear the engine down at once.
@@ -306,6 +313,19 @@ impl ServerSession {
                 }
                 // Outside a phase: a Stop that crossed the phase's end. Nothing to do.
             }
+            ClientMsg::Hint { seq, hint, streams } => {
+                let max = self.policy.limits.max_streams;
+                if let State::Phase(p) = &mut self.state {
+                    if p.seq == seq && !p.stopped {
+                        p.want_sent = p.want_sent.max(streams.min(max));
+                        self.out.push_back(SessionOutput::Hint {
+                            hint: sanitize_hint(hint),
+                            streams: streams.clamp(1, max),
+                        });
+                    }
+                }
+                // Another phase's hint, or one that crossed the phase's end: nothing to do.
+            }
             ClientMsg::EndPhase { streams } => self.end_phase(now, streams),
             ClientMsg::Bye => match self.state {
                 State::Ready { .. } => {
@@ -444,6 +464,8 @@ impl ServerSession {
                     self.fail(format!("integrity: {e}"), true);
                 }
             }
+            // The server's result waits for its streams' final samples.
+            Event::StreamWritten(_) => {}
             Event::StreamDone(i) => {
                 if let State::Phase(p) = &mut self.state {
                     p.done.insert(i);
@@ -657,6 +679,8 @@ pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
         rtt: h.rtt.map(|r| r.min(Duration::from_secs(60))),
         rate: h.rate.map(|r| Rate(r.0.min(10_000_000_000_000))),
         rate_is_lower_bound: h.rate_is_lower_bound,
+        rate_in_band: h.rate_in_band,
+        resume: h.resume,
     }
 }
 

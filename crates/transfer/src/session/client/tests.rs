@@ -69,6 +69,7 @@ fn accepted(max_streams: u32) -> ServerMsg {
 fn main_phase(streams: u32) -> PhaseRequest {
     PhaseRequest {
         goal: Goal::Main,
+        in_band: InBand::Off,
         hint: PathHint {
             rtt: Some(Duration::from_millis(20)),
             ..PathHint::default()
@@ -267,6 +268,7 @@ fn the_probe_stops_on_a_full_pipe_and_does_not_wait_for_the_servers_side() {
         t0,
         PhaseRequest {
             goal: Goal::Probe(plan),
+            in_band: InBand::Off,
             hint: PathHint::default(),
             streams,
             reason: None,

@@ -117,6 +117,8 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
                 rtt: Some(Duration::MAX),
                 rate: Some(Rate(u64::MAX)),
                 rate_is_lower_bound: false,
+                rate_in_band: false,
+                resume: false,
             },
             streams: 2,
         },

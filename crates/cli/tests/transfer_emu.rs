@@ -1,0 +1,304 @@
+//! `tcptune send` across an emulated long path (root): what the user waits for around the
+//! data (round trips before the first byte and after the last), auto measuring a path it
+//! has never seen in band, and a path-database entry that the transfer contradicts being
+//! corrected at once and said.
+//!
+//! Needs root and /dev/net/tun; runs for real when root, and must not skip under CI.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tcptune_testkit::Need;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tcptune");
+
+fn can_run(test: &str) -> bool {
+    tcptune_testkit::require(test, &[Need::Root, Need::Tun])
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run `sends` (each a list of `send` arguments after the peer) one after the other across
+/// one emulated path with a `tcptune serve` on side B; returns every JSON report.
+fn across(path: &[&str], sends: &[Vec<String>]) -> Vec<serde_json::Value> {
+    let script: Vec<String> = sends
+        .iter()
+        .map(|args| {
+            let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+            format!(
+                "'{BIN}' send \"$TCPTUNE_PEER\" --json --no-progress {} || exit $?",
+                quoted.join(" ")
+            )
+        })
+        .collect();
+    let out: Output = Command::new(BIN)
+        .args(["emu", "run", "--name", &tcptune_emu::unique_name("tx")])
+        .args(path)
+        .args([
+            "--server",
+            &format!("'{BIN}' serve"),
+            "--server-log",
+            "/dev/null",
+            "--",
+            "sh",
+            "-c",
+            &script.join("; "),
+        ])
+        .output()
+        .expect("run tcptune emu run");
+    assert!(
+        out.status.success(),
+        "emu run failed ({}): {}\n{}",
+        out.status,
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    let reports: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("reports are not JSON ({e}): {}", text(&out.stdout)));
+    assert_eq!(reports.len(), sends.len(), "{}", text(&out.stdout));
+    reports
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn data_flows_two_round_trips_after_the_command_and_it_returns_one_after_the_last_byte() {
+    if !can_run(
+        "data_flows_two_round_trips_after_the_command_and_it_returns_one_after_the_last_byte",
+    ) {
+        return;
+    }
+    let send = |tune: &str, reverse: bool| {
+        let mut a: Vec<String> = ["--tune", tune, "-n", "8", "--no-path-db"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if reverse {
+            a.push("-R".into());
+        }
+        a
+    };
+    let reports = across(
+        &["--rtt", "100ms", "--rate", "1gbit"],
+        &[
+            send("kernel", false),
+            send("kernel", true),
+            send("auto", false),
+            send("auto", true),
+        ],
+    );
+    for (i, r) in reports.iter().enumerate() {
+        let t = &r["end"]["tcptune"];
+        let (setup, finish) = (f(&t["setup_round_trips"]), f(&t["finish_round_trips"]));
+        let reverse = i % 2 == 1;
+        // The control connection's handshake, then the data connections' (their first
+        // bytes carry the session's token): the sender writes 2 round trips after the
+        // command starts. A sending server starts once the token reached it, half a round
+        // trip later. A few milliseconds of scheduling are allowed on a loaded machine.
+        let most = if reverse { 2.5 } else { 2.0 } + 0.25;
+        assert!(setup <= most, "report {i}: setup {setup} round trips: {t}");
+        assert!(
+            setup >= most - 0.75,
+            "report {i}: setup {setup} is too good to be true"
+        );
+        // Then only the results: the server's, as soon as its last stream ended.
+        assert!(
+            finish <= 1.25,
+            "report {i}: finish {finish} round trips: {t}"
+        );
+        assert_eq!(t["complete"], true, "report {i}");
+    }
+    // auto on a path it has never seen measures the rate in band, without a probe.
+    for r in &reports[2..] {
+        let m = &r["start"]["tcptune"]["measurement"];
+        assert_eq!(m["source"], "in_band", "{m}");
+        assert!(m["probe"].is_null(), "{m}");
+        assert!(r["start"]["tcptune"]["probe_seconds"].is_null());
+    }
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("tcptune-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn db_rate(db: &Path) -> f64 {
+    let o = Command::new(BIN)
+        .args(["paths", "--json", "--path-db"])
+        .arg(db)
+        .output()
+        .expect("tcptune paths");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("paths JSON");
+    let entries = v["paths"].as_array().cloned().unwrap_or_default();
+    assert_eq!(entries.len(), 1, "one path: {v}");
+    f(&entries[0]["rate_bps"])
+}
+
+#[test]
+fn a_path_database_entry_the_transfer_contradicts_is_replaced_and_said() {
+    if !can_run("a_path_database_entry_the_transfer_contradicts_is_replaced_and_said") {
+        return;
+    }
+    let dir = TempDir::new("pathfix");
+    let db = dir.0.join("paths.sqlite");
+    let args = |n: &str| -> Vec<String> {
+        [
+            "--tune",
+            "auto",
+            "-n",
+            n,
+            "--path-db",
+            db.to_str().expect("utf-8"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    // A fast path first: auto measures it in band and records it.
+    let first = across(&["--rtt", "100ms", "--rate", "500mbit"], &[args("48")]);
+    assert_eq!(
+        first[0]["start"]["tcptune"]["measurement"]["source"],
+        "in_band"
+    );
+    let fast = db_rate(&db);
+    assert!(fast > 150e6, "recorded {fast} bit/s");
+    // The same peer at the same RTT, now ten times slower: the saved rate is used, found
+    // wrong within the transfer, replaced, and said.
+    let second = across(&["--rtt", "100ms", "--rate", "50mbit"], &[args("24")]);
+    let m = &second[0]["start"]["tcptune"]["measurement"];
+    assert_eq!(m["source"], "path_db", "{m}");
+    let ib = &m["in_band"];
+    let corrects = f(&ib["corrects_bps"]);
+    let measured = f(&ib["rate_bps"]);
+    assert!((corrects - fast).abs() < 1.0, "{ib}");
+    assert!(
+        measured < 60e6 && measured > 30e6,
+        "measured {measured} bit/s on a 50 Mbit/s path: {ib}"
+    );
+    // Found within the transfer, not at its end (24 MiB take about 4 s here).
+    assert!(f(&ib["after_s"]) < 3.5, "{ib}");
+    let now = db_rate(&db);
+    assert!(
+        now < 60e6,
+        "the entry still says {now} bit/s after a 50 Mbit/s transfer"
+    );
+    assert_eq!(second[0]["end"]["tcptune"]["complete"], true);
+}
+
+#[test]
+fn a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams() {
+    if !can_run("a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams") {
+        return;
+    }
+    let dir = TempDir::new("resume");
+    let db = dir.0.join("paths.sqlite");
+    let db_arg = db.to_str().expect("utf-8").to_string();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["--tune", "auto", "-n", "32", "--path-db", &db_arg]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    // First run: measured in band, recorded with a full pipe. Second: resumed. Third: told
+    // not to. Between and after them the host route to the peer must be the original one.
+    let reports = across(
+        &["--rtt", "60ms", "--rate", "200mbit"],
+        &[
+            args(&[]),
+            args(&[]),
+            args(&["--no-resume-rate"]),
+            args(&["-R"]),
+            args(&["-R"]),
+        ],
+    );
+    let first = &reports[0]["start"]["tcptune"];
+    assert_eq!(first["measurement"]["source"], "in_band", "{first}");
+    assert!(first["resume"].is_null(), "nothing to resume yet: {first}");
+    let second = &reports[1]["start"]["tcptune"];
+    assert_eq!(second["measurement"]["source"], "path_db", "{second}");
+    let r = &second["resume"];
+    assert_eq!(
+        r["used"], true,
+        "{r} {}",
+        reports[1]["start"]["tcptune"]["measurement"]
+    );
+    assert!(r["initcwnd_segs"].as_u64().is_some_and(|w| w > 10), "{r}");
+    assert!(
+        r["route"].as_str().is_some_and(|s| s.contains("initcwnd")),
+        "{r}"
+    );
+    assert_eq!(second["path_hint"]["resume"], true);
+    assert_eq!(reports[1]["end"]["tcptune"]["complete"], true);
+    let third = &reports[2]["start"]["tcptune"]["resume"];
+    assert_eq!(third["used"], false, "{third}");
+    assert!(
+        third["why_not"]
+            .as_str()
+            .is_some_and(|s| s.contains("--no-resume-rate")),
+        "{third}"
+    );
+    // Receiving from the server (the database keeps each direction apart: the second
+    // reverse run knows the path): the server does not change its routes for clients.
+    let fifth = &reports[4]["start"]["tcptune"]["resume"];
+    assert_eq!(fifth["used"], false, "{fifth}");
+    assert!(
+        fifth["why_not"]
+            .as_str()
+            .is_some_and(|s| s.contains("server sends")),
+        "{fifth}"
+    );
+}
+
+#[test]
+fn the_route_is_gone_after_the_transfer() {
+    if !can_run("the_route_is_gone_after_the_transfer") {
+        return;
+    }
+    let dir = TempDir::new("resume-route");
+    let db = dir.0.join("paths.sqlite");
+    let db = db.to_str().expect("utf-8");
+    let send = format!(
+        "'{BIN}' send \"$TCPTUNE_PEER\" --tune auto -n 32 --path-db '{db}' --json --no-progress >/dev/null || exit 9"
+    );
+    // Two runs (the second resumes), then the host route to the peer as `ip` shows it.
+    let out = Command::new(BIN)
+        .args(["emu", "run", "--name", &tcptune_emu::unique_name("rr")])
+        .args(["--rtt", "60ms", "--rate", "200mbit"])
+        .args(["--server", &format!("'{BIN}' serve"), "--server-log", "/dev/null"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "ip -j -d route show exact \"$TCPTUNE_PEER\"/32; {send}; {send}; ip -j -d route show exact \"$TCPTUNE_PEER\"/32"
+            ),
+        ])
+        .output()
+        .expect("emu run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    assert_eq!(docs.len(), 2, "{}", text(&out.stdout));
+    assert_eq!(docs[0], docs[1], "the route to the peer changed");
+}

@@ -1,0 +1,912 @@
+//! `auto`: tcptune's own tuner. It takes from each technique what works on today's Linux and
+//! decides early, because at long RTTs the paper's transfer (128 MiB, about a second at
+//! line rate) is mostly slow start.
+//!
+//! # Design
+//!
+//! **What it knows before connecting.** The engine measures the RTT on the control
+//! connection. The rate comes from the path database when a fresh entry for this peer and
+//! RTT exists (Enable's idea: measure once, reuse), or from the user (`manual:RATE`).
+//! `hint.rtt x hint.rate` is the BDP, and every stream, at both ends, computes the same
+//! [`AutoPlan`] from it before the first byte.
+//!
+//! **A path never seen: measured in band.** Without a rate on a path of 5 ms or more
+//! ([`MEASURE_MIN_RTT`]) the transfer itself measures it, as the probe of NLANR's FTP did
+//! but without a probe's time of its own ([`PathHint::rate_in_band`] says so): it opens
+//! the streams a full pipe needs to show ([`crate::fullpipe::ProbePlan`]) and starts sending at once.
+//! Meanwhile each sender's buffer follows what its stream delivers (twice the bytes
+//! acknowledged per RTT, shared evenly by [`MeasureShare`], plus the unsent reserve: room
+//! for slow start to double, and 1.75 x once growth stops) and each receiver's window
+//! follows what arrives the same way, so neither end limits slow start nor holds more than
+//! the path delivers. When the aggregate delivery stops growing ([`crate::fullpipe`]) the
+//! client sends the rate to both ends ([`Tuner::handle_hint`]): every tuner settles to the
+//! plan (senders to their explicit size, receivers hand over to Dynamic Right-Sizing at the
+//! planned window), extra streams open if the plan needs more, and the rate is recorded in
+//! the path database for the next transfer. In the simulation this costs 3-19% of
+//! completion time against a plan known in advance; memory while measuring peaks at about
+//! 3 x BDP (the price of not knowing). With `--no-probe` (no in-band measurement) the
+//! tuner starts from Linux's defaults and works in band only (below).
+//!
+//! **A known path: careful resume.** When the database's rate was measured with a full
+//! pipe, is fresh, and the control connection's RTT matches the saved one within a quarter,
+//! the client gives the data connections an initial window of each stream's share of the
+//! saved BDP (a route with `initcwnd` to the server, installed just before they connect and
+//! removed once they have: `tcptune_sys::route`, needs `CAP_NET_ADMIN`) and says so in
+//! [`PathHint::resume`]; each sender then caps its pacing at its share of the saved rate
+//! ([`ResumePacer`]) so that window leaves at the path's rate, and lifts the cap after two
+//! round trips, or at once on a retransmission or an RTT a quarter longer than the saved one
+//! (the congestion control is then on its own). Slow start's dozen round trips are skipped.
+//! The receiver's window still opens from 64 KiB as data arrives (Linux grows it by two
+//! segments per segment received, faster than the sender's slow start), which bounds the
+//! gain on the longest paths.
+//!
+//! **How much one socket can hold.** Sending: the larger of send autotuning's cap
+//! (`tcp_wmem[2]`) and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90%
+//! of it payload. A writer blocked on a full send buffer is woken only when a third of it is
+//! free (`sk_stream_write_space`), so a socket whose buffer is the limit keeps two thirds of
+//! its payload in flight without stalling, less half the unsent reserve. Receiving: the
+//! window a locked `SO_RCVBUF` gives (`rmem_max` of window), because receive autotuning,
+//! though it could reach `tcp_rmem[2]`, overshoots to it in slow start and would spend the
+//! memory budget. On a default namespace: about 5 MB in flight and 4 MiB of window per
+//! socket, short of a 50 ms BDP at 1 Gbit/s.
+//!
+//! **Parallel streams when one socket cannot hold the BDP.** If `1.25 x BDP` does not fit in
+//! the streams the user asked for, stream 0 asks for `ceil(1.25 x BDP / per-socket)` streams
+//! in all, once, from its *before-connect* drain ([`Action::OpenStreams`] with a sentence
+//! naming the limit), so the extra streams start one handshake after the first and share its
+//! slow start (N streams open their windows N times faster). The quarter of headroom keeps a
+//! stream from running at exactly one BDP (BBR probes at 1.25 x, CUBIC oscillates above it).
+//! Each stream sizes itself for its share `BDP / N` of the final count; streams opened on
+//! request are built with the new count and never ask.
+//!
+//! **Explicit sizing where the kernel would be limited, or wasteful (shares above the unsent
+//! reserve).** The sender sets `SO_SNDBUF` before connecting so the buffer holds `1.75 x
+//! share` plus the unsent reserve, capped at `wmem_max`: enough to keep the pipe full
+//! (throughput needs one BDP in flight; the rest absorbs probe error and the writer's
+//! wake-up rule, which keeps only two thirds of a full buffer busy) and it stops a
+//! loss-based sender from filling the bottleneck queue with a second BDP. It sets `TCP_NOTSENT_LOWAT` to the reserve (about 6 ms at the stream's rate,
+//! 128 KiB to 4 MiB): the application keeps only that much unsent data in the kernel, so
+//! memory in use is what is in flight plus a few milliseconds. The receiver sets `SO_RCVBUF`
+//! to its maximum (`1.75 x share`, at most `rmem_max`) before listening, so the window scale
+//! can reach it, then, once connected, buffer and window clamp to `1.5 x share`, grown in
+//! band by Dynamic Right-Sizing (1.2 x the largest bytes-per-RTT estimate) up to that
+//! maximum. The receive window, which never stalls like a blocked writer, is then what
+//! bounds data in flight. In `setsockopt` units the larger end holds 1.3-1.75 x BDP for the
+//! whole transfer (the kernel holds twice that), and the sender's memory in use stays near
+//! 1.5 x BDP: under the 2 x BDP goal.
+//!
+//! **Kernel autotuning where it is not limited.** For small shares (no more than the unsent
+//! reserve, e.g. any stream at 0.5 ms) explicit sizing cannot save memory without risking
+//! throughput on the application's wake-up latency: both ends leave Linux's autotuning in
+//! charge (a receiver with autotuning switched off gets `rmem_max`).
+//!
+//! **In band, from the stream's own `TCP_INFO`** (sampled about twice per RTT; a condition
+//! must hold for two RTTs before anything changes, so slow start's overshoot is ignored):
+//! * a send buffer that limits a stream whose pipe is not full (smoothed RTT close to the
+//!   minimum, or, for a single stream, delivery rate below the best seen or probed) grows
+//!   by a quarter, up to `wmem_max` and, when the rate was probed, up to the stream's share
+//!   of rate x minimum RTT (last 10 s) in `setsockopt` units (the 2 x BDP budget; the
+//!   budget follows a path whose RTT grew once the old minimum ages out). A sender on
+//!   kernel autotuning switches to explicit sizing the same way once autotuning sits at
+//!   `tcp_wmem[2]` and still limits it (the no-hint case at long RTTs);
+//! * if the socket ran dry while its buffer was less than half full, the application did not
+//!   refill it in time: the unsent reserve doubles;
+//! * without a trustworthy BDP (no rate, or a rate about what one socket carries: a one-stream
+//!   probe cannot measure more, see [`AutoPlan::bdp_lower_bound`]), stream 0 still
+//!   send-buffer-limited at `wmem_max` with an unfull pipe asks once for as many streams
+//!   again, if it has not asked before.
+//!
+//! Nothing shrinks: the unsent reserve already bounds memory in use, and a shrinking buffer
+//! would only throttle a stream the next time its window opens.
+//!
+//! # What it cannot fix
+//!
+//! A rate that underestimates the path (a database entry from a slower day, or what one
+//! socket carried: the rate is then marked as a lower bound and the in-band rules take
+//! over), a receiver whose every limit is below the window, or a transfer shorter than slow
+//! start. On a path never seen the in-band measurement needs 13-16 rounds (slow start, then
+//! three rounds without growth): on a 200 ms path a 128 MiB transfer is nearly over by
+//! then, and it is the measuring buffers that carried it. Below about 10 ms of RTT the
+//! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
+//! safer than buffers smaller than the scheduling latency.
+
+mod plan;
+mod resume;
+mod share;
+#[cfg(test)]
+mod tests;
+
+pub use resume::{LiftReason, ResumePacer, ResumeState};
+pub use share::MeasureShare;
+
+pub use plan::{AutoPlan, RecvPlan, SendPlan, MEASURE_MIN_RTT, MEASURE_START, MEASURE_WINDOW};
+
+use super::common::{interval_from_rtt, scale, Outbox};
+use crate::estimate::PathEstimator;
+use crate::linux;
+use crate::snapshot::TcpSnapshot;
+use crate::time::Time;
+use crate::tuner::{Action, ConnEvent, HostLimits, PathHint, Role, Tuner, TunerContext};
+use crate::units::{format_duration, Bytes, Rate};
+use std::time::Duration;
+
+/// The receive window a right-sized receiver starts with, in multiples of its share.
+const RECV_HEADROOM: f64 = 1.5;
+
+/// Configuration of the [`AutoTuner`].
+#[derive(Clone, Debug)]
+pub struct AutoConfig {
+    peer_limits: Option<HostLimits>,
+    headroom: f64,
+    stream_headroom: f64,
+    lowat_time: Duration,
+    reader_time: Duration,
+    min_lowat: Bytes,
+    max_lowat: Bytes,
+    max_streams: u32,
+    measure: bool,
+    share: MeasureShare,
+}
+
+impl Default for AutoConfig {
+    /// Headroom 1.75 x share in the send buffer, 1.25 x BDP per stream count, 6 ms of unsent data
+    /// (128 KiB to 4 MiB, at most half the largest window), 0.4 ms of reader latency in the
+    /// receive window, at most 16
+    /// streams, the peer assumed to have this host's limits.
+    fn default() -> Self {
+        AutoConfig {
+            peer_limits: None,
+            headroom: 1.75,
+            stream_headroom: 1.25,
+            lowat_time: Duration::from_millis(6),
+            reader_time: Duration::from_micros(400),
+            min_lowat: Bytes::kib(128),
+            max_lowat: Bytes::mib(4),
+            max_streams: 16,
+            measure: true,
+            share: MeasureShare::new(),
+        }
+    }
+}
+
+impl AutoConfig {
+    /// The other end's buffer limits (default: the same as this host's).
+    pub fn peer_limits(mut self, limits: Option<HostLimits>) -> Self {
+        self.peer_limits = limits;
+        self
+    }
+
+    /// In-flight capacity of an explicitly sized send buffer, in multiples of the stream's
+    /// share of the BDP (at least 1).
+    pub fn headroom(mut self, h: f64) -> Self {
+        self.headroom = if h.is_finite() { h.max(1.0) } else { 1.5 };
+        self
+    }
+
+    /// Streams are added until each holds this multiple of its share (at least 1).
+    pub fn stream_headroom(mut self, h: f64) -> Self {
+        self.stream_headroom = if h.is_finite() { h.max(1.0) } else { 1.25 };
+        self
+    }
+
+    /// Unsent data kept per stream, as time at the stream's rate.
+    pub fn lowat_time(mut self, t: Duration) -> Self {
+        self.lowat_time = t;
+        self
+    }
+
+    /// Receive window kept beyond a stream's share of the BDP for the time the reader may
+    /// not be scheduled (what arrives meanwhile must fit): it sizes short paths' windows.
+    pub fn reader_time(mut self, t: Duration) -> Self {
+        self.reader_time = t;
+        self
+    }
+
+    /// Never ask for more streams in all than this (or than the transfer already has).
+    pub fn max_streams(mut self, n: u32) -> Self {
+        self.max_streams = n.max(1);
+        self
+    }
+
+    /// Without a rate on a long path, measure it in band (default): buffers follow what the
+    /// stream delivers until the rate arrives. With `false`, Linux's autotuning starts and
+    /// the in-band rules take over when it is capped (the behaviour before in-band
+    /// measurement).
+    pub fn measure(mut self, on: bool) -> Self {
+        self.measure = on;
+        self
+    }
+
+    /// The streams of this transfer end measure together (see [`MeasureShare`]): give every
+    /// tuner of one end the same one (the [`crate::TunerFactory`] does).
+    pub fn share(mut self, share: MeasureShare) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// Build the tuner.
+    pub fn build(&self, ctx: TunerContext) -> AutoTuner {
+        let plan = AutoPlan::compute(self, &ctx);
+        // The hint's RTT seeds the estimator; its rate (the whole path's) is kept apart and
+        // divided among the streams.
+        let mut est = PathEstimator::new();
+        est.seed(
+            Time::ZERO,
+            &crate::tuner::PathHint {
+                rtt: ctx.hint.rtt,
+                rate: None,
+                ..Default::default()
+            },
+        );
+        let max_value = if ctx.limits.can_force {
+            Bytes(1 << 30)
+        } else {
+            ctx.limits.wmem_max
+        };
+        let drs = match (ctx.role, plan.recv) {
+            (Role::Receiver, RecvPlan::Sized { window, max_buffer }) => Some(
+                super::drs::DrsConfig::default()
+                    .initial_window(window)
+                    .factor(1.2)
+                    .max_buffer(max_buffer)
+                    .build(ctx.clone()),
+            ),
+            // Measuring: the tuner sizes the window itself (see `measure_window`), and
+            // hands over to DRS once the rate is known.
+            _ => None,
+        };
+        AutoTuner {
+            cfg: self.clone(),
+            ctx: ctx.clone(),
+            measured: None,
+            acked: None,
+            growing: true,
+            window: 0,
+            drs,
+            role: ctx.role,
+            stream_index: ctx.stream_index,
+            tcp_wmem_max: ctx.limits.tcp_wmem[2],
+            max_value,
+            max_lowat: self.max_lowat,
+            min_lowat: self.min_lowat,
+            lowat_time: self.lowat_time,
+            send: plan.send,
+            lowat: match plan.send {
+                SendPlan::Explicit(_) | SendPlan::Measuring(_) => Some(plan.lowat),
+                SendPlan::Kernel => None,
+            },
+            asks_left: match (ctx.stream_index, plan.extra_streams > 0, plan.trusted()) {
+                // Measuring: the transfer decides its streams once the rate is known.
+                _ if matches!(plan.send, SendPlan::Measuring(_)) => 0,
+                (1.., _, _) => 0,
+                (0, _, true) => 0,
+                (0, true, false) => 1,
+                (0, false, false) => 2,
+            },
+            base_streams: ctx.streams.max(1),
+            max_streams: self.max_streams,
+            last_ask: None,
+            slow_start_since: None,
+            total_streams: plan.streams_total,
+            slow_start_cap: linux::max_send_payload(&ctx.limits).map(|p| p * 2 / 3),
+            resume: match (ctx.role, ctx.hint.rate, ctx.hint.rtt) {
+                (Role::Sender, Some(rate), Some(rtt))
+                    if ctx.hint.resume && !ctx.hint.rate_is_lower_bound =>
+                {
+                    let n = u64::from(plan.streams_total.max(ctx.streams).max(1));
+                    Some(ResumePacer::new(Rate(rate.0 / n), rtt))
+                }
+                _ => None,
+            },
+            plan,
+            est,
+            hint_rate: ctx.hint.rate,
+            last: None,
+            evidence: None,
+            srtt: ctx.hint.rtt,
+            stopped: false,
+            out: Outbox::default(),
+        }
+    }
+}
+
+/// tcptune's own tuner (see the module documentation for the design).
+#[derive(Debug)]
+pub struct AutoTuner {
+    /// Its configuration and context, to plan again when the path's rate arrives.
+    cfg: AutoConfig,
+    ctx: TunerContext,
+    /// While measuring: this stream's bytes delivered per minimum RTT one RTT ago, and when.
+    measured: Option<(Time, u64)>,
+    /// While measuring: bytes delivered at an earlier sample, and when.
+    acked: Option<(Time, u64)>,
+    /// While measuring: whether delivery grew by a quarter over the last RTT.
+    growing: bool,
+    /// While measuring, at the receiver: the window advertised.
+    window: u64,
+    /// The receiver's right-sizing, when the plan sizes the receive buffer.
+    drs: Option<super::drs::DrsTuner>,
+    role: Role,
+    stream_index: u32,
+    tcp_wmem_max: Bytes,
+    max_value: Bytes,
+    max_lowat: Bytes,
+    min_lowat: Bytes,
+    lowat_time: Duration,
+    plan: AutoPlan,
+    send: SendPlan,
+    lowat: Option<Bytes>,
+    /// In-band requests for streams stream 0 may still make (other streams never ask): none
+    /// with a trustworthy BDP (the plan counted the streams), else up to two.
+    asks_left: u32,
+    /// Streams the transfer had when this tuner was built (`OpenStreams` counts from it).
+    base_streams: u32,
+    /// Never ask for more than this in all.
+    max_streams: u32,
+    /// When the last in-band request for streams was made.
+    last_ask: Option<Time>,
+    /// Since when stream 0 has been in slow start near its socket's capacity with no queue.
+    slow_start_since: Option<Time>,
+    /// Streams the transfer has, as far as this tuner knows (what it asked for included).
+    total_streams: u32,
+    /// What one socket keeps in flight at most (two thirds of the largest send buffer's
+    /// payload), for the slow-start trigger; `None` when buffers are not capped.
+    slow_start_cap: Option<u64>,
+    est: PathEstimator,
+    hint_rate: Option<Rate>,
+    /// Previous sample: time and cumulative send-buffer-limited time.
+    last: Option<(Time, Option<u64>)>,
+    /// What the samples have been showing, and since when.
+    evidence: Option<(Evidence, Time)>,
+    srtt: Option<Duration>,
+    /// Careful resume: the stream starts paced at its share of the saved rate.
+    resume: Option<ResumePacer>,
+    stopped: bool,
+    out: Outbox,
+}
+
+impl AutoTuner {
+    /// Careful resume's state, when the stream resumes a known path.
+    pub fn resume(&self) -> Option<ResumeState> {
+        self.resume.as_ref().map(ResumePacer::state)
+    }
+
+    /// The plan made before connecting.
+    pub fn plan(&self) -> &AutoPlan {
+        &self.plan
+    }
+
+    /// How the send buffer is handled now.
+    pub fn send(&self) -> SendPlan {
+        self.send
+    }
+
+    /// The `TCP_NOTSENT_LOWAT` in force, if any.
+    pub fn lowat(&self) -> Option<Bytes> {
+        self.lowat
+    }
+
+    fn before_connect(&mut self) {
+        match self.role {
+            Role::Sender => {
+                if self.stream_index == 0 && self.plan.extra_streams > 0 {
+                    self.out.push(Action::OpenStreams {
+                        count: self.plan.extra_streams,
+                        reason: self.plan.reason.clone().unwrap_or_default(),
+                    });
+                }
+                if let SendPlan::Explicit(v) | SendPlan::Measuring(v) = self.send {
+                    self.out.push(Action::SetSndBuf(v));
+                    if let Some(l) = self.lowat {
+                        self.out.push(Action::SetNotsentLowat(l));
+                    }
+                }
+                if let Some(p) = &self.resume {
+                    self.out.push(p.before_connect());
+                }
+            }
+            Role::Receiver => match self.plan.recv {
+                RecvPlan::Fixed(v) => self.out.push(Action::SetRcvBuf(v)),
+                // The largest buffer first, so that the window scale allows any window the
+                // measurement may grow to (it is lowered once established).
+                RecvPlan::Measuring => {
+                    self.out
+                        .push(Action::SetRcvBuf(if self.ctx.limits.can_force {
+                            self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])
+                        } else {
+                            self.ctx.limits.rmem_max
+                        }))
+                }
+                _ => {}
+            },
+        }
+    }
+
+    fn lowat_from_estimate(&self) -> Bytes {
+        // The estimator holds this stream's own rate.
+        let rate = self.est.estimate().rate.unwrap_or(Rate(0));
+        let t = (rate.bytes_per_sec() as f64 * self.lowat_time.as_secs_f64()) as u64;
+        Bytes(t.clamp(self.min_lowat.0, self.max_lowat.0))
+    }
+
+    /// While the rate is measured: the send buffer follows what the stream delivers per
+    /// minimum RTT (`d`). Slow start sends about twice `d` per round, and a locked buffer of
+    /// `v` keeps about 1.4 v in flight (0.70 of `sk_sndbuf`, the measured model), so
+    /// `v = 2 d + reserve` never holds slow start back; once delivery grows less than a
+    /// quarter per RTT the pipe is full and `1.75 d` is enough. It only grows: at the peak it
+    /// holds about twice the stream's share of the BDP, the memory budget, until the plan
+    /// made from the measured rate settles it.
+    ///
+    /// The rate is this stream's own delivery whether or not the kernel marks it
+    /// application-limited: a stream held back by its send buffer is marked so (it has less
+    /// than a segment unsent), and that is exactly the case where the buffer must grow.
+    fn measure_grow(&mut self, now: Time, s: &TcpSnapshot) {
+        let SendPlan::Measuring(v) = self.send else {
+            return;
+        };
+        let Some(rtt) = self.est.estimate().min_rtt.or(self.ctx.hint.rtt) else {
+            return;
+        };
+        // Bytes acknowledged over at least one RTT: smoother than the kernel's per-ACK
+        // delivery-rate samples, whose bursts would make the buffer overshoot.
+        let acked = s.bytes_acked.unwrap_or(0);
+        let rate = match self.acked {
+            Some((t, a)) if now.saturating_since(t) >= rtt / 2 => {
+                let dt = now.saturating_since(t).as_secs_f64();
+                self.acked = Some((now, acked));
+                (acked.saturating_sub(a) as f64 / dt) as u64
+            }
+            Some(_) => return,
+            None => {
+                self.acked = Some((now, acked));
+                return;
+            }
+        };
+        let own = (rate as f64 * rtt.as_secs_f64()) as u64;
+        // Sized from the average stream of this end (see `MeasureShare`).
+        let d = self.cfg.share.report(self.stream_index, own);
+        let growing = match self.measured {
+            Some((_, d0)) => d * 4 >= d0 * 5,
+            None => true,
+        };
+        self.measured = Some((now, d));
+        self.growing = growing;
+        // The unsent reserve follows the stream's rate as well (6 ms of it): a small one at
+        // a high rate makes the writer refill the socket too often to keep up.
+        let lowat = Bytes(
+            ((rate as f64 * self.lowat_time.as_secs_f64()) as u64)
+                .clamp(self.min_lowat.0, self.max_lowat.0),
+        );
+        if self.lowat.is_some_and(|l| lowat.0 > l.0 + l.0 / 8) {
+            self.lowat = Some(lowat);
+            self.out.push(Action::SetNotsentLowat(lowat));
+        }
+        let factor = if growing { 2.0 } else { 1.75 };
+        let reserve = self.lowat.map_or(0, |l| l.0);
+        let want = Bytes(scale(d, factor) + reserve).min(self.max_value);
+        if want.0 > v.0 + v.0 / 8 {
+            self.send = SendPlan::Measuring(want);
+            self.out.push(Action::SetSndBuf(want));
+        }
+    }
+
+    /// While the rate is measured, at the receiver: the window (and the buffer behind it)
+    /// follows what the streams of this end receive per minimum RTT, measured over half an
+    /// RTT (fresher than DRS's whole RTT: in slow start the rate at the end of an RTT is about
+    /// twice its average), twice the average stream's while it grows by a quarter per half
+    /// RTT, 1.5 x once it stops. It only grows (an advertised window never shrinks).
+    fn measure_window(&mut self, now: Time, s: &TcpSnapshot) {
+        let Some(rtt) = self.ctx.hint.rtt.or_else(|| s.min_rtt()) else {
+            return;
+        };
+        let received = s.bytes_received.unwrap_or(0);
+        let rate = match self.acked {
+            Some((t, b)) if now.saturating_since(t) >= rtt / 2 => {
+                let dt = now.saturating_since(t).as_secs_f64();
+                self.acked = Some((now, received));
+                (received.saturating_sub(b) as f64 / dt) as u64
+            }
+            Some(_) => return,
+            None => {
+                self.acked = Some((now, received));
+                return;
+            }
+        };
+        let own = (rate as f64 * rtt.as_secs_f64()) as u64;
+        let d = self.cfg.share.report(self.stream_index, own);
+        let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);
+        self.measured = Some((now, d));
+        self.growing = growing;
+        let factor = if growing { 2.0 } else { 1.5 };
+        let max_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+            if self.ctx.limits.can_force {
+                self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])
+            } else {
+                self.ctx.limits.rmem_max
+            },
+            &self.ctx.limits,
+        ));
+        // Not "at least what the kernel advertises now": on this kernel the first data
+        // resets the clamp to about the whole buffer, so the advertised window runs ahead of
+        // the clamp and would ratchet the buffer up to its maximum.
+        let want = scale(d, factor).clamp(MEASURE_WINDOW, max_window.max(MEASURE_WINDOW));
+        if want > self.window + self.window / 8 {
+            self.window = want;
+            self.out
+                .push(Action::SetRcvBuf(linux::rcvbuf_value_for_window(want)));
+            self.out.push(Action::SetWindowClamp(Bytes(want)));
+        }
+    }
+
+    /// The path's rate is known now (measured in band, or corrected): plan as if it had been
+    /// known before connecting, for the transfer's `streams`, and settle the buffers to it.
+    fn settle(&mut self, hint: &PathHint, streams: u32) {
+        let mut ctx = self.ctx.clone();
+        ctx.hint = PathHint {
+            rtt: hint.rtt.or(self.ctx.hint.rtt),
+            ..hint.clone()
+        };
+        ctx.streams = streams.max(1);
+        let mut plan = AutoPlan::compute(&self.cfg, &ctx);
+        // The streams are the transfer's to decide now; this plan sizes each of them.
+        plan.extra_streams = 0;
+        plan.streams_total = ctx.streams;
+        match self.role {
+            Role::Sender => {
+                if let SendPlan::Explicit(v) = plan.send {
+                    if SendPlan::Explicit(v) != self.send {
+                        self.send = SendPlan::Explicit(v);
+                        self.out.push(Action::SetSndBuf(v));
+                    }
+                    if self.lowat != Some(plan.lowat) {
+                        self.lowat = Some(plan.lowat);
+                        self.out.push(Action::SetNotsentLowat(plan.lowat));
+                    }
+                }
+                // A short path's plan leaves the kernel in charge, which a locked buffer
+                // cannot go back to: the measuring buffer stays (it follows delivery).
+            }
+            Role::Receiver => {
+                if let RecvPlan::Sized { window, max_buffer } = plan.recv {
+                    if self.drs.is_none() {
+                        // From measuring to right-sizing: DRS takes over the window.
+                        let mut d = super::drs::DrsConfig::default()
+                            .initial_window(window)
+                            .factor(1.2)
+                            .max_buffer(max_buffer)
+                            .build(ctx.clone());
+                        d.adopt(Bytes(self.window));
+                        self.drs = Some(d);
+                    }
+                    if let Some(d) = self.drs.as_mut() {
+                        d.retarget(window, max_buffer, 1.2);
+                    }
+                }
+                self.cfg.share.leave(self.stream_index);
+            }
+        }
+        self.hint_rate = ctx.hint.rate;
+        self.total_streams = ctx.streams;
+        self.base_streams = ctx.streams;
+        if plan.trusted() {
+            self.asks_left = 0;
+        }
+        self.ctx = ctx;
+        self.plan = plan;
+    }
+
+    fn on_sender_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
+        if let Some(a) = self.resume.as_mut().and_then(|p| p.on_snapshot(now, s)) {
+            self.out.push(a);
+        }
+        self.est.observe(now, s);
+        let estimate = self.est.estimate();
+        self.srtt = estimate.srtt.or(self.srtt);
+        self.slow_start_trigger(now, s);
+        if matches!(self.send, SendPlan::Measuring(_)) {
+            return self.measure_grow(now, s);
+        }
+        let prev = self.last.replace((now, s.sndbuf_limited_us));
+        let Some((t0, lim0)) = prev else {
+            return;
+        };
+        let dt = now.saturating_since(t0);
+        if dt.is_zero() {
+            return;
+        }
+        // Was the socket starved of data while the application waited for buffer space?
+        let limited = match (lim0, s.sndbuf_limited_us) {
+            (Some(a), Some(b)) => b.saturating_sub(a) * 10 >= dt.as_micros() as u64,
+            // Old kernel: nothing unsent, fewer bytes in flight than cwnd allows.
+            _ => {
+                s.notsent_bytes.unwrap_or(0) == 0
+                    && s.unacked_segs < s.snd_cwnd_segs
+                    && !s.delivery_rate_app_limited
+            }
+        };
+        // A blocked writer is only woken below two thirds of the buffer: above 60% the
+        // buffer is what holds it back; below half, the writer was merely late.
+        let (full, roomy) = match (s.wmem_queued_bytes, s.sndbuf_bytes) {
+            (Some(q), Some(b)) => (
+                u64::from(q) * 10 >= u64::from(b) * 6,
+                u64::from(q) * 2 < u64::from(b),
+            ),
+            _ => (true, false),
+        };
+        let delivery = s
+            .delivery_rate_bytes_per_sec
+            .map(|r| r.saturating_mul(8))
+            .unwrap_or(0);
+        // The best this stream has delivered, or its share of the probed rate.
+        let streams = u64::from(self.plan.streams_total.max(1));
+        let share_of_hint = self.hint_rate.map_or(0, |r| r.0 / streams);
+        let best = estimate.rate.map_or(0, |r| r.0).max(share_of_hint);
+        let below_best = (delivery as f64) < best as f64 * 0.85;
+        // A buffer-limited stream whose pipe is not full: no queue yet, or less delivered
+        // than the path carries.
+        // With several streams, one stream delivering less than its share says little
+        // (streams share a bottleneck unevenly); the queue (RTT) speaks for all of them.
+        let single = streams == 1;
+        let buffer_short = limited && full && (!estimate.rtt_inflated() || (single && below_best));
+        let starved = limited && roomy && self.lowat.is_some();
+        // Act only on evidence that lasts two RTTs: slow start overshoots for a round or
+        // two before RTT and delivery rate catch up.
+        let srtt = self.srtt.unwrap_or(Duration::from_millis(100));
+        let evidence = if buffer_short {
+            Evidence::BufferShort
+        } else if starved {
+            Evidence::Starved
+        } else {
+            Evidence::None
+        };
+        let lasting = match self.evidence {
+            Some((kind, since)) if kind == evidence => now.saturating_since(since) >= srtt * 2,
+            _ => {
+                self.evidence = (evidence != Evidence::None).then_some((evidence, now));
+                false
+            }
+        };
+        if !lasting {
+            return;
+        }
+        self.evidence = Some((evidence, now));
+        match evidence {
+            Evidence::None => {}
+            Evidence::Starved => {
+                // The buffer had room: the application did not refill it in time.
+                if let Some(l) = self.lowat {
+                    let bigger = Bytes((l.0 * 2).min(self.max_lowat.0));
+                    if bigger > l {
+                        self.lowat = Some(bigger);
+                        self.out.push(Action::SetNotsentLowat(bigger));
+                    }
+                }
+            }
+            Evidence::BufferShort => self.grow(now, s, &estimate),
+        }
+    }
+
+    /// Ask for streams so that the transfer has `total` in all (once per call; counts
+    /// against [`AutoTuner::asks_left`]'s budget; bounded by the configured maximum).
+    fn ask_for_streams(&mut self, now: Time, total: u32, reason: String) {
+        let total = total.min(self.max_streams.max(self.total_streams));
+        if self.asks_left == 0 || total <= self.total_streams {
+            return;
+        }
+        // Streams asked for need a few RTTs to connect and ramp up before the evidence
+        // can say whether they were enough.
+        let settle = self.srtt.unwrap_or(Duration::from_millis(100)) * 4;
+        if self
+            .last_ask
+            .is_some_and(|t| now.saturating_since(t) < settle)
+        {
+            return;
+        }
+        self.last_ask = Some(now);
+        self.asks_left -= 1;
+        self.total_streams = total;
+        self.out.push(Action::OpenStreams {
+            count: total - self.base_streams.min(total),
+            reason,
+        });
+    }
+
+    /// Without any rate: stream 0 still in slow start (no loss yet) whose congestion window
+    /// has reached three quarters of what one socket keeps in flight, with no queue yet (the
+    /// RTT is not inflated), will be limited by its buffer within a round. Streams opened now
+    /// start while it still grows, rather than after the buffer has already capped it. If
+    /// that still holds half an RTT later (streams that overshoot together show a queue by
+    /// then): ask
+    /// for twice as many (at least 4 in all). (Earlier, at half, the trigger mistakes paths
+    /// whose BDP one socket still holds: at 25 ms and 1 Gbit/s the window passes half a
+    /// socket's capacity before the pipe is full.)
+    fn slow_start_trigger(&mut self, now: Time, s: &TcpSnapshot) {
+        if self.stream_index != 0
+            || self.asks_left == 0
+            || self.last_ask.is_some()
+            || self.plan.bdp.is_some()
+        {
+            return;
+        }
+        let Some(cap) = self.slow_start_cap else {
+            return;
+        };
+        // TCP_INFINITE_SSTHRESH: no loss yet; ca_state 0: Open.
+        let in_slow_start = s.snd_ssthresh_segs >= 0x7fff_0000 && s.ca_state == 0;
+        let queue = self.est.estimate().rtt_inflated();
+        if !in_slow_start || queue || s.cwnd_bytes().saturating_mul(4) < cap.saturating_mul(3) {
+            self.slow_start_since = None;
+            return;
+        }
+        // Half an RTT later, still so: several streams that overshoot together in slow
+        // start show their queue within that time.
+        let since = *self.slow_start_since.get_or_insert(now);
+        if now.saturating_since(since) < self.srtt.unwrap_or(Duration::from_millis(100)) / 2 {
+            return;
+        }
+        let total = self.total_streams.max(1).saturating_mul(2).max(4);
+        self.ask_for_streams(
+            now,
+            total,
+            format!(
+                "stream 1 is still in slow start with a congestion window of {} and no queue (RTT \
+                 {}), three quarters of what one socket keeps in flight ({} of SO_SNDBUF at \
+                 most): opening streams now, before its buffer caps it, {total} in all",
+                Bytes(s.cwnd_bytes()),
+                self.srtt
+                    .map_or_else(|| "unknown".to_string(), format_duration),
+                self.max_value
+            ),
+        );
+    }
+
+    /// How far in-band growth may take `SO_SNDBUF`: `wmem_max`, and with a probed rate no
+    /// more than this stream's share of rate x minimum RTT (a kernel buffer of twice that:
+    /// the 2 x BDP memory budget). The minimum RTT is taken over the last 10 s, so the
+    /// budget follows a path whose RTT grew once the old minimum has aged out.
+    fn growth_cap(&self, estimate: &crate::estimate::PathEstimate) -> Bytes {
+        let Some(hint) = self.hint_rate.filter(|_| !self.plan.bdp_lower_bound) else {
+            return self.max_value;
+        };
+        let n = u64::from(self.plan.streams_total.max(1));
+        let own = estimate.rate.map_or(0, |r| r.0.saturating_mul(n));
+        let rtt = estimate.min_rtt.or(self.srtt).unwrap_or(Duration::ZERO);
+        let share = Rate(hint.0.max(own)).bdp(rtt).0 / n;
+        Bytes(share).min(self.max_value)
+    }
+
+    fn grow(&mut self, now: Time, s: &TcpSnapshot, estimate: &crate::estimate::PathEstimate) {
+        match self.send {
+            SendPlan::Kernel => {
+                let sndbuf = u64::from(s.sndbuf_bytes.unwrap_or(0));
+                if sndbuf * 10 >= self.tcp_wmem_max.0 * 9 {
+                    // Autotuning sits at its cap and still limits: take over.
+                    let v = Bytes(scale(sndbuf, 0.75)).min(self.max_value);
+                    self.send = SendPlan::Explicit(v);
+                    self.out.push(Action::SetSndBuf(v));
+                    let l = self.lowat_from_estimate();
+                    self.lowat = Some(l);
+                    self.out.push(Action::SetNotsentLowat(l));
+                }
+            }
+            SendPlan::Explicit(v) if v < self.growth_cap(estimate) => {
+                let bigger = Bytes(scale(v.0, 1.25)).min(self.growth_cap(estimate));
+                self.send = SendPlan::Explicit(bigger);
+                self.out.push(Action::SetSndBuf(bigger));
+            }
+            SendPlan::Measuring(_) => {}
+            SendPlan::Explicit(_) => {
+                // Only without a trustworthy BDP: with one, the plan already counted
+                // streams, and streams opened late mostly slow the end of a transfer down.
+                let total = self.total_streams.max(1);
+                self.ask_for_streams(
+                    now,
+                    total.saturating_mul(2),
+                    format!(
+                        "the send buffer is at its per-socket maximum ({} of SO_SNDBUF) and still \
+                         limits a stream whose pipe is not full (RTT {}): doubling to {} streams",
+                        self.max_value,
+                        estimate
+                            .srtt
+                            .map_or_else(|| "unknown".to_string(), format_duration),
+                        total.saturating_mul(2)
+                    ),
+                );
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evidence {
+    None,
+    /// The send buffer limits a stream whose pipe is not full.
+    BufferShort,
+    /// The socket ran dry while its buffer had room (unsent reserve too small).
+    Starved,
+}
+
+impl Tuner for AutoTuner {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+
+    fn handle_event(&mut self, now: Time, event: ConnEvent) {
+        if self.stopped {
+            return;
+        }
+        if let Some(d) = self.drs.as_mut() {
+            d.handle_event(now, event);
+        }
+        match event {
+            ConnEvent::BeforeConnect => self.before_connect(),
+            ConnEvent::Established => {
+                if let Some(p) = self.resume.as_mut() {
+                    p.established(now);
+                }
+                if self.role == Role::Receiver && self.plan.recv == RecvPlan::Measuring {
+                    self.window = MEASURE_WINDOW;
+                    self.out
+                        .push(Action::SetRcvBuf(linux::rcvbuf_value_for_window(
+                            MEASURE_WINDOW,
+                        )));
+                    self.out.push(Action::SetWindowClamp(Bytes(MEASURE_WINDOW)));
+                }
+            }
+            ConnEvent::UserSetBuffer | ConnEvent::Closed => {
+                self.cfg.share.leave(self.stream_index);
+                self.stopped = true;
+            }
+        }
+    }
+
+    fn handle_snapshot(&mut self, now: Time, snapshot: &TcpSnapshot) {
+        if self.stopped {
+            return;
+        }
+        match self.role {
+            Role::Sender => self.on_sender_snapshot(now, snapshot),
+            Role::Receiver if self.plan.recv == RecvPlan::Measuring && self.drs.is_none() => {
+                self.measure_window(now, snapshot)
+            }
+            Role::Receiver => {
+                if let Some(d) = self.drs.as_mut() {
+                    d.handle_snapshot(now, snapshot);
+                }
+            }
+        }
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        self.out
+            .pop()
+            .or_else(|| self.drs.as_mut().and_then(|d| d.poll_action()))
+    }
+
+    fn handle_hint(&mut self, _now: Time, hint: &PathHint, streams: u32) {
+        if self.stopped {
+            return;
+        }
+        if let Some(a) = self
+            .resume
+            .as_mut()
+            .and_then(|p| p.lift(LiftReason::NewHint))
+        {
+            self.out.push(a);
+        }
+        self.settle(hint, streams);
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        if self.stopped {
+            return None;
+        }
+        match self.role {
+            Role::Sender => Some(interval_from_rtt(self.srtt, 2)),
+            Role::Receiver if self.plan.recv == RecvPlan::Measuring && self.drs.is_none() => {
+                Some(interval_from_rtt(self.srtt, 2))
+            }
+            Role::Receiver => self.drs.as_ref().and_then(|d| d.poll_interval()),
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! What `auto` decides from what it knows before connecting: the [`AutoPlan`].
+
+use super::{AutoConfig, RECV_HEADROOM};
+use crate::linux;
+use crate::tuner::{Role, TunerContext};
+use crate::tuners::common::scale;
+use crate::units::{format_duration, Bytes};
+use std::time::Duration;
+
+/// Paths at least this long are measured in band when their rate is not known (below it,
+/// kernel autotuning is in charge: slow start is short and buffers are small).
+pub const MEASURE_MIN_RTT: Duration = Duration::from_millis(5);
+/// The window a measuring receiver starts with (Linux's initial window).
+pub const MEASURE_WINDOW: u64 = 64 * 1024;
+/// The send buffer a measuring stream starts with (`SO_SNDBUF` value): room for the first
+/// rounds of slow start from Linux's initial window.
+pub const MEASURE_START: Bytes = Bytes::kib(256);
+
+/// How the send buffer is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendPlan {
+    /// Leave Linux's send autotuning in charge.
+    Kernel,
+    /// `SO_SNDBUF` with this value (plus `TCP_NOTSENT_LOWAT`).
+    Explicit(Bytes),
+    /// The path's rate is being measured by the transfer itself: `SO_SNDBUF` starts at this
+    /// value and follows what the stream delivers (twice its bytes per minimum RTT while
+    /// delivery grows, so that slow start is never held back; 1.75 x once it stops), until
+    /// the measured rate arrives ([`crate::Tuner::handle_hint`]) and the plan is made.
+    Measuring(Bytes),
+}
+
+/// How the receive buffer is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvPlan {
+    /// Leave Linux's receive autotuning in charge.
+    Kernel,
+    /// `SO_RCVBUF` with this value before connecting, never changed.
+    Fixed(Bytes),
+    /// Right-sized: `SO_RCVBUF` = `max_buffer` before connecting (so the window scale can
+    /// reach it), then buffer and window clamp at `window` once connected, grown in band
+    /// as Dynamic Right-Sizing does (1.2 x the largest per-RTT estimate).
+    Sized {
+        /// The window advertised from the start.
+        window: Bytes,
+        /// The largest buffer it may grow to (and the `SO_RCVBUF` before connecting).
+        max_buffer: Bytes,
+    },
+    /// The rate is being measured: Dynamic Right-Sizing with its factor 2 (the window never
+    /// holds slow start back), from 64 KiB up to the host's maximum, until the measured rate
+    /// arrives and the window is sized for it.
+    Measuring,
+}
+
+/// What `auto` decides from the hint before connecting. Every stream of a transfer computes
+/// the same plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoPlan {
+    /// Bandwidth-delay product from the hint.
+    pub bdp: Option<Bytes>,
+    /// The BDP from the hint is about what one socket holds (60-100% of its payload): a
+    /// one-stream probe may have been limited by its own socket, so the BDP may be a lower
+    /// bound. Buffers may then grow past the 2 x BDP budget (on evidence only) and stream 0
+    /// may ask for streams in band if the plan did not.
+    pub bdp_lower_bound: bool,
+    /// Streams the transfer should have in all.
+    pub streams_total: u32,
+    /// Streams stream 0 asks for (beyond those the transfer has).
+    pub extra_streams: u32,
+    /// This stream's share of the BDP.
+    pub share: Option<Bytes>,
+    /// Unsent-data reserve per stream (`TCP_NOTSENT_LOWAT` when sizing explicitly).
+    pub lowat: Bytes,
+    /// Send-buffer handling (meaningful at the sender).
+    pub send: SendPlan,
+    /// Receive-buffer handling (meaningful at the receiver).
+    pub recv: RecvPlan,
+    /// Why more streams are needed, when they are.
+    pub reason: Option<String>,
+}
+
+impl AutoPlan {
+    /// Whether the plan rests on a BDP that is not a lower bound.
+    pub fn trusted(&self) -> bool {
+        self.bdp.is_some() && !self.bdp_lower_bound
+    }
+
+    /// The plan for a stream with this context.
+    pub fn compute(cfg: &AutoConfig, ctx: &TunerContext) -> AutoPlan {
+        let own = &ctx.limits;
+        let peer = cfg.peer_limits.as_ref().unwrap_or(own);
+        let (send_limits, recv_limits) = match ctx.role {
+            Role::Sender => (own, peer),
+            Role::Receiver => (peer, own),
+        };
+        let n0 = ctx.streams.max(1);
+        let unsized_recv = if recv_limits.moderate_rcvbuf {
+            RecvPlan::Kernel
+        } else {
+            RecvPlan::Fixed(recv_limits.rmem_max)
+        };
+        let (Some(rtt), Some(rate)) = (ctx.hint.rtt, ctx.hint.rate) else {
+            // No rate: on a long path the transfer measures it in band (the buffers follow
+            // what it delivers); on a short one kernel autotuning is in charge.
+            let measure = cfg.measure
+                && ctx.hint.rate_in_band
+                && ctx.hint.rtt.is_some_and(|r| r >= MEASURE_MIN_RTT);
+            let (send, recv) = if measure {
+                (
+                    SendPlan::Measuring(if send_limits.can_force {
+                        MEASURE_START
+                    } else {
+                        MEASURE_START.min(send_limits.wmem_max)
+                    }),
+                    RecvPlan::Measuring,
+                )
+            } else {
+                (SendPlan::Kernel, unsized_recv)
+            };
+            return AutoPlan {
+                bdp: None,
+                bdp_lower_bound: false,
+                streams_total: n0,
+                extra_streams: 0,
+                share: None,
+                lowat: cfg.min_lowat,
+                send,
+                recv,
+                reason: None,
+            };
+        };
+        let bdp = rate.bdp(rtt).0.max(1);
+        let per_stream_rate = |n: u32| rate.bytes_per_sec() as f64 / f64::from(n.max(1));
+        // The window one stream advertises: 1.5 x its share of the BDP, and at least its
+        // share plus what arrives while the reader is not scheduled (short paths).
+        let window_for = |n: u32| -> u64 {
+            let share = bdp / u64::from(n.max(1));
+            let reader = (per_stream_rate(n) * cfg.reader_time.as_secs_f64()) as u64;
+            scale(share, RECV_HEADROOM).max(share + reader)
+        };
+        // The largest window the receiver may grow to: the sender's headroom over the
+        // share, or the starting window where that is larger (short paths).
+        let max_window_for =
+            |n: u32| -> u64 { scale(bdp / u64::from(n.max(1)), cfg.headroom).max(window_for(n)) };
+        // Unsent data kept per stream: ~6 ms at the stream's rate (128 KiB..4 MiB), but no
+        // more than half of what may be in flight (on short paths the reserve would otherwise
+        // be most of the memory; a writer with a low-water mark is woken when half of it has
+        // drained, so half the window still keeps the socket fed).
+        let lowat_for = |n: u32| -> u64 {
+            let t = (per_stream_rate(n) * cfg.lowat_time.as_secs_f64()) as u64;
+            t.clamp(cfg.min_lowat.0, cfg.max_lowat.0)
+                .min(max_window_for(n) / 2)
+        };
+        let needed_bdp = scale(bdp, cfg.stream_headroom);
+        let send_cap = linux::max_send_payload(send_limits);
+        // A writer blocked on a full buffer wakes only when a third of it is free (and,
+        // with a low-water mark, when less than half of that is unsent): what a socket keeps
+        // in flight without stalling is two thirds of its payload less half the reserve.
+        let usable = |cap: u64, n: u32| -> u64 { (cap * 2 / 3).saturating_sub(lowat_for(n) / 2) };
+        // The receiver locks its buffer to stay within the memory budget (autotuning would
+        // grow it to tcp_rmem[2]), so what counts is the window SO_RCVBUF can give.
+        let recv_cap = (!recv_limits.can_force).then(|| {
+            linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+                recv_limits.rmem_max,
+                recv_limits,
+            ))
+        });
+        let bdp_lower_bound = ctx.hint.rate_is_lower_bound;
+        let n_send = |n: u32| -> u64 {
+            match send_cap {
+                None => 1,
+                Some(cap) => needed_bdp.div_ceil(usable(cap, n).max(1)),
+            }
+        };
+        let n_recv = recv_cap.map_or(1, |cap| needed_bdp.div_ceil(cap.max(1)));
+        let cap_streams = u64::from(cfg.max_streams.max(n0));
+        let mut n = u64::from(n0).max(n_recv).max(n_send(n0));
+        n = n.max(n_send(n as u32)).min(cap_streams);
+        let n = n as u32;
+        let extra = n - n0.min(n);
+        let share = bdp / u64::from(n);
+        let lowat = lowat_for(n);
+
+        // The sender holds what the receiver may let into flight plus the unsent reserve.
+        let need_payload = max_window_for(n) + lowat;
+        let v = linux::sndbuf_value_for_payload(need_payload);
+        let send = SendPlan::Explicit(if send_limits.can_force {
+            v
+        } else {
+            v.min(send_limits.wmem_max)
+        });
+
+        // The window starts at `window_for` and may grow, by DRS, to `max_window_for`:
+        // within the 2 x BDP budget on long paths. With a rate that is only a lower bound,
+        // to rmem_max.
+        let budget = linux::rcvbuf_value_for_window(max_window_for(n));
+        let max_buffer = match (recv_limits.can_force, bdp_lower_bound) {
+            (true, _) => budget,
+            (false, true) => recv_limits.rmem_max,
+            (false, false) => budget.min(recv_limits.rmem_max),
+        };
+        let max_window =
+            linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(max_buffer, recv_limits));
+        let window = window_for(n).min(max_window);
+        let recv = RecvPlan::Sized {
+            window: Bytes(window),
+            max_buffer,
+        };
+
+        let reason = (extra > 0).then(|| {
+            let limit = match (send_cap, recv_cap) {
+                (Some(s), Some(r)) if r < usable(s, n) => format!(
+                    "one socket can advertise about {} of receive window within the memory budget \
+                     (rmem_max {})",
+                    Bytes(r),
+                    recv_limits.rmem_max
+                ),
+                (Some(s), _) => format!(
+                    "one socket keeps at most about {} in flight (wmem_max {}, tcp_wmem max {})",
+                    Bytes(usable(s, n)),
+                    send_limits.wmem_max,
+                    send_limits.tcp_wmem[2]
+                ),
+                (None, Some(r)) => format!(
+                    "one socket can advertise about {} of receive window (rmem_max {})",
+                    Bytes(r),
+                    recv_limits.rmem_max
+                ),
+                (None, None) => "the per-socket maximum is too small".to_string(),
+            };
+            let bound = if bdp_lower_bound {
+                " (at least: the rate is a lower bound, the path may be faster)"
+            } else {
+                ""
+            };
+            format!(
+                "{limit}, but 1.25 x the bandwidth-delay product is {}{bound} ({} x {}): {} streams in all, {} more",
+                Bytes(needed_bdp),
+                rate,
+                format_duration(rtt),
+                n,
+                extra
+            )
+        });
+
+        AutoPlan {
+            bdp: Some(Bytes(bdp)),
+            bdp_lower_bound,
+            streams_total: n,
+            extra_streams: extra,
+            share: Some(Bytes(share)),
+            lowat: Bytes(lowat),
+            send,
+            recv,
+            reason,
+        }
+    }
+}

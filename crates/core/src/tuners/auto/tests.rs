@@ -1,0 +1,652 @@
+//! `auto`'s rules, sample by sample.
+
+use super::*;
+use crate::tuner::PathHint;
+
+fn ctx(role: Role, rtt_ms: f64, rate: Option<Rate>, index: u32, streams: u32) -> TunerContext {
+    TunerContext {
+        role,
+        hint: PathHint {
+            rtt: Some(Duration::from_secs_f64(rtt_ms / 1000.0)),
+            rate,
+            // Without a rate the transfer measures it in band (a path never seen).
+            rate_in_band: rate.is_none(),
+            ..Default::default()
+        },
+        stream_index: index,
+        streams,
+        ..TunerContext::for_tests(role)
+    }
+}
+
+fn sender(rtt_ms: f64, rate: Option<Rate>) -> AutoTuner {
+    AutoConfig::default().build(ctx(Role::Sender, rtt_ms, rate, 0, 1))
+}
+
+fn actions(t: &mut AutoTuner) -> Vec<Action> {
+    std::iter::from_fn(|| t.poll_action()).collect()
+}
+
+/// A sender sample: RTT, kernel send buffer, memory queued, cumulative
+/// send-buffer-limited time, delivery rate.
+fn snap(rtt_ms: u32, sndbuf: u32, queued: u32, limited_us: u64, rate: Rate) -> TcpSnapshot {
+    TcpSnapshot {
+        rtt_us: rtt_ms * 1000,
+        snd_mss_bytes: 1448,
+        snd_cwnd_segs: 10_000,
+        unacked_segs: queued / 1448,
+        sndbuf_bytes: Some(sndbuf),
+        wmem_queued_bytes: Some(queued),
+        sndbuf_limited_us: Some(limited_us),
+        delivery_rate_bytes_per_sec: Some(rate.bytes_per_sec()),
+        delivery_rate_app_limited: true,
+        ..TcpSnapshot::empty()
+    }
+}
+
+/// Feed `n` samples `step_ms` apart, starting at `t0`; `f(k)` makes sample `k`.
+fn feed(t: &mut AutoTuner, t0: Time, step_ms: u64, n: u64, f: impl Fn(u64) -> TcpSnapshot) -> Time {
+    let mut now = t0;
+    for k in 0..n {
+        t.handle_snapshot(now, &f(k));
+        now += Duration::from_millis(step_ms);
+    }
+    now
+}
+
+#[test]
+fn streams_needed_per_path_on_a_default_host() {
+    let cfg = AutoConfig::default();
+    for (rtt, want) in [(0.5, 1), (25.0, 1), (50.0, 2), (100.0, 4), (200.0, 8)] {
+        let plan = AutoPlan::compute(&cfg, &ctx(Role::Sender, rtt, Some(Rate::gbit(1)), 0, 1));
+        assert_eq!(plan.streams_total, want, "rtt {rtt} ms");
+    }
+}
+
+#[test]
+fn large_share_gets_an_explicit_buffer_under_twice_the_bdp() {
+    let mut t = sender(25.0, Some(Rate::gbit(1)));
+    let bdp = 3_125_000u64;
+    let SendPlan::Explicit(v) = t.plan().send else {
+        panic!("expected explicit sizing: {:?}", t.plan());
+    };
+    let kernel = linux::sndbuf_after_setsockopt(v, &HostLimits::linux_defaults());
+    // Within the 2 x BDP budget in setsockopt units (the kernel holds twice the value).
+    assert!(v.0 <= 2 * bdp, "SO_SNDBUF {v} over 2 x BDP");
+    let lowat = t.plan().lowat;
+    assert_eq!(lowat, Bytes(750_000), "6 ms at 1 Gbit/s");
+    assert!(linux::sndbuf_payload(kernel) - lowat.0 >= bdp * 7 / 4 - 1);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert_eq!(
+        actions(&mut t),
+        vec![Action::SetSndBuf(v), Action::SetNotsentLowat(lowat)]
+    );
+}
+
+#[test]
+fn stream_zero_asks_for_streams_before_connect_when_one_socket_cannot_hold_the_bdp() {
+    let mut s0 = AutoConfig::default().build(ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 1));
+    s0.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let a = actions(&mut s0);
+    let Some(Action::OpenStreams { count, reason }) = a.first() else {
+        panic!("expected OpenStreams first: {a:?}");
+    };
+    assert_eq!(*count, 7);
+    assert!(reason.contains("rmem_max 4MiB"), "{reason}");
+    assert!(reason.contains("8 streams in all"), "{reason}");
+    // Each stream sizes itself for an eighth of the BDP: within wmem_max, and the
+    // kernel buffers of all eight hold under 2 x BDP.
+    let share = 25_000_000 / 8;
+    assert!(
+        matches!(a[1], Action::SetSndBuf(v) if v.0 > share / 2 && v < Bytes::mib(4) && 8 * 2 * v.0 <= 50_000_000),
+        "{a:?}"
+    );
+
+    // The streams opened on request never ask again.
+    let mut s3 = AutoConfig::default().build(ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 3, 7));
+    s3.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert!(!actions(&mut s3)
+        .iter()
+        .any(|a| matches!(a, Action::OpenStreams { .. })));
+}
+
+#[test]
+fn streams_the_user_asked_for_count_toward_the_total() {
+    let plan = AutoPlan::compute(
+        &AutoConfig::default(),
+        &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 4),
+    );
+    assert_eq!((plan.streams_total, plan.extra_streams), (8, 4));
+    let plan = AutoPlan::compute(
+        &AutoConfig::default(),
+        &ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 8),
+    );
+    assert_eq!((plan.streams_total, plan.extra_streams), (8, 0));
+    assert_eq!(plan.reason, None);
+}
+
+#[test]
+fn raised_limits_hold_a_200ms_bdp_in_one_stream() {
+    let raised = crate::sim::raised_limits();
+    let c = TunerContext {
+        limits: raised.clone(),
+        ..ctx(Role::Sender, 200.0, Some(Rate::gbit(1)), 0, 1)
+    };
+    let plan = AutoPlan::compute(&AutoConfig::default(), &c);
+    assert_eq!(plan.streams_total, 1);
+    assert!(matches!(plan.send, SendPlan::Explicit(v) if v > Bytes::mib(20)));
+}
+
+#[test]
+fn a_small_peer_receive_limit_adds_streams() {
+    let small = HostLimits {
+        rmem_max: Bytes::mib(1),
+        ..HostLimits::linux_defaults()
+    };
+    let plan = AutoPlan::compute(
+        &AutoConfig::default().peer_limits(Some(small)),
+        &ctx(Role::Sender, 50.0, Some(Rate::gbit(1)), 0, 1),
+    );
+    // 1.25 x 6.25 MB over about 1 MiB of window per receiving socket.
+    assert_eq!(plan.streams_total, 8);
+    assert!(plan.reason.expect("reason").contains("receive window"));
+}
+
+#[test]
+fn receiver_right_sizes_a_locked_buffer_for_its_share() {
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 100.0, Some(Rate::gbit(1)), 0, 8));
+    let share = 12_500_000 / 8;
+    let window = Bytes(share * 3 / 2);
+    let max = Bytes(share * 7 / 4);
+    assert_eq!(
+        r.plan().recv,
+        RecvPlan::Sized {
+            window,
+            max_buffer: max
+        }
+    );
+    // The maximum before listening, so the window scale can reach it...
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(max)]);
+    // ... then 1.5 x the share, buffer and clamp (in setsockopt units 1.5 x BDP in all).
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    assert_eq!(
+        actions(&mut r),
+        vec![Action::SetRcvBuf(window), Action::SetWindowClamp(window)]
+    );
+    assert!(r.poll_interval().is_some());
+    // A sender delivering more than the window per RTT gets a larger one (DRS, 1.2 x),
+    // up to the sender's headroom.
+    let rx = |b: u64| TcpSnapshot {
+        bytes_received: Some(b),
+        rcv_rtt_us: 100_000,
+        ..TcpSnapshot::empty()
+    };
+    r.handle_snapshot(Time::from_millis(100), &rx(0));
+    r.handle_snapshot(Time::from_millis(200), &rx(4_000_000));
+    assert_eq!(actions(&mut r).last(), Some(&Action::SetWindowClamp(max)));
+}
+
+#[test]
+fn short_path_sizes_both_ends_for_the_share_plus_reader_latency() {
+    // 0.5 ms at 1 Gbit/s: BDP 62.5 kB; the window holds it plus 0.4 ms of arrivals.
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 1));
+    let window = Bytes(62_500 + 50_000);
+    assert_eq!(
+        r.plan().recv,
+        RecvPlan::Sized {
+            window,
+            max_buffer: window
+        }
+    );
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert_eq!(actions(&mut r), vec![Action::SetRcvBuf(window)]);
+    // The sender holds that window plus an unsent reserve of half of it: within 2 x BDP
+    // in setsockopt units at each end.
+    let mut t = sender(0.5, Some(Rate::gbit(1)));
+    let SendPlan::Explicit(v) = t.plan().send else {
+        panic!("explicit sizing expected: {:?}", t.plan());
+    };
+    let lowat = Bytes(window.0 / 2);
+    assert_eq!(t.plan().lowat, lowat);
+    assert_eq!(v, linux::sndbuf_value_for_payload(window.0 + lowat.0));
+    assert!(v.0 <= 2 * 62_500, "{v}");
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert_eq!(
+        actions(&mut t),
+        vec![Action::SetSndBuf(v), Action::SetNotsentLowat(lowat)]
+    );
+    // Four streams share the same total.
+    let p4 = AutoPlan::compute(
+        &AutoConfig::default(),
+        &ctx(Role::Receiver, 0.5, Some(Rate::gbit(1)), 0, 4),
+    );
+    assert!(matches!(p4.recv, RecvPlan::Sized { window, .. } if window.0 == 112_500 / 4));
+}
+
+#[test]
+fn a_rate_marked_as_a_lower_bound_lets_the_receiver_grow_to_its_maximum() {
+    let lb = TunerContext {
+        hint: PathHint {
+            rtt: Some(Duration::from_millis(200)),
+            rate: Some(Rate::mbit(250)),
+            rate_is_lower_bound: true,
+            rate_in_band: false,
+            resume: false,
+        },
+        ..ctx(Role::Receiver, 200.0, None, 0, 1)
+    };
+    let plan = AutoPlan::compute(&AutoConfig::default(), &lb);
+    assert!(plan.bdp_lower_bound);
+    assert!(!plan.trusted());
+    assert!(plan.reason.expect("reason").contains("may be faster"));
+    assert!(matches!(plan.recv, RecvPlan::Sized { max_buffer, .. } if max_buffer == Bytes::mib(4)));
+    let plan = AutoPlan::compute(
+        &AutoConfig::default(),
+        &ctx(Role::Sender, 25.0, Some(Rate::gbit(1)), 0, 1),
+    );
+    assert!(!plan.bdp_lower_bound);
+    assert!(plan.trusted());
+}
+
+#[test]
+fn without_measuring_stream_zero_asks_for_streams_while_still_in_slow_start() {
+    let mut t = AutoConfig::default()
+        .measure(false)
+        .build(ctx(Role::Sender, 200.0, None, 0, 1));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert!(actions(&mut t).is_empty());
+    let ss = |cwnd_segs: u32| TcpSnapshot {
+        rtt_us: 200_000,
+        snd_mss_bytes: 1448,
+        snd_cwnd_segs: cwnd_segs,
+        snd_ssthresh_segs: 0x7fff_ffff,
+        ..TcpSnapshot::empty()
+    };
+    // 1 MB of window: far from what one socket holds (about 5 MB in flight).
+    t.handle_snapshot(Time::from_millis(200), &ss(700));
+    assert!(actions(&mut t).is_empty());
+    // 2.9 MB: more than half, but the path may still fit one socket.
+    t.handle_snapshot(Time::from_millis(400), &ss(2000));
+    assert!(actions(&mut t).is_empty());
+    // 3.9 MB, still in slow start, no queue: it will hit its buffer within a round,
+    // if half an RTT later there is still no queue.
+    t.handle_snapshot(Time::from_millis(600), &ss(2700));
+    assert!(actions(&mut t).is_empty());
+    t.handle_snapshot(Time::from_millis(700), &ss(3000));
+    let a = actions(&mut t);
+    assert!(
+        matches!(&a[..], [Action::OpenStreams { count: 3, reason }] if reason.contains("slow start")),
+        "{a:?}"
+    );
+    // Once is enough.
+    t.handle_snapshot(Time::from_millis(800), &ss(4000));
+    assert!(actions(&mut t).is_empty());
+    // After a loss (ssthresh set), the trigger never fires.
+    let mut u = AutoConfig::default()
+        .measure(false)
+        .build(ctx(Role::Sender, 200.0, None, 0, 1));
+    u.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let mut s = ss(4000);
+    s.snd_ssthresh_segs = 3000;
+    u.handle_snapshot(Time::from_millis(200), &s);
+    assert!(actions(&mut u).is_empty());
+    // With a trustworthy rate the plan counted the streams: no trigger either.
+    let mut w = sender(200.0, Some(Rate::gbit(1)));
+    w.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut w);
+    w.handle_snapshot(Time::from_millis(200), &ss(4000));
+    assert!(actions(&mut w).is_empty());
+}
+
+#[test]
+fn without_measuring_starts_on_autotuning_and_takes_over_when_it_caps_in_slow_start() {
+    let mut t = AutoConfig::default()
+        .measure(false)
+        .build(ctx(Role::Sender, 100.0, None, 0, 1));
+    assert_eq!(t.plan().send, SendPlan::Kernel);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert!(actions(&mut t).is_empty());
+    // Autotuning at its 4 MiB cap, buffer full, starved half the time, no queue.
+    let cap = 4 << 20;
+    let now = feed(&mut t, Time::ZERO, 50, 4, |k| {
+        snap(100, cap, cap, k * 25_000, Rate::mbit(300))
+    });
+    assert!(
+        actions(&mut t).is_empty(),
+        "one RTT of evidence is not enough"
+    );
+    feed(&mut t, now, 50, 2, |k| {
+        snap(100, cap, cap, (4 + k) * 25_000, Rate::mbit(300))
+    });
+    let a = actions(&mut t);
+    assert_eq!(a[0], Action::SetSndBuf(Bytes(3 << 20)));
+    assert!(matches!(a[1], Action::SetNotsentLowat(_)));
+    assert!(matches!(t.send(), SendPlan::Explicit(_)));
+}
+
+#[test]
+fn grows_the_buffer_when_the_rtt_grows_under_it() {
+    let mut t = sender(25.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("explicit expected");
+    };
+    actions(&mut t);
+    let kernel = (2 * v.0) as u32;
+    // Path RTT jumps from 25 to 60 ms: the same buffer now delivers less than half.
+    let now = feed(&mut t, Time::ZERO, 12, 2, |_| {
+        snap(25, kernel, kernel / 2, 0, Rate::gbit(1))
+    });
+    let now = feed(&mut t, now, 30, 8, |k| {
+        snap(60, kernel, kernel, (k + 1) * 20_000, Rate::mbit(400))
+    });
+    // Not at once: the buffer already exceeds the budget of the BDP measured so far
+    // (1 Gbit/s x 25 ms, in setsockopt units).
+    assert!(v > Bytes(3_125_000));
+    assert_eq!(actions(&mut t), vec![]);
+    // Once the 25 ms minimum has aged out (10 s), the budget follows the new RTT.
+    feed(&mut t, now, 30, 400, |k| {
+        snap(60, kernel, kernel, (k + 9) * 20_000, Rate::mbit(400))
+    });
+    let want = Bytes(scale(v.0, 1.25)).min(Bytes::mib(4));
+    assert_eq!(actions(&mut t), vec![Action::SetSndBuf(want)]);
+}
+
+#[test]
+fn a_building_queue_means_the_buffer_is_large_enough() {
+    let mut t = sender(25.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let now = feed(&mut t, Time::ZERO, 12, 2, |_| {
+        snap(25, 6_000_000, 3_000_000, 0, Rate::gbit(1))
+    });
+    // Limited by the buffer, but RTT 40% up and full delivery: the pipe is full.
+    feed(&mut t, now, 17, 10, |k| {
+        snap(35, 6_000_000, 6_000_000, (k + 1) * 10_000, Rate::gbit(1))
+    });
+    assert!(actions(&mut t).is_empty());
+}
+
+#[test]
+fn slow_start_overshoot_for_one_round_changes_nothing() {
+    let mut t = sender(50.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    // Limited and no queue yet for one RTT, then the queue shows.
+    let now = feed(&mut t, Time::ZERO, 25, 3, |k| {
+        snap(50, 8_000_000, 8_000_000, k * 20_000, Rate::mbit(500))
+    });
+    feed(&mut t, now, 25, 8, |k| {
+        snap(70, 8_000_000, 8_000_000, (3 + k) * 20_000, Rate::gbit(1))
+    });
+    assert!(actions(&mut t).is_empty());
+}
+
+#[test]
+fn doubles_the_unsent_reserve_when_the_application_refills_too_late() {
+    let mut t = sender(50.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let l = t.lowat().expect("lowat");
+    // Starved half the time while the buffer is less than half full.
+    feed(&mut t, Time::ZERO, 25, 8, |k| {
+        snap(55, 8_000_000, 3_000_000, k * 12_500, Rate::mbit(700))
+    });
+    assert_eq!(
+        actions(&mut t),
+        vec![Action::SetNotsentLowat(Bytes(2 * l.0))]
+    );
+}
+
+#[test]
+fn app_limited_or_cwnd_limited_sender_is_left_alone() {
+    let mut t = sender(50.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    // Never send-buffer-limited: application-limited, then a loss collapses cwnd.
+    feed(&mut t, Time::ZERO, 25, 10, |_| {
+        snap(50, 8_000_000, 100_000, 0, Rate::mbit(10))
+    });
+    feed(&mut t, Time::from_millis(250), 25, 10, |_| {
+        let mut s = snap(60, 8_000_000, 7_000_000, 0, Rate::mbit(300));
+        s.ca_state = 4;
+        s.snd_cwnd_segs = 10;
+        s
+    });
+    assert!(actions(&mut t).is_empty());
+}
+
+#[test]
+fn without_a_bdp_stream_zero_doubles_its_streams_at_the_maximum_at_most_twice() {
+    let mut t = AutoConfig::default()
+        .measure(false)
+        .build(ctx(Role::Sender, 200.0, None, 0, 1));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let full = 8 << 20;
+    // Explicit at wmem_max after taking over from autotuning; still starved, no queue.
+    t.send = SendPlan::Explicit(Bytes::mib(4));
+    let mut asks = Vec::new();
+    let mut now = Time::ZERO;
+    for k in 0..60u64 {
+        t.handle_snapshot(now, &snap(200, full, full, k * 50_000, Rate::mbit(250)));
+        for a in actions(&mut t) {
+            if matches!(a, Action::OpenStreams { .. }) {
+                asks.push((now, a));
+            }
+        }
+        now += Duration::from_millis(100);
+    }
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert!(
+        matches!(&asks[0].1, Action::OpenStreams { count: 1, reason } if reason.contains("doubling to 2"))
+    );
+    // Counted from the streams the tuner was built with: 1 + 3 = 4.
+    assert!(
+        matches!(&asks[1].1, Action::OpenStreams { count: 3, reason } if reason.contains("doubling to 4"))
+    );
+    // The second only after the first streams had 4 RTTs to connect and ramp up.
+    assert!(asks[1].0.saturating_since(asks[0].0) >= Duration::from_millis(800));
+}
+
+#[test]
+fn with_a_measured_bdp_late_evidence_does_not_add_streams() {
+    let mut t = sender(25.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    t.send = SendPlan::Explicit(Bytes::mib(4));
+    let full = 8 << 20;
+    feed(&mut t, Time::ZERO, 12, 40, |k| {
+        snap(25, full, full, k * 6_000, Rate::mbit(250))
+    });
+    assert!(!actions(&mut t)
+        .iter()
+        .any(|a| matches!(a, Action::OpenStreams { .. })));
+}
+
+#[test]
+fn user_set_buffer_stops_tuning() {
+    let mut t = sender(25.0, Some(Rate::gbit(1)));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    t.handle_event(Time::ZERO, ConnEvent::UserSetBuffer);
+    feed(&mut t, Time::ZERO, 12, 20, |k| {
+        snap(25, 1 << 20, 1 << 20, k * 6_000, Rate::mbit(100))
+    });
+    assert!(actions(&mut t).is_empty());
+    assert_eq!(t.poll_interval(), None);
+}
+
+/// A sender sample while measuring: `acked` bytes so far, RTT 100 ms (its minimum).
+fn measuring_snap(acked: u64) -> TcpSnapshot {
+    TcpSnapshot {
+        rtt_us: 100_000,
+        min_rtt_us: Some(100_000),
+        snd_mss_bytes: 1448,
+        snd_cwnd_segs: 100,
+        snd_ssthresh_segs: 0x7fff_ffff,
+        bytes_acked: Some(acked),
+        ..TcpSnapshot::empty()
+    }
+}
+
+fn sndbufs(a: &[Action]) -> Vec<u64> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::SetSndBuf(b) => Some(b.0),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_measuring_sender_stays_twice_its_delivery_ahead_and_never_shrinks() {
+    let mut t = sender(100.0, None);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    // Slow start: delivery doubles every RTT (samples every half RTT).
+    let mut now = Time::ZERO;
+    let mut acked = 0u64;
+    let mut per_half_rtt = 10_000u64;
+    let mut last = 0;
+    for _ in 0..14 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        per_half_rtt = per_half_rtt * 141 / 100;
+        t.handle_snapshot(now, &measuring_snap(acked));
+        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+            assert!(v > last, "only grows");
+            last = v;
+        }
+    }
+    // The last half RTT delivered `per_half_rtt / 1.41`: twice that per RTT, doubled, plus
+    // the reserve.
+    let d = 2 * per_half_rtt * 100 / 141;
+    let reserve = t.lowat().map_or(0, |l| l.0);
+    assert!(
+        (last as f64 - (2.0 * d as f64 + reserve as f64)).abs() < d as f64 * 0.25,
+        "about 2 x {d} + {reserve}: {last}"
+    );
+    // The pipe is full: delivery stops growing; the buffer grows no more, nor shrinks.
+    for _ in 0..10 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        t.handle_snapshot(now, &measuring_snap(acked));
+    }
+    let after = sndbufs(&actions(&mut t));
+    assert!(after.iter().all(|&v| v > last), "{after:?}");
+    assert!(after.len() <= 1, "{after:?}");
+    assert!(matches!(t.send(), SendPlan::Measuring(_)));
+}
+
+#[test]
+fn the_measured_rate_settles_the_buffers_to_the_plan() {
+    let mut t = sender(100.0, None);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(100)),
+        rate: Some(Rate::gbit(1)),
+        ..Default::default()
+    };
+    t.handle_hint(Time::from_millis(900), &hint, 4);
+    let a = actions(&mut t);
+    let want = AutoPlan::compute(
+        &AutoConfig::default(),
+        &TunerContext {
+            streams: 4,
+            hint: hint.clone(),
+            ..ctx(Role::Sender, 100.0, None, 0, 4)
+        },
+    );
+    let SendPlan::Explicit(v) = want.send else {
+        panic!("{want:?}")
+    };
+    assert_eq!(a[0], Action::SetSndBuf(v));
+    assert_eq!(a[1], Action::SetNotsentLowat(want.lowat));
+    assert_eq!(t.send(), SendPlan::Explicit(v));
+    assert!(t.plan().trusted());
+    assert_eq!(
+        t.plan().extra_streams,
+        0,
+        "the transfer decides its streams"
+    );
+    // The same hint again changes nothing.
+    t.handle_hint(Time::from_millis(950), &hint, 4);
+    assert!(actions(&mut t).is_empty());
+}
+
+#[test]
+fn a_measuring_receiver_right_sizes_from_dynamic_right_sizing_to_the_plan() {
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 100.0, None, 0, 4));
+    assert_eq!(r.plan().recv, RecvPlan::Measuring);
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let a = actions(&mut r);
+    assert!(a.contains(&Action::SetWindowClamp(Bytes::kib(64))), "{a:?}");
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(100)),
+        rate: Some(Rate::gbit(1)),
+        ..Default::default()
+    };
+    r.handle_hint(Time::from_millis(900), &hint, 4);
+    let a = actions(&mut r);
+    let RecvPlan::Sized { window, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    assert!(a.contains(&Action::SetWindowClamp(window)), "{a:?}");
+}
+
+#[test]
+fn a_resumed_known_path_paces_each_stream_at_its_share_then_lifts_the_cap() {
+    let ctx = TunerContext {
+        hint: PathHint {
+            rtt: Some(Duration::from_millis(100)),
+            rate: Some(Rate::gbit(1)),
+            resume: true,
+            ..Default::default()
+        },
+        ..ctx(Role::Sender, 100.0, Some(Rate::gbit(1)), 0, 4)
+    };
+    let mut t = AutoConfig::default().build(ctx.clone());
+    let n = u64::from(t.plan().streams_total.max(4));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let a = actions(&mut t);
+    assert!(
+        a.contains(&Action::SetMaxPacingRate(Some(Rate(1_000_000_000 / n)))),
+        "{a:?}"
+    );
+    t.handle_event(Time::from_millis(100), ConnEvent::Established);
+    assert_eq!(
+        t.resume(),
+        Some(ResumeState::Pacing(Time::from_millis(100)))
+    );
+    let s = TcpSnapshot {
+        rtt_us: 100_000,
+        snd_mss_bytes: 1448,
+        snd_cwnd_segs: 2000,
+        ..TcpSnapshot::empty()
+    };
+    t.handle_snapshot(Time::from_millis(200), &s);
+    assert!(!actions(&mut t).contains(&Action::SetMaxPacingRate(None)));
+    t.handle_snapshot(Time::from_millis(300), &s);
+    assert!(actions(&mut t).contains(&Action::SetMaxPacingRate(None)));
+    assert_eq!(t.resume(), Some(ResumeState::Lifted(LiftReason::Resumed)));
+    // Without the flag, or at the receiver, nothing is paced.
+    let mut plain = AutoConfig::default().build(TunerContext {
+        hint: PathHint {
+            resume: false,
+            ..ctx.hint.clone()
+        },
+        ..ctx.clone()
+    });
+    plain.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert!(!actions(&mut plain)
+        .iter()
+        .any(|a| matches!(a, Action::SetMaxPacingRate(_))));
+    let r = AutoConfig::default().build(TunerContext {
+        role: Role::Receiver,
+        ..ctx
+    });
+    assert_eq!(r.resume(), None);
+}
