@@ -31,8 +31,9 @@ Exit status (every subcommand):
   3    connection: refused, unreachable, timed out, name not resolved, rejected by the server
        (send, doctor HOST)
   4    integrity: a byte mismatch or a short transfer (send)
-  5    environment: not root where root is needed (emu, lab, doctor --apply), no
-       /dev/net/tun, a name or port already taken (emu up, serve)
+  5    environment: not root where root is needed (doctor --apply; emu and lab when user
+       namespaces are not allowed either), no /dev/net/tun, a name or port already taken
+       (emu up, serve)
   130  interrupted by Ctrl-C or SIGTERM (send prints what moved until then)
   emu run and emu exec exit with CMD's status (128+N if signal N ended it).";
 

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Output};
-use tcptune_testkit::{ip, Need, Netns};
+use tcptune_testkit::{Need, Netns};
 
 fn tcptune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tcptune"))
@@ -149,8 +149,24 @@ fn tcptune_in(ns: &Netns, args: &[&str]) -> Output {
         .expect("ip netns exec tcptune")
 }
 
+/// A namespace of the test's own: named as root, in a user namespace otherwise.
 fn root() -> bool {
-    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Root])
+    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Netns])
+}
+
+/// Run `ip ARGS` inside `ns` (root there in both modes).
+fn ip_in(ns: &Netns, args: &[&str]) {
+    let o = ns
+        .command("ip")
+        .args(args)
+        .output()
+        .expect("ip in the namespace");
+    assert!(
+        o.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -266,34 +282,27 @@ fn path_whose_packets_vanish_is_filtered() {
     let ns = Netns::new("dcli");
     // A veth pair inside our namespace; 10.77.0.2 has a fixed MAC, so SYNs leave v0, arrive
     // at v1 (no address, no forwarding) and are dropped: no answer, as behind a firewall.
-    ip(&[
-        "-n",
-        ns.name(),
-        "link",
-        "add",
-        "v0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "v1",
-    ]);
-    ip(&["-n", ns.name(), "addr", "add", "10.77.0.1/24", "dev", "v0"]);
-    ip(&["-n", ns.name(), "link", "set", "v0", "up"]);
-    ip(&["-n", ns.name(), "link", "set", "v1", "up"]);
-    ip(&[
-        "-n",
-        ns.name(),
-        "neigh",
-        "add",
-        "10.77.0.2",
-        "lladdr",
-        "02:00:00:00:77:02",
-        "dev",
-        "v0",
-        "nud",
-        "permanent",
-    ]);
+    ip_in(
+        &ns,
+        &["link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+    );
+    ip_in(&ns, &["addr", "add", "10.77.0.1/24", "dev", "v0"]);
+    ip_in(&ns, &["link", "set", "v0", "up"]);
+    ip_in(&ns, &["link", "set", "v1", "up"]);
+    ip_in(
+        &ns,
+        &[
+            "neigh",
+            "add",
+            "10.77.0.2",
+            "lladdr",
+            "02:00:00:00:77:02",
+            "dev",
+            "v0",
+            "nud",
+            "permanent",
+        ],
+    );
     let o = tcptune_in(
         &ns,
         &[

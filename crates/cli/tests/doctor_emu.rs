@@ -9,7 +9,7 @@ use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
 use tcptune_testkit::{wait_for, ChildGuard, Need};
 
 fn can_run() -> bool {
-    tcptune_testkit::require(module_path!(), &[Need::Root, Need::Tun])
+    tcptune_testkit::require(module_path!(), &[Need::Emulator])
 }
 
 #[test]

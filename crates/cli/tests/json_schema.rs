@@ -412,7 +412,7 @@ fn emu_run_up_and_down_match_their_schemas() {
     use tcptune_testkit::Need;
     if !tcptune_testkit::require(
         "emu_run_up_and_down_match_their_schemas",
-        &[Need::Root, Need::Tun],
+        &[Need::Emulator],
     ) {
         return;
     }

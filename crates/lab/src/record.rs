@@ -32,6 +32,10 @@ pub struct RunRecord {
     /// What went wrong, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why this run was not made (the cell cannot be reproduced in the lab's mode, see
+    /// [`crate::feasible`]); such a record is neither a result nor a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
     /// Receiver-measured throughput (`end.sum_received.bits_per_second`), bit/s.
     pub throughput_bps: f64,
     /// Bytes received.
@@ -119,6 +123,7 @@ impl RunRecord {
             ok: error.is_none() && end.sum_received.bytes > 0,
             error: error
                 .or_else(|| (end.sum_received.bytes == 0).then(|| "no bytes received".to_string())),
+            not_run: None,
             throughput_bps: end.sum_received.bits_per_second,
             bytes: end.sum_received.bytes,
             seconds: end.sum_received.seconds,
@@ -160,6 +165,7 @@ impl RunRecord {
             wall_s,
             ok: false,
             error: Some(error),
+            not_run: None,
             throughput_bps: 0.0,
             bytes: 0,
             seconds: 0.0,
@@ -178,6 +184,20 @@ impl RunRecord {
             per_stream: Vec::new(),
             emu: None,
         }
+    }
+
+    /// A record of a run the lab did not make, and why (see [`crate::feasible`]).
+    pub fn not_run(cell: CellKey, repetition: u32, started_unix_s: f64, why: String) -> RunRecord {
+        RunRecord {
+            error: None,
+            not_run: Some(why),
+            ..RunRecord::failed(cell, repetition, started_unix_s, 0.0, String::new())
+        }
+    }
+
+    /// Whether the run failed (a run not made is not a failure).
+    pub fn failed_run(&self) -> bool {
+        !self.ok && self.not_run.is_none()
     }
 
     /// Throughput counting the time spent measuring the path and opening the streams as
@@ -284,6 +304,12 @@ pub struct LabMeta {
     pub calibration: Option<Calibration>,
     /// Whether the lab ran to its end (false when interrupted; the results are partial).
     pub finished: bool,
+    /// How the emulated paths were built: "root" or "rootless" (`None` in older results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// One line: the mode and what it cannot do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_summary: Option<String>,
 }
 
 #[cfg(test)]
@@ -306,5 +332,27 @@ mod tests {
         let back: RunRecord = serde_json::from_str(&line).expect("parses");
         assert_eq!(back, r);
         assert_eq!(back.cell, key);
+        assert!(r.failed_run());
+        assert!(!line.contains("not_run"), "{line}");
+    }
+
+    #[test]
+    fn a_run_not_made_is_neither_a_result_nor_a_failure_and_says_why() {
+        let key = CellKey {
+            rtt_us: 100_000,
+            host: HostConfig::KernelOnly,
+            streams: 1,
+            tune: "auto".into(),
+        };
+        let r = RunRecord::not_run(key, 1, 1.0, "rootless mode: ...".into());
+        assert!(!r.ok && !r.failed_run());
+        assert_eq!(r.error, None);
+        let line = serde_json::to_string(&r).expect("serializes");
+        assert!(
+            line.contains("\"not_run\":\"rootless mode: ...\""),
+            "{line}"
+        );
+        let back: RunRecord = serde_json::from_str(&line).expect("parses");
+        assert_eq!(back, r);
     }
 }

@@ -20,9 +20,11 @@ use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
 /// paper's workload (128 x 1 MiB messages over 1-8 parallel streams) under three host
 /// configurations (no tuning, kernel-only tuning with raised maxima, user+kernel tuning with
 /// setsockopt), and writes raw results (results.jsonl, results.csv, cells.csv),
-/// summary.json and report.html into a results folder. Needs root. The global
+/// summary.json and report.html into a results folder. As root, the global
 /// net.core.rmem_max/wmem_max are raised for the tuned configurations and restored at the end
-/// (also on error or Ctrl-C); meta.json records what was changed.
+/// (also on error or Ctrl-C); meta.json records what was changed. As anyone else it runs in
+/// the emulator's rootless mode (a user namespace), which cannot raise them: the cells that
+/// need them raised are marked "not run" (in results.jsonl, summary.json and the report).
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, after_long_help = AFTER_HELP)]
 pub(crate) struct Opts {
@@ -123,11 +125,15 @@ A plan file (--plan FILE, TOML; every key optional, missing keys take the full m
   max = \"64m\"
 Other keys: mtu, queue_bdp, messages, message_size, seed, raised_max.
 
+Modes: as root the paths are named namespaces with TUN devices and the global maxima are
+raised; as anyone else (rootless, a user namespace of the lab's own) they cannot be, and the
+cells that need them are marked not run. The lab says which on stderr ('mode ...').
+
 Examples:
-  sudo tcptune lab --quick
-  sudo tcptune lab --rate 500mbit --out lab-results/500m
-  sudo tcptune lab --plan my-sweep.toml
-  sudo tcptune lab --cleanup            # after a lab was killed with kill -9
+  tcptune lab --quick
+  tcptune lab --rate 500mbit --out lab-results/500m
+  tcptune lab --plan my-sweep.toml
+  tcptune lab --cleanup                 # after a lab was killed with kill -9
   tcptune lab report lab-results/20261122-101500";
 
 #[derive(clap::Subcommand, Debug)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tcptune_emu::daemon::{self, DaemonSpec};
 use tcptune_emu::process::{Ended, ProcessError, ProcessId};
 use tcptune_emu::state::{self, OwnerKind};
-use tcptune_emu::{capacity_warning, EmuError, EmuStats};
+use tcptune_emu::{capacity_warning, EmuError, EmuStats, Mode};
 
 /// SIGTERM to SIGKILL for an `emu up` daemon (it takes its path down in between).
 const DAEMON_GRACE: Duration = Duration::from_secs(10);
@@ -52,6 +52,8 @@ struct UpReport {
     addr_a: String,
     addr_b: String,
     path: PathJson,
+    /// "root" or "rootless".
+    mode: Mode,
     warnings: Vec<String>,
 }
 
@@ -91,14 +93,20 @@ pub(super) fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
             addr_a,
             addr_b,
             path: PathJson::from(&cfg.path),
+            mode: d.ready.mode,
             warnings,
         })?;
     } else {
+        eprintln!("tcptune emu: mode {}", d.ready.mode_summary);
         for w in &warnings {
             eprintln!("tcptune emu: warning: {w}");
         }
+        let (ns_a, ns_b) = match d.ready.mode {
+            Mode::Root => (format!("netns {netns_a}"), format!("netns {netns_b}")),
+            Mode::Rootless => ("rootless".to_string(), "rootless".to_string()),
+        };
         out::line(&format!(
-            "{} up: side a {addr_a} (netns {netns_a}), side b {addr_b} (netns {netns_b}), daemon pid {}",
+            "{} up: side a {addr_a} ({ns_a}), side b {addr_b} ({ns_b}), daemon pid {}",
             o.name, d.pid
         ));
     }

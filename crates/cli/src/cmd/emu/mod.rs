@@ -27,7 +27,7 @@ Examples:
   tcptune emu run --rtt 50ms --rate 500mbit --loss 0.01% --server 'tcptune serve' \\
       -- sh -c 'tcptune send $TCPTUNE_PEER --json' > report.json
   tcptune emu run --rtt 20ms --json -- ping -c 5 198.19.0.1 | jq .stats.a_to_b.lateness
-  sudo tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
+  tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
   tcptune emu exec wan b -- iperf3 -s -D
   tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
   tcptune emu status wan --json
@@ -37,7 +37,13 @@ Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and
 joined by a TUN device each; the emulator threads carry packets between them through the
 path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
 side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
-them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.
+them. Needs iproute2. Two modes, said on stderr as 'mode ...': as root (CAP_NET_ADMIN and
+CAP_SYS_ADMIN) the namespaces are named (ip netns) and joined by TUN devices (/dev/net/tun);
+as anyone else (rootless mode) they live in a user namespace of the topology's own, where you
+are root, joined by veth pairs and packet sockets; emu exec enters it, and everything goes away
+with the emu process. Rootless mode cannot raise the host's global net.core.rmem_max/wmem_max
+or use SO_*BUFFORCE. TCPTUNE_EMU_MODE=root|rootless forces a mode. Exit status 5: not
+permitted (no root and no user namespaces), no /dev/net/tun, or name taken.
 
 Output of emu run: stdout is CMD's stdout, untouched, so that it can be piped into a parser.
 The --server command's stdout and stderr go to stderr, each line prefixed with '[server] ' (or

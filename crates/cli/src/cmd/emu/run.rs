@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tcptune_emu::process::{self, output, signals, Supervised, Waited};
 use tcptune_emu::state::OwnerKind;
-use tcptune_emu::{capacity_warning, unique_name, EmuStats, Side, Topology};
+use tcptune_emu::{capacity_warning, unique_name, EmuStats, Mode, Side, Topology};
 
 /// How the --server command's output lines are marked on stderr.
 const SERVER_PREFIX: &str = "[server] ";
@@ -66,6 +66,8 @@ struct RunReport<'a> {
     interrupted_by: Option<String>,
     /// Why the run failed before CMD could finish (the server exited first, ...).
     error: Option<String>,
+    /// "root" or "rootless" (see `tcptune emu --help`).
+    mode: Mode,
     /// The emulator's final counters.
     stats: &'a EmuStats,
 }
@@ -86,9 +88,11 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
     signals::catch_stop_signals()?;
     eprintln!("tcptune emu: bringing up {name}: {}", cfg.path.describe());
     let topo = Topology::up_with(&cfg, &up_opts).map_err(emu_fail)?;
+    eprintln!("tcptune emu: mode {}", topo.mode_summary());
     for n in topo.notes() {
         eprintln!("tcptune emu: warning: {n}");
     }
+    let mode = topo.mode();
     let mut copiers = Vec::new();
     let result = run_in_topology(&topo, &o, &mut copiers);
     let stats = topo.down().map_err(emu_fail)?;
@@ -119,6 +123,7 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
             exit_code: code,
             interrupted_by: signal.map(signals::signal_name),
             error,
+            mode,
             stats: &stats,
         })?;
     } else {
