@@ -118,7 +118,12 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 /// no `/` or NUL, at most 255 bytes.
 pub fn check_name(name: &OsStr) -> bool {
     let b = name.as_bytes();
-    !b.is_empty() && b.len() <= 255 && b != b"." && b != b".." && !b.contains(&b'/') && !b.contains(&0)
+    !b.is_empty()
+        && b.len() <= 255
+        && b != b"."
+        && b != b".."
+        && !b.contains(&b'/')
+        && !b.contains(&0)
 }
 
 /// `struct open_how` of `openat2(2)` (libc's is non-exhaustive: it cannot be built).
@@ -156,6 +161,8 @@ pub enum OpenMode {
     /// Anything, only to look at it (`O_PATH`): a symlink in the last component is not
     /// followed, so its own metadata is seen.
     Look,
+    /// The same, following a symlink in the last component (within the directory).
+    LookFollow,
 }
 
 impl Dir {
@@ -184,7 +191,7 @@ impl Dir {
             OpenMode::Read => "open",
             OpenMode::WriteCreate => "create",
             OpenMode::Directory | OpenMode::DirectoryPath => "open directory",
-            OpenMode::Look => "look up",
+            OpenMode::Look | OpenMode::LookFollow => "look up",
         };
         let path: &Path = if rel.as_os_str().is_empty() {
             Path::new(".")
@@ -199,10 +206,15 @@ impl Dir {
                 OpenMode::Directory => libc::O_RDONLY | libc::O_DIRECTORY,
                 OpenMode::DirectoryPath => libc::O_PATH | libc::O_DIRECTORY,
                 OpenMode::Look => libc::O_PATH | libc::O_NOFOLLOW,
+                OpenMode::LookFollow => libc::O_PATH,
             };
         let how = OpenHow {
             flags: flags as u64,
-            mode: if mode == OpenMode::WriteCreate { 0o600 } else { 0 },
+            mode: if mode == OpenMode::WriteCreate {
+                0o600
+            } else {
+                0
+            },
             resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
         };
         // openat2 may answer EAGAIN when a rename elsewhere raced with the walk: try again.
@@ -258,7 +270,17 @@ impl Dir {
     /// The metadata of `rel` beneath this directory without following a symlink in its last
     /// component; `None` when it does not exist.
     pub fn look(&self, rel: &Path) -> Result<Option<Meta>, FsError> {
-        match self.open_beneath(rel, OpenMode::Look) {
+        self.look_with(rel, OpenMode::Look)
+    }
+
+    /// The metadata of `rel` beneath this directory, following a symlink in its last
+    /// component as long as its target stays beneath; `None` when it does not exist.
+    pub fn look_follow(&self, rel: &Path) -> Result<Option<Meta>, FsError> {
+        self.look_with(rel, OpenMode::LookFollow)
+    }
+
+    fn look_with(&self, rel: &Path, mode: OpenMode) -> Result<Option<Meta>, FsError> {
+        match self.open_beneath(rel, mode) {
             Ok(fd) => stat_fd(fd.as_fd())
                 .map(Some)
                 .map_err(|e| FsError::new("stat", rel, e)),
@@ -469,12 +491,22 @@ mod tests {
         symlink("/etc", root.join("abs")).expect("symlink");
         symlink("ok", root.join("sub/in")).expect("symlink");
         let d = Dir::open(&root).expect("open");
-        for bad in ["../secret", "sub/../../secret", "/etc/passwd", "sub/out", "abs/passwd"] {
-            let e = d.open_beneath(Path::new(bad), OpenMode::Read).expect_err(bad);
+        for bad in [
+            "../secret",
+            "sub/../../secret",
+            "/etc/passwd",
+            "sub/out",
+            "abs/passwd",
+        ] {
+            let e = d
+                .open_beneath(Path::new(bad), OpenMode::Read)
+                .expect_err(bad);
             assert!(e.is_escape(), "{bad}: {e}");
         }
         assert!(d.open_beneath(Path::new("sub/in"), OpenMode::Read).is_ok());
-        assert!(d.open_beneath(Path::new("sub/../sub/ok"), OpenMode::Read).is_ok());
+        assert!(d
+            .open_beneath(Path::new("sub/../sub/ok"), OpenMode::Read)
+            .is_ok());
         // Creating through a symlink that leads out fails too, and creates nothing.
         let e = d
             .open_beneath(Path::new("abs/new"), OpenMode::WriteCreate)
@@ -505,7 +537,8 @@ mod tests {
         set_len(f.as_fd(), 10).expect("len");
         set_mode(f.as_fd(), 0o640).expect("mode");
         set_mtime(f.as_fd(), 1_000_000_000, 5).expect("mtime");
-        sub.rename_at(OsStr::new("f.part"), OsStr::new("f")).expect("rename");
+        sub.rename_at(OsStr::new("f.part"), OsStr::new("f"))
+            .expect("rename");
         let m = sub.stat_at(OsStr::new("f")).expect("stat").expect("exists");
         assert_eq!((m.kind, m.size, m.mode), (Kind::File, 10, 0o640));
         assert_eq!((m.mtime_s, m.mtime_ns), (1_000_000_000, 5));

@@ -21,6 +21,7 @@ mod assemble;
 pub mod auth;
 pub mod client;
 mod engine;
+pub mod files;
 pub mod human;
 pub mod pathdb;
 mod pattern;
