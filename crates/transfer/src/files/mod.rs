@@ -40,10 +40,10 @@
 //!   for, so neither end can make the other write outside where it was told.
 
 pub mod digest;
-// pub(crate) mod plan;
+pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod table;
-// pub(crate) mod walk;
+pub(crate) mod walk;
 pub(crate) mod wire;
 // pub(crate) mod work;
 
