@@ -39,13 +39,14 @@
 //!   destination the same way and checks that the top-level names are the ones it asked
 //!   for, so neither end can make the other write outside where it was told.
 
+pub mod copy;
 pub mod digest;
 pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod table;
 pub(crate) mod walk;
 pub(crate) mod wire;
-// pub(crate) mod work;
+pub(crate) mod work;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -59,6 +60,9 @@ pub const BLOCK_SIZE: u64 = 4 << 20;
 pub const MAX_SOURCES: usize = 4096;
 /// Longest path (bytes) of a source, a destination or a manifest entry.
 pub const MAX_PATH: usize = 4096;
+/// Set to `1` in the receiver's environment to skip the free-space check before a copy (a
+/// testing aid: it lets a test fill a device in the middle of a copy).
+pub const NO_SPACE_CHECK_ENV: &str = "TCPTUNE_CP_NO_SPACE_CHECK";
 /// Deepest directory nesting of a tree.
 pub const MAX_DEPTH: usize = 256;
 
@@ -84,32 +88,35 @@ pub struct FileJob {
 impl FileJob {
     /// Check a job against the limits of a server that shares files (`read_only`): `Err`
     /// says why not.
-    pub fn check(&self, pull: bool, read_only: bool) -> Result<(), String> {
+    pub fn check(&self, pull: bool, read_only: bool) -> Result<(), FileFailure> {
         let bad = |p: &str| p.len() > MAX_PATH || p.contains('\0');
+        let refuse = |m: String| Err(FileFailure::new(FailKind::Refused, m));
         if pull {
             if self.sources.is_empty() || self.dest.is_some() {
-                return Err("a copy from the server names its sources and no destination".into());
+                return refuse(
+                    "a copy from the server names its sources and no destination".into(),
+                );
             }
             if self.sources.len() > MAX_SOURCES {
-                return Err(format!(
+                return refuse(format!(
                     "{} sources; at most {MAX_SOURCES} in one copy",
                     self.sources.len()
                 ));
             }
             if self.sources.iter().any(|s| bad(s)) {
-                return Err("a source path is too long or holds a NUL byte".into());
+                return refuse("a source path is too long or holds a NUL byte".into());
             }
         } else {
             if read_only {
-                return Err(
-                    "this server shares its directory read-only (serve --read-only): it takes no files"
-                        .into(),
-                );
+                return Err(FileFailure::new(
+                    FailKind::Permission,
+                    "the server shares its directory read-only (serve --read-only): it takes no files",
+                ));
             }
             match &self.dest {
                 Some(d) if self.sources.is_empty() && !bad(d) => {}
                 _ => {
-                    return Err(
+                    return refuse(
                         "a copy to the server names one destination (at most 4096 bytes) and no sources"
                             .into(),
                     )
@@ -317,7 +324,9 @@ mod tests {
             fsync: false,
         };
         assert!(push.check(false, false).is_ok());
-        assert!(push.check(false, true).unwrap_err().contains("read-only"));
+        let ro = push.check(false, true).unwrap_err();
+        assert_eq!(ro.kind, FailKind::Permission);
+        assert!(ro.message.contains("read-only"));
         assert!(push.check(true, false).is_err());
         let pull = FileJob {
             sources: vec!["a".into()],

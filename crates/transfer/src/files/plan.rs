@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tcptune_sys::fs::{self, Dir, Kind, Meta, OpenMode};
 
-/// Set to `1` to skip the free-space check before a copy (a testing aid: it lets a test
-/// fill a device in the middle of a copy).
-pub const NO_SPACE_CHECK_ENV: &str = "TCPTUNE_CP_NO_SPACE_CHECK";
+use super::NO_SPACE_CHECK_ENV;
 
 /// Where a copy lands at the receiver.
 #[derive(Debug, Clone)]

@@ -51,6 +51,7 @@ pub(crate) struct SendQueue {
     pub(crate) present_bytes: u64,
     pub(crate) resent_blocks: u64,
     pub(crate) files_confirmed: u64,
+    confirmed: std::collections::HashSet<u32>,
 }
 
 impl SendQueue {
@@ -92,6 +93,7 @@ impl SendQueue {
             present_bytes: 0,
             resent_blocks: 0,
             files_confirmed: 0,
+            confirmed: std::collections::HashSet::new(),
         }
     }
 
@@ -155,6 +157,7 @@ impl SendQueue {
             self.records += 1;
             self.present_bytes += size;
             self.files_confirmed += 1;
+            self.confirmed.insert(file);
             for (b, cv) in cvs.into_iter().enumerate() {
                 self.set_cv(file, b as u64, cv);
             }
@@ -168,6 +171,11 @@ impl SendQueue {
                 });
             }
         }
+    }
+
+    /// Whether the receiver's complete copy of `file` was confirmed.
+    pub(crate) fn confirmed(&self, file: u32) -> bool {
+        self.confirmed.contains(&file)
     }
 
     /// A stream gave up on an item (it failed or the transfer stops).

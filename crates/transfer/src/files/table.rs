@@ -290,11 +290,6 @@ impl RecvTable {
         out
     }
 
-    /// Files not complete yet.
-    pub(crate) fn incomplete(&self) -> usize {
-        self.files.iter().flatten().filter(|f| !f.done).count()
-    }
-
     /// The digest of file `id`, once complete.
     pub(crate) fn digest(&self, id: u32) -> Option<Cv> {
         let f = self.files.get(id as usize)?.as_ref()?;

@@ -112,6 +112,8 @@ pub(crate) enum ToReceiver {
     },
     /// Every record of round `round` is written: `records` in all rounds so far.
     End { round: u32, records: u64 },
+    /// The sender is busy hashing (a keep-alive, on any stream).
+    Alive,
 }
 
 /// Stream 0, receiver to sender.

@@ -154,6 +154,8 @@ pub(crate) enum Failure {
     Closed,
     /// The user interrupted before the transfer began.
     Interrupted,
+    /// A copy failed (at either end).
+    File(crate::files::FileFailure),
 }
 
 /// What the session asks of its driver.
@@ -516,6 +518,7 @@ impl ClientSession {
                 }
                 self.complete(Some(result));
             }
+            ServerMsg::FileFailed { failure } => self.fail(Failure::File(failure)),
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {
@@ -637,6 +640,7 @@ impl ClientSession {
                 self.out.push_back(ClientOutput::AbortEngine);
             }
             Event::MoreStreams(r) => self.want(r.known_streams, r.count, r.reason),
+            Event::FileFailed(f) => self.fail(Failure::File(f)),
         }
     }
 
