@@ -77,6 +77,17 @@ pub(crate) struct Opts {
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
     #[arg(long)]
     force_buffers: bool,
+    /// Share this directory with `tcptune cp` clients. Every path a client names is resolved
+    /// beneath it by the kernel (openat2 RESOLVE_BENEATH): `..`, absolute paths and
+    /// symlinks that lead outside are refused. Without it, copies are refused.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Refuse every copy to this server (clients may still copy from it).
+    #[arg(long, requires = "root")]
+    read_only: bool,
+    /// Most files and directories in one copy (each costs the server some memory).
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_FILES)]
+    max_files: u64,
     /// Exit after the first session.
     #[arg(short = '1', long)]
     one_off: bool,
@@ -188,9 +199,19 @@ fn log_event(json: bool, ev: &ServerEvent) {
             esc(line.session.unwrap_or("")),
             params.tune,
             params.streams,
-            match params.duration_ms {
-                Some(ms) => format!("{:.1} s", ms as f64 / 1000.0),
-                None => format!("{} x {}", params.messages, Bytes(params.message_size)),
+            match (&params.files, params.duration_ms) {
+                (Some(job), _) if params.reverse => format!(
+                    "copy of {} path(s) from the share ({}{})",
+                    job.sources.len(),
+                    esc(job.sources.first().map_or("", String::as_str)),
+                    if job.sources.len() > 1 { ", ..." } else { "" }
+                ),
+                (Some(job), _) => format!(
+                    "copy to '{}' in the share",
+                    esc(job.dest.as_deref().unwrap_or(""))
+                ),
+                (None, Some(ms)) => format!("{:.1} s", ms as f64 / 1000.0),
+                (None, None) => format!("{} x {}", params.messages, Bytes(params.message_size)),
             },
             if params.reverse { ", server sends" } else { "" }
         ),
@@ -235,6 +256,18 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.one_off = opts.one_off;
     if let Some(path) = &opts.secret_file {
         cfg.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
+    }
+    if let Some(root) = &opts.root {
+        if !root.is_dir() {
+            return Err(exit::fail(
+                exit::USAGE,
+                anyhow::anyhow!("--root {}: not a directory", root.display()),
+            ));
+        }
+        let mut share = server::FileShare::new(root.clone());
+        share.read_only = opts.read_only;
+        share.max_files = opts.max_files.max(1);
+        cfg.files = Some(share);
     }
     let json = opts.json;
     cfg.log = Some(Arc::new(move |ev: &ServerEvent| log_event(json, ev)));

@@ -518,7 +518,10 @@ impl ClientSession {
                 }
                 self.complete(Some(result));
             }
-            ServerMsg::FileFailed { failure } => self.fail(Failure::File(failure)),
+            ServerMsg::FileFailed { mut failure } => {
+                failure.message = format!("at the server: {}", failure.message);
+                self.fail(Failure::File(failure))
+            }
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {
