@@ -242,7 +242,7 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
     let o = cp(port, &["--json", "127.0.0.1:nope", fs]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json error document");
     assert_eq!(v["error"]["exit_code"], 6);
-    assert_eq!(v["error"]["kind"], "not_found");
+    assert_eq!(v["command"], "cp");
     // Reading a read-only share works.
     let o = cp(
         ro_port,

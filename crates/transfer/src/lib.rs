@@ -20,6 +20,7 @@
 mod assemble;
 pub mod auth;
 pub mod client;
+pub mod diagnose;
 mod engine;
 pub mod files;
 pub mod human;
@@ -29,6 +30,7 @@ mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
+mod report_serde;
 pub mod server;
 pub mod session;
 

@@ -3,12 +3,11 @@
 
 use crate::exit;
 use crate::out;
+use crate::signals;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use tcptune_core::{Bytes, Rate, TuneMode};
 use tcptune_transfer::auth::Secret;
@@ -220,7 +219,13 @@ impl Opts {
                 .or_else(tcptune_transfer::pathdb::default_location)
         };
         if let Some(path) = &self.secret_file {
-            c.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
+            let secret = Secret::from_file(path).map_err(|e| {
+                exit::msg(
+                    exit::USAGE,
+                    format!("--secret-file: {e}: give the file the server was started with"),
+                )
+            })?;
+            c.secret = Some(secret);
         }
         let mut cfg = CopyConfig::new(c, direction);
         cfg.recursive = self.recursive;
@@ -344,55 +349,14 @@ fn summary(r: &CopyReport) -> String {
     s
 }
 
-/// Ctrl-C (and SIGTERM, SIGHUP) ends the copy at both ends, keeping partial files; a second
-/// one ends the process at once.
-fn catch_interrupts(cancel: Cancel) -> Arc<AtomicBool> {
-    let fired = Arc::new(AtomicBool::new(false));
-    if tcptune_emu::process::signals::catch_stop_signals().is_err() {
-        return fired;
-    }
-    let f = fired.clone();
-    let _ = std::thread::Builder::new()
-        .name("stop-signals".into())
-        .spawn(move || loop {
-            if tcptune_emu::process::signals::stop_requested().is_some() {
-                f.store(true, Ordering::Relaxed);
-                cancel.trigger();
-                for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                    // SAFETY: restoring the default disposition of a standard signal.
-                    unsafe {
-                        libc::signal(s, libc::SIG_DFL);
-                    }
-                }
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        });
-    fired
-}
-
-/// The error document of `cp --json`.
-#[derive(serde::Serialize)]
-struct ErrorDoc<'a> {
-    schema_version: u32,
-    command: &'static str,
-    error: ErrorBody<'a>,
-}
-
-#[derive(serde::Serialize)]
-struct ErrorBody<'a> {
-    message: &'a str,
-    exit_code: u8,
-    /// The kind of a copy failure (`not_found`, `permission`, `no_space`, ...), if it is one.
-    kind: Option<FailKind>,
-}
-
 /// Run `tcptune cp`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let mut cfg = opts.config()?;
     let cancel = Cancel::new();
     cfg.client.cancel = Some(cancel.clone());
-    let _fired = catch_interrupts(cancel);
+    // Ctrl-C (or SIGTERM) ends the copy at both ends and keeps the partial files; a second
+    // one ends the process at once.
+    signals::on_stop(move || cancel.trigger())?;
     let show = !opts.no_progress && std::io::stderr().is_terminal();
     let mut bar = show.then(Bar::new);
     let mut cb = |p: &CopyProgress| {
@@ -417,25 +381,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
+            // One line on stderr, and for --json the error document (see main).
             let code = code(&e);
-            if opts.json {
-                let msg = e.to_string();
-                out::json(&ErrorDoc {
-                    schema_version: 1,
-                    command: "cp",
-                    error: ErrorBody {
-                        message: &msg,
-                        exit_code: code,
-                        kind: match &e {
-                            ClientError::File(f) => Some(f.kind),
-                            _ => None,
-                        },
-                    },
-                })?;
-            }
             let e = match e {
                 ClientError::Interrupted => anyhow::anyhow!(
-                    "interrupted: the partial files stay for a resume (run the same command again)"
+                    "interrupted by {}: the partial files stay for a resume (run the same command again)",
+                    signals::fired().unwrap_or_else(|| "a stop signal".into())
                 ),
                 e => anyhow::Error::new(e),
             };

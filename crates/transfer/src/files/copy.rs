@@ -140,7 +140,8 @@ pub struct CopyReport {
     pub streams_reason: Option<String>,
     /// The tuning mode.
     pub tune: String,
-    /// What was known of the path (RTT, rate) and where the rate came from.
+    /// What was known of the path (RTT, rate), as `send --json` writes it.
+    #[serde(serialize_with = "crate::report_serde::path_hint::serialize")]
     pub path_hint: PathHint,
     /// How the path's rate was obtained.
     pub measurement: Option<MeasurementReport>,
