@@ -18,6 +18,12 @@ pub(crate) const CONNECT: u8 = 3;
 pub(crate) const INTEGRITY: u8 = 4;
 /// Environment failure (privileges, missing devices).
 pub(crate) const ENVIRONMENT: u8 = 5;
+/// Not found (`cp`: a source or the destination's directory).
+pub(crate) const NOT_FOUND: u8 = 6;
+/// Permission denied (`cp`: locally, a read-only server, a path outside its root).
+pub(crate) const PERMISSION: u8 = 7;
+/// No space left on the destination (`cp`).
+pub(crate) const NO_SPACE: u8 = 8;
 /// Interrupted by SIGINT (Ctrl-C) or SIGTERM (128 + 2, as shells report it).
 pub(crate) const INTERRUPTED: u8 = 130;
 
@@ -34,7 +40,12 @@ Exit status (every subcommand):
   5    environment: not root where root is needed (doctor --apply; emu and lab when user
        namespaces are not allowed either), no /dev/net/tun, a name or port already taken
        (emu up, serve)
-  130  interrupted by Ctrl-C or SIGTERM (send prints what moved until then)
+  6    not found: a source of cp, or the directory of its destination
+  7    permission denied: cp locally, at a read-only server, or a path outside the server's
+       shared directory
+  8    no space left on cp's destination (the partial files stay for a resume)
+  130  interrupted by Ctrl-C or SIGTERM (send prints what moved until then;
+       cp keeps its partial files for a resume)
   emu run and emu exec exit with CMD's status (128+N if signal N ended it).";
 
 /// An error that decides the exit code. Wrap an error in it with [`fail`]; `main` prints

@@ -58,6 +58,8 @@ enum Command {
     Send(cmd::send::Opts),
     /// Serve transfers for `tcptune send` clients.
     Serve(cmd::serve::Opts),
+    /// Copy files and directory trees to or from a server, every stream tuned.
+    Cp(cmd::cp::Opts),
     /// Emulate a WAN path (delay, rate, queue, loss) between two network namespaces.
     Emu(cmd::emu::Opts),
     /// Audit this host's TCP settings (or a path to HOST) and say exactly what to change.
@@ -102,6 +104,10 @@ fn wants_json(raw: &[OsString]) -> bool {
 
 /// The subcommand words of the command line (`emu up`), for the error document.
 fn command_words(raw: &[OsString]) -> String {
+    // cp's operands are paths: only the subcommand counts.
+    if raw.get(1).is_some_and(|a| a == "cp") {
+        return "cp".into();
+    }
     raw.iter()
         .skip(1)
         .take_while(|a| a.as_os_str() != "--")
@@ -193,6 +199,7 @@ fn main() -> ExitCode {
         Command::Lab(o) => cmd::lab::run(o),
         Command::Send(o) => cmd::send::run(o),
         Command::Serve(o) => cmd::serve::run(o),
+        Command::Cp(o) => cmd::cp::run(o),
         Command::Emu(o) => cmd::emu::run(o),
         Command::Doctor(o) => cmd::doctor::run(o),
         Command::Watch(o) => cmd::watch::run(o),

@@ -169,6 +169,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(BIN)
             .args([
@@ -179,6 +183,7 @@ impl Server {
                 &port.to_string(),
                 "--json",
             ])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -339,6 +344,75 @@ fn failures_print_a_json_document_that_matches_its_schema() {
         assert_valid("error", &v);
         assert_eq!(v["error"]["exit_code"], code, "{args:?}");
     }
+}
+
+#[test]
+fn cp_reports_and_failures_match_their_schemas() {
+    let dir = tmp("cp");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("share")).expect("mkdir");
+    std::fs::create_dir_all(dir.join("src/sub")).expect("mkdir");
+    std::fs::write(dir.join("src/sub/f"), vec![7u8; 5 << 20]).expect("write");
+    std::fs::write(dir.join("src/empty"), b"").expect("write");
+    std::os::unix::fs::symlink("sub/f", dir.join("src/link")).expect("symlink");
+    let share = dir.join("share");
+    let s = Server::start_with(&["--root", share.to_str().expect("utf8")]);
+    let port = s.port.to_string();
+    let src = dir.join("src");
+    let src = src.to_str().expect("utf8");
+    let back = dir.join("back");
+    let back = back.to_str().expect("utf8");
+    for args in [
+        vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:"],
+        vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:"],
+        vec![
+            "cp",
+            "-p",
+            &port,
+            "--json",
+            "-r",
+            "-P",
+            "2",
+            "127.0.0.1:src",
+            back,
+        ],
+    ] {
+        let o = run(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v = doc(&o);
+        assert_valid("cp", &v);
+        if v["direction"] == "push" {
+            assert_eq!(
+                v["warnings"].as_array().map(Vec::len),
+                Some(1),
+                "the symlink: {v}"
+            );
+        }
+    }
+    for (args, code) in [
+        (vec!["cp", "-p", &port, "--json", "127.0.0.1:nope", back], 6),
+        (vec!["cp", "-p", &port, "--json", src, "127.0.0.1:../x"], 2),
+        (
+            vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:../x"],
+            7,
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        let v = doc(&o);
+        assert_valid("error", &v);
+        assert_eq!(v["command"], "cp");
+    }
+    let log = s.log();
+    for line in log.lines() {
+        let v: Value = serde_json::from_str(line).expect("a log line");
+        assert_valid("serve-log", &v);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -467,6 +467,7 @@ mod tests {
             congestion: None,
             seed: 1,
             corrupt_message: None,
+            files: None,
         }
     }
 

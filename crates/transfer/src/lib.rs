@@ -22,6 +22,7 @@ pub mod auth;
 pub mod client;
 pub mod diagnose;
 mod engine;
+pub mod files;
 pub mod human;
 pub mod pathdb;
 mod pattern;

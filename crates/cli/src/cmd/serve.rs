@@ -94,6 +94,17 @@ pub(crate) struct Opts {
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
     #[arg(long)]
     force_buffers: bool,
+    /// Share this directory with `tcptune cp` clients. Every path a client names is resolved
+    /// beneath it by the kernel (openat2 RESOLVE_BENEATH): `..`, absolute paths and
+    /// symlinks that lead outside are refused. Without it, copies are refused.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Refuse every copy to this server (clients may still copy from it).
+    #[arg(long, requires = "root")]
+    read_only: bool,
+    /// Most files and directories in one copy (each costs the server some memory).
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_FILES)]
+    max_files: u64,
     /// Exit after the first session.
     #[arg(short = '1', long)]
     one_off: bool,
@@ -264,9 +275,19 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             esc(line.session.unwrap_or("")),
             params.tune,
             params.streams,
-            match params.duration_ms {
-                Some(ms) => format_duration(Duration::from_millis(ms)),
-                None => format!("{} x {}", params.messages, Bytes(params.message_size)),
+            match (&params.files, params.duration_ms) {
+                (Some(job), _) if params.reverse => format!(
+                    "copy of {} path(s) from the share ({}{})",
+                    job.sources.len(),
+                    esc(job.sources.first().map_or("", String::as_str)),
+                    if job.sources.len() > 1 { ", ..." } else { "" }
+                ),
+                (Some(job), _) => format!(
+                    "copy to '{}' in the share",
+                    esc(job.dest.as_deref().unwrap_or(""))
+                ),
+                (None, Some(ms)) => format_duration(Duration::from_millis(ms)),
+                (None, None) => format!("{} x {}", params.messages, Bytes(params.message_size)),
             },
             if params.reverse { ", server sends" } else { "" }
         ),
@@ -415,6 +436,18 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             )
         })?;
         cfg.secret = Some(secret);
+    }
+    if let Some(root) = &opts.root {
+        if !root.is_dir() {
+            return Err(exit::fail(
+                exit::USAGE,
+                anyhow::anyhow!("--root {}: not a directory", root.display()),
+            ));
+        }
+        let mut share = server::FileShare::new(root.clone());
+        share.read_only = opts.read_only;
+        share.max_files = opts.max_files.max(1);
+        cfg.files = Some(share);
     }
     let sink = match &opts.logfile {
         Some(path) => {

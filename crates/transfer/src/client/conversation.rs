@@ -96,6 +96,8 @@ pub(super) struct Conversation<'a> {
     seen_server: bool,
     /// The running main phase's in-band measurement, once it found the rate.
     measured: Option<Measured>,
+    /// A copy's files (the main phase carries them instead of the pattern).
+    files: Option<Arc<crate::files::work::FileWork>>,
     /// Careful resume's route (a large initial window to the server), until every stream
     /// of the phase is connected.
     route: Option<tcptune_sys::route::InitialWindow>,
@@ -146,8 +148,14 @@ impl<'a> Conversation<'a> {
             next_stream_token: STREAM_BASE,
             seen_server: false,
             measured: None,
+            files: None,
             route: None,
         })
+    }
+
+    /// The main phase copies these files.
+    pub(super) fn set_files(&mut self, work: Arc<crate::files::work::FileWork>) {
+        self.files = Some(work);
     }
 
     /// Run the bandwidth probe (see [`crate::probe`]).
@@ -353,6 +361,7 @@ impl<'a> Conversation<'a> {
             let _ = waker.wake();
         });
         let engine = Engine::new(EngineConfig {
+            files: if main { self.files.clone() } else { None },
             role,
             pattern: Arc::new(Pattern::new(self.seed, cfg.message_size)),
             messages,
@@ -400,7 +409,10 @@ impl<'a> Conversation<'a> {
                 let Some(p) = self.phase.take() else {
                     return Err(ClientError::Protocol("a phase ended twice".into()));
                 };
-                let (local, intervals) = p.engine.finish();
+                let (mut local, intervals) = p.engine.finish();
+                if let (true, Some(w)) = (main, &self.files) {
+                    local.files = Some(w.summary());
+                }
                 if let Some(cb) = progress.as_mut() {
                     // The last, partial interval is only known now.
                     let rest = intervals.get(intervals_shown..).unwrap_or_default();
@@ -633,6 +645,7 @@ impl<'a> Conversation<'a> {
             },
             Failure::Connect(m) => ClientError::Stream(m),
             Failure::Interrupted => ClientError::Interrupted,
+            Failure::File(f) => ClientError::File(f),
             Failure::Closed if self.session.server().is_none() => ClientError::NotTcptune {
                 addr: self.addr,
                 detail: "it closed the connection without an answer".into(),

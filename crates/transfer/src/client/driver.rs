@@ -17,6 +17,21 @@ use tcptune_core::{HostLimits, PathHint};
 
 /// Run a transfer. `progress` is called about 5 times a second.
 pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Report, ClientError> {
+    run_with(cfg, progress, None).map(|(r, _)| r)
+}
+
+/// A copy's part of a session: the job the server hears, this end's files.
+pub(crate) struct CopyJob {
+    pub(crate) job: crate::files::FileJob,
+    pub(crate) work: std::sync::Arc<crate::files::work::FileWork>,
+}
+
+/// Run a transfer, or with `copy` a copy of files; the server's file summary comes along.
+pub(crate) fn run_with(
+    cfg: &ClientConfig,
+    progress: Option<ProgressFn<'_>>,
+    copy: Option<CopyJob>,
+) -> Result<(Report, Option<crate::files::FilesSide>), ClientError> {
     let session_start = Instant::now();
     validate(cfg)?;
     let addr = resolve(cfg)?;
@@ -74,7 +89,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         tune: cfg.tune.clone(),
         streams: cfg.streams,
         message_size: cfg.message_size,
-        messages: if cfg.duration.is_some() {
+        messages: if cfg.duration.is_some() || copy.is_some() {
             0
         } else {
             cfg.messages
@@ -86,6 +101,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         congestion: cfg.congestion.clone(),
         seed: u64::from_ne_bytes(seed),
         corrupt_message: cfg.corrupt_message,
+        files: copy.as_ref().map(|c| c.job.clone()),
     };
     let plan = ClientPlan {
         params: params.clone(),
@@ -104,6 +120,9 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     let mut db = PathDbUse::new(cfg, addr.ip().to_string());
     let decision = measure::decide(cfg, &mut db, &mut hint);
     let mut conv = Conversation::new(cfg, addr, ctrl, plan, local_limits, force)?;
+    if let Some(c) = &copy {
+        conv.set_files(c.work.clone());
+    }
     let (mut source, in_band) = match decision {
         Plan::Known {
             source,
@@ -179,6 +198,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     // it delivered is a lower bound on it.
     let delivered = main.outcome.delivery.rate;
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
+    let remote_files = remote.files.clone();
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
     let clean = receiver_ok(&main.local) && receiver_ok(&remote);
     match (&main.measured, delivered) {
@@ -255,7 +275,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         streams_reason: main.outcome.streams_reason.clone(),
     });
     match verdict {
-        Ok(()) => Ok(report),
+        Ok(()) => Ok((report, remote_files)),
         Err(Verdict::Integrity(reason)) => Err(ClientError::Integrity {
             reason,
             report: Some(Box::new(report)),

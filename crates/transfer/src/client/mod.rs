@@ -15,7 +15,7 @@
 //! ```
 
 mod conversation;
-mod driver;
+pub(crate) mod driver;
 mod measure;
 
 use crate::auth::Secret;
@@ -238,6 +238,10 @@ pub enum ClientError {
     /// The user interrupted before the transfer began (nothing was measured).
     #[error("interrupted before the transfer began")]
     Interrupted,
+    /// A copy failed at either end (`tcptune cp`): a missing source, a full disk, a
+    /// permission, a path outside the server's root; its kind decides the exit status.
+    #[error("{0}")]
+    File(crate::files::FileFailure),
     /// The transfer failed otherwise (a stream error, a stall, the server gave up).
     #[error("transfer failed: {reason}")]
     Transfer {

@@ -162,6 +162,10 @@ pub struct TestParams {
     /// integrity error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corrupt_message: Option<u64>,
+    /// A copy of files and directories (`tcptune cp`) instead of the pattern: the main
+    /// phase's streams carry the files (see [`crate::files`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<crate::files::FileJob>,
 }
 
 /// What the server allows.
@@ -321,6 +325,12 @@ pub enum ServerMsg {
         /// What the server saw.
         result: Box<crate::engine::SideResult>,
     },
+    /// A copy failed at the server (a missing source, a full disk, a path outside its
+    /// root, ...); an `Abort` follows.
+    FileFailed {
+        /// What and why.
+        failure: crate::files::FileFailure,
+    },
     /// The server gives up on the session (integrity failure, error, timeout).
     Abort {
         /// The data did not check out.
@@ -355,6 +365,7 @@ impl ServerMsg {
             ServerMsg::Rejected { .. } => "rejected",
             ServerMsg::WantStreams { .. } => "want_streams",
             ServerMsg::PhaseResult { .. } => "phase_result",
+            ServerMsg::FileFailed { .. } => "file_failed",
             ServerMsg::Abort { .. } => "abort",
         }
     }
@@ -402,6 +413,7 @@ mod tests {
             congestion: Some("cubic".into()),
             seed: 99,
             corrupt_message: None,
+            files: None,
         }
     }
 

@@ -3,9 +3,14 @@
 
 use super::{ServerConfig, ServerError, ServerStats, Shutdown};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::files::plan::DestSpec;
+use crate::files::walk::WalkLimits;
+use crate::files::work::{FileWork, Source, Spec};
 use crate::pattern::Pattern;
 use crate::phase::{prepare_accepted, DriverSpec, PhaseTuning};
-use crate::session::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
+use crate::session::endpoint::{
+    Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit, ShareRules,
+};
 use crate::session::server::EngineSpec;
 use crate::session::{ConnId, SessionId};
 use mio::net::{TcpListener as MioListener, TcpStream as MioStream};
@@ -14,10 +19,12 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::Role;
+use tcptune_sys::fs::Dir;
 
 const LISTENER: MioToken = MioToken(0);
 const WAKER: MioToken = MioToken(1);
@@ -52,6 +59,7 @@ struct Conn {
 
 struct Phase {
     engine: Engine,
+    files: Option<Arc<FileWork>>,
     tuning: PhaseTuning,
     spec: DriverSpec,
     streams: u32,
@@ -87,6 +95,18 @@ pub fn run(
         idle_timeout: config.idle_timeout,
         secret: config.secret.clone(),
         fd_budget: nofile.saturating_sub(FD_RESERVE).max(8),
+        files: config.files.as_ref().map(|f| ShareRules {
+            read_only: f.read_only,
+        }),
+    };
+    let share = match &config.files {
+        Some(f) => Some(Arc::new(Dir::open(&f.root).map_err(|e| {
+            ServerError::Io {
+                op: "open the shared directory (--root)",
+                source: e.source,
+            }
+        })?)),
+        None => None,
     };
     let nonces = Box::new(|| {
         let mut n = [0u8; 32];
@@ -109,6 +129,7 @@ pub fn run(
         lingering: 0,
         force,
         config,
+        share,
     };
     let mut events = Events::with_capacity(1024);
     let mut finished_sessions = 0u64;
@@ -213,6 +234,8 @@ struct Driver {
     lingering: usize,
     force: bool,
     config: ServerConfig,
+    /// The shared directory (`--root`), opened once.
+    share: Option<Arc<Dir>>,
 }
 
 impl Driver {
@@ -452,7 +475,10 @@ impl Driver {
                         let spawned = std::thread::Builder::new()
                             .name("tcptune-finish".into())
                             .spawn(move || {
-                                let (r, _) = p.engine.finish();
+                                let (mut r, _) = p.engine.finish();
+                                if let Some(w) = &p.files {
+                                    r.files = Some(w.summary());
+                                }
                                 let _ = tx.send(Finished(session, seq, Box::new(r)));
                                 let _ = waker.wake();
                             });
@@ -489,7 +515,9 @@ impl Driver {
         let notify: Notify = Arc::new(move || {
             let _ = waker.wake();
         });
+        let files = self.file_work(&spec, role);
         let engine = Engine::new(EngineConfig {
+            files: files.clone(),
             role,
             pattern: Arc::new(Pattern::new(spec.params.seed, spec.params.message_size)),
             messages: spec.messages(),
@@ -511,6 +539,7 @@ impl Driver {
             session,
             Phase {
                 engine,
+                files,
                 tuning: PhaseTuning::for_phase(spec.kind, &spec.params.tune),
                 spec: DriverSpec {
                     role,
@@ -524,6 +553,45 @@ impl Driver {
                 congestion: spec.params.congestion.clone(),
             },
         );
+    }
+
+    /// The files of a copy's main phase, beneath the shared directory.
+    fn file_work(&self, spec: &EngineSpec, role: Role) -> Option<Arc<FileWork>> {
+        let job = spec.params.files.as_ref()?;
+        if spec.kind != crate::proto::Phase::Main {
+            return None;
+        }
+        let root = self.share.clone()?;
+        let max_files = self.config.files.as_ref().map_or(0, |f| f.max_files);
+        let work_spec = match role {
+            Role::Sender => Spec::Send {
+                source: Source::Share {
+                    root,
+                    sources: job.sources.clone(),
+                    recursive: job.recursive,
+                    limits: WalkLimits {
+                        max_entries: max_files,
+                        max_bytes: self.config.limits.max_total_bytes,
+                    },
+                },
+            },
+            Role::Receiver => {
+                let dest = job.dest.clone().unwrap_or_default();
+                Spec::Recv {
+                    dest: DestSpec {
+                        root,
+                        base: PathBuf::from(dest.trim_end_matches('/')),
+                        shown: crate::server::escape(&dest, 200),
+                        must_be_dir: dest.ends_with('/') && dest.len() > 1,
+                        expect_tops: None,
+                    },
+                    resume: job.resume,
+                    fsync: job.fsync,
+                    max_entries: max_files,
+                }
+            }
+        };
+        Some(Arc::new(FileWork::new(work_spec)))
     }
 
     fn attach(&mut self, session: SessionId, conn: ConnId, index: u32) -> io::Result<()> {

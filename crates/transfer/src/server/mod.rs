@@ -34,6 +34,7 @@ use crate::auth::Secret;
 use crate::proto::{ServerLimits, TestParams};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,7 +145,37 @@ pub struct ServerConfig {
     pub one_off: bool,
     /// Called for every session start/end and (rate-limited) refusal.
     pub log: Option<ServerLog>,
+    /// A directory shared with `tcptune cp` clients (`serve --root DIR`); without one,
+    /// copies are refused.
+    pub files: Option<FileShare>,
 }
+
+/// A directory the server shares with `tcptune cp` clients. Every path a client names is
+/// resolved beneath it by the kernel (`openat2` with `RESOLVE_BENEATH`): `..`, absolute
+/// paths and symlinks that lead outside are refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileShare {
+    /// The directory.
+    pub root: PathBuf,
+    /// Refuse every copy to the server.
+    pub read_only: bool,
+    /// Most files and directories in one copy (each costs the receiver some memory).
+    pub max_files: u64,
+}
+
+impl FileShare {
+    /// Share `root`, writable, with the default bound on files per copy.
+    pub fn new(root: impl Into<PathBuf>) -> FileShare {
+        FileShare {
+            root: root.into(),
+            read_only: false,
+            max_files: DEFAULT_MAX_FILES,
+        }
+    }
+}
+
+/// The default of [`FileShare::max_files`].
+pub const DEFAULT_MAX_FILES: u64 = 250_000;
 
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,6 +191,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("secret", &self.secret.is_some())
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
+            .field("files", &self.files)
             .finish()
     }
 }
@@ -185,6 +217,7 @@ impl Default for ServerConfig {
             force_buffers: false,
             one_off: false,
             log: None,
+            files: None,
         }
     }
 }
@@ -241,5 +274,13 @@ pub fn describe_limits(cfg: &ServerConfig) -> String {
         cfg.handshake_timeout.as_secs_f64(),
         cfg.idle_timeout.as_secs_f64(),
         if cfg.secret.is_some() { ", shared secret required" } else { "" }
-    )
+    ) + &match &cfg.files {
+        Some(f) => format!(
+            "; sharing {}{} (at most {} files per copy)",
+            f.root.display(),
+            if f.read_only { " read-only" } else { "" },
+            f.max_files
+        ),
+        None => String::new(),
+    }
 }

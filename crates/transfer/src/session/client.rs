@@ -154,6 +154,8 @@ pub(crate) enum Failure {
     Closed,
     /// The user interrupted before the transfer began.
     Interrupted,
+    /// A copy failed (at either end).
+    File(crate::files::FileFailure),
 }
 
 /// What the session asks of its driver.
@@ -520,6 +522,10 @@ impl ClientSession {
                 }
                 self.complete(Some(result));
             }
+            ServerMsg::FileFailed { mut failure } => {
+                failure.message = format!("at the server: {}", failure.message);
+                self.fail(Failure::File(failure))
+            }
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {
@@ -644,6 +650,7 @@ impl ClientSession {
                 self.out.push_back(ClientOutput::AbortEngine);
             }
             Event::MoreStreams(r) => self.want(r.known_streams, r.count, r.reason),
+            Event::FileFailed(f) => self.fail(Failure::File(f)),
         }
     }
 

@@ -70,6 +70,14 @@ pub(crate) struct EndpointConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) secret: Option<Secret>,
     pub(crate) fd_budget: u64,
+    /// The directory shared with `tcptune cp` clients, if any: whether it is read-only.
+    pub(crate) files: Option<ShareRules>,
+}
+
+/// What admission needs to know of a shared directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShareRules {
+    pub(crate) read_only: bool,
 }
 
 /// What the host offers sessions (refreshed by the driver).

@@ -100,6 +100,7 @@ fn params(r: &mut Rng) -> TestParams {
         },
         seed: r.next(),
         corrupt_message: r.chance(5).then(|| r.below(10)),
+        files: None,
     }
 }
 
@@ -176,6 +177,7 @@ fn config() -> EndpointConfig {
         idle_timeout: Duration::from_secs(30),
         secret: None,
         fd_budget: 120,
+        files: None,
     }
 }
 

@@ -459,6 +459,13 @@ impl ServerSession {
     pub(crate) fn handle_engine(&mut self, now: Instant, ev: Event) {
         let max = self.policy.limits.max_streams;
         match ev {
+            Event::FileFailed(f) => {
+                if matches!(self.state, State::Phase(_) | State::Finishing { .. }) {
+                    let reason = f.message.clone();
+                    self.send(ServerMsg::FileFailed { failure: f });
+                    self.fail(reason, false);
+                }
+            }
             Event::Integrity(e) => {
                 if matches!(self.state, State::Phase(_)) {
                     self.fail(format!("integrity: {e}"), true);
@@ -615,6 +622,8 @@ pub fn validate(p: &TestParams, l: &ServerLimits) -> Result<(), String> {
         ));
     }
     match p.duration_ms {
+        // A copy's size is the files': bounded when the manifest comes.
+        _ if p.files.is_some() => {}
         Some(d) => {
             if d == 0 || d > l.max_duration_ms {
                 return Err(format!(

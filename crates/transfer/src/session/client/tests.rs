@@ -20,6 +20,7 @@ fn params() -> TestParams {
         congestion: None,
         seed: 1,
         corrupt_message: None,
+        files: None,
     }
 }
 

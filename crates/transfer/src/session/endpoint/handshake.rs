@@ -242,6 +242,24 @@ impl Endpoint {
         if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
             return self.reject(now, conn, "bad_request", e, None);
         }
+        if let Some(job) = &params.files {
+            let checked = match &self.cfg.files {
+                None => Err(crate::files::FileFailure::new(
+                    crate::files::FailKind::Refused,
+                    "the server shares no files (it was started without --root DIR)",
+                )),
+                Some(share) => job.check(params.reverse, share.read_only),
+            };
+            if let Err(failure) = checked {
+                // The kind first (a client turns it into its exit status), then the refusal.
+                let why = failure.message.clone();
+                let msg = ServerMsg::FileFailed { failure };
+                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                    self.events.push_back(EndpointEvent::Send { conn, frame });
+                }
+                return self.reject(now, conn, "files", why, None);
+            }
+        }
         if let Some(cc) = &params.congestion {
             if !self.host.available_cc.iter().any(|a| a == cc) {
                 let why = format!(
@@ -280,7 +298,15 @@ impl Endpoint {
             .cfg
             .fd_budget
             .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
-        let allowance = u64::from(self.cfg.limits.max_streams).min(free) as u32;
+        // A copy also holds a file per stream and the receiver's open files.
+        let files_extra = if params.files.is_some() {
+            crate::files::work::MAX_OPEN as u64 + 8
+        } else {
+            0
+        };
+        let per_stream = if params.files.is_some() { 2 } else { 1 };
+        let allowance = u64::from(self.cfg.limits.max_streams)
+            .min(free.saturating_sub(files_extra) / per_stream) as u32;
         if allowance < params.streams {
             let why = format!(
                 "server out of file descriptors for {} more streams (RLIMIT_NOFILE): retry later",
@@ -306,7 +332,7 @@ impl Endpoint {
         let a = self.addrs.entry(peer.ip()).or_default();
         a.pending.retain(|x| *x != conn);
         a.sessions += 1;
-        let reserved = 1 + u64::from(allowance);
+        let reserved = 1 + u64::from(allowance) * per_stream + files_extra;
         self.reserved += reserved;
         let mut limits = self.cfg.limits.clone();
         limits.max_streams = allowance;
