@@ -484,10 +484,7 @@ impl Drop for Down {
 #[test]
 fn emu_run_up_and_down_match_their_schemas() {
     use tcptune_testkit::Need;
-    if !tcptune_testkit::require(
-        "emu_run_up_and_down_match_their_schemas",
-        &[Need::Emulator],
-    ) {
+    if !tcptune_testkit::require("emu_run_up_and_down_match_their_schemas", &[Need::Emulator]) {
         return;
     }
     let o = run(&[

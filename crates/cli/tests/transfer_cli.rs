@@ -248,9 +248,19 @@ fn path_database_spares_the_probe_on_a_known_path() {
     // measures nothing; `--tune probe` (NLANR's way) measures out of band and records.
     let short = s.send(&["-n", "4", "-i", "0", "--path-db", &db_arg, "--json"]);
     let v = json(&short);
-    assert_eq!(v["start"]["tcptune"]["measurement"]["source"], "none", "{v}");
+    assert_eq!(
+        v["start"]["tcptune"]["measurement"]["source"], "none",
+        "{v}"
+    );
     let first = s.send(&[
-        "-n", "16", "-i", "0", "--tune", "probe", "--path-db", &db_arg,
+        "-n",
+        "16",
+        "-i",
+        "0",
+        "--tune",
+        "probe",
+        "--path-db",
+        &db_arg,
     ]);
     assert_eq!(
         first.status.code(),
@@ -262,7 +272,14 @@ fn path_database_spares_the_probe_on_a_known_path() {
     assert!(text.contains("probed for"), "{text}");
     assert!(text.contains("measuring the path"), "{text}");
     let second = s.send(&[
-        "-n", "16", "-i", "0", "--tune", "probe", "--path-db", &db_arg,
+        "-n",
+        "16",
+        "-i",
+        "0",
+        "--tune",
+        "probe",
+        "--path-db",
+        &db_arg,
     ]);
     let text = String::from_utf8_lossy(&second.stdout);
     assert!(text.contains("from the path database"), "{text}");

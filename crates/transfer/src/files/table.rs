@@ -155,7 +155,7 @@ impl RecvTable {
                 ))
             };
         }
-        if h.offset % BLOCK_SIZE != 0 || h.offset >= f.size {
+        if !h.offset.is_multiple_of(BLOCK_SIZE) || h.offset >= f.size {
             return Err(format!(
                 "a block at offset {} of file {} ({} bytes)",
                 h.offset, h.file, f.size

@@ -194,7 +194,7 @@ impl Walker<'_> {
             mtime_ns: meta.mtime_ns,
         });
         self.m.srcs.push((top, rel));
-        if self.m.entries.len() % 1000 == 0 {
+        if self.m.entries.len().is_multiple_of(1000) {
             (self.progress)(self.m.entries.len() as u64);
         }
         Ok(())
