@@ -29,18 +29,23 @@
 //! ```
 
 mod driver;
+pub mod metrics;
+mod paths;
 
 use crate::auth::Secret;
 use crate::proto::{ServerLimits, TestParams};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tcptune_core::pathdb::{Direction, RecordBounds};
 
 pub use crate::session::guard::escape;
 pub use crate::session::server::{validate, MAX_PROBE};
 pub use driver::run;
+pub use metrics::ServeMetrics;
 
 /// The default port of `tcptune serve`.
 pub const DEFAULT_PORT: u16 = 5310;
@@ -102,6 +107,30 @@ pub enum ServerEvent {
         /// Why.
         reason: String,
     },
+    /// A client was given advice (`tcptune advise`).
+    Advice {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// Which way the client's data flows (seen from the client).
+        direction: Direction,
+        /// Where the numbers came from: `path_db` or `measured`.
+        source: &'static str,
+        /// The path's RTT, microseconds.
+        rtt_us: u64,
+        /// The path's rate, bit/s.
+        rate_bps: u64,
+        /// The rate is the path's (else a lower bound).
+        full_pipe: bool,
+        /// Streams advised.
+        streams: u32,
+    },
+    /// A problem outside any session (the path database), said once per kind.
+    Warning {
+        /// What happened.
+        message: String,
+    },
     /// Refusals of one kind that were counted but not logged in the last period.
     Suppressed {
         /// The kind.
@@ -144,6 +173,13 @@ pub struct ServerConfig {
     pub one_off: bool,
     /// Called for every session start/end and (rate-limited) refusal.
     pub log: Option<ServerLog>,
+    /// Record what the server measures of every client's path in this path database
+    /// (`None`: no database; advice is then always measured).
+    pub path_db: Option<PathBuf>,
+    /// What clients can make the server record at most.
+    pub path_db_bounds: RecordBounds,
+    /// Count what the server does for Prometheus (`serve --metrics`).
+    pub metrics: Option<std::sync::Arc<ServeMetrics>>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -160,6 +196,9 @@ impl std::fmt::Debug for ServerConfig {
             .field("secret", &self.secret.is_some())
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
+            .field("path_db", &self.path_db)
+            .field("path_db_bounds", &self.path_db_bounds)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -185,6 +224,9 @@ impl Default for ServerConfig {
             force_buffers: false,
             one_off: false,
             log: None,
+            path_db: None,
+            path_db_bounds: RecordBounds::default(),
+            metrics: None,
         }
     }
 }
@@ -208,6 +250,9 @@ pub struct ServerStats {
     pub sessions_active: u64,
     /// Connections pending now.
     pub pending: u64,
+    /// Measurements of clients' paths not recorded because too many came from the same
+    /// group of addresses, or in all, lately.
+    pub records_limited: u64,
 }
 
 /// Why the server stopped.

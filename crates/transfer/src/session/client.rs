@@ -516,6 +516,9 @@ impl ClientSession {
                 }
                 self.complete(Some(result));
             }
+            other @ (ServerMsg::Measure { .. } | ServerMsg::Advice { .. }) => self.fail(
+                Failure::Protocol(format!("an unexpected {} in a transfer", other.kind())),
+            ),
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {

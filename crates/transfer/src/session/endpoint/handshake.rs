@@ -1,14 +1,15 @@
 //! The handshake part of the [`Endpoint`]: `Hello` (protocol, token, proof of the shared
-//! secret), the challenge when the proof's freshness cannot be checked, and `Setup`, which
-//! admits the session or refuses it saying why.
+//! secret), the challenge when the proof's freshness cannot be checked, and `Setup` (or
+//! `Advise`), which admits the session or refuses it saying why.
 
 use super::{
-    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, SessionEntry, Stage, MAX_DISCARDED,
+    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, MonitorEvent, SessionEntry, Stage,
+    MAX_DISCARDED,
 };
 use crate::auth::CLOCK_SKEW;
 use crate::proto::{
-    self, ClientAuth, ClientMsg, FrameReader, ServerMsg, Token, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
-    PROTOCOL_VERSION,
+    self, AdviseRequest, ClientAuth, ClientMsg, FrameReader, ServerLimits, ServerMsg, Token,
+    MAX_CLIENT_FRAME, MAX_SERVER_FRAME, PROTOCOL_VERSION,
 };
 use crate::server::ServerEvent;
 use crate::session::guard::Freshness;
@@ -139,8 +140,9 @@ impl Endpoint {
                 }
             }
             (Stage::Setup, ClientMsg::Setup { params }) => self.admit(now, conn, params),
+            (Stage::Setup, ClientMsg::Advise { request }) => self.admit_advise(now, conn, request),
             (Stage::Setup, other) => {
-                let why = format!("expected setup, got {}", other.kind());
+                let why = format!("expected setup or advise, got {}", other.kind());
                 self.reject(now, conn, "protocol", why, None);
             }
         }
@@ -231,14 +233,6 @@ impl Endpoint {
 
     /// Admit the session of a complete handshake, or refuse it saying why.
     fn admit(&mut self, now: Instant, conn: ConnId, params: crate::proto::TestParams) {
-        let Some(c) = self.conns.get(&conn) else {
-            return;
-        };
-        let peer = c.peer;
-        let ConnState::Handshake(h) = &c.state else {
-            return;
-        };
-        let Some(token) = h.token else { return };
         if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
             return self.reject(now, conn, "bad_request", e, None);
         }
@@ -251,8 +245,95 @@ impl Endpoint {
                 return self.reject(now, conn, "bad_request", why, None);
             }
         }
+        let Some((peer, token, allowance)) =
+            self.admission(now, conn, params.streams, self.cfg.limits.max_streams)
+        else {
+            return;
+        };
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let congestion = params
+            .congestion
+            .clone()
+            .unwrap_or_else(|| self.host.congestion.clone());
+        let accepted = ServerMsg::Accepted {
+            limits: limits.clone(),
+            host_limits: self.host.limits.clone(),
+            congestion,
+            can_force: self.host.limits.can_force,
+            auth_required: self.cfg.secret.is_some(),
+        };
+        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send { conn, frame });
+        }
+        let label = proto::to_hex(&token.0)[..8].to_string();
+        self.events
+            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
+                peer,
+                session: label,
+                params: Box::new(params.clone()),
+            }));
+        let session = ServerSession::new(now, params, self.policy(limits));
+        self.install(now, conn, peer, token, allowance, session);
+    }
+
+    /// Admit an advice session (the same bounds as a transfer's; descriptors for the
+    /// measurement's streams, should it measure), or refuse it saying why.
+    fn admit_advise(&mut self, now: Instant, conn: ConnId, request: AdviseRequest) {
+        let wanted = self
+            .cfg
+            .limits
+            .max_streams
+            .min(tcptune_core::fullpipe::MAX_PROBE_STREAMS);
+        let Some((peer, token, allowance)) = self.admission(now, conn, 1, wanted) else {
+            return;
+        };
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let seed = u64::from_le_bytes((self.nonces)()[..8].try_into().unwrap_or([7; 8]));
+        let session = ServerSession::advise(
+            now,
+            request,
+            self.policy(limits),
+            self.host.limits.clone(),
+            seed,
+        );
+        self.install(now, conn, peer, token, allowance, session);
+    }
+
+    fn policy(&self, limits: ServerLimits) -> SessionPolicy {
+        let lifetime = self.cfg.handshake_timeout
+            + MAX_PROBE
+            + Duration::from_millis(self.cfg.limits.max_duration_ms)
+            + self.cfg.idle_timeout * 2;
+        SessionPolicy {
+            limits,
+            handshake_timeout: self.cfg.handshake_timeout,
+            idle_timeout: self.cfg.idle_timeout,
+            lifetime,
+        }
+    }
+
+    /// The bounds every session is admitted under (sessions per address and in all,
+    /// descriptors for at least `streams` of the `wanted` streams). `None`: refused (the
+    /// client was told why); else the client's address, its token and the session's stream
+    /// allowance.
+    fn admission(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        streams: u32,
+        wanted: u32,
+    ) -> Option<(SocketAddr, Token, u32)> {
+        let c = self.conns.get(&conn)?;
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &c.state else {
+            return None;
+        };
+        let token = h.token?;
         if self.tokens.contains_key(&token) {
-            return self.reject(now, conn, "protocol", "session token in use".into(), None);
+            self.reject(now, conn, "protocol", "session token in use".into(), None);
+            return None;
         }
         let addr_sessions = self.addrs.get(&peer.ip()).map_or(0, |a| a.sessions);
         if addr_sessions >= self.cfg.max_sessions_per_addr {
@@ -261,7 +342,8 @@ impl Endpoint {
                 peer.ip()
             );
             let retry = self.retry_after(now, Some(peer.ip()));
-            return self.reject(now, conn, "addr_sessions", why, retry);
+            self.reject(now, conn, "addr_sessions", why, retry);
+            return None;
         }
         if self.sessions.len() as u32 >= self.cfg.max_sessions {
             let retry = self.retry_after(now, None);
@@ -273,24 +355,40 @@ impl Endpoint {
                     ceil_secs(d)
                 ))
             );
-            return self.reject(now, conn, "busy", why, retry);
+            self.reject(now, conn, "busy", why, retry);
+            return None;
         }
         // This connection stops being pending; the session reserves its own descriptors.
         let free = self
             .cfg
             .fd_budget
             .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
-        let allowance = u64::from(self.cfg.limits.max_streams).min(free) as u32;
-        if allowance < params.streams {
+        let allowance = u64::from(wanted).min(free) as u32;
+        if allowance < streams {
             let why = format!(
-                "server out of file descriptors for {} more streams (RLIMIT_NOFILE): retry later",
-                params.streams
+                "server out of file descriptors for {streams} more streams (RLIMIT_NOFILE): retry later"
             );
-            return self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+            self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+            return None;
         }
+        Some((peer, token, allowance))
+    }
+
+    /// Make the handshake on `conn` the control connection of `session`, which reserves
+    /// descriptors for `allowance` streams.
+    fn install(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        peer: SocketAddr,
+        token: Token,
+        allowance: u32,
+        session: ServerSession,
+    ) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        let accepted = c.accepted;
         let ConnState::Handshake(h) =
             std::mem::replace(&mut c.state, ConnState::Unknown(Vec::new()))
         else {
@@ -308,57 +406,31 @@ impl Endpoint {
         a.sessions += 1;
         let reserved = 1 + u64::from(allowance);
         self.reserved += reserved;
-        let mut limits = self.cfg.limits.clone();
-        limits.max_streams = allowance;
-        let lifetime = self.cfg.handshake_timeout
-            + MAX_PROBE
-            + Duration::from_millis(self.cfg.limits.max_duration_ms)
-            + self.cfg.idle_timeout * 2;
-        let policy = SessionPolicy {
-            limits: limits.clone(),
-            handshake_timeout: self.cfg.handshake_timeout,
-            idle_timeout: self.cfg.idle_timeout,
-            lifetime,
-        };
         let label = proto::to_hex(&token.0)[..8].to_string();
-        let congestion = params
-            .congestion
-            .clone()
-            .unwrap_or_else(|| self.host.congestion.clone());
-        let accepted = ServerMsg::Accepted {
-            limits,
-            host_limits: self.host.limits.clone(),
-            congestion,
-            can_force: self.host.limits.can_force,
-            auth_required: self.cfg.secret.is_some(),
-        };
-        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
-            self.events.push_back(EndpointEvent::Send { conn, frame });
-        }
         self.events
-            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
-                peer,
-                session: label.clone(),
-                params: Box::new(params.clone()),
+            .push_back(EndpointEvent::Monitor(MonitorEvent::Admitted {
+                mode: session.mode(),
             }));
         self.tokens.insert(token, sid);
         self.sessions.insert(
             sid,
             SessionEntry {
-                session: ServerSession::new(now, params, policy),
+                session,
                 reader: FrameReader::new(MAX_CLIENT_FRAME),
                 ctrl: conn,
                 peer,
                 token,
                 label,
                 reserved,
+                accepted: Some(accepted),
             },
         );
-        // What the client pipelined after Setup is the session's.
+        // What the client pipelined after its request is the session's.
         let rest = h.reader;
         if let Some(e) = self.sessions.get_mut(&sid) {
             e.reader = rest;
         }
+        self.pump(now, sid);
         self.on_bytes(now, 0, conn, &[]);
     }
 }
