@@ -36,10 +36,10 @@ fn json(o: &Output) -> Value {
 fn json_report_has_schema_facts_findings_and_matching_exit_code() {
     let o = run(&["doctor", "--json", "--target", "10gbit", "--rtt", "100ms"]);
     let j = json(&o);
-    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["schema_version"], 2);
     assert_eq!(j["mode"], "host");
-    assert_eq!(j["target"]["rate"], 10_000_000_000u64);
-    assert_eq!(j["target"]["rtt"], 100_000);
+    assert_eq!(j["target"]["rate_bps"], 10_000_000_000u64);
+    assert_eq!(j["target"]["rtt_us"], 100_000);
     assert_eq!(j["target"]["source"], "user");
     assert_eq!(j["sizing"]["bdp_bytes"], 125_000_000);
     assert!(j["facts"]["sysctls"]["net.ipv4.tcp_rmem"]["status"] == "ok");
@@ -243,7 +243,7 @@ fn path_to_a_loopback_listener_reports_handshake_samples() {
     let rtt = &j["path"]["rtt"];
     assert_eq!(rtt["samples_us"].as_array().map(Vec::len), Some(5), "{j}");
     assert!(rtt["min_us"].as_u64() <= rtt["median_us"].as_u64());
-    assert_eq!(j["target"]["rtt"], rtt["median_us"]);
+    assert_eq!(j["target"]["rtt_us"], rtt["median_us"]);
 }
 
 #[test]
@@ -356,11 +356,11 @@ fn path_to_a_tcptune_server_runs_the_bandwidth_probe() {
     ]);
     let j = json(&o);
     let probe = &j["path"]["probe"];
-    let bps = probe["bits_per_second"].as_u64().unwrap_or(0);
+    let bps = probe["rate_bps"].as_u64().unwrap_or(0);
     assert!(bps > 0, "{j}");
     assert_eq!(probe["streams"], 2);
     // Without --target the probe's rate sizes the advice.
-    assert_eq!(j["target"]["rate"], bps);
+    assert_eq!(j["target"]["rate_bps"], bps);
     // --no-probe sends only the handshakes.
     let o = run(&["doctor", &addr, "--samples", "2", "--no-probe", "--json"]);
     let j = json(&o);

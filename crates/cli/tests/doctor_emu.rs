@@ -73,7 +73,7 @@ fn doctor_measures_rtt_and_rate_of_an_emulated_path() {
     assert_eq!(j["path"]["port"], 5310);
     assert!(min + 200 >= 20_000, "{rtt}");
     assert!(median.abs_diff(20_000) <= 2_000, "{rtt}");
-    let bps = j["path"]["probe"]["bits_per_second"].as_u64().unwrap_or(0);
+    let bps = j["path"]["probe"]["rate_bps"].as_u64().unwrap_or(0);
     // The probe measured something, and never faster than the bottleneck (5% for counting).
     // How close it gets to the rate depends on the machine's load and the build: measured
     // by bench/emu_rates.sh (doctor_probe), not asserted here.

@@ -139,7 +139,7 @@ fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
     assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"));
-    assert_eq!(v["schema_version"], 1, "{stdout}");
+    assert_eq!(v["schema_version"], 2, "{stdout}");
     assert_eq!(v["exit_code"], 3, "{stdout}");
     assert!(v["interrupted_by"].is_null(), "{stdout}");
     assert!(

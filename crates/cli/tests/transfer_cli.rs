@@ -85,7 +85,7 @@ fn send_json_report_has_the_receiver_measured_totals() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v = json(&o);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["end"]["sum_received"]["bytes"], 16u64 << 20);
     assert_eq!(v["end"]["sum_received"]["sender"], false);
     assert!(
@@ -115,7 +115,7 @@ fn send_human_summary_shows_streams_buffers_and_verdict() {
         "{text}"
     );
     assert!(
-        text.contains("SndBuf peak") && text.contains("512.0 KiB"),
+        text.contains("SndBuf peak") && text.contains("512 KiB"),
         "{text}"
     );
     assert!(

@@ -8,10 +8,12 @@
 //! * [`sysctl`]: sysctls and buffer limits of the current network namespace.
 //! * [`net`]: sockets configured before `connect()`/`listen()`.
 //! * [`os`]: CPU time, random bytes, waiting on a socket, host description.
+//! * [`route`]: a per-destination route with a large initial window (careful resume).
 
 pub mod driver;
 pub mod net;
 pub mod os;
+pub mod route;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;

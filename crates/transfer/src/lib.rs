@@ -21,6 +21,7 @@ pub mod advice;
 mod assemble;
 pub mod auth;
 pub mod client;
+pub mod diagnose;
 mod engine;
 pub mod human;
 pub mod pathdb;
@@ -29,6 +30,7 @@ mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
+mod report_serde;
 pub mod server;
 pub mod session;
 

@@ -1,12 +1,14 @@
 //! `tcptune lab`: the paper's comparison of tuning techniques on emulated long fat pipes, and
 //! `tcptune lab report DIR` to rebuild the report from saved results.
 
+use crate::args::{self, secs};
 use crate::exit;
 use crate::out;
 use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tcptune_core::{parse_duration, Rate};
+use std::time::Duration;
+use tcptune_core::Rate;
 use tcptune_emu::host::RestoreAction;
 use tcptune_lab::plan::{Plan, PlanError};
 use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
@@ -41,21 +43,21 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Bottleneck rate of every path (decimal units: 500mbit, 1gbit).
-    #[arg(long, value_name = "RATE")]
-    rate: Option<String>,
+    /// Bottleneck rate of every path (decimal bits: 500mbit, 1Gbit/s).
+    #[arg(long, value_name = "RATE", value_parser = args::rate(Rate::mbit(1), Rate::gbit(400)))]
+    rate: Option<Rate>,
 
     /// MTU of the emulated paths.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65535))]
     mtu: Option<u32>,
 
     /// Runs per cell (median and min-max are reported).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
 
     /// Time cap of each run (e.g. 20s); a capped run's throughput comes from the bytes moved.
-    #[arg(long, value_name = "DURATION")]
-    max_time: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = args::duration(secs(1), secs(24 * 3600)))]
+    max_time: Option<Duration>,
 
     /// Seed of the emulator.
     #[arg(long, value_name = "N")]
@@ -155,10 +157,8 @@ fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
     } else {
         Plan::full()
     };
-    if let Some(r) = &o.rate {
-        plan.rate = r
-            .parse::<Rate>()
-            .map_err(|e| usage(anyhow::anyhow!("--rate {r}: {e}")))?;
+    if let Some(r) = o.rate {
+        plan.rate = r;
     }
     if let Some(m) = o.mtu {
         plan.mtu = m;
@@ -169,8 +169,7 @@ fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
     if let Some(s) = o.seed {
         plan.seed = s;
     }
-    if let Some(t) = &o.max_time {
-        let d = parse_duration(t).map_err(|e| usage(anyhow::anyhow!("--max-time {t}: {e}")))?;
+    if let Some(d) = o.max_time {
         plan.max_time_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     }
     plan.validate().map_err(|e: PlanError| usage(e))?;

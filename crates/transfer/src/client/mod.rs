@@ -81,10 +81,17 @@ pub struct ClientConfig {
     /// records what it measured. `None` (the library's default): no database.
     /// `tcptune send` uses [`crate::pathdb::default_location`] unless told otherwise.
     pub path_db: Option<PathBuf>,
-    /// Run the pre-transfer probe when the mode needs a rate and the database has no fresh
-    /// full-pipe estimate (default). With `false` a database entry of any kind is used, and
+    /// Measure the path's rate when the mode needs one and the database has no fresh
+    /// full-pipe estimate (default): `auto` in band on paths of 5 ms or more, `probe` with
+    /// its pre-transfer probe. With `false` a database entry of any kind is used, and
     /// without one the mode goes without a rate.
     pub probe: bool,
+    /// Careful resume (default): on a path the database knows (a fresh full-pipe entry whose
+    /// RTT the control connection confirms), new connections to the server start with an
+    /// initial window of their share of the saved rate x RTT (a per-destination route:
+    /// needs `CAP_NET_ADMIN`; said in the report when missing), paced at the saved rate for
+    /// their first round trips; `false`: `--no-resume-rate`.
+    pub resume_rate: bool,
     /// Stop when this fires (Ctrl-C): the transfer ends at once at both ends and the report
     /// holds what moved (`end.tcptune.interrupted`); before the transfer began,
     /// [`ClientError::Interrupted`].
@@ -154,6 +161,7 @@ impl ClientConfig {
             custom_tuner: None,
             path_db: None,
             probe: true,
+            resume_rate: true,
             cancel: None,
         }
     }

@@ -186,6 +186,7 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                 rate: r.chance(50).then(|| Rate(r.pick_u64())),
                 rate_is_lower_bound: r.chance(50),
                 rate_in_band: r.chance(50),
+                resume: r.chance(50),
             },
             streams: r.below(10) as u32,
         },

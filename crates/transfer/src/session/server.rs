@@ -832,6 +832,7 @@ pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
         rate: h.rate.map(|r| Rate(r.0.min(10_000_000_000_000))),
         rate_is_lower_bound: h.rate_is_lower_bound,
         rate_in_band: h.rate_in_band,
+        resume: h.resume,
     }
 }
 

@@ -1,6 +1,6 @@
 //! `tcptune emu up`, its background daemon (`__daemon`) and `tcptune emu down`.
 
-use super::{emu_exit_code, emu_fail, PathOpts};
+use super::{emu_exit_code, emu_fail, PathJson, PathOpts, EMU_SCHEMA_VERSION};
 use crate::{exit, out};
 use anyhow::Context;
 use serde::Serialize;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tcptune_emu::daemon::{self, DaemonSpec};
 use tcptune_emu::process::{Ended, ProcessError, ProcessId};
 use tcptune_emu::state::{self, OwnerKind};
-use tcptune_emu::{capacity_warning, EmuError, EmuStats, PathConfig};
+use tcptune_emu::{capacity_warning, EmuError, EmuStats};
 
 /// SIGTERM to SIGKILL for an `emu up` daemon (it takes its path down in between).
 const DAEMON_GRACE: Duration = Duration::from_secs(10);
@@ -51,7 +51,7 @@ struct UpReport {
     netns_b: String,
     addr_a: String,
     addr_b: String,
-    path: PathConfig,
+    path: PathJson,
     warnings: Vec<String>,
 }
 
@@ -83,14 +83,14 @@ pub(super) fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
     let [addr_a, addr_b] = d.ready.addrs.map(|a| a.to_string());
     if o.json {
         out::json(&UpReport {
-            schema_version: 1,
+            schema_version: EMU_SCHEMA_VERSION,
             name: o.name.clone(),
             daemon_pid: d.pid,
             netns_a,
             netns_b,
             addr_a,
             addr_b,
-            path: cfg.path.clone(),
+            path: PathJson::from(&cfg.path),
             warnings,
         })?;
     } else {
@@ -125,7 +125,7 @@ pub(super) fn down(o: DownOpts) -> anyhow::Result<ExitCode> {
     let report = |outcome, last_stats| -> anyhow::Result<ExitCode> {
         if o.json {
             out::json(&DownReport {
-                schema_version: 1,
+                schema_version: EMU_SCHEMA_VERSION,
                 name: o.name.clone(),
                 outcome,
                 last_stats,

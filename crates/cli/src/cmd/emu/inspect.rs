@@ -1,6 +1,6 @@
 //! `tcptune emu exec` and `tcptune emu status`: use and look at running topologies.
 
-use super::{dir_line, emu_fail};
+use super::{dir_line, emu_fail, PathJson, EMU_SCHEMA_VERSION};
 use crate::{exit, out};
 use anyhow::anyhow;
 use serde::Serialize;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use tcptune_core::format_duration;
 use tcptune_emu::process::{self, signals};
 use tcptune_emu::state::{self, OwnerKind, TopologyRecord};
-use tcptune_emu::{EmuStats, PathConfig, Side};
+use tcptune_emu::{EmuStats, Side};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct ExecOpts {
@@ -69,7 +69,7 @@ struct TopologyStatus {
     alive: bool,
     netns: [String; 2],
     addrs: [String; 2],
-    path: PathConfig,
+    path: PathJson,
     path_text: String,
     sysctls: Vec<(String, String)>,
     created_unix_ms: u64,
@@ -94,7 +94,7 @@ fn topology_status(r: TopologyRecord) -> TopologyStatus {
         owner_kind: r.owner_kind,
         owner_pid: r.owner_pid,
         netns: r.netns,
-        path: r.path,
+        path: PathJson::from(&r.path),
         sysctls: r.sysctls,
         created_unix_ms: r.created_unix_ms,
     }
@@ -106,7 +106,7 @@ pub(super) fn status(o: StatusOpts) -> anyhow::Result<ExitCode> {
         None => state::list().into_iter().flatten().collect(),
     };
     let report = StatusReport {
-        schema_version: 1,
+        schema_version: EMU_SCHEMA_VERSION,
         topologies: records.into_iter().map(topology_status).collect(),
     };
     if o.json {

@@ -127,6 +127,7 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
                 rate: Some(Rate(u64::MAX)),
                 rate_is_lower_bound: false,
                 rate_in_band: false,
+                resume: false,
             },
             streams: 2,
         },
