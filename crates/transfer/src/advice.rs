@@ -200,7 +200,7 @@ pub fn advise(
                     rtt: Some(facts.rtt()),
                     rate: Some(Rate(facts.rate_bps)),
                     rate_is_lower_bound: !facts.full_pipe,
-                    rate_in_band: false,
+                    ..PathHint::default()
                 },
                 stream_index: 0,
                 streams: 1,

@@ -266,7 +266,7 @@ impl ServerSession {
             },
             streams,
         }));
-        let watch = PathWatch::new(
+        let mut watch = PathWatch::new(
             now,
             rtt,
             server_direction(&self.params),
@@ -275,6 +275,8 @@ impl ServerSession {
             8,
             Duration::from_millis(2),
         );
+        // The control connection's RTT, as this server's TCP_INFO has it.
+        watch.seed_min_rtt(rtt);
         self.state = State::Phase(PhaseState {
             seq: 0,
             kind,

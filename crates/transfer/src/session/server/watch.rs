@@ -75,9 +75,14 @@ impl PathWatch {
             .unwrap_or(Duration::from_millis(100))
             .clamp(MIN_ROUND, Duration::from_secs(1));
         let sample_every = (round / per_round.max(1)).max(floor);
+        let estimator = FullPipe::new(round, max_duration);
         PathWatch {
             epoch: now,
-            estimator: FullPipe::new(round, max_duration),
+            // Receiving, the server sees what its streams read: stalls after losses.
+            estimator: match direction {
+                Direction::Receive => estimator.at_receiver(),
+                Direction::Send => estimator,
+            },
             sample_every,
             next_sample: now + sample_every,
             min_rtt: None,
@@ -107,6 +112,14 @@ impl PathWatch {
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX),
         );
         self.estimator.on_sample(t, obs.delivered)
+    }
+
+    /// An RTT the server itself measured on the path (its control connection's), as the
+    /// smallest seen so far.
+    pub(crate) fn seed_min_rtt(&mut self, rtt: Option<Duration>) {
+        if let Some(r) = rtt.filter(|r| !r.is_zero()) {
+            self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        }
     }
 
     /// The rate is now being measured in band (the client said the transfer measures it):
