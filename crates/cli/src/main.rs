@@ -68,6 +68,8 @@ enum Command {
     Watch(cmd::watch::Opts),
     /// List, show, forget or export the measurements of the path database.
     Paths(cmd::paths::Opts),
+    /// Ask a tcptune server which buffer sizes and how many streams fill the path to it.
+    Advise(cmd::advise::Opts),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(hide = true)]
     Completions(cmd::docs::CompletionsOpts),
@@ -124,6 +126,7 @@ fn command_words(raw: &[OsString]) -> String {
                     | "doctor"
                     | "watch"
                     | "paths"
+                    | "advise"
                     | "run"
                     | "up"
                     | "down"
@@ -204,6 +207,7 @@ fn main() -> ExitCode {
         Command::Doctor(o) => cmd::doctor::run(o),
         Command::Watch(o) => cmd::watch::run(o),
         Command::Paths(o) => cmd::paths::run(o),
+        Command::Advise(o) => cmd::advise::run(o),
         Command::Completions(o) => cmd::docs::completions(o, Cli::command()),
         Command::Man(o) => cmd::docs::man(o, Cli::command()),
     };

@@ -17,6 +17,7 @@
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
+pub mod advice;
 mod assemble;
 pub mod auth;
 pub mod client;

@@ -163,7 +163,7 @@ pub(crate) struct Opts {
 }
 
 /// `HOST[:PORT]` split: the host as given (brackets kept) and the port, if any.
-fn split_port(spec: &str) -> (String, Option<u16>) {
+pub(crate) fn split_port(spec: &str) -> (String, Option<u16>) {
     let s = spec.trim();
     if let Some(rest) = s.strip_prefix('[') {
         if let Some((host, tail)) = rest.split_once(']') {

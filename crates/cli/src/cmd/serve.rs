@@ -34,7 +34,12 @@ Examples:
   tcptune serve -1 --json                        # one session, log as JSON lines
   tcptune serve --logfile /var/log/tcptune.log   # log lines appended to a file
 
+  tcptune serve --metrics 127.0.0.1:9310         # Prometheus metrics on /metrics
+
 Everything (control and data connections) arrives on the one port: one firewall rule.
+What the server measures of each client's path (its own TCP_INFO of the data streams) goes
+into its path database, bounded per client address and in all, at most a few writes a
+minute per address; `tcptune advise` asks the server for it.
 Refusals are counted by kind; the first of each kind from each address is logged, the rest
 in a summary line every 10 s. Every log line starts with the time (UTC, RFC 3339).
 
@@ -114,6 +119,27 @@ pub(crate) struct Opts {
     /// Append the log to FILE instead of writing it on stdout.
     #[arg(long, value_name = "FILE")]
     logfile: Option<PathBuf>,
+    /// Serve Prometheus metrics on ADDR (e.g. 127.0.0.1:9310, [::]:9310) at /metrics:
+    /// sessions, bytes by direction and mode, refusals by reason, handshake times,
+    /// throughput by mode, advice (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Record what the server measures of each client's path in this path database, and
+    /// answer `tcptune advise` from it (default: $TCPTUNE_PATH_DB or
+    /// ~/.cache/tcptune/paths.sqlite, as `tcptune paths` lists).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    path_db: Option<PathBuf>,
+    /// Record nothing (every `tcptune advise` is then measured).
+    #[arg(long)]
+    no_path_db: bool,
+    /// Paths one client address (an IPv6 /64) may have in the database; a new one replaces
+    /// its own oldest.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    path_db_per_address: u32,
+    /// Paths the server records in all; when full, only entries older than a day are
+    /// replaced (a flood of addresses cannot push out what is in use).
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    path_db_max_entries: u32,
 }
 
 /// Where log lines go: stdout, or the end of a file.
@@ -145,7 +171,7 @@ pub(crate) fn now_rfc3339() -> String {
     rfc3339(now.as_secs(), now.subsec_millis())
 }
 
-fn rfc3339(secs: u64, millis: u32) -> String {
+pub(crate) fn rfc3339(secs: u64, millis: u32) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     // Howard Hinnant's civil_from_days, for days since 1970-01-01.
@@ -187,9 +213,45 @@ struct LogLine<'a> {
     error: Option<&'a str>,
     kind: Option<&'static str>,
     count: Option<u64>,
+    /// Advice: which way the client's data flows (`send`: the client sends).
+    direction: Option<&'static str>,
+    /// Advice: where the path's numbers came from (`path_db`, `measured`).
+    source: Option<&'static str>,
+    /// Advice: the path's RTT.
+    rtt_us: Option<u64>,
+    /// Advice: the path's rate.
+    rate_bps: Option<u64>,
+    /// Advice: the rate is the path's (else a lower bound).
+    full_pipe: Option<bool>,
 }
 
-/// Version of the JSON log lines (2: `time`, canonical IPv4 peers).
+impl LogLine<'_> {
+    /// A line of `event` at the current time, every other field unknown.
+    fn of(event: &'static str) -> Self {
+        LogLine {
+            schema_version: LOG_SCHEMA_VERSION,
+            time: now_rfc3339(),
+            event,
+            peer: None,
+            session: None,
+            tune: None,
+            streams: None,
+            reverse: None,
+            bytes: None,
+            error: None,
+            kind: None,
+            count: None,
+            direction: None,
+            source: None,
+            rtt_us: None,
+            rate_bps: None,
+            full_pipe: None,
+        }
+    }
+}
+
+/// Version of the JSON log lines (2: `time`, canonical IPv4 peers; advice and warning
+/// lines and their fields were added without breaking version 2's readers).
 const LOG_SCHEMA_VERSION: u32 = 2;
 
 fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
@@ -199,18 +261,12 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             session,
             params,
         } => LogLine {
-            schema_version: LOG_SCHEMA_VERSION,
-            time: now_rfc3339(),
-            event: "session_started",
             peer: Some(show_peer(peer)),
             session: Some(session),
             tune: Some(params.tune.to_string()),
             streams: Some(params.streams),
             reverse: Some(params.reverse),
-            bytes: None,
-            error: None,
-            kind: None,
-            count: None,
+            ..LogLine::of("session_started")
         },
         ServerEvent::SessionEnded {
             peer,
@@ -218,46 +274,49 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             bytes,
             error,
         } => LogLine {
-            schema_version: LOG_SCHEMA_VERSION,
-            time: now_rfc3339(),
-            event: "session_ended",
             peer: Some(show_peer(peer)),
             session: Some(session),
-            tune: None,
-            streams: None,
-            reverse: None,
             bytes: Some(*bytes),
             error: error.as_deref(),
-            kind: None,
-            count: None,
+            ..LogLine::of("session_ended")
         },
         ServerEvent::Refused { peer, kind, reason } => LogLine {
-            schema_version: LOG_SCHEMA_VERSION,
-            time: now_rfc3339(),
-            event: "refused",
             peer: Some(show_peer(peer)),
-            session: None,
-            tune: None,
-            streams: None,
-            reverse: None,
-            bytes: None,
             error: Some(reason),
             kind: Some(kind),
-            count: None,
+            ..LogLine::of("refused")
         },
         ServerEvent::Suppressed { kind, count, .. } => LogLine {
-            schema_version: LOG_SCHEMA_VERSION,
-            time: now_rfc3339(),
-            event: "refusals_not_logged",
-            peer: None,
-            session: None,
-            tune: None,
-            streams: None,
-            reverse: None,
-            bytes: None,
-            error: None,
             kind: Some(kind),
             count: Some(*count),
+            ..LogLine::of("refusals_not_logged")
+        },
+        ServerEvent::Advice {
+            peer,
+            session,
+            direction,
+            source,
+            rtt_us,
+            rate_bps,
+            full_pipe,
+            streams,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            streams: Some(*streams),
+            direction: Some(match direction {
+                tcptune_core::pathdb::Direction::Send => "send",
+                tcptune_core::pathdb::Direction::Receive => "receive",
+            }),
+            source: Some(source),
+            rtt_us: Some(*rtt_us),
+            rate_bps: Some(*rate_bps),
+            full_pipe: Some(*full_pipe),
+            ..LogLine::of("advice")
+        },
+        ServerEvent::Warning { message } => LogLine {
+            error: Some(message),
+            ..LogLine::of("warning")
         },
     };
     if json {
@@ -314,6 +373,28 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
         } => format!(
             "{count} more refusals of kind {kind} in the last {seconds} s (not logged one by one)"
         ),
+        ServerEvent::Advice {
+            source,
+            rtt_us,
+            rate_bps,
+            full_pipe,
+            streams,
+            ..
+        } => format!(
+            "{} session {} advised ({}, {}): RTT {}, {}{}, {streams} stream(s)",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            line.direction.unwrap_or(""),
+            if *source == "measured" {
+                "measured now"
+            } else {
+                "from the path database"
+            },
+            format_duration(Duration::from_micros(*rtt_us)),
+            tcptune_core::human_bps(*rate_bps as f64),
+            if *full_pipe { "" } else { " (at least)" }
+        ),
+        ServerEvent::Warning { message } => format!("warning: {}", esc(message)),
     };
     sink.line(&format!("{} {text}", line.time));
 }
@@ -471,6 +552,42 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.log = Some(Arc::new(move |ev: &ServerEvent| {
         log_event(&log_sink, json, ev)
     }));
+    cfg.path_db = if opts.no_path_db {
+        None
+    } else {
+        opts.path_db
+            .clone()
+            .or_else(tcptune_transfer::pathdb::default_location)
+    };
+    cfg.path_db_bounds = tcptune_core::pathdb::RecordBounds {
+        per_group: opts.path_db_per_address as usize,
+        max_entries: opts.path_db_max_entries as usize,
+    };
+    let _exporter = match &opts.metrics {
+        Some(addr) => {
+            let metrics = Arc::new(server::ServeMetrics::new());
+            let mut registry = tcptune_metrics::Registry::default();
+            metrics.register(&mut registry);
+            let exporter = tcptune_metrics::Exporter::start(
+                addr,
+                Arc::new(registry),
+                tcptune_metrics::ExporterConfig::default(),
+            )
+            .map_err(|e| {
+                exit::msg(
+                    exit::ENVIRONMENT,
+                    format!("--metrics: {e} (is the address this host's, and the port free?)"),
+                )
+            })?;
+            eprintln!(
+                "tcptune serve: serving metrics on http://{}/metrics",
+                exporter.local_addr()
+            );
+            cfg.metrics = Some(metrics);
+            Some(exporter)
+        }
+        None => None,
+    };
     let (listener, note) = listen(&opts)?;
     let local = listener
         .local_addr()
@@ -489,6 +606,14 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             stamp(&format!("note: {n}"));
         }
         stamp(&format!("limits: {}", server::describe_limits(&cfg)));
+        stamp(&match &cfg.path_db {
+            Some(p) => format!(
+                "path database: {} (tcptune paths --path-db {} lists it)",
+                p.display(),
+                p.display()
+            ),
+            None => "path database: none (--no-path-db)".into(),
+        });
     }
     let stats =
         server::run(listener, cfg, Shutdown::new()).map_err(|e| exit::fail(exit::FAILURE, e))?;

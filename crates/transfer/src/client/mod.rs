@@ -14,6 +14,7 @@
 //! println!("{:.1} Mbit/s", report.end.sum_received.bits_per_second / 1e6);
 //! ```
 
+pub mod advise;
 mod conversation;
 pub(crate) mod driver;
 mod measure;
@@ -322,16 +323,22 @@ pub type ProgressFn<'a> = &'a mut dyn FnMut(&Progress);
 
 /// The server's address from `HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`.
 pub(crate) fn resolve(cfg: &ClientConfig) -> Result<SocketAddr, ClientError> {
-    let s = cfg.server.trim();
+    resolve_target(&cfg.server, cfg.port)
+}
+
+/// The address of `server` (`HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`), `port` when it
+/// names none.
+pub(crate) fn resolve_target(server: &str, port: u16) -> Result<SocketAddr, ClientError> {
+    let s = server.trim();
     let has_port = s.parse::<SocketAddr>().is_ok()
         || (s.matches(':').count() == 1 && !s.starts_with('['))
         || (s.starts_with('[') && s.contains("]:"));
     let target = if has_port {
         s.to_string()
     } else if s.contains(':') && !s.starts_with('[') {
-        format!("[{s}]:{}", cfg.port)
+        format!("[{s}]:{port}")
     } else {
-        format!("{s}:{}", cfg.port)
+        format!("{s}:{port}")
     };
     let mut addrs = target
         .to_socket_addrs()

@@ -482,6 +482,26 @@ impl Engine {
             .sum()
     }
 
+    /// [`Engine::delivered`] and the smallest `tcpi_min_rtt` of the streams, read in one
+    /// pass (the server's watch over its clients' paths).
+    pub(crate) fn path_view(&self) -> (u64, Option<Duration>) {
+        let mut delivered = 0u64;
+        let mut min_rtt: Option<Duration> = None;
+        for s in &self.slots {
+            let info = tcptune_sys::sockopt::tcp_info(s.stream.as_fd()).ok();
+            if let Some(r) = info.as_ref().and_then(|t| t.min_rtt()) {
+                min_rtt = Some(min_rtt.map_or(r, |m| m.min(r)));
+            }
+            delivered += match self.cfg.role {
+                Role::Sender => info
+                    .and_then(|t| t.delivered_bytes())
+                    .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
+                Role::Receiver => s.counters.bytes.load(Ordering::Relaxed),
+            };
+        }
+        (delivered, min_rtt)
+    }
+
     /// A number that grows while any data moves, at the application or in TCP (for idle
     /// detection: a sender blocked on a full buffer still makes TCP progress).
     pub(crate) fn progress(&self) -> u64 {

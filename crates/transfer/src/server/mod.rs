@@ -29,6 +29,8 @@
 //! ```
 
 mod driver;
+pub mod metrics;
+mod paths;
 
 use crate::auth::Secret;
 use crate::proto::{ServerLimits, TestParams};
@@ -38,10 +40,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tcptune_core::pathdb::{Direction, RecordBounds};
 
 pub use crate::session::guard::escape;
 pub use crate::session::server::{validate, MAX_PROBE};
 pub use driver::run;
+pub use metrics::ServeMetrics;
 
 /// The default port of `tcptune serve`.
 pub const DEFAULT_PORT: u16 = 5310;
@@ -103,6 +107,30 @@ pub enum ServerEvent {
         /// Why.
         reason: String,
     },
+    /// A client was given advice (`tcptune advise`).
+    Advice {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// Which way the client's data flows (seen from the client).
+        direction: Direction,
+        /// Where the numbers came from: `path_db` or `measured`.
+        source: &'static str,
+        /// The path's RTT, microseconds.
+        rtt_us: u64,
+        /// The path's rate, bit/s.
+        rate_bps: u64,
+        /// The rate is the path's (else a lower bound).
+        full_pipe: bool,
+        /// Streams advised.
+        streams: u32,
+    },
+    /// A problem outside any session (the path database), said once per kind.
+    Warning {
+        /// What happened.
+        message: String,
+    },
     /// Refusals of one kind that were counted but not logged in the last period.
     Suppressed {
         /// The kind.
@@ -148,6 +176,13 @@ pub struct ServerConfig {
     /// A directory shared with `tcptune cp` clients (`serve --root DIR`); without one,
     /// copies are refused.
     pub files: Option<FileShare>,
+    /// Record what the server measures of every client's path in this path database
+    /// (`None`: no database; advice is then always measured).
+    pub path_db: Option<PathBuf>,
+    /// What clients can make the server record at most.
+    pub path_db_bounds: RecordBounds,
+    /// Count what the server does for Prometheus (`serve --metrics`).
+    pub metrics: Option<std::sync::Arc<ServeMetrics>>,
 }
 
 /// A directory the server shares with `tcptune cp` clients. Every path a client names is
@@ -192,6 +227,9 @@ impl std::fmt::Debug for ServerConfig {
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
             .field("files", &self.files)
+            .field("path_db", &self.path_db)
+            .field("path_db_bounds", &self.path_db_bounds)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -218,6 +256,9 @@ impl Default for ServerConfig {
             one_off: false,
             log: None,
             files: None,
+            path_db: None,
+            path_db_bounds: RecordBounds::default(),
+            metrics: None,
         }
     }
 }
@@ -241,6 +282,9 @@ pub struct ServerStats {
     pub sessions_active: u64,
     /// Connections pending now.
     pub pending: u64,
+    /// Measurements of clients' paths not recorded because too many came from the same
+    /// group of addresses, or in all, lately.
+    pub records_limited: u64,
 }
 
 /// Why the server stopped.

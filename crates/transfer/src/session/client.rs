@@ -526,6 +526,9 @@ impl ClientSession {
                 failure.message = format!("at the server: {}", failure.message);
                 self.fail(Failure::File(failure))
             }
+            other @ (ServerMsg::Measure { .. } | ServerMsg::Advice { .. }) => self.fail(
+                Failure::Protocol(format!("an unexpected {} in a transfer", other.kind())),
+            ),
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {

@@ -49,6 +49,15 @@ fn session(t0: Instant) -> ServerSession {
     )
 }
 
+/// What the driver reads of an engine that moved `bytes`.
+fn progress(bytes: u64) -> Observation {
+    Observation {
+        progress: bytes,
+        delivered: bytes,
+        min_rtt: None,
+    }
+}
+
 fn drain(s: &mut ServerSession) -> Vec<SessionOutput> {
     std::iter::from_fn(|| s.poll_output()).collect()
 }
@@ -250,8 +259,8 @@ fn end_phase_waits_for_late_streams_and_fails_when_they_never_come() {
     s.handle_engine(t0, Event::StreamDone(0));
     s.handle_msg(t0, ClientMsg::EndPhase { streams: 3 });
     drain(&mut s);
-    assert_eq!(s.poll_timeout(), Some(t0 + HANDSHAKE));
-    s.handle_timeout(t0 + HANDSHAKE, Some(5));
+    assert_eq!(s.poll_deadline(), Some(t0 + HANDSHAKE));
+    s.handle_timeout(t0 + HANDSHAKE, Some(progress(5)));
     assert!(closed_with(&drain(&mut s), "2 announced stream(s)"));
 }
 
@@ -266,7 +275,7 @@ fn connected_streams_may_deliver_long_after_end_phase_while_they_progress() {
     let mut now = t0;
     for k in 1..=8u64 {
         now += HANDSHAKE;
-        s.handle_timeout(now, Some(k * 1000));
+        s.handle_timeout(now, Some(progress(k * 1000)));
         assert!(
             drain(&mut s).is_empty(),
             "at {k} handshakes: still delivering"
@@ -321,11 +330,11 @@ fn stop_ends_senders_or_aborts_at_the_cap_and_is_ignored_outside_a_phase() {
 fn a_phase_without_progress_for_the_idle_timeout_fails_but_progress_keeps_it() {
     let t0 = Instant::now();
     let mut s = running(t0);
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE));
-    s.handle_timeout(t0 + IDLE, Some(1000));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE));
+    s.handle_timeout(t0 + IDLE, Some(progress(1000)));
     assert!(drain(&mut s).is_empty(), "data moved");
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE + IDLE));
-    s.handle_timeout(t0 + IDLE + IDLE, Some(1000));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE + IDLE));
+    s.handle_timeout(t0 + IDLE + IDLE, Some(progress(1000)));
     assert!(closed_with(&drain(&mut s), "idle for 30 s"));
 }
 
@@ -333,7 +342,7 @@ fn a_phase_without_progress_for_the_idle_timeout_fails_but_progress_keeps_it() {
 fn between_phases_the_idle_timeout_ends_the_session() {
     let t0 = Instant::now();
     let mut s = session(t0);
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE));
     assert_eq!(s.gone_by(), t0 + IDLE);
     s.handle_timeout(t0 + IDLE - Duration::from_millis(1), None);
     assert!(drain(&mut s).is_empty());
@@ -361,13 +370,13 @@ fn nothing_a_client_sends_extends_the_lifetime() {
         t += Duration::from_secs(5);
         bytes += 1;
         s.handle_msg(t, ClientMsg::Stop { capped: false });
-        s.handle_timeout(t, Some(bytes));
+        s.handle_timeout(t, Some(progress(bytes)));
     }
     drain(&mut s);
     assert!(s
-        .poll_timeout()
+        .poll_deadline()
         .is_some_and(|d| d <= t0 + Duration::from_secs(40)));
-    s.handle_timeout(t0 + Duration::from_secs(40), Some(bytes + 1));
+    s.handle_timeout(t0 + Duration::from_secs(40), Some(progress(bytes + 1)));
     assert!(closed_with(&drain(&mut s), "time limit of 40 s"));
 }
 
@@ -538,10 +547,10 @@ fn the_server_stops_its_senders_after_the_duration_and_a_grace() {
     s.handle_msg(t0, start(0, 1));
     drain(&mut s);
     let due = t0 + Duration::from_millis(2000) + SENDER_GRACE;
-    assert_eq!(s.poll_timeout(), Some(due));
-    s.handle_timeout(due, Some(1));
+    assert_eq!(s.poll_deadline(), Some(due));
+    s.handle_timeout(due, Some(progress(1)));
     assert_eq!(drain(&mut s), vec![SessionOutput::StopSenders]);
-    assert_eq!(s.poll_timeout(), Some(due + IDLE));
+    assert_eq!(s.poll_deadline(), Some(due + IDLE));
 }
 
 #[test]
