@@ -2,6 +2,10 @@
 
 TCPTUNE=${TCPTUNE:-target/release/tcptune}
 REPS=${REPS:-3}
+# A command prefix that runs tcptune as another user (bench/emu_rootless.sh sets it), and a
+# directory that user may write (for --stats-json).
+EMU_AS=()
+EMU_TMP=${EMU_TMP:-}
 # Per-namespace buffers big enough for the largest BDP measured (never the global
 # net.core.rmem_max/wmem_max).
 EMU_SYSCTLS=(--sysctl "net.ipv4.tcp_rmem=4096 131072 536870912"
@@ -23,8 +27,9 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else print a[i
 emu_iperf() {
     local secs=$1 warm=$2; shift 2
     local stats json
-    stats=$(mktemp) json=$(mktemp)
-    "$TCPTUNE" emu run "$@" "${EMU_SYSCTLS[@]}" --warmup "${warm}s" --stats-json "$stats" \
+    stats=$(mktemp ${EMU_TMP:+-p "$EMU_TMP"}) json=$(mktemp)
+    [ -z "$EMU_TMP" ] || chmod 666 "$stats"
+    ${EMU_AS[@]+"${EMU_AS[@]}"} "$TCPTUNE" emu run "$@" "${EMU_SYSCTLS[@]}" --warmup "${warm}s" --stats-json "$stats" \
         --server 'iperf3 -s -1 >/dev/null' \
         -- sh -c "iperf3 -c \$TCPTUNE_PEER -t $secs -J ${IPERF_ARGS:-}" >"$json" 2>/dev/null || true
     python3 - "$stats" "$json" <<'PY'

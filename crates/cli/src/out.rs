@@ -1,9 +1,12 @@
 //! Writing to stdout so that a closed pipe (`tcptune ... | head`) ends the program quietly
-#![allow(dead_code)] // used by the subcommands as they land
 //! with status 0 instead of a panic.
 
 use serde::Serialize;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a JSON document went to stdout (`main` then prints no error document).
+static JSON_PRINTED: AtomicBool = AtomicBool::new(false);
 
 fn handle(r: io::Result<()>) {
     if let Err(e) = r {
@@ -30,6 +33,12 @@ pub(crate) fn text(text: &str) {
 /// Print a value as pretty JSON followed by a newline.
 pub(crate) fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     let s = serde_json::to_string_pretty(value)?;
+    JSON_PRINTED.store(true, Ordering::Relaxed);
     line(&s);
     Ok(())
+}
+
+/// Whether a JSON document was printed.
+pub(crate) fn json_printed() -> bool {
+    JSON_PRINTED.load(Ordering::Relaxed)
 }

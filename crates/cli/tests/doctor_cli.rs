@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Output};
-use tcptune_testkit::{ip, Need, Netns};
+use tcptune_testkit::{Need, Netns};
 
 fn tcptune() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tcptune"))
@@ -36,10 +36,10 @@ fn json(o: &Output) -> Value {
 fn json_report_has_schema_facts_findings_and_matching_exit_code() {
     let o = run(&["doctor", "--json", "--target", "10gbit", "--rtt", "100ms"]);
     let j = json(&o);
-    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["schema_version"], 2);
     assert_eq!(j["mode"], "host");
-    assert_eq!(j["target"]["rate"], 10_000_000_000u64);
-    assert_eq!(j["target"]["rtt"], 100_000);
+    assert_eq!(j["target"]["rate_bps"], 10_000_000_000u64);
+    assert_eq!(j["target"]["rtt_us"], 100_000);
     assert_eq!(j["target"]["source"], "user");
     assert_eq!(j["sizing"]["bdp_bytes"], 125_000_000);
     assert!(j["facts"]["sysctls"]["net.ipv4.tcp_rmem"]["status"] == "ok");
@@ -149,8 +149,24 @@ fn tcptune_in(ns: &Netns, args: &[&str]) -> Output {
         .expect("ip netns exec tcptune")
 }
 
+/// A namespace of the test's own: named as root, in a user namespace otherwise.
 fn root() -> bool {
-    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Root])
+    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Netns])
+}
+
+/// Run `ip ARGS` inside `ns` (root there in both modes).
+fn ip_in(ns: &Netns, args: &[&str]) {
+    let o = ns
+        .command("ip")
+        .args(args)
+        .output()
+        .expect("ip in the namespace");
+    assert!(
+        o.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -243,7 +259,7 @@ fn path_to_a_loopback_listener_reports_handshake_samples() {
     let rtt = &j["path"]["rtt"];
     assert_eq!(rtt["samples_us"].as_array().map(Vec::len), Some(5), "{j}");
     assert!(rtt["min_us"].as_u64() <= rtt["median_us"].as_u64());
-    assert_eq!(j["target"]["rtt"], rtt["median_us"]);
+    assert_eq!(j["target"]["rtt_us"], rtt["median_us"]);
 }
 
 #[test]
@@ -266,34 +282,27 @@ fn path_whose_packets_vanish_is_filtered() {
     let ns = Netns::new("dcli");
     // A veth pair inside our namespace; 10.77.0.2 has a fixed MAC, so SYNs leave v0, arrive
     // at v1 (no address, no forwarding) and are dropped: no answer, as behind a firewall.
-    ip(&[
-        "-n",
-        ns.name(),
-        "link",
-        "add",
-        "v0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "v1",
-    ]);
-    ip(&["-n", ns.name(), "addr", "add", "10.77.0.1/24", "dev", "v0"]);
-    ip(&["-n", ns.name(), "link", "set", "v0", "up"]);
-    ip(&["-n", ns.name(), "link", "set", "v1", "up"]);
-    ip(&[
-        "-n",
-        ns.name(),
-        "neigh",
-        "add",
-        "10.77.0.2",
-        "lladdr",
-        "02:00:00:00:77:02",
-        "dev",
-        "v0",
-        "nud",
-        "permanent",
-    ]);
+    ip_in(
+        &ns,
+        &["link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+    );
+    ip_in(&ns, &["addr", "add", "10.77.0.1/24", "dev", "v0"]);
+    ip_in(&ns, &["link", "set", "v0", "up"]);
+    ip_in(&ns, &["link", "set", "v1", "up"]);
+    ip_in(
+        &ns,
+        &[
+            "neigh",
+            "add",
+            "10.77.0.2",
+            "lladdr",
+            "02:00:00:00:77:02",
+            "dev",
+            "v0",
+            "nud",
+            "permanent",
+        ],
+    );
     let o = tcptune_in(
         &ns,
         &[
@@ -356,11 +365,11 @@ fn path_to_a_tcptune_server_runs_the_bandwidth_probe() {
     ]);
     let j = json(&o);
     let probe = &j["path"]["probe"];
-    let bps = probe["bits_per_second"].as_u64().unwrap_or(0);
+    let bps = probe["rate_bps"].as_u64().unwrap_or(0);
     assert!(bps > 0, "{j}");
     assert_eq!(probe["streams"], 2);
     // Without --target the probe's rate sizes the advice.
-    assert_eq!(j["target"]["rate"], bps);
+    assert_eq!(j["target"]["rate_bps"], bps);
     // --no-probe sends only the handshakes.
     let o = run(&["doctor", &addr, "--samples", "2", "--no-probe", "--json"]);
     let j = json(&o);

@@ -1,5 +1,6 @@
-//! `tcptune emu` end to end (root): run (and what goes to stdout), up, exec, status, down,
-//! exit codes, Ctrl-C.
+//! `tcptune emu` end to end, in the mode the test process gets (root mode as root, rootless
+//! mode otherwise; CI runs them both ways): run (and what goes to stdout), up, exec, status,
+//! down, exit codes, Ctrl-C.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -12,6 +13,23 @@ fn tcptune() -> Command {
 
 fn can_run_as_root(test: &str) -> bool {
     tcptune_testkit::require(test, &[Need::Root, Need::Tun])
+}
+
+/// The emulator runs here, root or rootless.
+fn can_run(test: &str) -> bool {
+    tcptune_testkit::require(test, &[Need::Emulator])
+}
+
+fn rootless() -> bool {
+    tcptune_testkit::emulator_mode() == Some(tcptune_emu::Mode::Rootless)
+}
+
+/// The mode `emu` says it used (its "mode ..." line on stderr).
+fn said_mode(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("tcptune emu: mode "))
+        .and_then(|l| l.split(':').next())
 }
 
 /// A topology name unique to this process and call.
@@ -39,7 +57,7 @@ impl Drop for DownOnDrop {
 
 #[test]
 fn run_passes_peer_address_and_exit_code_and_cleans_up() {
-    if !can_run_as_root("run_passes_peer_address_and_exit_code_and_cleans_up") {
+    if !can_run("run_passes_peer_address_and_exit_code_and_cleans_up") {
         return;
     }
     let n = name("r");
@@ -66,9 +84,12 @@ fn run_passes_peer_address_and_exit_code_and_cleans_up() {
             "test \"$TCPTUNE_PEER\" = 198.19.0.1 && test \"$TCPTUNE_SELF\" = 198.18.0.1 && \
          ping -c 2 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && exit 3",
         ]));
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    let want = if rootless() { "rootless" } else { "root" };
+    assert_eq!(said_mode(&stderr), Some(want), "{stderr}");
     assert!(!Path::new(&format!("/run/netns/tt-{n}-a")).exists());
-    assert!(!Path::new(&format!("/run/tcptune/{n}.json")).exists());
+    assert!(!tcptune_emu::state::record_path(&n).exists());
     let json = std::fs::read_to_string(&stats).unwrap_or_default();
     let _ = std::fs::remove_file(&stats);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
@@ -78,7 +99,7 @@ fn run_passes_peer_address_and_exit_code_and_cleans_up() {
 
 #[test]
 fn run_keeps_cmd_stdout_parseable_while_the_server_talks() {
-    if !can_run_as_root("run_keeps_cmd_stdout_parseable_while_the_server_talks")
+    if !can_run("run_keeps_cmd_stdout_parseable_while_the_server_talks")
         || !tcptune_testkit::require(
             "run_keeps_cmd_stdout_parseable_while_the_server_talks",
             &[Need::Program("iperf3")],
@@ -119,7 +140,7 @@ fn run_keeps_cmd_stdout_parseable_while_the_server_talks() {
 
 #[test]
 fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
-    if !can_run_as_root("run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr") {
+    if !can_run("run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr") {
         return;
     }
     let out = run(tcptune().args([
@@ -139,8 +160,10 @@ fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
     assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"));
-    assert_eq!(v["schema_version"], 1, "{stdout}");
+    assert_eq!(v["schema_version"], 2, "{stdout}");
     assert_eq!(v["exit_code"], 3, "{stdout}");
+    let want = if rootless() { "rootless" } else { "root" };
+    assert_eq!(v["mode"], want, "{stdout}");
     assert!(v["interrupted_by"].is_null(), "{stdout}");
     assert!(
         v["stats"]["a_to_b"]["packets_out"].as_u64() >= Some(2),
@@ -152,7 +175,7 @@ fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
 
 #[test]
 fn server_log_takes_the_server_output_off_stderr() {
-    if !can_run_as_root("server_log_takes_the_server_output_off_stderr") {
+    if !can_run("server_log_takes_the_server_output_off_stderr") {
         return;
     }
     let log = std::env::temp_dir().join(format!("{}.log", name("slog")));
@@ -182,7 +205,7 @@ fn server_log_takes_the_server_output_off_stderr() {
 
 #[test]
 fn up_exec_status_down_cycle() {
-    if !can_run_as_root("up_exec_status_down_cycle") {
+    if !can_run("up_exec_status_down_cycle") {
         return;
     }
     let n = name("u");
@@ -204,12 +227,19 @@ fn up_exec_status_down_cycle() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(v["netns_a"], format!("tt-{n}-a"));
+    assert_eq!(v["mode"], if rootless() { "rootless" } else { "root" });
+    // Named (ip netns) in root mode only.
+    assert_eq!(
+        Path::new(&format!("/run/netns/tt-{n}-a")).exists(),
+        !rootless()
+    );
 
     // Name taken: exit 5.
     let again = run(tcptune().args(["emu", "up", &n]));
     assert_eq!(again.status.code(), Some(5), "{}", text(&again.stderr));
 
-    // exec: sysctl applied, peer reachable, exit code passed on.
+    // exec (a separate process: in rootless mode it joins the daemon's user namespace):
+    // sysctl applied, root inside, peer reachable, exit code passed on.
     let ex = run(tcptune().args([
         "emu",
         "exec",
@@ -218,10 +248,31 @@ fn up_exec_status_down_cycle() {
         "--",
         "sh",
         "-c",
-        "cat /proc/sys/net/ipv4/tcp_wmem; ping -c 3 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && exit 4",
+        "cat /proc/sys/net/ipv4/tcp_wmem; id -u; ping -c 3 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && exit 4",
     ]));
     assert_eq!(ex.status.code(), Some(4), "stderr: {}", text(&ex.stderr));
     assert!(text(&ex.stdout).contains("8388608"));
+    assert!(
+        text(&ex.stdout).trim_end().ends_with("\n0"),
+        "{}",
+        text(&ex.stdout)
+    );
+    // A server started by one exec is reached from another: both in the daemon's namespaces.
+    let srv = run(tcptune().args([
+        "emu",
+        "exec",
+        &n,
+        "b",
+        "--",
+        "sh",
+        "-c",
+        "sleep 30 </dev/null >/dev/null 2>&1 &",
+    ]));
+    assert!(srv.status.success(), "stderr: {}", text(&srv.stderr));
+    let record = tcptune_emu::state::load(&n).unwrap_or_else(|e| panic!("record: {e}"));
+    assert!(tcptune_testkit::wait_for(Duration::from_secs(3), || {
+        !record.processes().is_empty()
+    }));
 
     // status: counters of the pings (published every 100-250 ms).
     std::thread::sleep(Duration::from_millis(600));
@@ -242,6 +293,8 @@ fn up_exec_status_down_cycle() {
     let down = run(tcptune().args(["emu", "down", &n]));
     assert!(down.status.success(), "stderr: {}", text(&down.stderr));
     assert!(!Path::new(&format!("/run/netns/tt-{n}-a")).exists());
+    // The sleeper exec left behind went down with the path.
+    assert!(record.processes().is_empty());
     let gone = run(tcptune().args(["emu", "status", &n]));
     assert_eq!(gone.status.code(), Some(1));
     let gone = run(tcptune().args(["emu", "exec", &n, "a", "--", "true"]));
@@ -270,7 +323,7 @@ fn bad_options_are_usage_errors() {
 
 #[test]
 fn interrupted_run_tears_down_and_exits_130() {
-    if !can_run_as_root("interrupted_run_tears_down_and_exits_130") {
+    if !can_run("interrupted_run_tears_down_and_exits_130") {
         return;
     }
     let n = name("i");
@@ -293,37 +346,57 @@ fn interrupted_run_tears_down_and_exits_130() {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
     let ns = format!("/run/netns/tt-{n}-a");
+    let record = tcptune_emu::state::record_path(&n);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !Path::new(&ns).exists() && Instant::now() < deadline {
+    while !tcptune_emu::state::stats_path(&n).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(500));
+    let processes = tcptune_emu::state::load(&n)
+        .map(|r| r.processes())
+        .unwrap_or_default();
+    assert!(!processes.is_empty(), "nothing runs in the path");
     // SAFETY: kill(2) on our child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
     assert_eq!(status.code(), Some(130));
     assert!(!Path::new(&ns).exists(), "namespace left behind");
-    assert!(!Path::new(&format!("/run/tcptune/{n}.json")).exists());
+    assert!(!record.exists());
+    // Gone, or a zombie until whoever inherited it reaps it.
+    let gone = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    };
+    for pid in processes {
+        assert!(
+            tcptune_testkit::wait_for(Duration::from_secs(3), || gone(&pid)),
+            "process {pid} of the path survived"
+        );
+    }
 }
 
 #[test]
-fn without_net_admin_capability_exit_code_is_5() {
-    if !can_run_as_root("without_net_admin_capability_exit_code_is_5") {
+fn without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless() {
+    if !can_run_as_root("without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless") {
         return;
     }
     // Drop CAP_NET_ADMIN and CAP_SYS_ADMIN from a root process with util-linux's setpriv.
-    let out = Command::new("setpriv")
-        .args([
-            "--bounding-set=-net_admin,-sys_admin",
-            "--inh-caps=-net_admin,-sys_admin",
-            env!("CARGO_BIN_EXE_tcptune"),
-            "emu",
-            "run",
-            "--",
-            "true",
-        ])
-        .output();
-    let Ok(out) = out else {
+    let without_caps = |mode: &str| {
+        Command::new("setpriv")
+            .args([
+                "--bounding-set=-net_admin,-sys_admin",
+                "--inh-caps=-net_admin,-sys_admin",
+                env!("CARGO_BIN_EXE_tcptune"),
+                "emu",
+                "run",
+                "--",
+                "true",
+            ])
+            .env("TCPTUNE_EMU_MODE", mode)
+            .output()
+    };
+    let Ok(out) = without_caps("root") else {
         eprintln!("skipping: setpriv (util-linux) not available");
         return;
     };
@@ -332,5 +405,37 @@ fn without_net_admin_capability_exit_code_is_5() {
         text(&out.stderr).contains("needs root"),
         "{}",
         text(&out.stderr)
+    );
+    // The same process without forcing root mode builds its topology rootless.
+    if tcptune_testkit::require(
+        "without_net_admin_capability_auto_goes_rootless",
+        &[Need::UserNs],
+    ) {
+        let out = without_caps("auto").unwrap_or_else(|e| panic!("setpriv: {e}"));
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "stderr: {stderr}");
+        assert_eq!(said_mode(&stderr), Some("rootless"), "{stderr}");
+    }
+}
+
+#[test]
+fn rootless_mode_can_be_forced_and_says_what_it_cannot_do() {
+    if !tcptune_testkit::require(
+        "rootless_mode_can_be_forced_and_says_what_it_cannot_do",
+        &[Need::UserNs],
+    ) {
+        return;
+    }
+    let out = run(tcptune()
+        .env("TCPTUNE_EMU_MODE", "rootless")
+        .args(["emu", "run", "--rtt", "2ms", "--", "sh", "-c"])
+        .arg("ping -c 2 -i 0.2 -W 2 $TCPTUNE_PEER >/dev/null && id -u"));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    assert_eq!(text(&out.stdout), "0\n");
+    assert_eq!(said_mode(&stderr), Some("rootless"), "{stderr}");
+    assert!(
+        stderr.contains("cannot raise the global net.core.rmem_max/wmem_max"),
+        "{stderr}"
     );
 }

@@ -188,7 +188,7 @@ fn iperf3_package_sees_the_error_of_a_failed_send() {
     let o = send(port, &["-n", "1"]);
     assert_eq!(o.status.code(), Some(3), "connection failure status");
     let report: Value = serde_json::from_slice(&o.stdout).expect("a JSON report even now");
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
     let r = read_with_iperf3_package(&o.stdout);
     let e = r["error"].as_str().expect("an error");
     assert!(e.contains("127.0.0.1"), "{e}");

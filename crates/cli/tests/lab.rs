@@ -1,6 +1,7 @@
-//! `tcptune lab`: the option handling, `--quick` end to end, and a lab killed with SIGKILL
-//! mid-run leaving nothing behind once the next lab or `lab --cleanup` ran (root only; under
-//! CI=true they must run, never skip).
+//! `tcptune lab`: the option handling, `--quick` end to end (in the mode the test process
+//! gets: root, or rootless as an ordinary user; CI runs it both ways), a rootless lab marking
+//! the cells it cannot run, and a lab killed with SIGKILL mid-run leaving nothing behind once
+//! the next lab or `lab --cleanup` ran (root only). Under CI=true they must run, never skip.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -98,10 +99,11 @@ fn read_records(dir: &Path) -> Vec<RunRecord> {
 fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
     if !tcptune_testkit::require(
         "quick_lab_runs_every_planned_cell_and_writes_a_report",
-        &[tcptune_testkit::Need::Root, tcptune_testkit::Need::Tun],
+        &[tcptune_testkit::Need::Emulator],
     ) {
         return;
     }
+    let rootless = tcptune_testkit::emulator_mode() == Some(tcptune_emu::Mode::Rootless);
     let _one = one_at_a_time();
     wait_until_no_lab_runs();
     let d = TempDir::new("quick");
@@ -148,11 +150,32 @@ fn quick_lab_runs_every_planned_cell_and_writes_a_report() {
         "{:?}",
         meta.global_changes
     );
+    let mode = if rootless { "rootless" } else { "root" };
+    assert_eq!(meta.mode.as_deref(), Some(mode));
+    assert!(
+        stderr.contains(&format!("tcptune lab: mode {mode}: ")),
+        "{stderr}"
+    );
+    if rootless {
+        assert!(meta.global_changes.is_empty(), "{:?}", meta.global_changes);
+    }
     let cal = meta.calibration.as_ref().expect("the calibration ran");
     eprintln!("calibration: {}", cal.verdict);
     let records = read_records(&out);
     assert_eq!(records.len(), plan.runs(), "one record per planned run");
+    let summary: Summary =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("summary parses");
+    // Only rootless mode leaves cells out, and each one is marked with why.
+    assert!(rootless || summary.not_run_cells.is_empty());
     for c in &plan.cells {
+        if summary.not_run_cells.iter().any(|n| n.cell == c.key.id()) {
+            assert!(records.iter().filter(|r| r.cell == c.key).all(|r| r
+                .not_run
+                .as_deref()
+                .is_some_and(|w| w.starts_with("rootless mode: "))));
+            continue;
+        }
         let ok = records.iter().filter(|r| r.cell == c.key && r.ok).count();
         assert!(ok > 0, "cell {} has no successful run", c.key.id());
     }
@@ -260,13 +283,8 @@ impl Drop for HostMaxima {
 /// Whether another lab (of any checkout) holds the host-wide lab lock now.
 fn a_lab_runs() -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(f) = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open("/run/tcptune-lab.lock")
-    else {
+    // Read-only: an ordinary user may lock it too (a rootless lab does).
+    let Ok(f) = std::fs::File::open("/run/tcptune-lab.lock") else {
         return false;
     };
     // SAFETY: flock on a descriptor we own; closing the file releases it.
@@ -490,4 +508,87 @@ fn a_lab_killed_mid_run_leaves_nothing_behind_once_the_next_lab_or_cleanup_ran()
         .output()
         .expect("run lab --cleanup");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "nothing to clean up\n");
+}
+
+// ---- a rootless lab ----
+
+#[test]
+fn a_rootless_lab_marks_the_cells_it_cannot_run_and_runs_the_rest() {
+    if !tcptune_testkit::require(
+        "a_rootless_lab_marks_the_cells_it_cannot_run_and_runs_the_rest",
+        &[tcptune_testkit::Need::UserNs],
+    ) {
+        return;
+    }
+    let _one = one_at_a_time();
+    wait_until_no_lab_runs();
+    let d = TempDir::new("rootless");
+    let plan = d.0.join("plan.toml");
+    // kernel (autotuning up to the namespace's raised tcp_rmem) runs; auto and a fixed size
+    // above the host's maximum need net.core.rmem_max raised, which rootless mode cannot do.
+    let host_max: u64 = read_sysctl(RMEM_MAX)
+        .parse::<u64>()
+        .unwrap_or(0)
+        .min(read_sysctl(WMEM_MAX).parse().unwrap_or(0));
+    std::fs::write(
+        &plan,
+        format!(
+            "name = \"rootless\"\nrate = \"100mbit\"\nrtts = [\"2ms\"]\nstreams = [1]\n\
+             repetitions = 1\nmessages = 4\nmax_time = \"10s\"\ncongestion = \"default\"\n\
+             raised_max = \"{}\"\n[hosts]\nkernel_only = [\"kernel\", \"auto\"]\n\
+             user_kernel = [\"fixed:64k\", \"fixed:{}\"]\n",
+            host_max * 2,
+            host_max * 2
+        ),
+    )
+    .expect("write plan");
+    let out = d.0.join("out");
+    let before = (read_sysctl(RMEM_MAX), read_sysctl(WMEM_MAX));
+    let o = lab_command(&plan, &out)
+        .env("TCPTUNE_EMU_MODE", "rootless")
+        .output()
+        .expect("run the lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("tcptune lab: mode rootless: "), "{stderr}");
+    assert_eq!((read_sysctl(RMEM_MAX), read_sysctl(WMEM_MAX)), before);
+    let meta: LabMeta =
+        serde_json::from_str(&std::fs::read_to_string(out.join("meta.json")).expect("meta.json"))
+            .expect("meta parses");
+    assert_eq!(meta.mode.as_deref(), Some("rootless"));
+    assert!(meta.global_changes.is_empty(), "{:?}", meta.global_changes);
+    let records = read_records(&out);
+    assert_eq!(records.len(), 4, "one record per planned run: {records:?}");
+    let by = |tune: &str| {
+        records
+            .iter()
+            .find(|r| r.cell.tune == tune)
+            .unwrap_or_else(|| panic!("no record of {tune}"))
+    };
+    assert!(by("kernel").ok, "{:?}", by("kernel"));
+    assert!(by("fixed:65536").ok, "{:?}", by("fixed:65536"));
+    for tune in ["auto".to_string(), format!("fixed:{}", host_max * 2)] {
+        let r = by(&tune);
+        assert!(!r.ok && r.error.is_none(), "{r:?}");
+        let why = r.not_run.as_deref().unwrap_or_default();
+        assert!(why.contains("net.core.rmem_max/wmem_max"), "{why}");
+    }
+    let summary: Summary =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("summary parses");
+    assert_eq!(summary.failed_runs, 0);
+    assert!(summary.missing_cells.is_empty());
+    assert_eq!(
+        summary.not_run_cells.len(),
+        2,
+        "{:?}",
+        summary.not_run_cells
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.contains("Not run (2)"), "the report lists them");
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("2 planned cell(s) not run in this mode"),
+        "{table}"
+    );
 }

@@ -85,7 +85,7 @@ fn send_json_report_has_the_receiver_measured_totals() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v = json(&o);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["end"]["sum_received"]["bytes"], 16u64 << 20);
     assert_eq!(v["end"]["sum_received"]["sender"], false);
     assert!(
@@ -115,7 +115,7 @@ fn send_human_summary_shows_streams_buffers_and_verdict() {
         "{text}"
     );
     assert!(
-        text.contains("SndBuf peak") && text.contains("512.0 KiB"),
+        text.contains("SndBuf peak") && text.contains("512 KiB"),
         "{text}"
     );
     assert!(
@@ -244,7 +244,24 @@ fn path_database_spares_the_probe_on_a_known_path() {
     let s = Server::start(&[]);
     let db = s.db();
     let db_arg = db.to_string_lossy().to_string();
-    let first = s.send(&["-n", "16", "-i", "0", "--path-db", &db_arg]);
+    // On loopback (a path under 5 ms) auto leaves the rate to kernel autotuning and
+    // measures nothing; `--tune probe` (NLANR's way) measures out of band and records.
+    let short = s.send(&["-n", "4", "-i", "0", "--path-db", &db_arg, "--json"]);
+    let v = json(&short);
+    assert_eq!(
+        v["start"]["tcptune"]["measurement"]["source"], "none",
+        "{v}"
+    );
+    let first = s.send(&[
+        "-n",
+        "16",
+        "-i",
+        "0",
+        "--tune",
+        "probe",
+        "--path-db",
+        &db_arg,
+    ]);
     assert_eq!(
         first.status.code(),
         Some(0),
@@ -254,12 +271,21 @@ fn path_database_spares_the_probe_on_a_known_path() {
     let text = String::from_utf8_lossy(&first.stdout);
     assert!(text.contains("probed for"), "{text}");
     assert!(text.contains("measuring the path"), "{text}");
-    let second = s.send(&["-n", "16", "-i", "0", "--path-db", &db_arg]);
+    let second = s.send(&[
+        "-n",
+        "16",
+        "-i",
+        "0",
+        "--tune",
+        "probe",
+        "--path-db",
+        &db_arg,
+    ]);
     let text = String::from_utf8_lossy(&second.stdout);
     assert!(text.contains("from the path database"), "{text}");
     // --no-path-db measures again and leaves the file alone.
     let before = std::fs::read(&db).expect("database written");
-    let third = s.send(&["-n", "16", "--no-path-db", "--json"]);
+    let third = s.send(&["-n", "16", "--tune", "probe", "--no-path-db", "--json"]);
     let v = json(&third);
     assert_eq!(
         v["start"]["tcptune"]["measurement"]["source"], "probe",

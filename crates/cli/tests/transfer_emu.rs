@@ -194,11 +194,111 @@ fn a_path_database_entry_the_transfer_contradicts_is_replaced_and_said() {
         "measured {measured} bit/s on a 50 Mbit/s path: {ib}"
     );
     // Found within the transfer, not at its end (24 MiB take about 4 s here).
-    assert!(f(&ib["after_seconds"]) < 3.5, "{ib}");
+    assert!(f(&ib["after_s"]) < 3.5, "{ib}");
     let now = db_rate(&db);
     assert!(
         now < 60e6,
         "the entry still says {now} bit/s after a 50 Mbit/s transfer"
     );
     assert_eq!(second[0]["end"]["tcptune"]["complete"], true);
+}
+
+#[test]
+fn a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams() {
+    if !can_run("a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams") {
+        return;
+    }
+    let dir = TempDir::new("resume");
+    let db = dir.0.join("paths.sqlite");
+    let db_arg = db.to_str().expect("utf-8").to_string();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["--tune", "auto", "-n", "32", "--path-db", &db_arg]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    // First run: measured in band, recorded with a full pipe. Second: resumed. Third: told
+    // not to. Between and after them the host route to the peer must be the original one.
+    let reports = across(
+        &["--rtt", "60ms", "--rate", "200mbit"],
+        &[
+            args(&[]),
+            args(&[]),
+            args(&["--no-resume-rate"]),
+            args(&["-R"]),
+            args(&["-R"]),
+        ],
+    );
+    let first = &reports[0]["start"]["tcptune"];
+    assert_eq!(first["measurement"]["source"], "in_band", "{first}");
+    assert!(first["resume"].is_null(), "nothing to resume yet: {first}");
+    let second = &reports[1]["start"]["tcptune"];
+    assert_eq!(second["measurement"]["source"], "path_db", "{second}");
+    let r = &second["resume"];
+    assert_eq!(
+        r["used"], true,
+        "{r} {}",
+        reports[1]["start"]["tcptune"]["measurement"]
+    );
+    assert!(r["initcwnd_segs"].as_u64().is_some_and(|w| w > 10), "{r}");
+    assert!(
+        r["route"].as_str().is_some_and(|s| s.contains("initcwnd")),
+        "{r}"
+    );
+    assert_eq!(second["path_hint"]["resume"], true);
+    assert_eq!(reports[1]["end"]["tcptune"]["complete"], true);
+    let third = &reports[2]["start"]["tcptune"]["resume"];
+    assert_eq!(third["used"], false, "{third}");
+    assert!(
+        third["why_not"]
+            .as_str()
+            .is_some_and(|s| s.contains("--no-resume-rate")),
+        "{third}"
+    );
+    // Receiving from the server (the database keeps each direction apart: the second
+    // reverse run knows the path): the server does not change its routes for clients.
+    let fifth = &reports[4]["start"]["tcptune"]["resume"];
+    assert_eq!(fifth["used"], false, "{fifth}");
+    assert!(
+        fifth["why_not"]
+            .as_str()
+            .is_some_and(|s| s.contains("server sends")),
+        "{fifth}"
+    );
+}
+
+#[test]
+fn the_route_is_gone_after_the_transfer() {
+    if !can_run("the_route_is_gone_after_the_transfer") {
+        return;
+    }
+    let dir = TempDir::new("resume-route");
+    let db = dir.0.join("paths.sqlite");
+    let db = db.to_str().expect("utf-8");
+    let send = format!(
+        "'{BIN}' send \"$TCPTUNE_PEER\" --tune auto -n 32 --path-db '{db}' --json --no-progress >/dev/null || exit 9"
+    );
+    // Two runs (the second resumes), then the host route to the peer as `ip` shows it.
+    let out = Command::new(BIN)
+        .args(["emu", "run", "--name", &tcptune_emu::unique_name("rr")])
+        .args(["--rtt", "60ms", "--rate", "200mbit"])
+        .args(["--server", &format!("'{BIN}' serve"), "--server-log", "/dev/null"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "ip -j -d route show exact \"$TCPTUNE_PEER\"/32; {send}; {send}; ip -j -d route show exact \"$TCPTUNE_PEER\"/32"
+            ),
+        ])
+        .output()
+        .expect("emu run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    assert_eq!(docs.len(), 2, "{}", text(&out.stdout));
+    assert_eq!(docs[0], docs[1], "the route to the peer changed");
 }

@@ -61,7 +61,12 @@ fn once_json_shows_both_ends_of_our_connection_filtered_by_port() {
     assert!(me["rtt_us"].as_u64().is_some());
     assert!(me["cwnd_segs"].as_u64().unwrap() > 0);
     assert!(me["sndbuf_bytes"].as_u64().unwrap() > 0);
-    assert_eq!(me["share_basis"], "lifetime");
+    // --once looks twice, --interval apart: RATE and the shares are over that interval.
+    assert_eq!(me["share_basis"], "interval");
+    assert!(
+        me["send_rate_bps"].is_u64() || me["recv_rate_bps"].is_u64(),
+        "{me}"
+    );
     assert!(r.iter().all(|x| {
         x["local"].as_str().unwrap().ends_with(&format!(":{port}"))
             || x["peer"].as_str().unwrap().ends_with(&format!(":{port}"))

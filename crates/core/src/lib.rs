@@ -39,4 +39,7 @@ pub use snapshot::{TcpSnapshot, TcpState};
 pub use stats::{Decimated, SampleRecord, StreamStats};
 pub use time::Time;
 pub use tuner::{Action, ConnEvent, HostLimits, PathHint, Role, Tuner, TunerContext};
-pub use units::{format_duration, parse_duration, Bytes, ParseQuantityError, Rate};
+pub use units::{
+    format_duration, human_bps, human_duration, parse_duration, parse_duration_or_seconds, Bytes,
+    ParseQuantityError, Rate,
+};

@@ -64,6 +64,15 @@ impl TuneMode {
         matches!(self, TuneMode::Probe | TuneMode::Auto)
     }
 
+    /// The spelling for people: sizes and rates with units (`fixed:16MiB`, `manual:1gbit`);
+    /// it parses back to the same mode.
+    pub fn describe(&self) -> String {
+        match self {
+            TuneMode::Fixed(b) => format!("fixed:{b}"),
+            other => other.to_string(),
+        }
+    }
+
     /// The technique's short name without parameters (`fixed`, `manual`, ...).
     pub fn name(&self) -> &'static str {
         match self {
@@ -151,8 +160,10 @@ impl FromStr for TuneMode {
 impl fmt::Display for TuneMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // The byte count: the lab's cell ids and saved results use this spelling, and
+            // every version of the server reads it alike. `describe` is the form for people.
             TuneMode::Fixed(b) => write!(f, "fixed:{}", b.0),
-            TuneMode::Manual(Some(r)) => write!(f, "manual:{}bit", r.0),
+            TuneMode::Manual(Some(r)) => write!(f, "manual:{}", r.compact()),
             other => f.write_str(other.name()),
         }
     }
@@ -316,6 +327,15 @@ mod tests {
         }
         assert_eq!("fixed:4m".parse(), Ok(TuneMode::Fixed(Bytes::mib(4))));
         assert_eq!("AUTO".parse(), Ok(TuneMode::Auto));
+        assert_eq!(
+            TuneMode::Fixed(Bytes::mib(16)).to_string(),
+            "fixed:16777216"
+        );
+        assert_eq!(TuneMode::Fixed(Bytes::mib(16)).describe(), "fixed:16MiB");
+        assert_eq!(
+            TuneMode::Manual(Some(Rate::gbit(1))).to_string(),
+            "manual:1gbit"
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@
 //! * Entries older than [`PathDbPolicy::forget_after`] are dropped, and the database keeps
 //!   at most [`PathDbPolicy::max_entries`] (the most recently updated).
 //!
+//! A server that records its clients' paths bounds what they can make it keep (entries per
+//! owner of addresses, in all, no eviction of fresh entries): see [`PathDb::make_room`].
+//!
 //! [`PathDb::lookup`] returns only fresh entries, from the same RTT bucket or a neighbour
 //! (the nearest wins). A caller that may probe should trust only full-pipe entries
 //! ([`Known::full_pipe`]); without a probe a lower bound is still better than nothing.
@@ -35,6 +38,10 @@
 use crate::units::Rate;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+mod bounds;
+
+pub use bounds::{peer_group, RecordBounds, Room};
 
 /// Version of the database file's schema.
 pub const PATH_DB_SCHEMA_VERSION: u32 = 1;

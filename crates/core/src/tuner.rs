@@ -97,6 +97,13 @@ pub struct PathHint {
     /// from what the stream delivers (`auto` does).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rate_in_band: bool,
+    /// `rate` is the path's own, measured with a full pipe at this RTT and fresh (a path
+    /// database entry the control connection's RTT confirms), and the sender's host starts
+    /// new connections to the peer with a large initial window: a sender may start at the
+    /// rate (careful resume), paced, and retreats to normal behaviour on the first loss or
+    /// a longer RTT.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
 }
 
 /// Everything a tuner is told when it is built.
@@ -158,6 +165,9 @@ pub enum Action {
     SetWindowClamp(Bytes),
     /// `setsockopt(TCP_NOTSENT_LOWAT, bytes)`: limit unsent data queued in the kernel.
     SetNotsentLowat(Bytes),
+    /// `setsockopt(SO_MAX_PACING_RATE)`: send at most at this rate (once set, Linux paces in
+    /// TCP itself, without the fq qdisc); `None` lifts the cap.
+    SetMaxPacingRate(Option<Rate>),
     /// Ask the transfer engine for `count` more parallel streams.
     OpenStreams {
         /// How many streams to add.

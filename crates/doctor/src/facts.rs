@@ -11,7 +11,9 @@ use tcptune_core::Bytes;
 use tcptune_sys::sysctl::{parse_triple, parse_u64, SysctlError};
 
 /// Version of the facts/findings JSON schema (`doctor --json`). Bump on incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: units in names (`target.rate_bps`, `target.rtt_us`, `facts.page_size_bytes`,
+/// `path.probe.rate_bps`, `path.probe.duration_s`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One gathered value, or why there is none.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +111,7 @@ pub struct HostFacts {
     /// `uname -r`.
     pub kernel_release: Fact<String>,
     /// The bytes of a memory page (`tcp_mem` counts pages).
+    #[serde(rename = "page_size_bytes", alias = "page_size")]
     pub page_size: u64,
     /// Raw sysctl text by dotted name (tabs and trailing newline as the kernel prints them,
     /// minus the newline).

@@ -67,7 +67,7 @@ pub struct Finding {
     /// there is nothing to run.
     pub fix: Option<String>,
     /// The sysctls the fix sets (what `--write-sysctl` writes and `--apply` applies).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub sysctl: Vec<SysctlSetting>,
 }
 

@@ -22,8 +22,10 @@ pub enum Mode {
 pub struct ProbeResult {
     /// The probe's steady rate (bit/s): over its second half, after slow start (the whole
     /// run's average when it was too short to tell).
+    #[serde(rename = "rate_bps")]
     pub bits_per_second: u64,
     /// Probe duration in seconds.
+    #[serde(rename = "duration_s")]
     pub seconds: f64,
     /// Parallel streams used.
     pub streams: u32,

@@ -25,9 +25,10 @@ pub const INT_MAX: u64 = i32::MAX as u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     /// Bottleneck rate in bit/s.
+    #[serde(rename = "rate_bps", alias = "rate")]
     pub rate: Rate,
-    /// Round-trip time.
-    #[serde(with = "duration_us")]
+    /// Round-trip time, microseconds.
+    #[serde(with = "duration_us", rename = "rtt_us", alias = "rtt")]
     pub rtt: Duration,
     /// Where the numbers came from.
     pub source: TargetSource,
@@ -201,60 +202,20 @@ impl Sizing {
     }
 }
 
-/// `1.5 MiB`, `125 MiB`, `640 KiB`, `900 B`: sizes in messages.
+/// `1.5 MiB`, `125 MiB`, `640 KiB`, `900 B`: sizes in messages (the one formatter of
+/// `tcptune_core::units`).
 pub fn human_bytes(b: u64) -> String {
-    let (div, unit) = if b >= Bytes::GIB {
-        (Bytes::GIB, "GiB")
-    } else if b >= Bytes::MIB {
-        (Bytes::MIB, "MiB")
-    } else if b >= Bytes::KIB {
-        (Bytes::KIB, "KiB")
-    } else {
-        return format!("{b} B");
-    };
-    trimmed(b as f64 / div as f64, unit)
+    Bytes(b).human()
 }
 
 /// `320 Mbit/s`, `10 Gbit/s`, `1.5 kbit/s`: rates in messages.
 pub fn human_rate(bps: u64) -> String {
-    let (div, unit) = if bps >= 1_000_000_000 {
-        (1e9, "Gbit/s")
-    } else if bps >= 1_000_000 {
-        (1e6, "Mbit/s")
-    } else if bps >= 1_000 {
-        (1e3, "kbit/s")
-    } else {
-        return format!("{bps} bit/s");
-    };
-    trimmed(bps as f64 / div, unit)
+    tcptune_core::human_bps(bps as f64)
 }
 
-/// `100 ms`, `0.25 ms`, `1.2 s`.
+/// `100 ms`, `250 us`, `1.2 s`.
 pub fn human_duration(d: Duration) -> String {
-    let us = d.as_secs_f64() * 1e6;
-    if us >= 1e6 {
-        trimmed(us / 1e6, "s")
-    } else if us >= 1e3 {
-        trimmed(us / 1e3, "ms")
-    } else {
-        trimmed(us, "us")
-    }
-}
-
-fn trimmed(v: f64, unit: &str) -> String {
-    let s = if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    };
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    format!("{s} {unit}")
+    tcptune_core::human_duration(d)
 }
 
 #[cfg(test)]

@@ -320,6 +320,23 @@ pub fn limit_of(row: &Row, peer: Option<PeerBuf>, ctx: &HintContext) -> Option<L
                     human_bytes(l.rmem_max.0)
                 )
             }
+            // A receiver on this host whose window stays far below what autotuning could
+            // reach: autotuning is off for that socket, so its application set SO_RCVBUF
+            // (raising tcp_rmem would change nothing).
+            (_, None, Some(l))
+                if row.peer.ip().is_loopback() && w.saturating_mul(4) < l.tcp_rmem[2].0 =>
+            {
+                let to = wanted.unwrap_or(w.saturating_mul(4));
+                format!(
+                    "{head}: the receiving application locked its buffer (it set SO_RCVBUF, \
+                     which turns autotuning off; autotuning could grow it to {}, net.ipv4.tcp_rmem \
+                     max): drop the setting, or set at least {}{target_words} (net.core.rmem_max \
+                     caps it at twice {})",
+                    human_bytes(l.tcp_rmem[2].0),
+                    human_bytes(to),
+                    human_bytes(l.rmem_max.0)
+                )
+            }
             _ => {
                 let to = wanted.unwrap_or(w.saturating_mul(4));
                 let who = if row.peer.ip().is_loopback() {
@@ -626,21 +643,30 @@ pub struct TableStyle {
     pub max_rows: usize,
 }
 
-fn opt_bytes(v: Option<u32>) -> String {
-    v.map(|b| compact_bytes(u64::from(b)))
-        .unwrap_or_else(|| "-".into())
+/// A buffer's size and how full it is: `128KiB 40%`; `full` when the kernel's count of
+/// what it holds (which includes its bookkeeping) reached the size.
+fn buffer_cell(used: Option<u32>, size: Option<u32>) -> String {
+    match (used, size) {
+        (Some(u), Some(s)) if s > 0 => {
+            let fill = if u >= s {
+                "full".to_string()
+            } else {
+                format!("{:.0}%", f64::from(u) * 100.0 / f64::from(s))
+            };
+            format!("{} {fill}", compact_bytes(u64::from(s)))
+        }
+        (_, Some(s)) => compact_bytes(u64::from(s)),
+        _ => "-".into(),
+    }
 }
 
 fn compact_bytes(b: u64) -> String {
-    human_bytes(b).replace(' ', "").replace("iB", "")
+    human_bytes(b).replace(' ', "")
 }
 
 fn compact_rate(bps: Option<u64>) -> String {
     match bps {
-        Some(v) => human_rate(v)
-            .replace(" bit/s", "")
-            .replace("bit/s", "")
-            .replace(' ', ""),
+        Some(v) => human_rate(v).replace(' ', ""),
         None => "-".into(),
     }
 }
@@ -667,18 +693,18 @@ pub fn render_table(report: &WatchReport, style: TableStyle) -> String {
         String::new()
     };
     s.push_str(&format!(
-        "{:<22} {:<22} {:>8} {:>6} {:>7} {:>7} {:>11} {:>11} {:>5} {:>5} {:>5}{owner_h}\n",
+        "{:<22} {:<22} {:>8} {:>9} {:>11} {:>11} {:>12} {:>12} {:>5} {:>5} {:>9}{owner_h}\n",
         "LOCAL",
         "PEER",
         "RTT ms",
-        "CWND",
+        "CWND segs",
         "DELIV",
         "RATE",
-        "SNDBUF u/sz",
-        "RCVBUF u/sz",
-        "RWND",
-        "SBUF",
-        "RETR"
+        "SNDBUF fill",
+        "RCVBUF fill",
+        "RWND%",
+        "SBUF%",
+        "RETR segs"
     ));
     let n = if style.max_rows == 0 {
         report.connections.len()
@@ -699,23 +725,15 @@ pub fn render_table(report: &WatchReport, style: TableStyle) -> String {
             String::new()
         };
         let line = format!(
-            "{:<22} {:<22} {:>8.2} {:>6} {:>7} {:>7} {:>11} {:>11} {:>5} {:>5} {:>5}{owner}",
+            "{:<22} {:<22} {:>8.2} {:>9} {:>11} {:>11} {:>12} {:>12} {:>5} {:>5} {:>9}{owner}",
             r.local.to_string(),
             r.peer.to_string(),
             f64::from(r.rtt_us) / 1000.0,
             r.cwnd_segs,
             compact_rate(r.delivery_rate_bps),
             compact_rate(rate),
-            format!(
-                "{}/{}",
-                opt_bytes(r.sndbuf_used_bytes),
-                opt_bytes(r.sndbuf_bytes)
-            ),
-            format!(
-                "{}/{}",
-                opt_bytes(r.rcvbuf_used_bytes),
-                opt_bytes(r.rcvbuf_bytes)
-            ),
+            buffer_cell(r.sndbuf_used_bytes, r.sndbuf_bytes),
+            buffer_cell(r.rcvbuf_used_bytes, r.rcvbuf_bytes),
             pct(r.rwnd_limited),
             pct(r.sndbuf_limited),
             r.retrans_segs,

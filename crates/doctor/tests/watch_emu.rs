@@ -1,22 +1,25 @@
 //! `watch`'s diagnosis on an emulated 100 ms path, where the truth is known: a receiver whose
 //! application fixed a small SO_RCVBUF limits the sender by its window, and a sender whose
 //! application fixed a small SO_SNDBUF is limited by its send buffer. The dumps are taken
-//! inside the sender's namespace, as `tcptune watch` would run there.
+//! inside the sender's namespace, as `tcptune watch` would run there. In root and rootless
+//! mode alike: the sockets are made inside the namespaces (`Topology::socket`).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tcptune_core::HostLimits;
+use tcptune_core::{Bytes, HostLimits};
 use tcptune_doctor::diag::{dump_tcp, DiagSocket};
 use tcptune_doctor::watch::{HintContext, LimitKind, Row, Tracker};
 use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
 use tcptune_testkit::Need;
 
+/// The emulator runs here, root or rootless (every socket is made inside a namespace with
+/// `Topology::socket`, so this process never needs to enter one).
 fn can_run() -> bool {
-    tcptune_testkit::require(module_path!(), &[Need::Root, Need::Tun])
+    tcptune_testkit::require(module_path!(), &[Need::Emulator])
 }
 
 fn set_buf(fd: i32, opt: libc::c_int, bytes: i32) {
@@ -33,11 +36,12 @@ fn set_buf(fd: i32, opt: libc::c_int, bytes: i32) {
     assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
 }
 
-/// An IPv4 TCP socket with `opt` set to `bytes` (0: nothing set).
-fn socket_with(opt: libc::c_int, bytes: i32) -> i32 {
-    // SAFETY: plain socket(2).
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+/// An IPv4 TCP socket inside `side`'s namespace with `opt` set to `bytes` (0: nothing set).
+fn socket_with(topo: &Topology, side: Side, opt: libc::c_int, bytes: i32) -> i32 {
+    let fd = topo
+        .socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)
+        .unwrap_or_else(|e| panic!("socket in {side}: {e}"))
+        .into_raw_fd();
     if bytes > 0 {
         set_buf(fd, opt, bytes);
     }
@@ -56,9 +60,10 @@ fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
     sa
 }
 
-/// A listener whose accepted sockets inherit `SO_RCVBUF = rcvbuf` (set before listen()).
-fn listener(addr: SocketAddr, rcvbuf: i32) -> TcpListener {
-    let fd = socket_with(libc::SO_RCVBUF, rcvbuf);
+/// A listener in B whose accepted sockets inherit `SO_RCVBUF = rcvbuf` (set before
+/// listen()).
+fn listener(topo: &Topology, addr: SocketAddr, rcvbuf: i32) -> TcpListener {
+    let fd = socket_with(topo, Side::B, libc::SO_RCVBUF, rcvbuf);
     let sa = sockaddr(addr);
     // SAFETY: valid fd and sockaddr.
     let r = unsafe {
@@ -75,9 +80,9 @@ fn listener(addr: SocketAddr, rcvbuf: i32) -> TcpListener {
     unsafe { TcpListener::from_raw_fd(fd) }
 }
 
-/// A connection whose `SO_SNDBUF` is `sndbuf` (set before connect()).
-fn connect(addr: SocketAddr, sndbuf: i32) -> TcpStream {
-    let fd = socket_with(libc::SO_SNDBUF, sndbuf);
+/// A connection from A whose `SO_SNDBUF` is `sndbuf` (set before connect()).
+fn connect(topo: &Topology, addr: SocketAddr, sndbuf: i32) -> TcpStream {
+    let fd = socket_with(topo, Side::A, libc::SO_SNDBUF, sndbuf);
     let sa = sockaddr(addr);
     // SAFETY: valid fd and sockaddr.
     let r = unsafe {
@@ -92,18 +97,40 @@ fn connect(addr: SocketAddr, sndbuf: i32) -> TcpStream {
     unsafe { TcpStream::from_raw_fd(fd) }
 }
 
+/// The buffer limits as `side`'s namespace sees them.
+fn limits_in(topo: &Topology, side: Side) -> Option<HostLimits> {
+    let num = |k: &str| topo.read_sysctl(side, k).ok()?.parse::<u64>().ok();
+    let triple = |k: &str| -> Option<[Bytes; 3]> {
+        let v: Vec<u64> = topo
+            .read_sysctl(side, k)
+            .ok()?
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        Some([Bytes(*v.first()?), Bytes(*v.get(1)?), Bytes(*v.get(2)?)])
+    };
+    Some(HostLimits {
+        rmem_max: Bytes(num("net.core.rmem_max")?),
+        wmem_max: Bytes(num("net.core.wmem_max")?),
+        tcp_rmem: triple("net.ipv4.tcp_rmem")?,
+        tcp_wmem: triple("net.ipv4.tcp_wmem")?,
+        moderate_rcvbuf: num("net.ipv4.tcp_moderate_rcvbuf")? != 0,
+        can_force: false,
+    })
+}
+
 /// Run a 3 s bulk transfer A -> B with the given buffers; return the sender's row from the
 /// second of two dumps 1 s apart (so shares cover the last second).
 fn diagnose(topo: &Topology, port: u16, sndbuf: i32, rcvbuf: i32, ctx: &HintContext) -> Row {
     let b = SocketAddr::new(topo.addr(Side::B), port);
-    let l = topo.run_in(Side::B, || listener(b, rcvbuf));
+    let l = listener(topo, b, rcvbuf);
     let stop = Arc::new(AtomicBool::new(false));
     let reader = std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         let mut buf = vec![0u8; 1 << 16];
         while s.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
     });
-    let c = topo.run_in(Side::A, || connect(b, sndbuf));
+    let c = connect(topo, b, sndbuf);
     let local = c.local_addr().expect("local");
     let stop2 = Arc::clone(&stop);
     let writer = std::thread::spawn(move || {
@@ -115,9 +142,15 @@ fn diagnose(topo: &Topology, port: u16, sndbuf: i32, rcvbuf: i32, ctx: &HintCont
             }
         }
     });
-    let mut sock = topo
-        .run_in(Side::A, DiagSocket::open)
-        .expect("netlink in A");
+    let netlink = topo
+        .socket(
+            Side::A,
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM,
+            libc::NETLINK_SOCK_DIAG,
+        )
+        .unwrap_or_else(|e| panic!("netlink socket in A: {e}"));
+    let mut sock = DiagSocket::from_fd(netlink);
     let mut tracker = Tracker::new();
     let start = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(1500));
@@ -145,9 +178,7 @@ fn watch_names_the_limit_of_connections_on_an_emulated_100ms_path() {
         },
     );
     let topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
-    let limits = topo
-        .run_in(Side::A, tcptune_sys::sysctl::read_host_limits)
-        .ok();
+    let limits = limits_in(&topo, Side::A);
     let ctx = HintContext {
         limits: limits.clone(),
         target: None,

@@ -443,7 +443,7 @@ mod tests {
         assert_eq!("0.5BDP".parse::<QueueLimit>(), Ok(QueueLimit::Bdp(0.5)));
         assert_eq!(
             "256kb".parse::<QueueLimit>(),
-            Ok(QueueLimit::Bytes(Bytes(256 * 1024)))
+            Ok(QueueLimit::Bytes(Bytes(256_000)))
         );
         assert_eq!(
             "1000pkt".parse::<QueueLimit>(),

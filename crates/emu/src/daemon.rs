@@ -8,6 +8,7 @@
 
 use crate::config::{Side, TopologyConfig};
 use crate::error::EmuError;
+use crate::mode::Mode;
 use crate::process::daemon::{start_daemon, Daemon, Notifier};
 use crate::process::{signals, ProcessError};
 use crate::state::{self, OwnerKind};
@@ -64,6 +65,10 @@ pub struct UpReady {
     pub addrs: [IpAddr; 2],
     /// Warnings of the emulator threads (for example: no real-time priority).
     pub notes: Vec<String>,
+    /// Root or rootless mode.
+    pub mode: Mode,
+    /// One line: the mode and what it cannot do.
+    pub mode_summary: String,
 }
 
 /// Start the daemon (`cmd` must make the program call [`serve`]) and wait until the path is
@@ -109,6 +114,8 @@ pub fn serve(spec: &DaemonSpec, exit_code_of: impl Fn(&EmuError) -> u8) -> u8 {
         ],
         addrs: [topo.addr(Side::A), topo.addr(Side::B)],
         notes: topo.notes(),
+        mode: topo.mode(),
+        mode_summary: topo.mode_summary(),
     };
     if let Err(e) = notifier.ready(&ready, &state::log_path(&name)) {
         eprintln!("tcptune emu daemon {name}: {e}");

@@ -8,12 +8,24 @@ pub enum EmuError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(#[from] ConfigError),
-    /// Not root and no CAP_NET_ADMIN/CAP_SYS_ADMIN.
+    /// Root mode was asked for (`TCPTUNE_EMU_MODE=root`) without CAP_NET_ADMIN/CAP_SYS_ADMIN.
     #[error(
-        "creating network namespaces and TUN devices needs root (or CAP_NET_ADMIN and \
-         CAP_SYS_ADMIN); run with sudo"
+        "root mode (named network namespaces and TUN devices) needs root, or CAP_NET_ADMIN and \
+         CAP_SYS_ADMIN; unset TCPTUNE_EMU_MODE=root to use the rootless mode instead"
     )]
     NotPermitted,
+    /// Not privileged, and the rootless mode cannot run here.
+    #[error(
+        "the emulator needs root, or user namespaces for its rootless mode, and this process \
+         may not create them: {0}"
+    )]
+    NoUserNamespaces(String),
+    /// Something only root mode can do.
+    #[error("{0} needs root mode (this topology is rootless)")]
+    RootOnly(String),
+    /// A namespace helper process misbehaved.
+    #[error("namespace helper: {0}")]
+    Helper(String),
     /// /dev/net/tun is missing.
     #[error("{0} does not exist: load the tun module (modprobe tun) or run where TUN devices are available")]
     NoTun(String),
@@ -87,6 +99,7 @@ impl EmuError {
         matches!(
             self,
             EmuError::NotPermitted
+                | EmuError::NoUserNamespaces(_)
                 | EmuError::NoTun(_)
                 | EmuError::MissingTool(_)
                 | EmuError::NameTaken { .. }

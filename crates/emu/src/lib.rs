@@ -9,12 +9,17 @@
 //!   packets, tested without any device.
 //! * [`Topology`] is the driver: it creates the namespaces and TUN devices, runs the
 //!   emulator threads and tears everything down when dropped.
+//! * [`mode`]: as root it names its namespaces (`ip netns`) and uses TUN devices; anyone
+//!   else gets the rootless mode, where the namespaces live in a user namespace of the
+//!   topology's own and veth pairs with packet sockets stand in for the TUN devices (what
+//!   that mode cannot do: [`Mode::summary`]). [`Namespace`] is a bare rootless namespace.
 //!
 //! * [`process`] supervises the programs run around the emulator (children that die with
 //!   their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed readiness
 //!   message): `tcptune emu`, the lab and the tests share it.
 //!
-//! * [`state`] keeps a record per topology under `/run/tcptune/` (owner pid and start time,
+//! * [`state`] keeps a record per topology under `/run/tcptune/` (a directory of the user's
+//!   own in rootless mode: [`state::state_dir`]) (owner pid and start time,
 //!   live counters), so that `tcptune emu status` sees every topology and a crashed owner's
 //!   leftovers are removed by the next `up` — never those of a live owner.
 //! * [`host`] changes the host's global sysctls (net.core.rmem_max, ...) through a journal
@@ -49,6 +54,7 @@ pub mod capacity;
 pub mod config;
 pub mod daemon;
 pub mod host;
+pub mod mode;
 pub mod packet;
 pub mod path;
 pub mod process;
@@ -57,6 +63,10 @@ pub mod state;
 pub mod stats;
 
 mod error;
+mod namespace;
+mod nsexec;
+mod rootless;
+mod sock;
 mod sys;
 mod topology;
 mod worker;
@@ -64,7 +74,10 @@ mod worker;
 pub use capacity::capacity_warning;
 pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
 pub use error::EmuError;
+pub use mode::{Mode, ModeChoice};
+pub use namespace::Namespace;
 pub use path::Path;
-pub use state::{OwnerKind, TopologyRecord};
+pub use rootless::NsId;
+pub use state::{OwnerKind, RootlessRecord, TopologyRecord};
 pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};
 pub use topology::{unique_name, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};

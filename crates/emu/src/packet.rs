@@ -95,6 +95,21 @@ impl VnetHdr {
     fn is_gso(&self) -> bool {
         self.gso_type & !GSO_ECN != GSO_NONE
     }
+
+    /// The same header for a frame with `n` more bytes in front of the IP packet (`n` > 0:
+    /// an Ethernet header, as packet sockets count) or fewer (`n` < 0): the checksum start and
+    /// the header length move with it. `None` if the checksum would start before the frame.
+    pub fn shifted(self, n: i32) -> Option<VnetHdr> {
+        let mv = |v: u16| u16::try_from(i32::from(v) + n).ok();
+        let mut h = self;
+        if h.flags & F_NEEDS_CSUM != 0 {
+            h.csum_start = mv(h.csum_start)?;
+        }
+        if h.hdr_len != 0 {
+            h.hdr_len = mv(h.hdr_len).unwrap_or(0);
+        }
+        Some(h)
+    }
 }
 
 /// Where the TCP headers of a super-packet are.
@@ -505,6 +520,26 @@ pub mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
+
+    #[test]
+    fn a_shifted_header_moves_the_checksum_start_and_back() {
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 52,
+            gso_size: 1448,
+            csum_start: 20,
+            csum_offset: 16,
+        };
+        let eth = h.shifted(14);
+        assert_eq!(eth.map(|e| (e.csum_start, e.hdr_len)), Some((34, 66)));
+        assert_eq!(eth.and_then(|e| e.shifted(-14)), Some(h));
+        // No partial checksum: nothing to move but the header length.
+        let plain = VnetHdr::default();
+        assert_eq!(plain.shifted(14), Some(plain));
+        // A checksum that would start before the IP packet.
+        assert_eq!(h.shifted(-21), None);
+    }
 
     #[test]
     fn super_packet_counts_segments_and_wire_bytes() {

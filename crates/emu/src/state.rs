@@ -9,17 +9,24 @@
 //! host sysctls a dead owner raised are put back (`/run/tcptune/host-sysctls.journal`, see
 //! [`host`](crate::host)).
 //! `/run/tcptune/.lock` serializes claiming names against cleaning up.
+//!
+//! A user other than root keeps the same files in a directory of its own ([`state_dir`]):
+//! its topologies are rootless (see [`mode`](crate::mode)), with no names under
+//! `/run/netns`; the record then says where `emu exec` finds their namespaces
+//! ([`RootlessRecord`]: descriptors the owner holds, opened as `/proc/PID/fd/N`).
 
 use crate::config::{PathConfig, Side};
 use crate::error::EmuError;
 use crate::host::{self, Cleanup};
 use crate::process::ProcessId;
+use crate::rootless::{NsId, NsRef};
 use crate::stats::EmuStats;
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,8 +36,35 @@ use std::time::Duration;
 /// Version of the record layout.
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
-/// Where records live.
+/// Where root's records live (and the journal of the host's global sysctls).
 pub const STATE_DIR: &str = "/run/tcptune";
+
+/// `ioctl(NS_GET_USERNS)`: the user namespace that owns a namespace.
+const NS_GET_USERNS: libc::c_ulong = 0xb701;
+
+/// Where this process's records live: [`STATE_DIR`] for root; for anyone else
+/// `$XDG_RUNTIME_DIR/tcptune`, or `tcptune-UID` in the temporary directory.
+pub fn state_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from(STATE_DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d.join("tcptune"),
+        _ => std::env::temp_dir().join(format!("tcptune-{uid}")),
+    }
+}
+
+/// Where a rootless topology's namespaces are: the owner's descriptors of side A's and
+/// side B's network namespaces (`/proc/OWNER/fd/N`), and which namespaces they must be.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootlessRecord {
+    /// Descriptor numbers in the owner process, side A then side B.
+    pub ns_fds: [i32; 2],
+    /// The namespaces, side A then side B.
+    pub ns_ids: [NsId; 2],
+}
 
 /// What kind of program owns a topology.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +101,9 @@ pub struct TopologyRecord {
     pub sysctls: Vec<(String, String)>,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_unix_ms: u64,
+    /// Rootless mode: where the namespaces are (root mode: `None`, they are named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootless: Option<RootlessRecord>,
 }
 
 impl TopologyRecord {
@@ -90,19 +127,83 @@ impl TopologyRecord {
     }
 
     /// A command that runs `program` inside `side`'s namespace with `TCPTUNE_SELF` and
-    /// `TCPTUNE_PEER` set.
+    /// `TCPTUNE_PEER` set (in rootless mode also inside the topology's user namespace).
     pub fn command(
         &self,
         side: Side,
         program: impl AsRef<std::ffi::OsStr>,
     ) -> Result<Command, EmuError> {
-        let fd = Arc::new(sys::open_netns(self.netns(side))?);
         Ok(command_in(
-            fd,
+            &self.namespace(side)?,
             self.addr(side),
             self.addr(side.peer()),
             program,
         ))
+    }
+
+    /// The namespace of `side`: the named one, or (rootless) the owner's descriptor of it,
+    /// checked to be the recorded namespace, with the user namespace that owns it.
+    fn namespace(&self, side: Side) -> Result<NsRef, EmuError> {
+        let label = self.netns(side).to_string();
+        let Some(rl) = &self.rootless else {
+            return Ok(NsRef {
+                user: None,
+                net: Arc::new(sys::open_netns(&label)?),
+                label,
+            });
+        };
+        let path = format!("/proc/{}/fd/{}", self.owner_pid, rl.ns_fds[side.index()]);
+        let net = OwnedFd::from(fs::File::open(&path).map_err(|e| {
+            EmuError::sys(
+                format!("opening {path} (network namespace {label}, held by its owner)"),
+                e,
+            )
+        })?);
+        if NsId::of_fd(&net, &label)? != rl.ns_ids[side.index()] {
+            return Err(EmuError::State {
+                path: record_path(&self.name).display().to_string(),
+                detail: format!("{path} is no longer network namespace {label}"),
+            });
+        }
+        // SAFETY: NS_GET_USERNS on a namespace descriptor returns a new descriptor.
+        let user = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+        if user < 0 {
+            return Err(EmuError::last_os(format!(
+                "ioctl NS_GET_USERNS on network namespace {label}"
+            )));
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let user = unsafe { OwnedFd::from_raw_fd(user) };
+        Ok(NsRef {
+            user: Some(Arc::new(user)),
+            net: Arc::new(net),
+            label,
+        })
+    }
+
+    /// Root or rootless mode.
+    pub fn mode(&self) -> crate::mode::Mode {
+        if self.rootless.is_some() {
+            crate::mode::Mode::Rootless
+        } else {
+            crate::mode::Mode::Root
+        }
+    }
+
+    /// The processes inside its namespaces now (never this process).
+    pub fn processes(&self) -> Vec<i32> {
+        match &self.rootless {
+            Some(rl) => rl
+                .ns_ids
+                .iter()
+                .flat_map(|id| sys::pids_in_ns(*id))
+                .collect(),
+            None => self
+                .netns
+                .iter()
+                .flat_map(|n| sys::pids_in_netns(n))
+                .collect(),
+        }
     }
 
     /// The owner's latest counters, if it has written any.
@@ -112,9 +213,10 @@ impl TopologyRecord {
     }
 }
 
-/// A command that enters the namespace `fd` between fork and exec.
+/// A command that enters the namespace `ns` between fork and exec (its user namespace
+/// first, if it has one).
 pub(crate) fn command_in(
-    fd: Arc<std::os::fd::OwnedFd>,
+    ns: &NsRef,
     me: IpAddr,
     peer: IpAddr,
     program: impl AsRef<std::ffi::OsStr>,
@@ -122,13 +224,17 @@ pub(crate) fn command_in(
     let mut cmd = Command::new(program);
     cmd.env("TCPTUNE_SELF", me.to_string())
         .env("TCPTUNE_PEER", peer.to_string());
-    let raw = fd.as_raw_fd();
-    // SAFETY: the hook only calls setns(2), which is async-signal-safe, on a descriptor kept
-    // open by the Arc the closure owns.
+    let (user, net) = (ns.user.clone(), ns.net.clone());
+    // SAFETY: the hook only calls setns(2), which is async-signal-safe, on descriptors kept
+    // open by the Arcs the closure owns.
     unsafe {
         cmd.pre_exec(move || {
-            let _keep = &fd;
-            if libc::setns(raw, libc::CLONE_NEWNET) != 0 {
+            if let Some(u) = &user {
+                if libc::setns(u.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -139,21 +245,51 @@ pub(crate) fn command_in(
 
 /// The record file of `name`.
 pub fn record_path(name: &str) -> PathBuf {
-    PathBuf::from(STATE_DIR).join(format!("{name}.json"))
+    state_dir().join(format!("{name}.json"))
 }
 
 /// The stats file of `name`.
 pub fn stats_path(name: &str) -> PathBuf {
-    PathBuf::from(STATE_DIR).join(format!("{name}.stats.json"))
+    state_dir().join(format!("{name}.stats.json"))
 }
 
 /// The log file of an `emu up` daemon.
 pub fn log_path(name: &str) -> PathBuf {
-    PathBuf::from(STATE_DIR).join(format!("{name}.log"))
+    state_dir().join(format!("{name}.log"))
+}
+
+/// Create the state directory and return it; one that is not root's must be a directory
+/// of this user's that nobody else may write (it is under a shared temporary directory).
+pub fn ensure_state_dir() -> Result<PathBuf, EmuError> {
+    ensure_dir()?;
+    Ok(state_dir())
 }
 
 fn ensure_dir() -> Result<(), EmuError> {
-    fs::create_dir_all(STATE_DIR).map_err(|e| EmuError::sys(format!("creating {STATE_DIR}"), e))
+    let dir = state_dir();
+    if dir == std::path::Path::new(STATE_DIR) {
+        return fs::create_dir_all(&dir)
+            .map_err(|e| EmuError::sys(format!("creating {}", dir.display()), e));
+    }
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(EmuError::sys(format!("creating {}", dir.display()), e)),
+    }
+    let meta = fs::symlink_metadata(&dir)
+        .map_err(|e| EmuError::sys(format!("checking {}", dir.display()), e))?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(EmuError::State {
+            path: dir.display().to_string(),
+            detail: format!(
+                "not a directory of uid {uid} that only it may write; remove it or set \
+                 XDG_RUNTIME_DIR"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Holds `/run/tcptune/.lock` (an exclusive flock) while alive.
@@ -162,7 +298,7 @@ pub(crate) struct StateLock(#[allow(dead_code)] fs::File);
 impl StateLock {
     pub(crate) fn acquire() -> Result<StateLock, EmuError> {
         ensure_dir()?;
-        let path = PathBuf::from(STATE_DIR).join(".lock");
+        let path = state_dir().join(".lock");
         let f = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -179,7 +315,7 @@ impl StateLock {
 
 /// Every record (or the error reading it), sorted by name.
 pub fn list() -> Vec<Result<TopologyRecord, EmuError>> {
-    let Ok(dir) = fs::read_dir(STATE_DIR) else {
+    let Ok(dir) = fs::read_dir(state_dir()) else {
         return Vec::new();
     };
     let mut names: Vec<String> = dir
@@ -223,7 +359,7 @@ pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
         remove_topology(&old);
     }
     for ns in &record.netns {
-        if sys::netns_path(ns).exists() {
+        if record.rootless.is_none() && sys::netns_path(ns).exists() {
             return Err(EmuError::NameTaken {
                 name: record.name.clone(),
                 why: format!(
@@ -237,7 +373,7 @@ pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
         path: path.display().to_string(),
         detail: e.to_string(),
     })?;
-    let tmp = PathBuf::from(STATE_DIR).join(format!(".{}.{}.tmp", record.name, std::process::id()));
+    let tmp = state_dir().join(format!(".{}.{}.tmp", record.name, std::process::id()));
     fs::write(&tmp, text).map_err(|e| EmuError::sys(format!("writing {}", tmp.display()), e))?;
     // link(2) fails if the name exists: a claim is atomic even without the lock.
     let linked = fs::hard_link(&tmp, &path);
@@ -254,8 +390,41 @@ pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
     })
 }
 
+/// Replace the record this process claimed (atomically: readers see the old or the new).
+pub(crate) fn rewrite(record: &TopologyRecord) -> Result<(), EmuError> {
+    let path = record_path(&record.name);
+    let text = serde_json::to_string_pretty(record).map_err(|e| EmuError::State {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let tmp = state_dir().join(format!(".{}.{}.tmp", record.name, std::process::id()));
+    fs::write(&tmp, text).map_err(|e| EmuError::sys(format!("writing {}", tmp.display()), e))?;
+    fs::rename(&tmp, &path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        EmuError::sys(
+            format!("renaming {} to {}", tmp.display(), path.display()),
+            e,
+        )
+    })
+}
+
 /// Remove a topology's processes, namespaces and files (its owner must be dead, or be us).
 pub(crate) fn remove_topology(record: &TopologyRecord) {
+    if let Some(rl) = &record.rootless {
+        // The namespaces went with their owner's descriptors; what still runs in them keeps
+        // them alive until it is stopped.
+        for (i, id) in rl.ns_ids.iter().enumerate() {
+            let label = &record.netns[i];
+            if let Err(e) = sys::kill_ns_processes(*id, label, Duration::from_millis(500)) {
+                eprintln!(
+                    "tcptune emu: cleaning up stale topology '{}': {e}",
+                    record.name
+                );
+            }
+        }
+        remove_files(&record.name);
+        return;
+    }
     for ns in &record.netns {
         if let Err(e) = sys::kill_netns_processes(ns, Duration::from_millis(500)) {
             eprintln!(
@@ -287,11 +456,14 @@ pub fn cleanup_stale() -> Result<Cleanup, EmuError> {
 pub(crate) fn cleanup_stale_locked() -> Cleanup {
     let mut cleanup = Cleanup::default();
     // First: a raised value must never be mistaken for the host's own by what runs next.
-    match host::restore_stale_locked() {
-        Ok(r) => cleanup.sysctls = r,
-        Err(e) => cleanup
-            .errors
-            .push(format!("restoring the host's sysctls: {e}")),
+    // (Only root changes them, and only root can put them back.)
+    if state_dir() == std::path::Path::new(STATE_DIR) {
+        match host::restore_stale_locked() {
+            Ok(r) => cleanup.sysctls = r,
+            Err(e) => cleanup
+                .errors
+                .push(format!("restoring the host's sysctls: {e}")),
+        }
     }
     for record in list().into_iter().flatten() {
         if !record.owner_alive() {
@@ -307,7 +479,7 @@ pub(crate) fn write_stats(name: &str, stats: &EmuStats) {
     let Ok(text) = serde_json::to_string(stats) else {
         return;
     };
-    let tmp = PathBuf::from(STATE_DIR).join(format!(".{name}.stats.tmp"));
+    let tmp = state_dir().join(format!(".{name}.stats.tmp"));
     if fs::write(&tmp, text).is_ok() {
         let _ = fs::rename(&tmp, stats_path(name));
     }

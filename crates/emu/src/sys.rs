@@ -2,12 +2,13 @@
 
 use crate::error::EmuError;
 use crate::process;
+use crate::rootless::{NsId, NsRef};
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path as FsPath, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -25,25 +26,6 @@ const TUN_F_CSUM: libc::c_ulong = 0x01;
 const TUN_F_TSO4: libc::c_ulong = 0x02;
 const TUN_F_TSO6: libc::c_ulong = 0x04;
 const TUN_F_TSO_ECN: libc::c_ulong = 0x08;
-
-/// Check privileges and devices before touching anything.
-pub(crate) fn check_environment() -> Result<(), EmuError> {
-    // CAP_NET_ADMIN (12) and CAP_SYS_ADMIN (21, for setns and mounts) in the effective set.
-    let status = fs::read_to_string("/proc/self/status")
-        .map_err(|e| EmuError::sys("reading /proc/self/status", e))?;
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if cap_eff & (1 << 12) == 0 || cap_eff & (1 << 21) == 0 {
-        return Err(EmuError::NotPermitted);
-    }
-    if !FsPath::new(TUN_PATH).exists() {
-        return Err(EmuError::NoTun(TUN_PATH.to_string()));
-    }
-    Ok(())
-}
 
 /// An open TUN device (removed by the kernel when the descriptor closes).
 pub(crate) fn open_tun(name: &str, vnet: bool) -> Result<OwnedFd, EmuError> {
@@ -89,7 +71,7 @@ pub(crate) fn open_tun(name: &str, vnet: bool) -> Result<OwnedFd, EmuError> {
     Ok(fd)
 }
 
-fn set_nonblocking(fd: RawFd, what: &str) -> Result<(), EmuError> {
+pub(crate) fn set_nonblocking(fd: RawFd, what: &str) -> Result<(), EmuError> {
     // SAFETY: fcntl on a descriptor we own.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     // SAFETY: as above.
@@ -106,9 +88,53 @@ pub(crate) fn netns_path(name: &str) -> PathBuf {
 
 /// Run `ip ARGS...`, with `stdin` fed to it (for `-batch -`).
 pub(crate) fn ip(args: &[&str], stdin: Option<&str>) -> Result<(), EmuError> {
+    run_ip(Command::new("ip").args(args), args, stdin)
+}
+
+/// Run `ip ARGS...` inside the namespace `ns` (joining its user namespace first, if any);
+/// `pass` are descriptors `ip` may name as `/proc/self/fd/N` (they stay open across exec).
+pub(crate) fn ip_in(
+    ns: &NsRef,
+    args: &[&str],
+    stdin: Option<&str>,
+    pass: &[RawFd],
+) -> Result<(), EmuError> {
+    let mut cmd = Command::new("ip");
+    cmd.args(args);
+    let (user, net) = (ns.user.clone(), ns.net.clone());
+    let pass = pass.to_vec();
+    // SAFETY: the hook runs between fork and exec and only calls setns(2) and fcntl(2),
+    // which are async-signal-safe, on descriptors the closure keeps open.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(u) = &user {
+                if libc::setns(u.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for &fd in &pass {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    run_ip(&mut cmd, args, stdin).map_err(|e| match e {
+        EmuError::Command { what, detail } => EmuError::Command {
+            what: format!("{what} (in {})", ns.label),
+            detail,
+        },
+        e => e,
+    })
+}
+
+fn run_ip(cmd: &mut Command, args: &[&str], stdin: Option<&str>) -> Result<(), EmuError> {
     let what = format!("ip {}", args.join(" "));
-    let mut child = Command::new("ip")
-        .args(args)
+    let mut child = cmd
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -186,16 +212,8 @@ pub(crate) fn delete_netns(name: &str) -> Result<(), EmuError> {
     }
 }
 
-/// (device, inode) of a namespace file, which identifies the namespace.
-fn ns_id(path: &FsPath) -> Option<(u64, u64)> {
-    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// Processes whose network namespace is the named one (never this process).
-pub(crate) fn pids_in_netns(name: &str) -> Vec<i32> {
-    let Some(id) = ns_id(&netns_path(name)) else {
-        return Vec::new();
-    };
+/// Processes whose network namespace is `id` (never this process).
+pub(crate) fn pids_in_ns(id: NsId) -> Vec<i32> {
     let me = std::process::id() as i32;
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -203,14 +221,29 @@ pub(crate) fn pids_in_netns(name: &str) -> Vec<i32> {
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
         .filter(|&pid| pid != me)
-        .filter(|&pid| ns_id(&PathBuf::from(format!("/proc/{pid}/ns/net"))) == Some(id))
+        .filter(|&pid| NsId::of_path(&PathBuf::from(format!("/proc/{pid}/ns/net"))) == Some(id))
         .collect()
+}
+
+/// Processes whose network namespace is the named one (never this process).
+pub(crate) fn pids_in_netns(name: &str) -> Vec<i32> {
+    match NsId::of_path(&netns_path(name)) {
+        Some(id) => pids_in_ns(id),
+        None => Vec::new(),
+    }
 }
 
 /// Stop every process inside the named namespace: SIGTERM, then SIGKILL after `grace`.
 pub(crate) fn kill_netns_processes(name: &str, grace: Duration) -> Result<(), EmuError> {
     let what = format!("processes in network namespace {name}");
     process::terminate(&what, grace, || pids_in_netns(name))?;
+    Ok(())
+}
+
+/// Stop every process inside the namespace `id` (`label` names it in errors).
+pub(crate) fn kill_ns_processes(id: NsId, label: &str, grace: Duration) -> Result<(), EmuError> {
+    let what = format!("processes in network namespace {label}");
+    process::terminate(&what, grace, || pids_in_ns(id))?;
     Ok(())
 }
 
@@ -224,17 +257,25 @@ pub(crate) fn read_sysctl(key: &str) -> Result<String, EmuError> {
 pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
     let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
     fs::write(&path, value).map_err(|e| {
-        let hint =
-            if key == "net.ipv4.tcp_congestion_control" && e.raw_os_error() == Some(libc::EPERM) {
-                " (outside the host's own namespace the default algorithm must be listed in the \
-             host's net.ipv4.tcp_allowed_congestion_control, a global sysctl the emulator \
-             does not change: add it there, e.g. sysctl -w \
-             net.ipv4.tcp_allowed_congestion_control='reno bbr cubic')"
-            } else {
-                ""
-            };
+        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+            sysctl_hint(key)
+        } else {
+            ""
+        };
         EmuError::sys(format!("writing sysctl {key}={value}{hint}"), e)
     })
+}
+
+/// What to add to an EPERM from writing sysctl `key` in a namespace.
+pub(crate) fn sysctl_hint(key: &str) -> &'static str {
+    if key == "net.ipv4.tcp_congestion_control" {
+        " (outside the host's own namespace the default algorithm must be listed in the \
+         host's net.ipv4.tcp_allowed_congestion_control, a global sysctl the emulator \
+         does not change: add it there, e.g. sysctl -w \
+         net.ipv4.tcp_allowed_congestion_control='reno bbr cubic')"
+    } else {
+        ""
+    }
 }
 
 /// Lower the calling thread's timer slack to 1 ns (the default 50 us would add to every

@@ -7,12 +7,12 @@
 //! With SCHED_FIFO a timer wake-up costs 20-60 us here (about 150 us without, on a busy
 //! host). A worker exits when told to stop, and on hang-up or an error of its devices.
 
-use crate::packet::{Packet, VNET_HDR_LEN};
+use crate::packet::{Packet, VnetHdr, VNET_HDR_LEN};
 use crate::path::Path;
 use crate::stats::DirStats;
 use crate::sys;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tcptune_core::Time;
@@ -46,7 +46,11 @@ pub(crate) struct Shared {
     /// `/proc/net/dev` of side A and side B, opened inside each namespace.
     pub(crate) netdev: Mutex<Vec<std::fs::File>>,
     /// Device drops counted before the last reset, per direction.
-    pub(crate) device_drop_base: [std::sync::atomic::AtomicU64; 2],
+    pub(crate) device_drop_base: [AtomicU64; 2],
+    /// Rootless mode: the packet socket each direction reads (its drops add to the device's).
+    pub(crate) packet_inputs: Mutex<Vec<Arc<OwnedFd>>>,
+    /// Drops of those packet sockets so far (the kernel resets its counter on each read).
+    pub(crate) packet_drops: [AtomicU64; 2],
 }
 
 impl Shared {
@@ -61,11 +65,25 @@ impl Shared {
         };
         let mut buf = vec![0u8; 16 * 1024];
         let n = f.read_at(&mut buf, 0).unwrap_or(0);
-        parse_tx_dropped(
+        let device = parse_tx_dropped(
             &String::from_utf8_lossy(&buf[..n]),
             crate::topology::TUN_NAME,
         )
-        .unwrap_or(0)
+        .unwrap_or(0);
+        drop(files);
+        device + self.packet_socket_drops(dir)
+    }
+
+    /// Drops of the packet socket direction `dir` reads (rootless mode; 0 otherwise).
+    fn packet_socket_drops(&self, dir: usize) -> u64 {
+        let Ok(socks) = self.packet_inputs.lock() else {
+            return 0;
+        };
+        let Some(fd) = socks.get(dir) else {
+            return 0;
+        };
+        let new = crate::rootless::packet_drops(fd.as_raw_fd());
+        self.packet_drops[dir].fetch_add(new, Ordering::SeqCst) + new
     }
 }
 
@@ -85,6 +103,39 @@ impl Shared {
             f.push(msg);
         }
     }
+
+    /// A warning (the path works, less well).
+    pub(crate) fn note(&self, msg: String) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.push(msg);
+        }
+    }
+}
+
+/// How frames look on a worker's descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// A TUN device: the virtio-net header (with `vnet`), then the IP packet.
+    Tun,
+    /// A packet socket on a veth end (rootless mode): the virtio-net header, a 14-byte
+    /// Ethernet header, then the IP packet; the header's checksum start counts from the
+    /// Ethernet header. Frames written get `dst_src` (destination and source MAC).
+    Ethernet {
+        /// Destination then source MAC address of the frames written.
+        dst_src: [u8; 12],
+    },
+}
+
+/// Length of an Ethernet header.
+const ETH_HLEN: usize = 14;
+
+/// The Ethernet type of an IP packet by its version nibble (`None`: not IP).
+fn ether_type(ip: &[u8]) -> Option<[u8; 2]> {
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => Some([0x08, 0x00]),
+        Some(6) => Some([0x86, 0xdd]),
+        _ => None,
+    }
 }
 
 /// What one worker needs.
@@ -94,6 +145,7 @@ pub(crate) struct Worker {
     pub(crate) input: Arc<OwnedFd>,
     pub(crate) output: Arc<OwnedFd>,
     pub(crate) vnet: bool,
+    pub(crate) framing: Framing,
     pub(crate) path: Path,
     pub(crate) spin: Duration,
     pub(crate) realtime: bool,
@@ -106,6 +158,8 @@ pub(crate) struct Worker {
 enum Read {
     Packet(Packet),
     Malformed(usize),
+    /// Not an IP packet (a frame the emulator's namespace carries but the path does not).
+    Ignored,
     Empty,
     Closed(String),
 }
@@ -119,7 +173,7 @@ impl Worker {
     pub(crate) fn run(mut self) {
         sys::set_timer_slack_min();
         if self.realtime && !sys::set_realtime(10) {
-            self.shared.fail(format!(
+            self.shared.note(format!(
                 "{}: SCHED_FIFO not permitted, running unprioritized",
                 self.name
             ));
@@ -135,11 +189,7 @@ impl Worker {
             // 1. Everything that is due leaves now.
             let now = self.now();
             while let Some(mut p) = self.path.poll_out(now) {
-                let frame = p.wire_frame(self.vnet);
-                // SAFETY: write(2) of an initialized slice to a descriptor we hold.
-                let n = unsafe {
-                    libc::write(self.output.as_raw_fd(), frame.as_ptr().cast(), frame.len())
-                };
+                let n = self.write(&mut p);
                 if n < 0 {
                     let e = std::io::Error::last_os_error();
                     if e.raw_os_error() == Some(libc::EBADFD) {
@@ -151,7 +201,7 @@ impl Worker {
                     if !write_error_reported {
                         write_error_reported = true;
                         self.shared.fail(format!(
-                            "{}: write of a {}-byte packet to the TUN device failed: {e}",
+                            "{}: write of a {}-byte packet to the output device failed: {e}",
                             self.name,
                             p.ip_len()
                         ));
@@ -175,6 +225,7 @@ impl Worker {
                         self.path.malformed(len);
                         got += 1;
                     }
+                    Read::Ignored => got += 1,
                     Read::Empty => break,
                     Read::Closed(why) => {
                         self.shared.fail(format!("{}: {why}", self.name));
@@ -270,7 +321,49 @@ impl Worker {
         n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
     }
 
+    /// Write `p` to the output; what write(2) returned.
+    fn write(&self, p: &mut Packet) -> isize {
+        let Framing::Ethernet { dst_src } = self.framing else {
+            let frame = p.wire_frame(self.vnet);
+            // SAFETY: write(2) of an initialized slice to a descriptor we hold.
+            return unsafe {
+                libc::write(self.output.as_raw_fd(), frame.as_ptr().cast(), frame.len())
+            };
+        };
+        let frame = p.wire_frame(true);
+        let (hdr, ip) = frame.split_at(VNET_HDR_LEN);
+        let mut h = [0u8; VNET_HDR_LEN];
+        h.copy_from_slice(hdr);
+        let Some(shifted) = VnetHdr::parse(&h).shifted(ETH_HLEN as i32) else {
+            return -1;
+        };
+        shifted.write(&mut h);
+        let mut eth = [0u8; ETH_HLEN];
+        eth[..12].copy_from_slice(&dst_src);
+        eth[12..].copy_from_slice(&ether_type(ip).unwrap_or([0x08, 0x00]));
+        let iov = [
+            libc::iovec {
+                iov_base: h.as_mut_ptr().cast(),
+                iov_len: h.len(),
+            },
+            libc::iovec {
+                iov_base: eth.as_mut_ptr().cast(),
+                iov_len: eth.len(),
+            },
+            libc::iovec {
+                iov_base: ip.as_ptr() as *mut libc::c_void,
+                iov_len: ip.len(),
+            },
+        ];
+        // SAFETY: writev(2) of three initialized buffers that outlive the call (the kernel
+        // only reads them).
+        unsafe { libc::writev(self.output.as_raw_fd(), iov.as_ptr(), 3) }
+    }
+
     fn read(&self, buf: &mut Vec<u8>, pool: &mut Vec<Vec<u8>>) -> Read {
+        if let Framing::Ethernet { .. } = self.framing {
+            return self.read_ethernet(buf, pool);
+        }
         let off = if self.vnet { 0 } else { VNET_HDR_LEN };
         let n = loop {
             // SAFETY: read(2) into the writable tail of `buf`.
@@ -309,6 +402,67 @@ impl Worker {
             std::mem::replace(buf, fresh)
         };
         match Packet::from_buf(owned, ip_len, self.vnet) {
+            Ok(p) => Read::Packet(p),
+            Err(_) => Read::Malformed(ip_len),
+        }
+    }
+
+    /// Read a frame from a packet socket: the virtio header into the packet's room, the
+    /// Ethernet header aside, the IP packet after the room (as from a TUN device).
+    fn read_ethernet(&self, buf: &mut Vec<u8>, pool: &mut Vec<Vec<u8>>) -> Read {
+        let mut eth = [0u8; ETH_HLEN];
+        let n = loop {
+            let (hdr, rest) = buf.split_at_mut(VNET_HDR_LEN);
+            let mut iov = [
+                libc::iovec {
+                    iov_base: hdr.as_mut_ptr().cast(),
+                    iov_len: hdr.len(),
+                },
+                libc::iovec {
+                    iov_base: eth.as_mut_ptr().cast(),
+                    iov_len: eth.len(),
+                },
+                libc::iovec {
+                    iov_base: rest.as_mut_ptr().cast(),
+                    iov_len: rest.len(),
+                },
+            ];
+            // SAFETY: readv(2) into three writable buffers that outlive the call.
+            let n = unsafe { libc::readv(self.input.as_raw_fd(), iov.as_mut_ptr(), 3) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Read::Empty,
+                Some(libc::EINTR) => continue,
+                _ => return Read::Closed(format!("reading the packet socket failed: {e}")),
+            }
+        };
+        if n == 0 {
+            return Read::Empty;
+        }
+        if n < VNET_HDR_LEN + ETH_HLEN {
+            return Read::Malformed(n.saturating_sub(VNET_HDR_LEN));
+        }
+        let ip_len = n - VNET_HDR_LEN - ETH_HLEN;
+        if ![[0x08, 0x00], [0x86, 0xdd]].contains(&[eth[12], eth[13]]) {
+            return Read::Ignored;
+        }
+        let mut h = [0u8; VNET_HDR_LEN];
+        h.copy_from_slice(&buf[..VNET_HDR_LEN]);
+        let Some(shifted) = VnetHdr::parse(&h).shifted(-(ETH_HLEN as i32)) else {
+            return Read::Malformed(ip_len);
+        };
+        shifted.write(&mut h);
+        buf[..VNET_HDR_LEN].copy_from_slice(&h);
+        let owned = if ip_len <= SMALL {
+            buf[..VNET_HDR_LEN + ip_len].to_vec()
+        } else {
+            let fresh = pool.pop().unwrap_or_else(|| vec![0u8; BIG]);
+            std::mem::replace(buf, fresh)
+        };
+        match Packet::from_buf(owned, ip_len, true) {
             Ok(p) => Read::Packet(p),
             Err(_) => Read::Malformed(ip_len),
         }

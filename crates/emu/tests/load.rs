@@ -1,4 +1,4 @@
-//! A bulk TCP flow (iperf3) across real topologies (root): what must hold however loaded the
+//! A bulk TCP flow (iperf3) across real topologies (root or rootless mode): what must hold however loaded the
 //! machine and whatever the build (debug too): data crosses, no packet is lost without being
 //! counted (every packet in is delivered or counted as a drop, and none stays stuck inside),
 //! random loss happens only where configured, and the receiver never gets more than the
@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{can_run_as_root, wait_for};
+use common::{can_run, wait_for};
 use std::process::Stdio;
 use std::time::Duration;
 use tcptune_core::Rate;
@@ -94,7 +94,7 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn a_bulk_flow_is_conserved_and_never_beats_the_bottleneck() {
     let t = "a_bulk_flow_is_conserved_and_never_beats_the_bottleneck";
-    if !(can_run_as_root(t) && have_iperf3(t)) {
+    if !(can_run(t) && have_iperf3(t)) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,7 +134,7 @@ fn a_bulk_flow_is_conserved_and_never_beats_the_bottleneck() {
 #[test]
 fn random_loss_is_counted_and_every_packet_accounted_for() {
     let t = "random_loss_is_counted_and_every_packet_accounted_for";
-    if !(can_run_as_root(t) && have_iperf3(t)) {
+    if !(can_run(t) && have_iperf3(t)) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

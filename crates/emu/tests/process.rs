@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{can_run_as_root, wait_for};
+use common::{can_run, wait_for};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tcptune_emu::process::{self, Ended, ProcessId};
@@ -72,7 +72,7 @@ fn children_die_with_a_parent_killed_by_sigkill() {
 
 #[test]
 fn processes_in_a_namespace_are_stopped_by_the_terminator() {
-    if !can_run_as_root("processes_in_a_namespace_are_stopped_by_the_terminator") {
+    if !can_run("processes_in_a_namespace_are_stopped_by_the_terminator") {
         return;
     }
     let ns = tcptune_testkit::Netns::new("proc");

@@ -1,11 +1,14 @@
-//! Real topologies (root): bring-up, RTT accuracy, teardown, names, stale cleanup.
+//! Real topologies, in the mode this process gets (root mode as root, rootless mode
+//! otherwise; CI runs them both ways): bring-up, RTT accuracy, teardown, names, stale
+//! cleanup.
 
 mod common;
 
-use common::{can_run_as_root, median, wait_for};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use common::{can_run, median, rootless, wait_for};
+use std::net::SocketAddr;
 use std::path::Path as FsPath;
 use std::time::{Duration, Instant};
+use tcptune_emu::state;
 use tcptune_emu::{unique_name, EmuError, PathConfig, Side, Topology, TopologyConfig};
 
 fn up(prefix: &str, path: PathConfig) -> Topology {
@@ -19,25 +22,53 @@ fn up(prefix: &str, path: PathConfig) -> Topology {
 /// Median TCP handshake time A -> B over `n` connects, in ms.
 fn connect_rtt_ms(topo: &Topology, n: usize) -> f64 {
     let b = topo.addr(Side::B);
-    let listener = topo.run_in(Side::B, || TcpListener::bind((b, 0)));
+    let listener = topo.tcp_listener(Side::B, 0);
     let listener = listener.unwrap_or_else(|e| panic!("listen in B: {e}"));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let target = SocketAddr::new(b, port);
-    let samples: Vec<f64> = topo.run_in(Side::A, || {
-        (0..n)
-            .map(|_| {
-                let t0 = Instant::now();
-                let s = TcpStream::connect_timeout(&target, Duration::from_secs(5));
-                let ms = t0.elapsed().as_secs_f64() * 1e3;
-                assert!(s.is_ok(), "connect to {target}: {s:?}");
-                ms
-            })
-            .collect()
-    });
+    let samples: Vec<f64> = (0..n)
+        .map(|_| {
+            // The socket is made in A first (in rootless mode by a forked helper): only the
+            // handshake is timed.
+            let fd = topo
+                .socket(Side::A, libc::AF_INET, libc::SOCK_STREAM, 0)
+                .unwrap_or_else(|e| panic!("socket in A: {e}"));
+            let t0 = Instant::now();
+            let s = connect(fd, target);
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            assert!(s.is_ok(), "connect to {target}: {s:?}");
+            ms
+        })
+        .collect();
     // Accept and drop the connections so the backlog does not fill.
     listener.set_nonblocking(true).ok();
     while listener.accept().is_ok() {}
     median(samples)
+}
+
+/// A blocking connect(2) of a socket made elsewhere.
+fn connect(fd: std::os::fd::OwnedFd, target: SocketAddr) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let SocketAddr::V4(v4) = target else {
+        return Err(std::io::Error::other("IPv4 only"));
+    };
+    // SAFETY: sockaddr_in is plain data; zeroed is valid, filled in below.
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sa.sin_family = libc::AF_INET as libc::sa_family_t;
+    sa.sin_port = v4.port().to_be();
+    sa.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+    // SAFETY: connect with a sockaddr_in and its size.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn check_rtt(delay_ms: u64) {
@@ -66,28 +97,28 @@ fn check_rtt(delay_ms: u64) {
 
 #[test]
 fn handshake_rtt_is_twice_the_delay_at_0ms() {
-    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_0ms") {
+    if can_run("handshake_rtt_is_twice_the_delay_at_0ms") {
         check_rtt(0);
     }
 }
 
 #[test]
 fn handshake_rtt_is_twice_the_delay_at_25ms() {
-    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_25ms") {
+    if can_run("handshake_rtt_is_twice_the_delay_at_25ms") {
         check_rtt(25);
     }
 }
 
 #[test]
 fn handshake_rtt_is_twice_the_delay_at_100ms() {
-    if can_run_as_root("handshake_rtt_is_twice_the_delay_at_100ms") {
+    if can_run("handshake_rtt_is_twice_the_delay_at_100ms") {
         check_rtt(100);
     }
 }
 
 #[test]
 fn teardown_leaves_no_namespace_device_process_or_file() {
-    if !can_run_as_root("teardown_leaves_no_namespace_device_process_or_file") {
+    if !can_run("teardown_leaves_no_namespace_device_process_or_file") {
         return;
     }
     let topo = up("down", PathConfig::default());
@@ -98,25 +129,33 @@ fn teardown_leaves_no_namespace_device_process_or_file() {
         .collect();
     assert!(ns.iter().all(|n| n.starts_with("tt-")));
     for n in &ns {
-        assert!(FsPath::new("/run/netns").join(n).exists());
+        // Named in root mode; rootless namespaces have no name.
+        assert_eq!(FsPath::new("/run/netns").join(n).exists(), !rootless());
     }
+    let record = state::load(&name).unwrap_or_else(|e| panic!("record: {e}"));
+    assert_eq!(record.rootless.is_some(), rootless());
     let mut child = topo
         .command(Side::B, "sleep")
         .arg("300")
         .spawn()
         .unwrap_or_else(|e| panic!("spawn sleep: {e}"));
     let pid = child.id();
+    assert!(wait_for(Duration::from_secs(3), || record
+        .processes()
+        .contains(&(pid as i32))));
     let out = topo
         .command(Side::A, "sh")
         .args([
             "-c",
-            "echo $TCPTUNE_SELF $TCPTUNE_PEER; ip -o link show tt0",
+            "echo $TCPTUNE_SELF $TCPTUNE_PEER; ip -o link show tt0; id -u",
         ])
         .output()
         .unwrap_or_else(|e| panic!("sh in A: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("198.18.0.1 198.19.0.1"), "{text}");
     assert!(text.contains("tt0"), "{text}");
+    // Root inside the namespace in both modes.
+    assert!(text.trim_end().ends_with("\n0"), "{text}");
     let stats = topo.down().unwrap_or_else(|e| panic!("down: {e}"));
     assert!(!stats.running);
     for n in &ns {
@@ -132,29 +171,31 @@ fn teardown_leaves_no_namespace_device_process_or_file() {
         )),
         "process {pid} started in the namespace survived teardown"
     );
-    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
-    assert!(!FsPath::new(&format!("/run/tcptune/{name}.stats.json")).exists());
+    assert!(record.processes().is_empty());
+    assert!(!state::record_path(&name).exists());
+    assert!(!state::stats_path(&name).exists());
 }
 
 #[test]
 fn panic_while_up_still_tears_down() {
-    if !can_run_as_root("panic_while_up_still_tears_down") {
+    if !can_run("panic_while_up_still_tears_down") {
         return;
     }
     let name = unique_name("panic");
     let cfg = TopologyConfig::new(name.clone(), PathConfig::default());
     let r = std::panic::catch_unwind(|| {
-        let _topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
+        let topo = Topology::up(&cfg).unwrap_or_else(|e| panic!("up: {e}"));
+        let _sleeper = topo.command(Side::A, "sleep").arg("300").spawn();
         panic!("test panic while the topology is up");
     });
     assert!(r.is_err());
     assert!(!FsPath::new(&format!("/run/netns/tt-{name}-a")).exists());
-    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
+    assert!(!state::record_path(&name).exists());
 }
 
 #[test]
 fn second_topology_with_the_same_name_is_refused() {
-    if !can_run_as_root("second_topology_with_the_same_name_is_refused") {
+    if !can_run("second_topology_with_the_same_name_is_refused") {
         return;
     }
     let topo = up("taken", PathConfig::default());
@@ -169,10 +210,11 @@ fn second_topology_with_the_same_name_is_refused() {
 
 #[test]
 fn stale_topology_of_a_dead_owner_is_removed_by_the_next_up() {
-    if !can_run_as_root("stale_topology_of_a_dead_owner_is_removed_by_the_next_up") {
+    if !can_run("stale_topology_of_a_dead_owner_is_removed_by_the_next_up") {
         return;
     }
-    // A child process brings a topology up and is killed without tearing it down.
+    // A child process brings a topology up, starts a process inside that does not die with
+    // it, and is killed without tearing anything down.
     let name = unique_name("stale");
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
     let mut child = std::process::Command::new(exe)
@@ -188,25 +230,39 @@ fn stale_topology_of_a_dead_owner_is_removed_by_the_next_up() {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn helper: {e}"));
     let ns_a = format!("/run/netns/tt-{name}-a");
-    assert!(
-        wait_for(Duration::from_secs(20), || FsPath::new(&format!(
-            "/run/tcptune/{name}.stats.json"
-        ))
-        .exists()),
-        "helper did not bring {name} up"
-    );
+    let record = wait_for(Duration::from_secs(20), || {
+        state::stats_path(&name).exists()
+            && state::load(&name).is_ok_and(|r| !r.processes().is_empty())
+    })
+    .then(|| state::load(&name).ok())
+    .flatten();
+    let record = record.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("helper did not bring {name} up")
+    });
     child.kill().ok();
     child.wait().ok();
+    let left = record.processes();
     assert!(
-        FsPath::new(&ns_a).exists(),
-        "the killed owner left its namespace behind"
+        !left.is_empty(),
+        "the killed owner's process in its namespace died with it"
     );
+    if !rootless() {
+        assert!(
+            FsPath::new(&ns_a).exists(),
+            "the killed owner left its namespace behind"
+        );
+    }
     let topo = up("fresh", PathConfig::default());
     assert!(
         !FsPath::new(&ns_a).exists(),
         "stale namespace {ns_a} was not removed"
     );
-    assert!(!FsPath::new(&format!("/run/tcptune/{name}.json")).exists());
+    assert!(
+        wait_for(Duration::from_secs(3), || record.processes().is_empty()),
+        "the dead owner's processes {left:?} were not stopped"
+    );
+    assert!(!state::record_path(&name).exists());
     drop(topo);
 }
 
@@ -218,7 +274,13 @@ fn helper_bring_up_and_hang() {
         return;
     };
     let topo = Topology::up(&TopologyConfig::new(name, PathConfig::default()));
-    let _topo = topo.unwrap_or_else(|e| panic!("up: {e}"));
+    let topo = topo.unwrap_or_else(|e| panic!("up: {e}"));
+    // Not supervised: it outlives this process, keeping the namespace alive.
+    let _orphan = topo
+        .command(Side::A, "sleep")
+        .arg("120")
+        .stdin(std::process::Stdio::null())
+        .spawn();
     std::thread::sleep(Duration::from_secs(120));
 }
 

@@ -138,6 +138,9 @@ pub struct Aggregate {
     pub cells: BTreeMap<CellKey, CellStats>,
     /// Cells whose every run failed, with the last error.
     pub failed_cells: BTreeMap<CellKey, String>,
+    /// Cells not run in the lab's mode, with why (see [`crate::feasible`]).
+    #[serde(default)]
+    pub not_run: BTreeMap<CellKey, String>,
     /// `ideal` per (RTT in microseconds, streams).
     pub ideal: BTreeMap<(u64, u32), IdealPick>,
 }
@@ -149,10 +152,15 @@ fn share(limited_us: u64, streams: u32, seconds: f64) -> Option<f64> {
 /// Summarize the runs.
 pub fn aggregate(records: &[RunRecord]) -> Aggregate {
     let mut by_cell: BTreeMap<CellKey, Vec<&RunRecord>> = BTreeMap::new();
-    for r in records {
-        by_cell.entry(r.cell.clone()).or_default().push(r);
-    }
     let mut agg = Aggregate::default();
+    for r in records {
+        match &r.not_run {
+            Some(why) => {
+                agg.not_run.insert(r.cell.clone(), why.clone());
+            }
+            None => by_cell.entry(r.cell.clone()).or_default().push(r),
+        }
+    }
     for (key, runs) in by_cell {
         let ok: Vec<&RunRecord> = runs.iter().copied().filter(|r| r.ok).collect();
         let failed = runs.len() - ok.len();

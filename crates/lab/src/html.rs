@@ -95,7 +95,7 @@ pub fn render(i: &ReportInput) -> String {
     );
     let _ = write!(
         h,
-        "<h1>tcptune lab: TCP buffer tuning on emulated long fat pipes</h1><p class=\"sub\">A reproduction of Weigle &amp; Feng, <i>A Comparison of TCP Automatic Tuning Techniques for Distributed Computing</i> (2002), on Linux {} today. Plan <b>{}</b>: {} bottleneck, MTU {}, drop-tail queue {} BDP, RTTs {}, {} parallel streams, {} x {} messages per transfer, {} repetition(s) per cell, each run capped at {}. {} runs ({} failed).</p>",
+        "<h1>tcptune lab: TCP buffer tuning on emulated long fat pipes</h1><p class=\"sub\">A reproduction of Weigle &amp; Feng, <i>A Comparison of TCP Automatic Tuning Techniques for Distributed Computing</i> (2002), on Linux {} today. Plan <b>{}</b>: {} bottleneck, MTU {}, drop-tail queue {} BDP, RTTs {}, {} parallel streams, {} x {} messages per transfer, {} repetition(s) per cell, each run capped at {}. {} runs ({} failed{}).</p>",
         esc(&i.meta.kernel),
         esc(&plan.name),
         plan.rate,
@@ -108,8 +108,26 @@ pub fn render(i: &ReportInput) -> String {
         plan.repetitions,
         format_duration(std::time::Duration::from_millis(plan.max_time_ms)),
         i.summary.runs,
-        i.summary.failed_runs
+        i.summary.failed_runs,
+        if i.summary.not_run_cells.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} cell(s) not run in this mode",
+                i.summary.not_run_cells.len()
+            )
+        }
     );
+    if let Some(line) = &i.meta.mode_summary {
+        let _ = write!(h, "<p class=\"sub\">Mode {}</p>", esc(line));
+    }
+    if !i.summary.not_run_cells.is_empty() {
+        let _ = write!(
+            h,
+            "<p class=\"part\"><b>{} planned cell(s) were not run</b> in this mode and are missing from the tables and figures below (listed under Setup: Not run).</p>",
+            i.summary.not_run_cells.len()
+        );
+    }
     if !i.meta.finished {
         h.push_str("<p class=\"bad\"><b>This lab did not finish</b> (interrupted or failed): the results below are partial.</p>");
     }
@@ -587,7 +605,19 @@ fn setup_section(h: &mut String, i: &ReportInput) {
         );
     }
     h.push_str("</table>");
-    let failed: Vec<&RunRecord> = i.records.iter().filter(|r| !r.ok).collect();
+    if !i.summary.not_run_cells.is_empty() {
+        let _ = write!(h, "<h3>Not run ({})</h3><table><tr><th class=\"l\">cell</th><th class=\"l\">why</th></tr>", i.summary.not_run_cells.len());
+        for c in &i.summary.not_run_cells {
+            let _ = write!(
+                h,
+                "<tr class=\"na\"><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                esc(&c.cell),
+                esc(&c.reason)
+            );
+        }
+        h.push_str("</table>");
+    }
+    let failed: Vec<&RunRecord> = i.records.iter().filter(|r| r.failed_run()).collect();
     if !failed.is_empty() {
         let _ = write!(h, "<h3>Failed runs ({})</h3><table><tr><th class=\"l\">cell</th><th>rep</th><th class=\"l\">error</th></tr>", failed.len());
         for r in failed.iter().take(200) {

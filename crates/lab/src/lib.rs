@@ -5,11 +5,13 @@
 //! ([`record`]), records into medians and `ideal` picks ([`aggregate`]), and those into the
 //! headline ([`headline`]), the paper-vs-today claims ([`claims`]), `summary.json` and the
 //! terminal table ([`summary`]) and `report.html` ([`html`], [`figures`], [`svg`]).
-//! [`results`] reads and writes the results directory. The runner ([`runner`]) is the I/O:
+//! [`feasible`] says which cells the rootless mode cannot reproduce (they are marked
+//! "not run"). [`results`] reads and writes the results directory. The runner ([`runner`]) is the I/O:
 //! emulated paths, `tcptune serve`/`send` child processes, sysctls, calibration, progress.
 
 pub mod aggregate;
 pub mod claims;
+pub mod feasible;
 pub mod figures;
 pub mod headline;
 pub mod html;

@@ -42,6 +42,10 @@ pub struct RunRecord {
     /// What went wrong, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why this run was not made (the cell cannot be reproduced in the lab's mode, see
+    /// [`crate::feasible`]); such a record is neither a result nor a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
     /// Throughput from the receiver's first byte to its last
     /// (`end.sum_received.bits_per_second`), bit/s.
     #[serde(alias = "throughput_bps")]
@@ -202,6 +206,7 @@ impl RunRecord {
             ok: error.is_none() && end.sum_received.bytes > 0,
             error: error
                 .or_else(|| (end.sum_received.bytes == 0).then(|| "no bytes received".to_string())),
+            not_run: None,
             first_to_last_bps: end.sum_received.bits_per_second,
             bytes: end.sum_received.bytes,
             first_to_last_s: end.sum_received.seconds,
@@ -255,6 +260,7 @@ impl RunRecord {
             wall_s,
             ok: false,
             error: Some(error),
+            not_run: None,
             first_to_last_bps: 0.0,
             bytes: 0,
             first_to_last_s: 0.0,
@@ -280,6 +286,20 @@ impl RunRecord {
             competing: None,
             series: None,
         }
+    }
+
+    /// A record of a run the lab did not make, and why (see [`crate::feasible`]).
+    pub fn not_run(cell: CellKey, repetition: u32, started_unix_s: f64, why: String) -> RunRecord {
+        RunRecord {
+            error: None,
+            not_run: Some(why),
+            ..RunRecord::failed(cell, repetition, started_unix_s, 0.0, String::new())
+        }
+    }
+
+    /// Whether the run failed (a run not made is not a failure).
+    pub fn failed_run(&self) -> bool {
+        !self.ok && self.not_run.is_none()
     }
 
     /// The primary figure: bytes over [`RunRecord::completion_s`], bit/s. A record of a
@@ -414,6 +434,12 @@ pub struct LabMeta {
     pub calibration: Option<Calibration>,
     /// Whether the lab ran to its end (false when interrupted; the results are partial).
     pub finished: bool,
+    /// How the emulated paths were built: "root" or "rootless" (`None` in older results).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// One line: the mode and what it cannot do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode_summary: Option<String>,
 }
 
 #[cfg(test)]
@@ -431,5 +457,22 @@ mod tests {
         let back: RunRecord = serde_json::from_str(&line).expect("parses");
         assert_eq!(back, r);
         assert_eq!(back.cell, key);
+        assert!(r.failed_run());
+        assert!(!line.contains("not_run"), "{line}");
+    }
+
+    #[test]
+    fn a_run_not_made_is_neither_a_result_nor_a_failure_and_says_why() {
+        let key = CellKey::new(100_000, HostConfig::KernelOnly, 1, "auto");
+        let r = RunRecord::not_run(key, 1, 1.0, "rootless mode: ...".into());
+        assert!(!r.ok && !r.failed_run());
+        assert_eq!(r.error, None);
+        let line = serde_json::to_string(&r).expect("serializes");
+        assert!(
+            line.contains("\"not_run\":\"rootless mode: ...\""),
+            "{line}"
+        );
+        let back: RunRecord = serde_json::from_str(&line).expect("parses");
+        assert_eq!(back, r);
     }
 }

@@ -271,7 +271,11 @@ pub fn results_csv(records: &[RunRecord]) -> String {
             opt(r.setup_s.map(|m| format!("{m:.3}"))),
             csv_field(&cc_used(r)),
             r.wall_s,
-            csv_field(r.error.as_deref().unwrap_or(""))
+            csv_field(&match (&r.error, &r.not_run) {
+                (Some(e), _) => e.clone(),
+                (None, Some(why)) => format!("not run: {why}"),
+                (None, None) => String::new(),
+            })
         );
     }
     s
@@ -384,6 +388,51 @@ mod tests {
         let s: Summary = read_json(&d.join(SUMMARY_FILE)).expect("summary");
         assert_eq!(s.paths.len(), 2);
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn cells_not_run_are_marked_everywhere_and_are_not_failures() {
+        let mut p = Plan::quick();
+        p.rtts_us = vec![500];
+        let plan = p.expand();
+        let meta = LabMeta {
+            finished: true,
+            mode: Some("rootless".into()),
+            mode_summary: Some("rootless: cannot raise the global maxima".into()),
+            ..LabMeta::default()
+        };
+        let why = "rootless mode: auto asks setsockopt for up to 128MiB";
+        let mut records = Vec::new();
+        for c in &plan.cells {
+            if c.key.host == HostConfig::KernelOnly && c.key.tune == "auto" {
+                records.push(RunRecord::not_run(c.key.clone(), 1, 0.0, why.into()));
+            } else {
+                let (rtt, h, n, t) = (c.key.rtt_us, c.key.host, c.key.streams, &c.key.tune);
+                records.push(run(rtt, h, n, t, 1, 500.0, 1 << 20));
+            }
+        }
+        let b = build(&plan, &records, &meta);
+        let s = &b.summary;
+        assert!(s.missing_cells.is_empty(), "{:?}", s.missing_cells);
+        assert_eq!(s.failed_runs, 0);
+        assert_eq!(s.runs, records.len());
+        let n_auto = plan.plan.streams.len();
+        assert_eq!(s.not_run_cells.len(), n_auto, "{:?}", s.not_run_cells);
+        assert!(s
+            .not_run_cells
+            .iter()
+            .all(|c| c.reason == why && c.cell.contains("auto")));
+        assert!(b.html.contains("not run in this mode"), "header");
+        assert!(b.html.contains(&format!("Not run ({n_auto})")), "table");
+        assert!(b.html.contains("Mode rootless: cannot raise"), "mode line");
+        assert!(b.table.contains("not run in this mode"), "{}", b.table);
+        assert!(b.results_csv.contains(&format!("not run: {why}")));
+        // The aggregate has no statistics for them (no zero throughput).
+        assert!(b
+            .aggregate
+            .cells
+            .keys()
+            .all(|k| !(k.host == HostConfig::KernelOnly && k.tune == "auto")));
     }
 
     #[test]

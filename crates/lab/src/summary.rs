@@ -33,8 +33,12 @@ pub struct Summary {
     pub runs: usize,
     /// Runs that failed.
     pub failed_runs: usize,
-    /// Planned cells without any successful run.
+    /// Planned cells without any successful run (cells not run on purpose are not counted).
     pub missing_cells: Vec<String>,
+    /// Planned cells the lab did not run in its mode, and why (rootless mode: cells that
+    /// need the host's global maxima raised; see `tcptune_lab::feasible`).
+    #[serde(default)]
+    pub not_run_cells: Vec<NotRunCell>,
     /// Per path.
     pub paths: Vec<PathSummary>,
     /// `auto` against `ideal` and `kernel`.
@@ -123,6 +127,15 @@ impl CongestionProof {
         }
         s
     }
+}
+
+/// A planned cell the lab did not run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NotRunCell {
+    /// The cell's id.
+    pub cell: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// One path.
@@ -221,7 +234,7 @@ pub fn summarize(
     claims: Vec<Claim>,
 ) -> Summary {
     let runs = records.len();
-    let failed_runs = records.iter().filter(|r| !r.ok).count();
+    let failed_runs = records.iter().filter(|r| r.failed_run()).count();
     let mut paths = Vec::new();
     for &rtt in &plan.plan.rtts_us {
         let mut streams = Vec::new();
@@ -250,8 +263,18 @@ pub fn summarize(
     let missing_cells = plan
         .cells
         .iter()
-        .filter(|c| !agg.cells.contains_key(&c.key))
+        .filter(|c| !agg.cells.contains_key(&c.key) && !agg.not_run.contains_key(&c.key))
         .map(|c| c.key.id())
+        .collect();
+    let not_run_cells = plan
+        .cells
+        .iter()
+        .filter_map(|c| {
+            agg.not_run.get(&c.key).map(|why| NotRunCell {
+                cell: c.key.id(),
+                reason: why.clone(),
+            })
+        })
         .collect();
     Summary {
         schema_version: SUMMARY_SCHEMA_VERSION,
@@ -263,6 +286,7 @@ pub fn summarize(
         runs,
         failed_runs,
         missing_cells,
+        not_run_cells,
         paths,
         headline,
         claims,
@@ -382,6 +406,21 @@ pub fn terminal_table(s: &Summary) -> String {
         );
         for sf in &h.shortfalls {
             let _ = writeln!(out, "  - {sf}");
+        }
+    }
+    if !s.not_run_cells.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{} planned cell(s) not run in this mode (see the report): {}",
+            s.not_run_cells.len(),
+            s.not_run_cells
+                .iter()
+                .map(|c| c.cell.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if let Some(c) = s.not_run_cells.first() {
+            let _ = writeln!(out, "  why: {}", c.reason);
         }
     }
     if s.failed_runs > 0 || !s.missing_cells.is_empty() {

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 use tcptune_core::pathdb::{
-    rtt_bucket, Direction, Known, Measurement, PathDb, PathDbPolicy, PathEntry,
+    rtt_bucket, Direction, Known, Measurement, PathDb, PathDbPolicy, PathEntry, RecordBounds, Room,
     PATH_DB_SCHEMA_VERSION,
 };
 
@@ -28,9 +28,12 @@ pub enum Recorded {
         /// The estimate changed (a new entry, a new rate, a refresh); else only the sample
         /// count did.
         estimate_changed: bool,
-        /// Entries the core's aging rules dropped meanwhile.
+        /// Entries the core's aging rules dropped meanwhile (and, with bounds, the entry
+        /// dropped to make room).
         pruned: usize,
     },
+    /// Not recorded: the bounds of [`PathStore::record_bounded`] left no room.
+    Refused,
 }
 
 /// The database, open. Not shared between threads: open one per thread or process (SQLite
@@ -277,6 +280,35 @@ impl PathStore {
         source: &Source,
         policy: &PathDbPolicy,
     ) -> Result<Recorded, StoreError> {
+        self.record_within(peer, direction, m, source, policy, None)
+    }
+
+    /// [`PathStore::record`] for a server recording its clients: a path the database does
+    /// not hold yet is added only if the core's [`PathDb::make_room`] finds room under
+    /// `bounds` (it may drop the group's own oldest entry, or one that is no longer fresh,
+    /// in the same transaction); otherwise nothing is written and the answer is
+    /// [`Recorded::Refused`].
+    pub fn record_bounded(
+        &mut self,
+        peer: &str,
+        direction: Direction,
+        m: &Measurement,
+        source: &Source,
+        policy: &PathDbPolicy,
+        bounds: &RecordBounds,
+    ) -> Result<Recorded, StoreError> {
+        self.record_within(peer, direction, m, source, policy, Some(bounds))
+    }
+
+    fn record_within(
+        &mut self,
+        peer: &str,
+        direction: Direction,
+        m: &Measurement,
+        source: &Source,
+        policy: &PathDbPolicy,
+        bounds: Option<&RecordBounds>,
+    ) -> Result<Recorded, StoreError> {
         if m.rate.0 == 0 || !m.at_unix_s.is_finite() {
             return Ok(Recorded::Ignored);
         }
@@ -290,6 +322,15 @@ impl PathStore {
             schema_version: PATH_DB_SCHEMA_VERSION,
             entries: before.iter().map(|s| s.entry.clone()).collect(),
         };
+        if let Some(b) = bounds {
+            let room = db.make_room(peer, direction, m.min_rtt, m.at_unix_s, policy, b);
+            if room == Room::Full {
+                // Nothing written: the transaction ends without a change.
+                drop(tx);
+                self.note_invalid(&bad);
+                return Ok(Recorded::Refused);
+            }
+        }
         db.record(peer, direction, m, policy);
         let this = (peer, direction, rtt_bucket(m.min_rtt));
         let kept: HashSet<(&str, Direction, i32)> = db.entries.iter().map(key).collect();
@@ -601,6 +642,52 @@ mod tests {
             Some(Rate::mbit(100 + n as u64 - 1).0)
         );
         assert!(h.iter().all(|x| x.source == Source::Probe && x.full_pipe));
+    }
+
+    #[test]
+    fn bounded_recording_keeps_a_group_to_its_share_and_refuses_when_full_of_fresh_paths() {
+        let dir = TempDir::new("bounded");
+        let mut s = dir.store();
+        let policy = PathDbPolicy::default();
+        let bounds = RecordBounds {
+            per_group: 2,
+            max_entries: 3,
+        };
+        let at = |rtt_ms: u64, t: f64| Measurement {
+            min_rtt: Duration::from_millis(rtt_ms),
+            ..m(100, true, t)
+        };
+        let rec = |s: &mut PathStore, peer: &str, rtt_ms: u64, t: f64| {
+            s.record_bounded(
+                peer,
+                Direction::Receive,
+                &at(rtt_ms, t),
+                &Source::Server,
+                &policy,
+                &bounds,
+            )
+            .expect("record")
+        };
+        rec(&mut s, PEER, 100, 1000.0);
+        rec(&mut s, "10.9.9.9", 10, 1001.0);
+        rec(&mut s, "10.9.9.9", 40, 1002.0);
+        // The group's third path replaces its own oldest.
+        assert_eq!(
+            rec(&mut s, "10.9.9.9", 160, 1003.0),
+            Recorded::Merged {
+                estimate_changed: true,
+                pruned: 1
+            }
+        );
+        assert_eq!(rec(&mut s, "10.8.8.8", 50, 1004.0), Recorded::Refused);
+        let peers: Vec<String> = s
+            .entries()
+            .expect("list")
+            .into_iter()
+            .map(|e| format!("{} {}", e.entry.peer, e.entry.min_rtt_us / 1000))
+            .collect();
+        assert_eq!(peers, ["10.0.0.2 100", "10.9.9.9 40", "10.9.9.9 160"]);
+        assert!(s.history(&["10.8.8.8".into()]).expect("history").is_empty());
     }
 
     #[test]

@@ -55,6 +55,14 @@ pub struct StreamRequest {
     pub reason: String,
 }
 
+/// Whether the kernel holds less than the doubled size asked for (a `*mem_max` cap).
+fn capped(action: &Action, effective: Option<u64>) -> bool {
+    match (action, effective) {
+        (Action::SetSndBuf(b) | Action::SetRcvBuf(b), Some(v)) => v < b.0.saturating_mul(2),
+        _ => false,
+    }
+}
+
 /// Points a recorded time series keeps per socket (`record_series`): older points are
 /// decimated (see [`tcptune_core::Decimated`]), so a stream of any length costs at most this
 /// many records (about 120 bytes each).
@@ -249,8 +257,11 @@ impl TunerDriver {
                     error,
                     note,
                 });
-            } else if (error.is_some() || note.is_some()) && self.changes.len() < 8 {
-                // Without a series, failures and adjustments are still worth keeping (a few).
+            } else if (error.is_some() || note.is_some() || capped(&applied, effective))
+                && self.changes.len() < 8
+            {
+                // Without a series, failures and adjustments (the driver's, or a system
+                // maximum's) are still worth keeping (a few): the report explains them.
                 self.changes.push(AppliedChange {
                     at: now,
                     action,
@@ -295,7 +306,7 @@ impl TunerDriver {
     }
 
     /// The changes kept: with `record_series` the first [`CHANGES_CAPACITY`] changes the
-    /// tuner made, applied or failed; without, the first few failures only.
+    /// tuner made, applied or failed; without, the first few that failed, were adjusted or were capped.
     pub fn changes(&self) -> &[AppliedChange] {
         &self.changes
     }

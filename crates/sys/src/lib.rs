@@ -8,10 +8,15 @@
 //! * [`sysctl`]: sysctls and buffer limits of the current network namespace.
 //! * [`net`]: sockets configured before `connect()`/`listen()`.
 //! * [`os`]: CPU time, random bytes, waiting on a socket, host description.
+//! * [`fs`]: files beneath a directory handle (`openat2` with `RESOLVE_BENEATH`) and the
+//!   metadata, modes, times and free space a file copy needs.
+//! * [`route`]: a per-destination route with a large initial window (careful resume).
 
 pub mod driver;
+pub mod fs;
 pub mod net;
 pub mod os;
+pub mod route;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;

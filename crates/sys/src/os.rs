@@ -198,8 +198,21 @@ pub fn system_info() -> String {
     )
 }
 
+/// Start time of a live process (clock ticks after boot, field 22 of `/proc/PID/stat`): with
+/// the pid it names a process even after the pid is reused. `None` for a zombie or no process.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
 /// Whether this process has `CAP_NET_ADMIN` in its effective set (needed for
-/// `SO_*BUFFORCE`), read from `/proc/self/status`.
+/// `SO_*BUFFORCE` and for changing routes), read from `/proc/self/status`.
 pub fn has_cap_net_admin() -> bool {
     const CAP_NET_ADMIN: u32 = 12;
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {

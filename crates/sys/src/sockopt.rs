@@ -8,7 +8,7 @@ use crate::tcp_info::{apply_meminfo, meminfo, parse_tcp_info, TcpInfoError};
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use tcptune_core::{Action, Bytes, TcpSnapshot};
+use tcptune_core::{Action, Bytes, Rate, TcpSnapshot};
 
 /// A socket-option call that failed.
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +246,47 @@ pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, Sockop
     Ok(u64::from(v as u32))
 }
 
+/// `SO_MAX_PACING_RATE`: pace the socket at most at `rate` (`None`: no cap). Setting it
+/// makes Linux pace in TCP itself when the qdisc does not (no fq needed). Returns the cap read
+/// back, in bytes per second (`u64::MAX` when uncapped).
+pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, rate: Option<Rate>) -> Result<u64, SockoptError> {
+    let v: u64 = rate.map_or(u64::MAX, |r| r.bytes_per_sec().max(1));
+    let op = match rate {
+        Some(r) => format!("setsockopt SO_MAX_PACING_RATE={} (bytes/s, {r})", v),
+        None => "setsockopt SO_MAX_PACING_RATE=unlimited".to_string(),
+    };
+    // SAFETY: passing a pointer to a live u64 and its size (the kernel reads an unsigned
+    // long when given that many bytes).
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&v as *const u64).cast(),
+            size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(os_err(op));
+    }
+    let mut b = [0u8; 8];
+    let n = getsockopt_raw(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &mut b,
+        "getsockopt SO_MAX_PACING_RATE",
+    )?;
+    Ok(match n {
+        8 => u64::from_ne_bytes(b),
+        4 => match u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) {
+            u32::MAX => u64::MAX,
+            x => u64::from(x),
+        },
+        _ => v,
+    })
+}
+
 /// `TCP_NODELAY`: send small control messages at once.
 pub fn set_nodelay(fd: BorrowedFd<'_>, on: bool) -> Result<(), SockoptError> {
     set_int(
@@ -328,6 +369,7 @@ pub fn apply_action(fd: BorrowedFd<'_>, action: &Action, force: bool) -> Result<
         Action::SetRcvBuf(b) => set_rcvbuf(fd, *b, force),
         Action::SetWindowClamp(b) => set_window_clamp(fd, *b),
         Action::SetNotsentLowat(b) => set_notsent_lowat(fd, *b),
+        Action::SetMaxPacingRate(r) => set_max_pacing_rate(fd, *r),
         other @ Action::OpenStreams { .. } => Err(SockoptError::NotASocketOption(other.clone())),
     }
 }

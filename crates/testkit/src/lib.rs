@@ -1,10 +1,15 @@
 //! Test support shared by tcptune's integration tests (a dev-dependency only).
 //!
-//! * [`require`]: the one rule for tests that need root, TUN devices or a program: outside CI
-//!   they skip and say why; under `CI=true` a missing requirement fails the test.
+//! * [`require`]: the one rule for tests that need root, TUN devices, user namespaces or a
+//!   program: outside CI they skip and say why; under `CI=true` a missing requirement fails
+//!   the test. [`Need::Emulator`] passes as root and, in the emulator's rootless mode, as
+//!   anyone where user namespaces are allowed. CI runs the emulator's and the lab's tests a
+//!   second time as an unprivileged user with `TCPTUNE_CI_ROOTLESS=true` ([`ci_rootless`]):
+//!   there tests that need root skip (they ran as root), and every other one must run.
 //! * [`Netns`]: a network namespace of the test's own (name starting with `tt`, unique per
 //!   process and call), removed on drop together with every process left inside it, also
-//!   when the test panics. [`Netns::veth_pair`] joins two of them.
+//!   when the test panics. [`Netns::veth_pair`] joins two of them. As root it is a named
+//!   namespace (`ip netns`); otherwise a rootless [`tcptune_emu::Namespace`].
 //! * [`ChildGuard`]: a supervised child (it dies with the test process, even on SIGKILL),
 //!   stopped and reaped on drop.
 //!
@@ -25,6 +30,12 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// Whether this is the CI step that runs tests as an unprivileged user
+/// (`TCPTUNE_CI_ROOTLESS=true`): tests that need root skip there, having run as root.
+pub fn ci_rootless() -> bool {
+    std::env::var("TCPTUNE_CI_ROOTLESS").is_ok_and(|v| v == "true")
+}
+
 /// Whether this process runs as root.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -34,10 +45,20 @@ pub fn is_root() -> bool {
 /// Something a test needs from the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Need {
-    /// Root (network namespaces, sysctls, TUN devices).
+    /// Root (named network namespaces, host sysctls, TUN devices).
     Root,
-    /// `/dev/net/tun` (the emulator).
+    /// `/dev/net/tun` (the emulator's root mode).
     Tun,
+    /// Unprivileged user namespaces with network namespaces in them (the emulator's rootless
+    /// mode): `user.max_user_namespaces` above 0, no sysctl forbidding them, and a child can
+    /// make one.
+    UserNs,
+    /// The emulator in the mode this process gets (`tcptune_emu::mode`): root mode as root
+    /// with `/dev/net/tun`, rootless mode otherwise (user namespaces).
+    Emulator,
+    /// A [`Netns`] of the test's own: as root a named one, otherwise one in a user namespace
+    /// (what [`Need::UserNs`] checks).
+    Netns,
     /// A program on `PATH` (`iperf3`, `ss`, ...).
     Program(&'static str),
 }
@@ -49,10 +70,26 @@ impl Need {
             Need::Tun if !Path::new("/dev/net/tun").exists() => {
                 Some("/dev/net/tun is missing".into())
             }
+            Need::UserNs => tcptune_emu::mode::userns_available()
+                .err()
+                .map(|e| format!("user namespaces are not available: {e}")),
+            Need::Netns if !is_root() => Need::UserNs.missing(),
+            Need::Emulator => {
+                let (mode, _) = tcptune_emu::mode::detect(tcptune_emu::ModeChoice::from_env());
+                mode.err()
+                    .map(|e| format!("the emulator cannot run here: {e}"))
+            }
             Need::Program(p) if !on_path(p) => Some(format!("{p} is not installed")),
             _ => None,
         }
     }
+}
+
+/// The mode the emulator's topologies get in this process (root or rootless).
+pub fn emulator_mode() -> Option<tcptune_emu::Mode> {
+    tcptune_emu::mode::detect(tcptune_emu::ModeChoice::from_env())
+        .0
+        .ok()
 }
 
 fn on_path(program: &str) -> bool {
@@ -61,17 +98,23 @@ fn on_path(program: &str) -> bool {
 }
 
 /// Whether `test` can run here. When something in `needs` is missing it prints why and
-/// returns false, except under `CI=true`, where it panics: CI must run every test.
+/// returns false, except under `CI=true`, where it panics: CI must run every test (in the
+/// unprivileged CI step, [`ci_rootless`], a missing [`Need::Root`] skips: those tests ran as
+/// root).
 ///
 /// ```no_run
-/// if !tcptune_testkit::require("rtt_is_twice_the_delay", &[tcptune_testkit::Need::Root]) {
+/// if !tcptune_testkit::require("rtt_is_twice_the_delay", &[tcptune_testkit::Need::Emulator]) {
 ///     return;
 /// }
 /// ```
 pub fn require(test: &str, needs: &[Need]) -> bool {
     for need in needs {
         if let Some(why) = need.missing() {
-            assert!(!ci(), "{test}: CI=true but {why}: this test must run in CI");
+            let root_step_ran_it = *need == Need::Root && ci_rootless();
+            assert!(
+                !ci() || root_step_ran_it,
+                "{test}: CI=true but {why}: this test must run in CI"
+            );
             eprintln!("skipping {test}: {why}");
             return false;
         }
@@ -105,18 +148,31 @@ pub fn ip(args: &[&str]) {
     );
 }
 
-/// A named network namespace owned by the test, with `lo` up. Dropping it kills every
-/// process still inside and deletes it.
+/// A network namespace owned by the test, with `lo` up. Dropping it kills every process
+/// still inside and deletes it. As root it is named (`ip netns`); otherwise it is a rootless
+/// [`tcptune_emu::Namespace`] (no name: [`name`](Self::name) is a label, and
+/// [`run_in`](Self::run_in) is for root only).
 #[derive(Debug)]
 pub struct Netns {
     name: String,
+    rootless: Option<tcptune_emu::Namespace>,
 }
 
 impl Netns {
     /// Create `tt<tag><pid>-<n>` and bring its loopback up.
     pub fn new(tag: &str) -> Netns {
+        let name = unique_name(tag);
+        if !is_root() {
+            let ns = tcptune_emu::Namespace::new(&name)
+                .unwrap_or_else(|e| panic!("rootless namespace {name}: {e}"));
+            return Netns {
+                name,
+                rootless: Some(ns),
+            };
+        }
         let ns = Netns {
-            name: unique_name(tag),
+            name,
+            rootless: None,
         };
         ip(&["netns", "add", &ns.name]);
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
@@ -126,6 +182,21 @@ impl Netns {
     /// Two namespaces joined by a veth pair, `a` at `10.231.0.1/30` and `b` at
     /// `10.231.0.2/30` (addresses that exist only inside them).
     pub fn veth_pair(tag: &str) -> (Netns, Netns) {
+        if !is_root() {
+            let name = unique_name(tag);
+            let (a, b) = tcptune_emu::Namespace::pair(
+                &name,
+                [10, 231, 0, 1].into(),
+                [10, 231, 0, 2].into(),
+                30,
+            )
+            .unwrap_or_else(|e| panic!("rootless namespaces {name}: {e}"));
+            let wrap = |ns: tcptune_emu::Namespace| Netns {
+                name: ns.label().to_string(),
+                rootless: Some(ns),
+            };
+            return (wrap(a), wrap(b));
+        }
         let a = Netns::new(&format!("{tag}a"));
         let b = Netns::new(&format!("{tag}b"));
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -141,13 +212,22 @@ impl Netns {
         (a, b)
     }
 
-    /// The namespace's name.
+    /// The namespace's name (a label in rootless mode).
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// A command that runs `program` inside the namespace (`ip netns exec`).
+    /// Whether it is a rootless namespace (the test runs without root).
+    pub fn is_rootless(&self) -> bool {
+        self.rootless.is_some()
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec` as root; rootless,
+    /// joining its user namespace, where the program is root).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        if let Some(ns) = &self.rootless {
+            return ns.command(program);
+        }
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]).arg(program);
         c
@@ -174,8 +254,37 @@ impl Netns {
         assert!(st.success(), "sysctl -w {key}={value} in {}", self.name);
     }
 
-    /// Run `f` on a thread that has entered the namespace (its sockets live there).
+    /// A socket created inside the namespace (both modes; `SOCK_CLOEXEC` is added).
+    pub fn socket(
+        &self,
+        domain: libc::c_int,
+        ty: libc::c_int,
+        protocol: libc::c_int,
+    ) -> std::os::fd::OwnedFd {
+        if let Some(ns) = &self.rootless {
+            return ns
+                .socket(domain, ty, protocol)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        self.run_in(move || {
+            use std::os::fd::FromRawFd;
+            // SAFETY: plain socket(2), owned at once.
+            let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) };
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            // SAFETY: a fresh descriptor.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        })
+    }
+
+    /// Run `f` on a thread that has entered the namespace (its sockets live there). Root
+    /// only: a process without root cannot enter a namespace of a user namespace it made
+    /// (use [`socket`](Self::socket) or [`command`](Self::command)).
     pub fn run_in<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        assert!(
+            self.rootless.is_none(),
+            "Netns::run_in needs root; {} is rootless",
+            self.name
+        );
         let path = format!("/run/netns/{}", self.name);
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path)
@@ -192,6 +301,9 @@ impl Netns {
 
     /// The processes inside the namespace now.
     pub fn pids(&self) -> Vec<i32> {
+        if let Some(ns) = &self.rootless {
+            return ns.processes();
+        }
         Command::new("ip")
             .args(["netns", "pids", &self.name])
             .stderr(Stdio::null())
@@ -212,10 +324,12 @@ impl Drop for Netns {
         if let Err(e) = process::terminate(&what, Duration::from_secs(2), || self.pids()) {
             eprintln!("testkit: {e}");
         }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stderr(Stdio::null())
-            .status();
+        if self.rootless.is_none() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -282,18 +396,65 @@ mod tests {
 
     #[test]
     fn a_namespace_and_what_runs_in_it_are_gone_after_drop() {
-        if !require("namespace_cleanup", &[Need::Root]) {
+        let need = if is_root() { Need::Root } else { Need::UserNs };
+        if !require("namespace_cleanup", &[need]) {
             return;
         }
         let ns = Netns::new("kit");
         let name = ns.name().to_string();
-        let _sleeper = ChildGuard::spawn(ns.command("sleep").arg("30"));
+        let sleeper = ChildGuard::spawn(ns.command("sleep").arg("30"));
+        let pid = sleeper.id();
         assert!(wait_for(Duration::from_secs(5), || !ns.pids().is_empty()));
+        assert!(ns.pids().contains(&(pid as i32)), "{:?}", ns.pids());
         drop(ns);
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists() || {
+                // A zombie until its guard reaps it.
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z"))
+            }
+        );
         let list = Command::new("ip")
             .args(["netns", "list"])
             .output()
             .expect("ip");
         assert!(!String::from_utf8_lossy(&list.stdout).contains(&name));
+    }
+
+    #[test]
+    fn a_rootless_pair_reaches_each_other_and_keeps_its_sysctls() {
+        if !require("a_rootless_pair_reaches_each_other", &[Need::UserNs]) {
+            return;
+        }
+        let (a, b) = tcptune_emu::Namespace::pair(
+            &unique_name("kitp"),
+            [10, 231, 0, 1].into(),
+            [10, 231, 0, 2].into(),
+            30,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let st = a
+            .command("ping")
+            .args(["-c", "1", "-W", "2", "10.231.0.2"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("ping");
+        assert!(st.success());
+        assert!(b.write_sysctl("net.ipv4.tcp_sack", "0").is_ok());
+        assert_eq!(
+            b.read_sysctl("net.ipv4.tcp_sack").ok().as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            a.read_sysctl("net.ipv4.tcp_sack").ok().as_deref(),
+            Some("1")
+        );
+        let id = whoami_inside(&a);
+        assert_eq!(id, "0", "the test's user is root inside");
+    }
+
+    fn whoami_inside(ns: &tcptune_emu::Namespace) -> String {
+        let out = ns.command("id").arg("-u").output().expect("id");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }

@@ -35,6 +35,9 @@ pub(crate) struct Assembly<'a> {
     pub(crate) intervals: Vec<Interval>,
     pub(crate) host_cpu: CpuTimes,
     pub(crate) host_wall: Duration,
+    /// Whether the server asked for the shared secret (unknown without its answer).
+    pub(crate) server_requires_secret: Option<bool>,
+    pub(crate) resume: Option<crate::report::ResumeReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -279,6 +282,8 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         error: verdict.as_ref().err().map(|v| match v {
             Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
         }),
+        adjustments: Vec::new(),
+        diagnosis: None,
     };
     let connected = a
         .local
@@ -303,7 +308,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         ))
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs());
-    let report = Report {
+    let mut report = Report {
         schema_version: SCHEMA_VERSION,
         start: Start {
             connected,
@@ -355,6 +360,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                     a.params.messages
                 },
                 message_size: a.params.message_size,
+                duration_s: a.params.duration_ms.map(|d| d as f64 / 1000.0),
                 max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
                 path_hint: a.hint.clone(),
                 sender_limits: a.sender_limits,
@@ -362,6 +368,8 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 congestion: a.congestion,
                 probe_seconds: a.probe_seconds,
                 measurement: a.measurement,
+                server_requires_secret: a.server_requires_secret,
+                resume: a.resume.clone(),
             },
         },
         intervals: a.intervals,
@@ -379,6 +387,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             Verdict::Failed(e) => format!("transfer failed: {e}"),
         }),
     };
+    crate::diagnose::annotate(&mut report);
     (report, verdict)
 }
 
@@ -458,6 +467,7 @@ mod tests {
             congestion: None,
             seed: 1,
             corrupt_message: None,
+            files: None,
         }
     }
 
@@ -488,6 +498,8 @@ mod tests {
             intervals: Vec::new(),
             host_cpu: CpuTimes::default(),
             host_wall: Duration::from_secs(2),
+            server_requires_secret: None,
+            resume: None,
             capped,
             interrupted: false,
             streams_reason: None,

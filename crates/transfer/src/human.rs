@@ -3,32 +3,19 @@
 
 use crate::report::{Interval, Report};
 use std::fmt::Write;
-use tcptune_core::{format_duration, Bytes};
+use tcptune_core::{format_duration, human_bps, human_duration, Bytes, TuneMode};
 
 fn rate(bps: f64) -> String {
-    if bps >= 1e9 {
-        format!("{:.2} Gbit/s", bps / 1e9)
-    } else if bps >= 1e6 {
-        format!("{:.1} Mbit/s", bps / 1e6)
-    } else {
-        format!("{:.1} kbit/s", bps / 1e3)
-    }
+    human_bps(bps)
 }
 
 fn bytes(b: u64) -> String {
-    let v = b as f64;
-    if b >= Bytes::GIB {
-        format!("{:.2} GiB", v / Bytes::GIB as f64)
-    } else if b >= Bytes::MIB {
-        format!("{:.1} MiB", v / Bytes::MIB as f64)
-    } else {
-        format!("{:.1} KiB", v / Bytes::KIB as f64)
-    }
+    Bytes(b).human()
 }
 
 fn us(v: Option<u32>) -> String {
     v.map_or("-".into(), |v| {
-        format_duration(std::time::Duration::from_micros(u64::from(v)))
+        human_duration(std::time::Duration::from_micros(u64::from(v)))
     })
 }
 
@@ -52,7 +39,7 @@ pub fn interval_lines(iv: &Interval) -> Vec<String> {
     let mut out = Vec::new();
     for s in &iv.streams {
         out.push(format!(
-            "[{:>3}] {:6.2}-{:<6.2} sec  {:>10}  {:>14}  {:>4}",
+            "[{:>3}] {:6.2}-{:<6.2} s    {:>10}  {:>14}  {:>4}",
             s.socket,
             s.start,
             s.end,
@@ -68,7 +55,7 @@ pub fn interval_lines(iv: &Interval) -> Vec<String> {
     if iv.streams.len() > 1 {
         let s = &iv.sum;
         out.push(format!(
-            "[SUM] {:6.2}-{:<6.2} sec  {:>10}  {:>14}  {:>4}",
+            "[SUM] {:6.2}-{:<6.2} s    {:>10}  {:>14}  {:>4}",
             s.start,
             s.end,
             bytes(s.bytes),
@@ -98,9 +85,14 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
             r.start.connecting_to.port,
             r.start.cookie,
             r.start.test_start.num_streams,
-            t.tune,
+            t.tune
+                .parse::<TuneMode>()
+                .map_or(t.tune.clone(), |m| m.describe()),
             if t.workload == "duration" {
-                format!("{} s", r.start.test_start.duration)
+                t.duration_s.map_or_else(
+                    || format!("{}s", r.start.test_start.duration),
+                    |s| format_duration(std::time::Duration::from_secs_f64(s.max(0.0))),
+                )
             } else {
                 format!("{} x {}", t.messages, Bytes(t.message_size))
             }
@@ -109,14 +101,15 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
     let _ = writeln!(
         o,
         "Path: RTT {} (control connection){}{}; congestion control {}",
-        t.path_hint.rtt.map_or("unknown".into(), format_duration),
+        t.path_hint.rtt.map_or("unknown".into(), human_duration),
         t.path_hint.rate.map_or(String::new(), |x| format!(
-            ", rate {}{x}",
+            ", rate {}{}",
             if t.path_hint.rate_is_lower_bound {
                 "at least "
             } else {
                 ""
-            }
+            },
+            x.human()
         )),
         rate_source(t),
         t.congestion
@@ -134,6 +127,21 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
                 o,
                 "Measured in band: {rate} (the pipe was full after {:.2} s, {} rounds); both ends then sized their buffers for it",
                 ib.after_seconds, ib.rounds
+            ),
+        };
+    }
+    if let Some(r) = &t.resume {
+        let _ = match (r.used, r.initcwnd_segs, r.pacing_bps) {
+            (true, Some(w), Some(p)) => writeln!(
+                o,
+                "Careful resume: the streams started with a {w}-segment window, paced at {} each for their first round trips (route {}, removed once they connected)",
+                tcptune_core::Rate(p).human(),
+                r.route.as_deref().unwrap_or("?")
+            ),
+            _ => writeln!(
+                o,
+                "Careful resume not used: {}",
+                r.why_not.as_deref().unwrap_or("unknown")
             ),
         };
     }
@@ -273,6 +281,24 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
             let _ = writeln!(o, "Warning: {w}");
         }
     }
+    for a in &tt.adjustments {
+        let _ = writeln!(
+            o,
+            "Adjusted: {}{}{}",
+            a.note,
+            if a.streams > 1 {
+                format!(" ({} streams)", a.streams)
+            } else {
+                String::new()
+            },
+            a.fix
+                .as_ref()
+                .map_or(String::new(), |f| format!(". Fix: {f}"))
+        );
+    }
+    if let Some(d) = &tt.diagnosis {
+        let _ = writeln!(o, "Limited by: {}", d.summary);
+    }
     if tt.streams_used != tt.streams_requested {
         let _ = writeln!(
             o,
@@ -286,6 +312,18 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
     }
     let verdict = if let Some(err) = &r.error {
         format!("FAILED: {err}")
+    } else if tt.interrupted {
+        format!(
+            "INTERRUPTED: {} moved in {:.2} s ({} of {} messages verified); the figures are from the bytes that moved",
+            bytes(e.sum_received.bytes),
+            e.sum_received.seconds,
+            tt.messages_received,
+            if t.workload == "duration" {
+                "the".to_string()
+            } else {
+                t.messages.to_string()
+            }
+        )
     } else if tt.capped {
         format!(
             "capped by --max-time: {} of {} messages moved; throughput is from the bytes that moved",

@@ -17,10 +17,13 @@
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
+pub mod advice;
 mod assemble;
 pub mod auth;
 pub mod client;
+pub mod diagnose;
 mod engine;
+pub mod files;
 pub mod human;
 pub mod pathdb;
 mod pattern;
@@ -28,6 +31,7 @@ mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
+mod report_serde;
 pub mod server;
 pub mod session;
 

@@ -23,8 +23,11 @@ use serde::{Deserialize, Serialize};
 pub use tcptune_core::SampleRecord;
 use tcptune_core::{Action, HostLimits, PathHint, StreamStats};
 
-/// Version of this schema.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of this schema. 2: units in the names of tcptune's own fields (`rtt_us`,
+/// `rate_bps`, `*_bytes`, `*_s`), `null` for unknown values instead of absent keys or 0,
+/// `end.tcptune.adjustments` and `.diagnosis`, `start.tcptune.duration_s`. Version 1 records
+/// still read back.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A whole report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -149,7 +152,8 @@ pub struct TestStart {
     pub blksize: u64,
     /// Always 0 (tcptune does not omit intervals).
     pub omit: u32,
-    /// Duration in seconds for the duration workload (`-t`), else 0.
+    /// Duration in whole seconds (rounded up) for the duration workload (`-t`), else 0, as
+    /// iperf3 writes it; the exact value is `start.tcptune.duration_s`.
     pub duration: u64,
     /// Total bytes for the message workload, else 0.
     pub bytes: u64,
@@ -180,6 +184,17 @@ pub struct FailureReport {
     pub end: Empty,
     /// What went wrong.
     pub error: String,
+    /// tcptune's additions.
+    pub tcptune: FailureTcptune,
+}
+
+/// `tcptune` of a [`FailureReport`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FailureTcptune {
+    /// The exit status of `tcptune send` (see `tcptune --help`).
+    pub exit_code: u8,
+    /// Ctrl-C (or SIGTERM) ended the run before the transfer began.
+    pub interrupted: bool,
 }
 
 /// `start` of a [`FailureReport`].
@@ -210,7 +225,20 @@ impl FailureReport {
             intervals: Vec::new(),
             end: Empty {},
             error,
+            tcptune: FailureTcptune {
+                exit_code: 1,
+                interrupted: false,
+            },
         }
+    }
+
+    /// The same with the exit status the command ends with, and whether it was interrupted.
+    pub fn with_exit(mut self, exit_code: u8, interrupted: bool) -> FailureReport {
+        self.tcptune = FailureTcptune {
+            exit_code,
+            interrupted,
+        };
+        self
     }
 }
 
@@ -224,14 +252,23 @@ pub struct StartTcptune {
     /// Messages to move (message workload).
     pub messages: u64,
     /// Bytes per message.
+    #[serde(rename = "message_size_bytes", alias = "message_size")]
     pub message_size: u64,
+    /// The duration workload's length (`-t`), seconds; `null` for the message workload.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
     /// Time cap in seconds, if any (`--max-time`).
     pub max_time_s: Option<f64>,
-    /// What was measured about the path before the transfer (control-connection RTT, probe).
+    /// What was measured about the path before the transfer (control-connection RTT, probe):
+    /// `{"rtt_us", "rate_bps", "rate_is_lower_bound"}`.
+    #[serde(with = "crate::report_serde::path_hint")]
     pub path_hint: PathHint,
-    /// Buffer limits of the sending host.
+    /// Buffer limits of the sending host (`rmem_max_bytes`, `wmem_max_bytes`,
+    /// `tcp_rmem_bytes`, `tcp_wmem_bytes`, `moderate_rcvbuf`, `can_force`).
+    #[serde(with = "crate::report_serde::limits")]
     pub sender_limits: HostLimits,
     /// Buffer limits of the receiving host.
+    #[serde(with = "crate::report_serde::limits")]
     pub receiver_limits: HostLimits,
     /// Congestion control in use.
     pub congestion: String,
@@ -239,11 +276,35 @@ pub struct StartTcptune {
     /// the probe streams, sending, stopping), seconds; `None` when none ran (no rate
     /// needed, or a fresh path-database entry was used). Its result is `path_hint.rate`. Not
     /// part of `end.sum_received.seconds`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "probe_s", alias = "probe_seconds")]
     pub probe_seconds: Option<f64>,
     /// Where `path_hint.rate` came from and what measuring it cost.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub measurement: Option<MeasurementReport>,
+    /// Whether the server requires the shared secret (`serve --secret-file`); `null` when
+    /// unknown.
+    #[serde(default)]
+    pub server_requires_secret: Option<bool>,
+    /// Careful resume on a known path (`null`: the rate was not a fresh full-pipe entry of
+    /// the path database, so there was nothing to resume).
+    #[serde(default)]
+    pub resume: Option<ResumeReport>,
+}
+
+/// Careful resume: a known path started at its known rate (see
+/// `tcptune_core::tuners::auto::ResumePacer`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumeReport {
+    /// Whether the transfer started at the saved rate.
+    pub used: bool,
+    /// The initial window new connections to the peer got, segments.
+    pub initcwnd_segs: Option<u64>,
+    /// Each stream's pacing cap for its first round trips, bit/s.
+    pub pacing_bps: Option<u64>,
+    /// The route installed for the transfer (and removed at its end).
+    pub route: Option<String>,
+    /// Why it was not used.
+    pub why_not: Option<String>,
 }
 
 /// How the path's rate was obtained before the transfer.
@@ -256,18 +317,19 @@ pub struct MeasurementReport {
     pub source: String,
     /// Wall time spent measuring before the transfer (database lookup and probe phase),
     /// seconds: the cost a user pays on top of `end.sum_received.seconds`.
+    #[serde(rename = "duration_s", alias = "seconds")]
     pub seconds: f64,
     /// The rate is only a lower bound (`path_hint.rate_is_lower_bound`).
     pub lower_bound: bool,
     /// The probe, when one ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub probe: Option<ProbeReport>,
     /// The path database, when one is in use.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub path_db: Option<PathDbReport>,
     /// What the transfer measured of the path while it ran (`source` `"in_band"`, or a
     /// correction of the database's rate), when it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub in_band: Option<InBandReport>,
 }
 
@@ -278,11 +340,12 @@ pub struct InBandReport {
     pub rate_bps: u64,
     /// When the pipe was found full, seconds after the transfer's start; both ends then
     /// settled their buffers to it.
+    #[serde(rename = "after_s", alias = "after_seconds")]
     pub after_seconds: f64,
     /// Rounds of one RTT the estimator counted.
     pub rounds: u32,
     /// The path database's rate that this corrects (the transfer delivered much less), bit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub corrects_bps: Option<u64>,
 }
 
@@ -292,15 +355,17 @@ pub struct ProbeReport {
     /// Parallel probe streams.
     pub streams: u32,
     /// Length of a measurement round, seconds.
+    #[serde(rename = "round_s", alias = "round_seconds")]
     pub round_seconds: f64,
     /// Complete rounds.
     pub rounds: u32,
     /// Seconds from the first sample to the stop (sending time).
+    #[serde(rename = "sending_s", alias = "sending_seconds")]
     pub sending_seconds: f64,
     /// The delivery rate stopped growing (else the hard bound stopped it).
     pub full_pipe: bool,
     /// The largest round rate, bit/s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub rate_bps: Option<u64>,
 }
 
@@ -312,19 +377,19 @@ pub struct PathDbReport {
     /// A fresh entry was used instead of probing.
     pub used: bool,
     /// Age of the entry found (used or not), seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub entry_age_s: Option<f64>,
     /// Measurements merged into the entry found.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub entry_samples: Option<u32>,
     /// The entry found was a full-pipe measurement (else a lower bound).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub entry_full_pipe: Option<bool>,
     /// What was written back (`"probe"`, `"transfer"`), in order.
     #[serde(default)]
     pub recorded: Vec<String>,
     /// Problems with the file (corrupt, unwritable), reported and otherwise ignored.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub warnings: Vec<String>,
 }
 
@@ -337,8 +402,10 @@ pub struct Interval {
     pub sum: IntervalSum,
 }
 
-/// iperf3's `intervals[].streams[]`.
+/// iperf3's `intervals[].streams[]`. `retransmits` and `snd_cwnd` are only known at the
+/// sender: they are 0 here and `null` in JSON when `sender` is false (reverse mode).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "IntervalStreamJson")]
 pub struct IntervalStream {
     /// Stream number (1-based).
     pub socket: u32,
@@ -353,8 +420,10 @@ pub struct IntervalStream {
     /// Throughput in the interval.
     pub bits_per_second: f64,
     /// Retransmitted segments in the interval (sender side).
+    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
     pub retransmits: u64,
-    /// Congestion window at the end of the interval, bytes.
+    /// Congestion window at the end of the interval, bytes (sender side).
+    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
     pub snd_cwnd: u64,
     /// Smoothed RTT at the end of the interval, microseconds.
     pub rtt: u64,
@@ -368,8 +437,47 @@ pub struct IntervalStream {
     pub sender: bool,
 }
 
-/// iperf3's `intervals[].sum`.
+/// The JSON of an [`IntervalStream`]: what the receiver cannot know is `null`.
+#[derive(Serialize)]
+struct IntervalStreamJson {
+    socket: u32,
+    start: f64,
+    end: f64,
+    seconds: f64,
+    bytes: u64,
+    bits_per_second: f64,
+    retransmits: Option<u64>,
+    snd_cwnd: Option<u64>,
+    rtt: u64,
+    rttvar: u64,
+    pmtu: u64,
+    omitted: bool,
+    sender: bool,
+}
+
+impl From<IntervalStream> for IntervalStreamJson {
+    fn from(s: IntervalStream) -> Self {
+        IntervalStreamJson {
+            socket: s.socket,
+            start: s.start,
+            end: s.end,
+            seconds: s.seconds,
+            bytes: s.bytes,
+            bits_per_second: s.bits_per_second,
+            retransmits: s.sender.then_some(s.retransmits),
+            snd_cwnd: s.sender.then_some(s.snd_cwnd),
+            rtt: s.rtt,
+            rttvar: s.rttvar,
+            pmtu: s.pmtu,
+            omitted: s.omitted,
+            sender: s.sender,
+        }
+    }
+}
+
+/// iperf3's `intervals[].sum` (`retransmits` is `null` when measured at the receiver).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "IntervalSumJson")]
 pub struct IntervalSum {
     /// Seconds since the transfer started.
     pub start: f64,
@@ -382,11 +490,40 @@ pub struct IntervalSum {
     /// Throughput in the interval over all streams.
     pub bits_per_second: f64,
     /// Retransmitted segments in the interval.
+    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
     pub retransmits: u64,
     /// Always false.
     pub omitted: bool,
     /// Whether these numbers were measured at the sender.
     pub sender: bool,
+}
+
+/// The JSON of an [`IntervalSum`].
+#[derive(Serialize)]
+struct IntervalSumJson {
+    start: f64,
+    end: f64,
+    seconds: f64,
+    bytes: u64,
+    bits_per_second: f64,
+    retransmits: Option<u64>,
+    omitted: bool,
+    sender: bool,
+}
+
+impl From<IntervalSum> for IntervalSumJson {
+    fn from(s: IntervalSum) -> Self {
+        IntervalSumJson {
+            start: s.start,
+            end: s.end,
+            seconds: s.seconds,
+            bytes: s.bytes,
+            bits_per_second: s.bits_per_second,
+            retransmits: s.sender.then_some(s.retransmits),
+            omitted: s.omitted,
+            sender: s.sender,
+        }
+    }
 }
 
 /// iperf3's `end` object, plus `tcptune`.
@@ -511,7 +648,7 @@ pub struct EndTcptune {
     /// Streams actually used (more when a tuner asked for more).
     pub streams_used: u32,
     /// Why streams were added, if they were (the tuner's sentence).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub streams_reason: Option<String>,
     /// Sum over streams of each stream's peak `sk_sndbuf` at the sender (kernel-held bytes).
     pub peak_sndbuf_bytes: u64,
@@ -536,11 +673,11 @@ pub struct EndTcptune {
     pub messages_received: u64,
     /// Seconds the main phase spent opening its streams before the first byte could be
     /// sent (not part of `sum_received.seconds`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "setup_s", alias = "setup_seconds")]
     pub setup_seconds: Option<f64>,
     /// Wall time of the whole session at the client, from connecting to the server to the
     /// end of the transfer (measurement and setup included): what the user waited, seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "session_s", alias = "session_seconds")]
     pub session_seconds: Option<f64>,
     /// Round trips of the path (the control connection's RTT) from the command's start to
     /// the first data byte leaving the sender: the TCP handshakes and requests the user
@@ -548,22 +685,29 @@ pub struct EndTcptune {
     /// challenge: the control connection's handshake, then the data connections'). The
     /// client times the first write when it sends; when it receives, the first byte's
     /// arrival less half a round trip.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub setup_round_trips: Option<f64>,
     /// Round trips from the last data byte's arrival at the receiver to the end of the
     /// command (the final exchange of results). When the client sends, the arrival is
     /// placed from the server's own first-to-last span after the client's first write plus
     /// half a round trip (the two clocks are never compared).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub finish_round_trips: Option<f64>,
     /// The transfer's own aggregate delivery rate over one-RTT rounds, bit/s: the median of
     /// the rounds where it stopped growing, else the largest round (what it tells the path
     /// database: a lower bound on the path's rate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub delivery_rate_max_bps: Option<u64>,
     /// Why the run failed (integrity or otherwise), if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
+    /// Every buffer request the kernel did not take as asked (capped by a system maximum,
+    /// doubled, raised), once per end and value, with the limit and the fix.
+    #[serde(default)]
+    pub adjustments: Vec<crate::diagnose::Adjustment>,
+    /// What limited the transfer, in a word and a sentence.
+    #[serde(default)]
+    pub diagnosis: Option<crate::diagnose::Diagnosis>,
 }
 
 /// What one stream did, seen from both ends.
@@ -608,19 +752,15 @@ pub struct SideDetail {
     /// The recorded snapshots (`--samples` only): at most
     /// [`tcptune_sys::driver::SERIES_CAPACITY`] per stream and end, decimated evenly over the
     /// stream's life when it ran longer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub samples: Vec<SampleRecord>,
     /// Snapshots taken but not kept in `samples` (decimation or the size of the result).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub samples_dropped: u64,
-    /// The changes (`--samples` only; at most [`tcptune_sys::driver::CHANGES_CAPACITY`];
-    /// without `--samples`, failed changes only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The changes (`--samples`: all, at most [`tcptune_sys::driver::CHANGES_CAPACITY`];
+    /// without, the first few that failed or that the kernel did not take as asked).
+    #[serde(default)]
     pub changes: Vec<ChangeRecord>,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
 }
 
 /// One change a tuner asked for, and what happened.
@@ -628,15 +768,22 @@ fn is_zero(v: &u64) -> bool {
 pub struct ChangeRecord {
     /// Seconds since the transfer started (negative: before the transfer, e.g. at connect).
     pub t_s: f64,
-    /// What the tuner asked for.
+    /// What the tuner asked for: `{"action": "set_snd_buf", "value_bytes": N}`, or
+    /// `{"action": "open_streams", "count": N, "reason": "..."}`.
+    #[serde(with = "crate::report_serde::action")]
     pub action: Action,
     /// The value the kernel holds afterwards (e.g. `SO_SNDBUF` read back), if applicable.
+    #[serde(rename = "effective_bytes", alias = "effective")]
     pub effective: Option<u64>,
+    /// For a pacing cap (`set_max_pacing_rate`): the cap the kernel holds afterwards, bit/s
+    /// (`null`: no cap, or another action).
+    #[serde(default)]
+    pub effective_bps: Option<u64>,
     /// The error, if applying it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub error: Option<String>,
     /// Why something else than asked was applied, if it was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub note: Option<String>,
 }
 

@@ -50,6 +50,7 @@ fn params() -> TestParams {
         congestion: None,
         seed: 7,
         corrupt_message: None,
+        files: None,
     }
 }
 

@@ -1,12 +1,13 @@
 //! `tcptune doctor [HOST[:PORT]]`: audit this host's TCP settings (and a path's RTT), say
 //! exactly what to change, and optionally write or apply it.
 
+use crate::args::{self, ms, secs};
 use crate::{exit, out};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tcptune_core::{parse_duration, Rate};
+use tcptune_core::Rate;
 use tcptune_doctor::path::{self, PathError, RttConfig};
 use tcptune_doctor::report::{render_text, DoctorReport, Mode, PathReport, ProbeResult};
 use tcptune_doctor::sizing::{Sizing, Target, TargetSource};
@@ -29,8 +30,8 @@ Examples:
   tcptune doctor --target 10gbit --rtt 80ms --apply   (changes the running system)
 
 Exit status: 0 nothing stands in the way of the target, 1 a finding of severity warning or
-worse stands, 2 usage error, 3 the path could not be measured (unreachable, refused,
-filtered, name not resolved).
+worse stands (or a setting could not be applied), 2 usage error, 3 the path could not be
+measured (unreachable, refused, filtered, name not resolved), 5 --apply without root.
 
 Without --target/--rtt the advice is sized for the fastest interface's speed (1 Gbit/s if
 unknown) at 100 ms: a long fat pipe. In path mode the RTT is the median handshake time.")]
@@ -41,12 +42,12 @@ pub(crate) struct Opts {
     #[arg(value_name = "HOST[:PORT]")]
     host: Option<String>,
 
-    /// The rate one transfer should reach, e.g. 1gbit, 500mbit, 10gbit (decimal units).
-    #[arg(long, value_name = "RATE")]
+    /// The rate one transfer should reach, e.g. 1gbit, 500mbit, 10Gbit/s (decimal bits).
+    #[arg(long, value_name = "RATE", value_parser = args::rate(Rate(1_000), Rate(10_000_000_000_000)))]
     target: Option<Rate>,
 
     /// The path's round-trip time, e.g. 25ms, 0.15s (measured instead when HOST is given).
-    #[arg(long, value_name = "RTT", value_parser = parse_duration, conflicts_with = "host")]
+    #[arg(long, value_name = "RTT", value_parser = args::duration(Duration::from_micros(1), secs(10)), conflicts_with = "host")]
     rtt: Option<Duration>,
 
     /// Handshakes to time in path mode.
@@ -54,7 +55,7 @@ pub(crate) struct Opts {
     samples: u32,
 
     /// How long one handshake may take before the port counts as filtered.
-    #[arg(long, default_value = "3s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "3s", value_parser = args::duration(ms(1), secs(60)), value_name = "DURATION")]
     timeout: Duration,
 
     /// Write the fixes for the target as a commented /etc/sysctl.d/ file (does not change the
@@ -65,10 +66,10 @@ pub(crate) struct Opts {
     /// Change the running system: apply the fixes of every warning or error (not the
     /// optional ones), printing the previous values so the change can be undone. Needs root;
     /// net.core.* settings are global to the host.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "write_sysctl")]
     apply: bool,
 
-    /// Print the facts and findings as JSON (schema_version 1).
+    /// Print the facts and findings as JSON (schema_version 2, docs/json.md).
     #[arg(long)]
     json: bool,
 
@@ -77,7 +78,7 @@ pub(crate) struct Opts {
     no_probe: bool,
 
     /// How long the bandwidth probe sends.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "2s", value_parser = args::duration(ms(100), secs(60)), value_name = "DURATION")]
     probe_time: Duration,
 
     /// Parallel streams of the bandwidth probe (several, so that this host's buffer limits
@@ -197,22 +198,11 @@ fn measure_path(opts: &Opts, spec: &str) -> anyhow::Result<PathReport> {
 
 /// Run `tcptune doctor`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    if opts.timeout.is_zero() {
-        return Err(exit::fail(
-            exit::USAGE,
-            anyhow::anyhow!("--timeout must be greater than zero"),
-        ));
-    }
-    if opts.probe_time.is_zero() || opts.probe_time > Duration::from_secs(60) {
-        return Err(exit::fail(
-            exit::USAGE,
-            anyhow::anyhow!("--probe-time must be between 0 and 60 s"),
-        ));
-    }
-    if opts.target.is_some_and(|r| r.bits_per_sec() == 0) {
-        return Err(exit::fail(
-            exit::USAGE,
-            anyhow::anyhow!("--target must be greater than zero"),
+    // SAFETY: geteuid has no preconditions.
+    if opts.apply && unsafe { libc::geteuid() } != 0 {
+        return Err(exit::msg(
+            exit::ENVIRONMENT,
+            "--apply changes the running system's sysctls and needs root: run it with sudo, or write the changes to a file with --write-sysctl FILE and apply that with sysctl -p FILE",
         ));
     }
     let source = FactSource::host();

@@ -1,12 +1,14 @@
 //! `tcptune lab`: the paper's comparison of tuning techniques on emulated long fat pipes, and
 //! `tcptune lab report DIR` to rebuild the report from saved results.
 
+use crate::args::{self, secs};
 use crate::exit;
 use crate::out;
 use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tcptune_core::{parse_duration, Rate};
+use std::time::Duration;
+use tcptune_core::Rate;
 use tcptune_emu::host::RestoreAction;
 use tcptune_lab::plan::{Plan, PlanError};
 use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
@@ -18,9 +20,11 @@ use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
 /// paper's workload (128 x 1 MiB messages over 1-8 parallel streams) under three host
 /// configurations (no tuning, kernel-only tuning with raised maxima, user+kernel tuning with
 /// setsockopt), and writes raw results (results.jsonl, results.csv, cells.csv),
-/// summary.json and report.html into a results folder. Needs root. The global
+/// summary.json and report.html into a results folder. As root, the global
 /// net.core.rmem_max/wmem_max are raised for the tuned configurations and restored at the end
-/// (also on error or Ctrl-C); meta.json records what was changed.
+/// (also on error or Ctrl-C); meta.json records what was changed. As anyone else it runs in
+/// the emulator's rootless mode (a user namespace), which cannot raise them: the cells that
+/// need them raised are marked "not run" (in results.jsonl, summary.json and the report).
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, after_long_help = AFTER_HELP)]
 pub(crate) struct Opts {
@@ -41,21 +45,21 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
-    /// Bottleneck rate of every path (decimal units: 500mbit, 1gbit).
-    #[arg(long, value_name = "RATE")]
-    rate: Option<String>,
+    /// Bottleneck rate of every path (decimal bits: 500mbit, 1Gbit/s).
+    #[arg(long, value_name = "RATE", value_parser = args::rate(Rate::mbit(1), Rate::gbit(400)))]
+    rate: Option<Rate>,
 
     /// MTU of the emulated paths.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65535))]
     mtu: Option<u32>,
 
     /// Runs per cell (median and min-max are reported).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
 
     /// Time cap of each run (e.g. 20s); a capped run's throughput comes from the bytes moved.
-    #[arg(long, value_name = "DURATION")]
-    max_time: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = args::duration(secs(1), secs(24 * 3600)))]
+    max_time: Option<Duration>,
 
     /// Seed of the emulator.
     #[arg(long, value_name = "N")]
@@ -121,11 +125,15 @@ A plan file (--plan FILE, TOML; every key optional, missing keys take the full m
   max = \"64m\"
 Other keys: mtu, queue_bdp, messages, message_size, seed, raised_max.
 
+Modes: as root the paths are named namespaces with TUN devices and the global maxima are
+raised; as anyone else (rootless, a user namespace of the lab's own) they cannot be, and the
+cells that need them are marked not run. The lab says which on stderr ('mode ...').
+
 Examples:
-  sudo tcptune lab --quick
-  sudo tcptune lab --rate 500mbit --out lab-results/500m
-  sudo tcptune lab --plan my-sweep.toml
-  sudo tcptune lab --cleanup            # after a lab was killed with kill -9
+  tcptune lab --quick
+  tcptune lab --rate 500mbit --out lab-results/500m
+  tcptune lab --plan my-sweep.toml
+  tcptune lab --cleanup                 # after a lab was killed with kill -9
   tcptune lab report lab-results/20261122-101500";
 
 #[derive(clap::Subcommand, Debug)]
@@ -155,10 +163,8 @@ fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
     } else {
         Plan::full()
     };
-    if let Some(r) = &o.rate {
-        plan.rate = r
-            .parse::<Rate>()
-            .map_err(|e| usage(anyhow::anyhow!("--rate {r}: {e}")))?;
+    if let Some(r) = o.rate {
+        plan.rate = r;
     }
     if let Some(m) = o.mtu {
         plan.mtu = m;
@@ -169,8 +175,7 @@ fn build_plan(o: &Opts) -> anyhow::Result<Plan> {
     if let Some(s) = o.seed {
         plan.seed = s;
     }
-    if let Some(t) = &o.max_time {
-        let d = parse_duration(t).map_err(|e| usage(anyhow::anyhow!("--max-time {t}: {e}")))?;
+    if let Some(d) = o.max_time {
         plan.max_time_ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     }
     plan.validate().map_err(|e: PlanError| usage(e))?;

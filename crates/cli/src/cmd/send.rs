@@ -1,16 +1,19 @@
 //! `tcptune send`: run a transfer against a `tcptune serve` server and report it.
 
+use crate::args::{self, ms, secs};
 use crate::exit;
 use crate::out;
+use crate::signals;
 use std::io::{IsTerminal, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tcptune_core::{parse_duration, Bytes, TuneMode};
+use tcptune_core::{human_bps, Bytes, TuneMode};
 use tcptune_transfer::auth::Secret;
-use tcptune_transfer::client::{self, ClientConfig, ClientError, Progress};
+use tcptune_transfer::client::{self, Cancel, ClientConfig, ClientError, Progress};
 use tcptune_transfer::human;
+use tcptune_transfer::report::{FailureReport, Report};
 
 /// Options of `tcptune send`.
 ///
@@ -25,46 +28,69 @@ Examples:
   tcptune send 10.0.0.2 -P 4 --tune fixed:4m  # 4 streams with 4 MiB buffers
   tcptune send 10.0.0.2 -t 10 -R --json       # 10 s from the server to us, JSON report
 
+As in iperf3, -t, -i, --max-time and --connect-timeout take a bare number as seconds (-t 10);
+a unit is accepted too (-t 500ms). Ctrl-C ends the transfer at both ends and prints what moved
+until then (with --json a complete report with \"interrupted\": true), exit status 130.
+
 Exit status: 0 success, 1 failure, 2 usage, 3 connection (refused, unreachable, rejected),
-4 integrity (a byte mismatch or a short transfer).")]
+4 integrity (a byte mismatch or a short transfer), 130 interrupted (Ctrl-C, SIGTERM).")]
 pub(crate) struct Opts {
     /// Server: HOST, HOST:PORT or [IPV6]:PORT.
     #[arg(value_name = "HOST[:PORT]")]
     server: String,
-    /// Server port when HOST has none.
-    #[arg(short = 'p', long, default_value_t = tcptune_transfer::server::DEFAULT_PORT)]
-    port: u16,
-    /// Parallel streams to start with (a tuner may add more).
+    /// Server port when HOST has none [default: 5310].
+    #[arg(short = 'p', long, value_parser = clap::value_parser!(u16).range(1..))]
+    port: Option<u16>,
+    /// Parallel streams to start with (a tuner may add more, up to --max-streams).
     #[arg(
         short = 'P',
         long = "parallel",
         value_name = "STREAMS",
-        default_value_t = 1
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=4096)
     )]
     streams: u32,
     /// Messages to move (the message workload).
-    #[arg(short = 'n', long, value_name = "MESSAGES", default_value_t = 128)]
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "MESSAGES",
+        default_value_t = 128,
+        value_parser = clap::value_parser!(u64).range(1..),
+        conflicts_with = "duration"
+    )]
     messages: u64,
-    /// Bytes per message (binary suffixes: 64k, 1m).
+    /// Bytes per message: 64k, 1m, 4MiB (binary), 1MB (decimal), 1000 (bytes).
     #[arg(
         short = 'l',
         long = "length",
         value_name = "SIZE",
-        default_value = "1m"
+        default_value = "1MiB",
+        value_parser = args::size(Bytes(1), Bytes::mib(1024))
     )]
     message_size: Bytes,
     /// Send for this long instead of a message count (seconds, or with a unit: 500ms).
-    #[arg(short = 't', long = "time", value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(
+        short = 't',
+        long = "time",
+        value_name = "DURATION",
+        value_parser = args::seconds(ms(1), secs(7 * 86_400))
+    )]
     duration: Option<Duration>,
     /// Cap the message workload: stop when it is hit and report throughput from the bytes
     /// that moved (`end.tcptune.capped` is then true).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = args::seconds(ms(1), secs(7 * 86_400)),
+        conflicts_with = "duration"
+    )]
     max_time: Option<Duration>,
     /// The server sends and this end receives.
     #[arg(short = 'R', long)]
     reverse: bool,
-    /// Tuning technique for both ends: none, fixed:SIZE, kernel, manual[:RATE], psc, drs,
-    /// probe, auto.
+    /// Tuning technique for both ends: none (64 KiB buffers), fixed:SIZE, kernel,
+    /// manual[:RATE], psc, drs, probe, auto.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     tune: TuneMode,
     /// Print the report as JSON (iperf3's start/intervals/end shape plus tcptune fields).
@@ -73,10 +99,17 @@ pub(crate) struct Opts {
     /// Keep every tuner sample and change per stream in the report (large).
     #[arg(long)]
     samples: bool,
-    /// Seconds between interval reports (0: none).
-    #[arg(short = 'i', long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds_or_zero)]
+    /// Time between interval reports (seconds, or with a unit; 0: none).
+    #[arg(
+        short = 'i',
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        value_parser = args::seconds(Duration::ZERO, secs(3600))
+    )]
     interval: Duration,
-    /// Congestion control for the data connections of both ends (cubic, bbr, reno).
+    /// Congestion control for the data connections of both ends (cubic, bbr, reno; see
+    /// /proc/sys/net/ipv4/tcp_available_congestion_control).
     #[arg(short = 'C', long, value_name = "NAME")]
     congestion: Option<String>,
     /// Local address to send from.
@@ -85,14 +118,20 @@ pub(crate) struct Opts {
     /// File holding the shared secret of a server started with --secret-file.
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
-    /// Give up connecting after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
+    /// Give up connecting after this long (seconds, or with a unit).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = args::seconds(ms(1), secs(3600))
+    )]
     connect_timeout: Duration,
-    /// Most streams to open when a tuner asks for more.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    /// Most streams to open when a tuner asks for more (the server's --max-streams also
+    /// applies).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_streams: u32,
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE on this end when privileged (ignores
-    /// net.core.wmem_max/rmem_max).
+    /// net.core.wmem_max/rmem_max); the server forces only if started with --force-buffers.
     #[arg(long)]
     force_buffers: bool,
     /// No live progress line on stderr.
@@ -107,37 +146,101 @@ pub(crate) struct Opts {
     /// Neither read nor write the path database (every run measures the path afresh).
     #[arg(long)]
     no_path_db: bool,
-    /// Never run the pre-transfer bandwidth probe: use a path-database entry of any kind, or
-    /// go without a rate (auto then opens streams as the transfer itself shows they help).
+    /// Never measure the path's rate (neither auto's in-band measurement nor probe's
+    /// pre-transfer probe): use a path-database entry of any kind, or go without a rate
+    /// (auto then opens streams as the transfer itself shows they help).
     #[arg(long)]
     no_probe: bool,
+    /// On a path the database knows, do not start at its saved rate. By default auto gives
+    /// the data connections a large initial window (a route to the server with initcwnd,
+    /// removed once they are connected; needs CAP_NET_ADMIN) and paces them at the saved
+    /// rate for their first round trips, retreating on the first loss or a longer RTT.
+    #[arg(long)]
+    no_resume_rate: bool,
     /// Testing aid: flip one byte of this message to check that the run fails (status 4).
     #[arg(long, value_name = "MESSAGE", hide = true)]
     inject_corruption: Option<u64>,
 }
 
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let d = parse_seconds_or_zero(s)?;
-    if d.is_zero() {
-        return Err("must be greater than zero".into());
+/// `HOST[:PORT]` split: the host as given (brackets kept) and the port, if any.
+pub(crate) fn split_port(spec: &str) -> (String, Option<u16>) {
+    let s = spec.trim();
+    if let Some(rest) = s.strip_prefix('[') {
+        if let Some((host, tail)) = rest.split_once(']') {
+            let port = tail.strip_prefix(':').and_then(|p| p.parse().ok());
+            return (host.to_string(), port);
+        }
     }
-    Ok(d)
+    match s.rsplit_once(':') {
+        // More than one colon without brackets: a bare IPv6 address.
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(p) => (host.to_string(), Some(p)),
+            Err(_) => (s.to_string(), None),
+        },
+        _ => (s.to_string(), None),
+    }
 }
 
-fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {
-    if let Ok(v) = s.trim().parse::<f64>() {
-        if !v.is_finite() || !(0.0..=1e9).contains(&v) {
-            return Err(format!("'{s}' is not a number of seconds"));
-        }
-        return Ok(Duration::from_secs_f64(v));
-    }
-    parse_duration(s).map_err(|e| e.to_string())
+/// The congestion controls this host offers, when it says.
+fn available_congestion() -> Option<Vec<String>> {
+    let text =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").ok()?;
+    Some(text.split_whitespace().map(str::to_string).collect())
+}
+
+/// What `send` will do, validated: nothing is printed or connected before this exists.
+struct Plan {
+    cfg: ClientConfig,
+    host: String,
+    port: u16,
 }
 
 impl Opts {
-    fn config(&self) -> anyhow::Result<ClientConfig> {
-        let mut c = ClientConfig::new(self.server.clone());
-        c.port = self.port;
+    fn plan(&self) -> anyhow::Result<Plan> {
+        let (host, spec_port) = split_port(&self.server);
+        if host.is_empty() {
+            return Err(exit::msg(
+                exit::USAGE,
+                "no server given: tcptune send HOST[:PORT]",
+            ));
+        }
+        let port = match (spec_port, self.port) {
+            (Some(_), Some(b)) => {
+                return Err(exit::msg(
+                    exit::USAGE,
+                    format!(
+                        "the port is given twice ({} and -p {b}): give it once, either as HOST:PORT or with -p",
+                        self.server.trim()
+                    ),
+                ))
+            }
+            (Some(p), None) | (None, Some(p)) => p,
+            (None, None) => tcptune_transfer::server::DEFAULT_PORT,
+        };
+        if self.streams > self.max_streams {
+            return Err(exit::msg(
+                exit::USAGE,
+                format!(
+                    "-P {} asks for more streams than --max-streams {}: ask for fewer, or raise --max-streams (the server's --max-streams applies too)",
+                    self.streams, self.max_streams
+                ),
+            ));
+        }
+        if let Some(cc) = &self.congestion {
+            if let Some(avail) = available_congestion() {
+                if !avail.iter().any(|a| a == cc) {
+                    return Err(exit::msg(
+                        exit::USAGE,
+                        format!(
+                            "-C {cc}: this host offers no such congestion control (available: {}); load its module (modprobe tcp_{cc}) or pick one of those",
+                            avail.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut c = ClientConfig::new(host.clone());
+        c.port = port;
         c.bind = self.bind;
         c.tune = self.tune.clone();
         c.streams = self.streams;
@@ -161,17 +264,24 @@ impl Opts {
                 .or_else(tcptune_transfer::pathdb::default_location)
         };
         c.probe = !self.no_probe;
+        c.resume_rate = !self.no_resume_rate;
         if let Some(path) = &self.secret_file {
-            c.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
+            let secret = Secret::from_file(path).map_err(|e| {
+                exit::msg(
+                    exit::USAGE,
+                    format!("--secret-file: {e}: give the file the server was started with"),
+                )
+            })?;
+            c.secret = Some(secret);
         }
-        Ok(c)
+        Ok(Plan { cfg: c, host, port })
     }
 }
 
 fn progress_line(p: &Progress) -> String {
     let secs = p.elapsed.as_secs_f64();
     let rate = if secs > 0.0 {
-        p.bytes as f64 * 8.0 / secs / 1e6
+        p.bytes as f64 * 8.0 / secs
     } else {
         0.0
     };
@@ -180,30 +290,51 @@ fn progress_line(p: &Progress) -> String {
         _ => String::new(),
     };
     format!(
-        "\r{:>8} {:6.1}s  {:>10}{}  {:9.1} Mbit/s  {} stream(s)   ",
+        "\r{:>8} {:6.1} s  {:>10}{}  {:>12}  {} stream(s)   ",
         p.phase,
         secs,
-        Bytes(p.bytes).to_string(),
+        Bytes(p.bytes).human(),
         done,
-        rate,
+        human_bps(rate),
         p.streams
     )
 }
 
+/// The exit code of a failed run.
+fn failure_code(e: &ClientError) -> u8 {
+    match e {
+        ClientError::Config(_) => exit::USAGE,
+        ClientError::Integrity { .. } => exit::INTEGRITY,
+        ClientError::Interrupted => exit::INTERRUPTED,
+        e if e.is_connection() => exit::CONNECT,
+        _ => exit::FAILURE,
+    }
+}
+
 /// Run `tcptune send`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    let cfg = opts.config()?;
+    let Plan {
+        mut cfg,
+        host,
+        port,
+    } = opts.plan()?;
+    let cancel = Cancel::new();
+    cfg.cancel = Some(cancel.clone());
+    signals::on_stop(move || cancel.trigger())?;
     let show_progress = !opts.no_progress && std::io::stderr().is_terminal();
     let live_intervals = !opts.json;
     if live_intervals {
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
         out::line(&format!(
-            "Connecting to {} (port {} unless given), {} stream(s), tune {}, {}",
-            opts.server,
-            opts.port,
+            "Connecting to {host} port {port}, {} stream(s), tune {}, {}",
             opts.streams,
-            opts.tune,
+            opts.tune.describe(),
             match opts.duration {
-                Some(d) => format!("{:.1} s", d.as_secs_f64()),
+                Some(d) => tcptune_core::format_duration(d),
                 None => format!("{} x {}", opts.messages, opts.message_size),
             }
         ));
@@ -237,7 +368,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     if progress_shown {
         eprint!("\r{:79}\r", "");
     }
-    let print = |r: &tcptune_transfer::report::Report| -> anyhow::Result<()> {
+    let print = |r: &Report| -> anyhow::Result<()> {
         if opts.json {
             out::json(r)
         } else {
@@ -245,24 +376,50 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             Ok(())
         }
     };
+    let secret_unused = |r: &Report| {
+        if opts.secret_file.is_some() && r.start.tcptune.server_requires_secret == Some(false) {
+            eprintln!(
+                "tcptune: warning: --secret-file was not needed: this server accepts every client (start it with --secret-file to require the secret)"
+            );
+        }
+    };
     match result {
         Ok(report) => {
             print(&report)?;
+            secret_unused(&report);
+            if report.end.tcptune.interrupted {
+                eprintln!(
+                    "tcptune: interrupted ({}): the figures above are what moved until then",
+                    signals::fired().unwrap_or_else(|| "stop signal".into())
+                );
+                return Ok(ExitCode::from(exit::INTERRUPTED));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
+            let code = failure_code(&e);
             if let Some(report) = e.report() {
                 print(report)?;
             } else if opts.json {
-                out::json(&tcptune_transfer::report::FailureReport::new(e.to_string()))?;
+                let interrupted = matches!(e, ClientError::Interrupted);
+                out::json(&FailureReport::new(e.to_string()).with_exit(code, interrupted))?;
             }
-            let code = match &e {
-                ClientError::Config(_) => exit::USAGE,
-                ClientError::Integrity { .. } => exit::INTEGRITY,
-                e if e.is_connection() => exit::CONNECT,
-                _ => exit::FAILURE,
-            };
             Err(exit::fail(code, e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_found_in_every_spelling_of_a_host() {
+        assert_eq!(split_port("10.0.0.2"), ("10.0.0.2".into(), None));
+        assert_eq!(split_port("10.0.0.2:5999"), ("10.0.0.2".into(), Some(5999)));
+        assert_eq!(split_port("[::1]:5999"), ("::1".into(), Some(5999)));
+        assert_eq!(split_port("[::1]"), ("::1".into(), None));
+        assert_eq!(split_port("::1"), ("::1".into(), None));
+        assert_eq!(split_port("host.example"), ("host.example".into(), None));
     }
 }

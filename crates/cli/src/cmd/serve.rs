@@ -1,14 +1,19 @@
 //! `tcptune serve`: serve transfers for `tcptune send` clients.
 
+use crate::args::{self, ms, secs};
 use crate::exit;
 use crate::out;
+use anyhow::Context;
 use serde::Serialize;
-use std::net::{IpAddr, SocketAddr};
+use std::fs::File;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tcptune_core::Bytes;
+use tcptune_core::{format_duration, Bytes};
 use tcptune_transfer::auth::Secret;
 use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
@@ -23,61 +28,89 @@ use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Examples:
-  tcptune serve                                  # port 5310 on all addresses
+  tcptune serve                                  # port 5310, IPv6 and IPv4 on one socket
+  tcptune serve -4                               # IPv4 only (0.0.0.0)
   tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
   tcptune serve -1 --json                        # one session, log as JSON lines
   tcptune serve --memory-budget 64m              # psc/auto send buffers of all sessions share 64 MiB
+  tcptune serve --logfile /var/log/tcptune.log   # log lines appended to a file
+
+  tcptune serve --metrics 127.0.0.1:9310         # Prometheus metrics on /metrics
 
 Everything (control and data connections) arrives on the one port: one firewall rule.
+What the server measures of each client's path (its own TCP_INFO of the data streams) goes
+into its path database, bounded per client address and in all, at most a few writes a
+minute per address; `tcptune advise` asks the server for it.
 Refusals are counted by kind; the first of each kind from each address is logged, the rest
-in a summary line every 10 s.")]
+in a summary line every 10 s. Every log line starts with the time (UTC, RFC 3339).
+
+Exit status: 0 success (with -1: the session succeeded), 1 failure (with -1: the session
+failed), 2 usage (a bad option, an unreadable --secret-file or --logfile), 5 environment (the
+port is in use, or the address is not this host's).")]
 pub(crate) struct Opts {
-    /// Address to listen on.
-    #[arg(short = 'B', long, value_name = "ADDR", default_value = "0.0.0.0")]
-    bind: IpAddr,
-    /// Port of the control connection.
+    /// Address to listen on (default: every IPv6 and IPv4 address, on one socket).
+    #[arg(short = 'B', long, value_name = "ADDR", conflicts_with_all = ["ipv4", "ipv6"])]
+    bind: Option<IpAddr>,
+    /// Listen on IPv4 only (0.0.0.0).
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// Listen on IPv6 only ([::], no IPv4-mapped addresses).
+    #[arg(short = '6', long = "ipv6")]
+    ipv6: bool,
+    /// Port of the control connection (0: any free port, printed at start).
     #[arg(short = 'p', long, default_value_t = server::DEFAULT_PORT)]
     port: u16,
     /// Sessions running at once (more are refused with "server busy" and when to retry).
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_sessions: u32,
     /// Sessions running at once from one address.
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_sessions_per_addr: u32,
     /// Connections not yet in a session (handshakes, early data connections); a new one
     /// beyond this replaces the oldest.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     max_pending: u32,
     /// The same, from one address.
-    #[arg(long, value_name = "N", default_value_t = 128)]
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     max_pending_per_addr: u32,
     /// Streams per session, including streams a tuner adds.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_streams: u32,
     /// Largest message a client may ask for.
-    #[arg(long, value_name = "SIZE", default_value = "16m")]
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = args::size(Bytes(1), Bytes::mib(1024)))]
     max_message_size: Bytes,
     /// Largest total of a message workload.
-    #[arg(long, value_name = "SIZE", default_value = "1024g")]
+    #[arg(long, value_name = "SIZE", default_value = "1024GiB", value_parser = args::size(Bytes(1), Bytes(u64::MAX)))]
     max_total: Bytes,
-    /// Longest duration workload or time cap, seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
-    max_duration: u64,
-    /// Seconds a new connection has to send its first complete message.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
-    first_frame_timeout: u64,
-    /// Seconds a client has to complete its handshake or connect a data stream.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    handshake_timeout: u64,
-    /// End a session with no control message and no data for this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    idle_timeout: u64,
+    /// Longest duration workload or time cap a client may ask for (e.g. 60s, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "3600s", value_parser = args::duration(secs(1), secs(30 * 86_400)))]
+    max_duration: Duration,
+    /// How long a new connection has to send its first complete message.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = args::duration(ms(10), secs(3600)))]
+    first_frame_timeout: Duration,
+    /// How long a client has to complete its handshake or connect a data stream.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = args::duration(ms(10), secs(3600)))]
+    handshake_timeout: Duration,
+    /// End a session with no control message and no data for this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = args::duration(ms(10), secs(86_400)))]
+    idle_timeout: Duration,
     /// Require clients to know the secret in this file (HMAC-SHA256 challenge-response).
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
     #[arg(long)]
     force_buffers: bool,
+    /// Share this directory with `tcptune cp` clients. Every path a client names is resolved
+    /// beneath it by the kernel (openat2 RESOLVE_BENEATH): `..`, absolute paths and
+    /// symlinks that lead outside are refused. Without it, copies are refused.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Refuse every copy to this server (clients may still copy from it).
+    #[arg(long, requires = "root")]
+    read_only: bool,
+    /// Most files and directories in one copy (each costs the server some memory).
+    #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_FILES)]
+    max_files: u64,
     /// Exit after the first session.
     #[arg(short = '1', long)]
     one_off: bool,
@@ -91,45 +124,129 @@ pub(crate) struct Opts {
     /// kernel) are not bounded by it.
     #[arg(long, value_name = "SIZE")]
     memory_budget: Option<Bytes>,
-    /// Log sessions as JSON lines on stdout.
+    /// Log sessions as JSON lines (each with `time` and `schema_version`).
     #[arg(long)]
     json: bool,
+    /// Append the log to FILE instead of writing it on stdout.
+    #[arg(long, value_name = "FILE")]
+    logfile: Option<PathBuf>,
+    /// Serve Prometheus metrics on ADDR (e.g. 127.0.0.1:9310, [::]:9310) at /metrics:
+    /// sessions, bytes by direction and mode, refusals by reason, handshake times,
+    /// throughput by mode, advice (docs/METRICS.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
+    /// Record what the server measures of each client's path in this path database, and
+    /// answer `tcptune advise` from it (default: $TCPTUNE_PATH_DB or
+    /// ~/.cache/tcptune/paths.sqlite, as `tcptune paths` lists).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    path_db: Option<PathBuf>,
+    /// Record nothing (every `tcptune advise` is then measured).
+    #[arg(long)]
+    no_path_db: bool,
+    /// Paths one client address (an IPv6 /64) may have in the database; a new one replaces
+    /// its own oldest.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    path_db_per_address: u32,
+    /// Paths the server records in all; when full, only entries older than a day are
+    /// replaced (a flood of addresses cannot push out what is in use).
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    path_db_max_entries: u32,
+}
+
+/// Where log lines go: stdout, or the end of a file.
+#[derive(Clone)]
+enum Sink {
+    Stdout,
+    File(Arc<Mutex<File>>),
+}
+
+impl Sink {
+    fn line(&self, text: &str) {
+        match self {
+            Sink::Stdout => out::line(text),
+            Sink::File(f) => {
+                if let Ok(mut f) = f.lock() {
+                    // A full disk must not stop the server; the line is lost.
+                    let _ = writeln!(f, "{text}");
+                }
+            }
+        }
+    }
+}
+
+/// Now as RFC 3339 in UTC with milliseconds: `2026-11-23T17:32:35.123Z`.
+pub(crate) fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339(now.as_secs(), now.subsec_millis())
+}
+
+pub(crate) fn rfc3339(secs: u64, millis: u32) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days, for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// An IPv4 peer on the dual-stack socket shows as IPv4, not `::ffff:a.b.c.d`.
+fn show_peer(peer: &SocketAddr) -> String {
+    SocketAddr::new(peer.ip().to_canonical(), peer.port()).to_string()
 }
 
 /// One line of the JSON log.
 #[derive(Serialize)]
 struct LogLine<'a> {
     schema_version: u32,
+    /// When, RFC 3339 UTC.
+    time: String,
     event: &'static str,
-    peer: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<String>,
     session: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     tune: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     streams: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     reverse: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     count: Option<u64>,
+    /// Advice: which way the client's data flows (`send`: the client sends).
+    direction: Option<&'static str>,
+    /// Advice: where the path's numbers came from (`path_db`, `measured`).
+    source: Option<&'static str>,
+    /// Advice: the path's RTT.
+    rtt_us: Option<u64>,
+    /// Advice: the path's rate.
+    rate_bps: Option<u64>,
+    /// Advice: the rate is the path's (else a lower bound).
+    full_pipe: Option<bool>,
 }
 
 /// A JSON log line of the memory budget's shares.
 #[derive(Serialize)]
 struct BudgetLine<'a> {
     schema_version: u32,
+    time: String,
     event: &'static str,
     budget_bytes: u64,
     fair_share_bytes: u64,
     held_bytes: u64,
     in_use_bytes: u64,
-    streams: Vec<BudgetStreamLine<'a>>,
+    shares: Vec<BudgetStreamLine<'a>>,
 }
 
 #[derive(Serialize)]
@@ -141,7 +258,7 @@ struct BudgetStreamLine<'a> {
     in_use_bytes: u64,
 }
 
-fn log_budget(json: bool, ev: &ServerEvent) {
+fn log_budget(sink: &Sink, json: bool, ev: &ServerEvent) {
     let ServerEvent::MemoryBudget {
         budget_bytes,
         fair_share_bytes,
@@ -154,13 +271,14 @@ fn log_budget(json: bool, ev: &ServerEvent) {
     };
     if json {
         let line = BudgetLine {
-            schema_version: 1,
+            schema_version: LOG_SCHEMA_VERSION,
+            time: now_rfc3339(),
             event: "memory_budget",
             budget_bytes: *budget_bytes,
             fair_share_bytes: *fair_share_bytes,
             held_bytes: *held_bytes,
             in_use_bytes: *in_use_bytes,
-            streams: streams
+            shares: streams
                 .iter()
                 .map(|s| BudgetStreamLine {
                     session: &s.session,
@@ -172,7 +290,7 @@ fn log_budget(json: bool, ev: &ServerEvent) {
                 .collect(),
         };
         if let Ok(s) = serde_json::to_string(&line) {
-            out::line(&s);
+            sink.line(&s);
         }
         return;
     }
@@ -188,8 +306,9 @@ fn log_budget(json: bool, ev: &ServerEvent) {
             )
         })
         .collect();
-    out::line(&format!(
-        "memory budget: {} of {} held by {} stream(s) ({} in use), fair share {}{}{}",
+    sink.line(&format!(
+        "{} memory budget: {} of {} held by {} stream(s) ({} in use), fair share {}{}{}",
+        now_rfc3339(),
         Bytes(*held_bytes),
         Bytes(*budget_bytes),
         streams.len(),
@@ -200,9 +319,38 @@ fn log_budget(json: bool, ev: &ServerEvent) {
     ));
 }
 
-fn log_event(json: bool, ev: &ServerEvent) {
+impl LogLine<'_> {
+    /// A line of `event` at the current time, every other field unknown.
+    fn of(event: &'static str) -> Self {
+        LogLine {
+            schema_version: LOG_SCHEMA_VERSION,
+            time: now_rfc3339(),
+            event,
+            peer: None,
+            session: None,
+            tune: None,
+            streams: None,
+            reverse: None,
+            bytes: None,
+            error: None,
+            kind: None,
+            count: None,
+            direction: None,
+            source: None,
+            rtt_us: None,
+            rate_bps: None,
+            full_pipe: None,
+        }
+    }
+}
+
+/// Version of the JSON log lines (2: `time`, canonical IPv4 peers; advice and warning
+/// lines and their fields were added without breaking version 2's readers).
+const LOG_SCHEMA_VERSION: u32 = 2;
+
+fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
     if matches!(ev, ServerEvent::MemoryBudget { .. }) {
-        return log_budget(json, ev);
+        return log_budget(sink, json, ev);
     }
     let line = match ev {
         ServerEvent::SessionStarted {
@@ -210,17 +358,12 @@ fn log_event(json: bool, ev: &ServerEvent) {
             session,
             params,
         } => LogLine {
-            schema_version: 1,
-            event: "session_started",
-            peer: peer.to_string(),
+            peer: Some(show_peer(peer)),
             session: Some(session),
             tune: Some(params.tune.to_string()),
             streams: Some(params.streams),
             reverse: Some(params.reverse),
-            bytes: None,
-            error: None,
-            kind: None,
-            count: None,
+            ..LogLine::of("session_started")
         },
         ServerEvent::SessionEnded {
             peer,
@@ -228,49 +371,55 @@ fn log_event(json: bool, ev: &ServerEvent) {
             bytes,
             error,
         } => LogLine {
-            schema_version: 1,
-            event: "session_ended",
-            peer: peer.to_string(),
+            peer: Some(show_peer(peer)),
             session: Some(session),
-            tune: None,
-            streams: None,
-            reverse: None,
             bytes: Some(*bytes),
             error: error.as_deref(),
-            kind: None,
-            count: None,
+            ..LogLine::of("session_ended")
         },
         ServerEvent::Refused { peer, kind, reason } => LogLine {
-            schema_version: 1,
-            event: "refused",
-            peer: peer.to_string(),
-            session: None,
-            tune: None,
-            streams: None,
-            reverse: None,
-            bytes: None,
+            peer: Some(show_peer(peer)),
             error: Some(reason),
             kind: Some(kind),
-            count: None,
+            ..LogLine::of("refused")
         },
         ServerEvent::Suppressed { kind, count, .. } => LogLine {
-            schema_version: 1,
-            event: "refusals_not_logged",
-            peer: String::new(),
-            session: None,
-            tune: None,
-            streams: None,
-            reverse: None,
-            bytes: None,
-            error: None,
             kind: Some(kind),
             count: Some(*count),
+            ..LogLine::of("refusals_not_logged")
+        },
+        ServerEvent::Advice {
+            peer,
+            session,
+            direction,
+            source,
+            rtt_us,
+            rate_bps,
+            full_pipe,
+            streams,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            streams: Some(*streams),
+            direction: Some(match direction {
+                tcptune_core::pathdb::Direction::Send => "send",
+                tcptune_core::pathdb::Direction::Receive => "receive",
+            }),
+            source: Some(source),
+            rtt_us: Some(*rtt_us),
+            rate_bps: Some(*rate_bps),
+            full_pipe: Some(*full_pipe),
+            ..LogLine::of("advice")
+        },
+        ServerEvent::Warning { message } => LogLine {
+            error: Some(message),
+            ..LogLine::of("warning")
         },
         ServerEvent::MemoryBudget { .. } => return,
     };
     if json {
         if let Ok(s) = serde_json::to_string(&line) {
-            out::line(&s);
+            sink.line(&s);
         }
         return;
     }
@@ -279,27 +428,41 @@ fn log_event(json: bool, ev: &ServerEvent) {
     let text = match ev {
         ServerEvent::SessionStarted { params, .. } => format!(
             "{} session {} started: tune {}, {} stream(s), {}{}",
-            line.peer,
+            line.peer.as_deref().unwrap_or(""),
             esc(line.session.unwrap_or("")),
             params.tune,
             params.streams,
-            match params.duration_ms {
-                Some(ms) => format!("{:.1} s", ms as f64 / 1000.0),
-                None => format!("{} x {}", params.messages, Bytes(params.message_size)),
+            match (&params.files, params.duration_ms) {
+                (Some(job), _) if params.reverse => format!(
+                    "copy of {} path(s) from the share ({}{})",
+                    job.sources.len(),
+                    esc(job.sources.first().map_or("", String::as_str)),
+                    if job.sources.len() > 1 { ", ..." } else { "" }
+                ),
+                (Some(job), _) => format!(
+                    "copy to '{}' in the share",
+                    esc(job.dest.as_deref().unwrap_or(""))
+                ),
+                (None, Some(ms)) => format_duration(Duration::from_millis(ms)),
+                (None, None) => format!("{} x {}", params.messages, Bytes(params.message_size)),
             },
             if params.reverse { ", server sends" } else { "" }
         ),
         ServerEvent::SessionEnded { bytes, error, .. } => format!(
             "{} session {} ended: {} moved{}",
-            line.peer,
+            line.peer.as_deref().unwrap_or(""),
             esc(line.session.unwrap_or("")),
-            Bytes(*bytes),
+            Bytes(*bytes).human(),
             error
                 .as_ref()
                 .map_or(String::new(), |e| format!(", FAILED: {}", esc(e)))
         ),
         ServerEvent::Refused { reason, kind, .. } => {
-            format!("{} refused ({kind}): {}", line.peer, esc(reason))
+            format!(
+                "{} refused ({kind}): {}",
+                line.peer.as_deref().unwrap_or(""),
+                esc(reason)
+            )
         }
         ServerEvent::Suppressed {
             kind,
@@ -309,8 +472,124 @@ fn log_event(json: bool, ev: &ServerEvent) {
             "{count} more refusals of kind {kind} in the last {seconds} s (not logged one by one)"
         ),
         ServerEvent::MemoryBudget { .. } => return,
+        ServerEvent::Advice {
+            source,
+            rtt_us,
+            rate_bps,
+            full_pipe,
+            streams,
+            ..
+        } => format!(
+            "{} session {} advised ({}, {}): RTT {}, {}{}, {streams} stream(s)",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            line.direction.unwrap_or(""),
+            if *source == "measured" {
+                "measured now"
+            } else {
+                "from the path database"
+            },
+            format_duration(Duration::from_micros(*rtt_us)),
+            tcptune_core::human_bps(*rate_bps as f64),
+            if *full_pipe { "" } else { " (at least)" }
+        ),
+        ServerEvent::Warning { message } => format!("warning: {}", esc(message)),
     };
-    out::line(&text);
+    sink.line(&format!("{} {text}", line.time));
+}
+
+/// A listening socket for `[::]` that also takes IPv4 (`v6only` false) or not.
+fn listen_v6_any(port: u16, v6only: bool) -> std::io::Result<TcpListener> {
+    // SAFETY: plain socket calls on a descriptor this function owns; every pointer is to a
+    // live local of the right size.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let owned = OwnedFd::from_raw_fd(fd);
+        let set = |level, name, v: libc::c_int| {
+            let r = libc::setsockopt(
+                owned.as_raw_fd(),
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+            if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        set(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            libc::c_int::from(v6only),
+        )?;
+        set(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+        sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sa.sin6_port = port.to_be();
+        if libc::bind(
+            owned.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in6).cast(),
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::listen(owned.as_raw_fd(), 1024) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TcpListener::from(owned))
+    }
+}
+
+/// The listener `opts` asks for, and a note when IPv6 is not available here.
+fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
+    let in_use = |addr: String, e: std::io::Error| {
+        let (code, hint) = match e.kind() {
+            std::io::ErrorKind::AddrInUse => (
+                exit::ENVIRONMENT,
+                "another program listens there: stop it, or pick another port with -p",
+            ),
+            std::io::ErrorKind::AddrNotAvailable => (
+                exit::ENVIRONMENT,
+                "that address is not one of this host's: see `ip addr`, or leave out -B",
+            ),
+            std::io::ErrorKind::PermissionDenied => (
+                exit::ENVIRONMENT,
+                "ports below 1024 need root: pick a port above 1023 with -p",
+            ),
+            _ => (exit::FAILURE, "check -B and -p"),
+        };
+        exit::msg(code, format!("listening on {addr}: {e} ({hint})"))
+    };
+    if let Some(ip) = opts.bind {
+        let addr = SocketAddr::new(ip, opts.port);
+        return TcpListener::bind(addr)
+            .map(|l| (l, None))
+            .map_err(|e| in_use(addr.to_string(), e));
+    }
+    let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), opts.port);
+    if opts.ipv4 {
+        return TcpListener::bind(v4)
+            .map(|l| (l, None))
+            .map_err(|e| in_use(v4.to_string(), e));
+    }
+    let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), opts.port);
+    match listen_v6_any(opts.port, opts.ipv6) {
+        Ok(l) => Ok((l, None)),
+        Err(e) if !opts.ipv6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+            let l = TcpListener::bind(v4).map_err(|e| in_use(v4.to_string(), e))?;
+            Ok((
+                l,
+                Some("IPv6 is not available on this host: IPv4 only".into()),
+            ))
+        }
+        Err(e) => Err(in_use(v6.to_string(), e)),
+    }
 }
 
 /// Run `tcptune serve`.
@@ -319,14 +598,14 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.limits.max_streams = opts.max_streams;
     cfg.limits.max_message_size = opts.max_message_size.0;
     cfg.limits.max_total_bytes = opts.max_total.0;
-    cfg.limits.max_duration_ms = opts.max_duration.saturating_mul(1000);
+    cfg.limits.max_duration_ms = u64::try_from(opts.max_duration.as_millis()).unwrap_or(u64::MAX);
     cfg.max_sessions = opts.max_sessions;
     cfg.max_sessions_per_addr = opts.max_sessions_per_addr;
     cfg.max_pending = opts.max_pending;
     cfg.max_pending_per_addr = opts.max_pending_per_addr;
-    cfg.first_frame_timeout = Duration::from_secs(opts.first_frame_timeout.max(1));
-    cfg.handshake_timeout = Duration::from_secs(opts.handshake_timeout.max(1));
-    cfg.idle_timeout = Duration::from_secs(opts.idle_timeout.max(1));
+    cfg.first_frame_timeout = opts.first_frame_timeout;
+    cfg.handshake_timeout = opts.handshake_timeout;
+    cfg.idle_timeout = opts.idle_timeout;
     cfg.force_buffers = opts.force_buffers;
     cfg.one_off = opts.one_off;
     if let Some(b) = opts.memory_budget {
@@ -341,25 +620,112 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         cfg.memory_budget = Some(b.0);
     }
     if let Some(path) = &opts.secret_file {
-        cfg.secret = Some(Secret::from_file(path).map_err(|e| exit::fail(exit::USAGE, e))?);
+        let secret = Secret::from_file(path).map_err(|e| {
+            exit::msg(
+                exit::USAGE,
+                format!("--secret-file: {e}: write the secret (any text) into the file first"),
+            )
+        })?;
+        cfg.secret = Some(secret);
     }
+    if let Some(root) = &opts.root {
+        if !root.is_dir() {
+            return Err(exit::fail(
+                exit::USAGE,
+                anyhow::anyhow!("--root {}: not a directory", root.display()),
+            ));
+        }
+        let mut share = server::FileShare::new(root.clone());
+        share.read_only = opts.read_only;
+        share.max_files = opts.max_files.max(1);
+        cfg.files = Some(share);
+    }
+    let sink = match &opts.logfile {
+        Some(path) => {
+            let f = File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| {
+                    format!(
+                        "--logfile: opening {} for appending (does its folder exist, may this user write there?)",
+                        path.display()
+                    )
+                })
+                .map_err(|e| exit::fail(exit::USAGE, e))?;
+            Sink::File(Arc::new(Mutex::new(f)))
+        }
+        None => Sink::Stdout,
+    };
     let json = opts.json;
-    cfg.log = Some(Arc::new(move |ev: &ServerEvent| log_event(json, ev)));
-    let addr = SocketAddr::new(opts.bind, opts.port);
-    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::AddrInUse {
-            exit::ENVIRONMENT
-        } else {
-            exit::FAILURE
-        };
-        exit::fail(code, anyhow::anyhow!("listening on {addr}: {e}"))
-    })?;
-    let local = listener.local_addr().unwrap_or(addr);
+    let log_sink = sink.clone();
+    cfg.log = Some(Arc::new(move |ev: &ServerEvent| {
+        log_event(&log_sink, json, ev)
+    }));
+    cfg.path_db = if opts.no_path_db {
+        None
+    } else {
+        opts.path_db
+            .clone()
+            .or_else(tcptune_transfer::pathdb::default_location)
+    };
+    cfg.path_db_bounds = tcptune_core::pathdb::RecordBounds {
+        per_group: opts.path_db_per_address as usize,
+        max_entries: opts.path_db_max_entries as usize,
+    };
+    let _exporter = match &opts.metrics {
+        Some(addr) => {
+            let metrics = Arc::new(server::ServeMetrics::new());
+            let mut registry = tcptune_metrics::Registry::default();
+            metrics.register(&mut registry);
+            let exporter = tcptune_metrics::Exporter::start(
+                addr,
+                Arc::new(registry),
+                tcptune_metrics::ExporterConfig::default(),
+            )
+            .map_err(|e| {
+                exit::msg(
+                    exit::ENVIRONMENT,
+                    format!("--metrics: {e} (is the address this host's, and the port free?)"),
+                )
+            })?;
+            eprintln!(
+                "tcptune serve: serving metrics on http://{}/metrics",
+                exporter.local_addr()
+            );
+            cfg.metrics = Some(metrics);
+            Some(exporter)
+        }
+        None => None,
+    };
+    let (listener, note) = listen(&opts)?;
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), opts.port));
+    let stamp = |text: &str| sink.line(&format!("{} {text}", now_rfc3339()));
     if !json {
-        out::line(&format!("tcptune serve listening on {local}"));
-        out::line(&format!("limits: {}", server::describe_limits(&cfg)));
+        let family = match (opts.bind, opts.ipv4, opts.ipv6) {
+            (Some(_), _, _) => "",
+            (None, true, _) => " (IPv4 only)",
+            (None, _, true) => " (IPv6 only)",
+            (None, false, false) if local.is_ipv6() => " (IPv6 and IPv4)",
+            _ => "",
+        };
+        stamp(&format!("tcptune serve listening on {local}{family}"));
+        if let Some(n) = &note {
+            stamp(&format!("note: {n}"));
+        }
+        stamp(&format!("limits: {}", server::describe_limits(&cfg)));
+        stamp(&match &cfg.path_db {
+            Some(p) => format!(
+                "path database: {} (tcptune paths --path-db {} lists it)",
+                p.display(),
+                p.display()
+            ),
+            None => "path database: none (--no-path-db)".into(),
+        });
         if let Some(b) = cfg.memory_budget {
-            out::line(&format!(
+            stamp(&format!(
                 "memory budget: {} of send buffers shared by the psc and auto streams of every session (max-min fair, recomputed every 500 ms)",
                 Bytes(b)
             ));
@@ -368,7 +734,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let stats =
         server::run(listener, cfg, Shutdown::new()).map_err(|e| exit::fail(exit::FAILURE, e))?;
     if !json {
-        out::line(&format!(
+        stamp(&format!(
             "served {} session(s), {} failed; {} connection(s) refused or dropped{}",
             stats.sessions_ok,
             stats.sessions_failed,
@@ -393,4 +759,24 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_times_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_449_952, 7), "2026-11-23T16:05:52.007Z");
+        assert_eq!(rfc3339(951_782_400, 999), "2000-02-29T00:00:00.999Z");
+    }
+
+    #[test]
+    fn ipv4_peers_of_the_dual_stack_socket_show_as_ipv4() {
+        let mapped: SocketAddr = "[::ffff:10.0.0.2]:4000".parse().expect("addr");
+        assert_eq!(show_peer(&mapped), "10.0.0.2:4000");
+        let v6: SocketAddr = "[2001:db8::1]:4000".parse().expect("addr");
+        assert_eq!(show_peer(&v6), "[2001:db8::1]:4000");
+    }
 }

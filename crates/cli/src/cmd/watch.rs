@@ -1,12 +1,13 @@
 //! `tcptune watch`: a live, top-like view of this host's TCP connections (inet_diag netlink,
 //! IPv4 and IPv6) and what limits each one.
 
+use crate::args::{self, ms, secs};
 use crate::{exit, out};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::{parse_duration, Rate};
+use tcptune_core::Rate;
 use tcptune_doctor::diag::{dump_tcp, DiagSocket};
 use tcptune_doctor::procmap::socket_owners;
 use tcptune_doctor::watch::metrics::{WatchMetrics, DEFAULT_MAX_CONNECTION_SERIES};
@@ -19,11 +20,13 @@ use tcptune_metrics::{Exporter, ExporterConfig, Registry};
 /// Options of `tcptune watch`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
-Columns: RTT (smoothed, ms), CWND (segments), DELIV (the kernel's delivery rate estimate),
-RATE (bytes acknowledged or received per second since the last refresh), SNDBUF/RCVBUF
-(used/size), RWND and SBUF (share of the connection's busy time limited by the peer's
-receive window or by this host's send buffer, since the last refresh; with --once, since the
-connection started), RETR (retransmitted segments). Connections limited more than 10% of
+Columns: RTT ms (smoothed), CWND segs, DELIV (the kernel's delivery rate estimate, bit/s),
+RATE (bits acknowledged or received per second since the last refresh; --once looks twice,
+--interval apart), SNDBUF/RCVBUF fill (the buffer's size, and how full it is: the kernel
+counts its bookkeeping too, so a busy buffer shows 'full'), RWND% and SBUF% (share of the
+connection's busy time limited by the peer's receive window or by this host's send buffer,
+since the last refresh, or over --interval with --once), RETR segs
+(retransmitted segments). Connections limited more than 10% of
 the time are highlighted with a one-line hint: which limit to raise, and to what.
 
 Examples:
@@ -41,8 +44,8 @@ and counted (tcptune_watch_unlisted_connections). The table is then shown only o
 terminal; --json still prints a line per refresh. docs/grafana/tcptune.json is a dashboard
 for these metrics.")]
 pub(crate) struct Opts {
-    /// Print one snapshot and exit.
-    #[arg(long)]
+    /// Print one snapshot and exit (it looks twice, --interval apart, to measure RATE).
+    #[arg(long, conflicts_with = "count")]
     once: bool,
 
     /// Print JSON (with --once one document; otherwise one line per refresh).
@@ -50,12 +53,12 @@ pub(crate) struct Opts {
     json: bool,
 
     /// Time between refreshes.
-    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "1s", value_parser = args::duration(ms(50), secs(3600)), value_name = "DURATION")]
     interval: Duration,
 
-    /// Stop after this many refreshes (0: run until interrupted).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    count: u64,
+    /// Stop after this many refreshes (default: run until interrupted).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
 
     /// Only connections with this local or remote port.
     #[arg(long)]
@@ -82,8 +85,8 @@ pub(crate) struct Opts {
     #[arg(long, default_value = "rate", value_parser = parse_sort)]
     sort: SortKey,
 
-    /// Size the hints for this rate per connection (e.g. 1gbit).
-    #[arg(long, value_name = "RATE")]
+    /// Size the hints for this rate per connection (e.g. 1gbit, 500Mbit/s).
+    #[arg(long, value_name = "RATE", value_parser = args::rate(Rate(1_000), Rate(10_000_000_000_000)))]
     target: Option<Rate>,
 
     /// Show at most this many connections (default: what fits the terminal; all with --once).
@@ -126,12 +129,6 @@ fn terminal_rows() -> Option<usize> {
 
 /// Run `tcptune watch`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    if opts.interval < Duration::from_millis(50) {
-        return Err(exit::fail(
-            exit::USAGE,
-            anyhow::anyhow!("--interval must be at least 50ms"),
-        ));
-    }
     let mut sock = DiagSocket::open().map_err(|e| exit::fail(exit::ENVIRONMENT, e))?;
     let ctx = HintContext {
         limits: tcptune_sys::sysctl::read_host_limits().ok(),
@@ -167,6 +164,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut tracker = Tracker::new();
     let mut refresh = 0u64;
+    if opts.once {
+        // A first look, so that RATE (bytes since the previous look) is known.
+        let conns = dump_tcp(&mut sock).map_err(|e| exit::fail(exit::ENVIRONMENT, e))?;
+        let _ = tracker.rows(start.elapsed(), conns, &ctx);
+        std::thread::sleep(opts.interval);
+    }
     loop {
         let t0 = Instant::now();
         let conns = dump_tcp(&mut sock).map_err(|e| exit::fail(exit::ENVIRONMENT, e))?;
@@ -217,7 +220,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             }
         }
         refresh += 1;
-        if opts.once || (opts.count > 0 && refresh >= opts.count) {
+        if opts.once || opts.count.is_some_and(|n| refresh >= n) {
             return Ok(ExitCode::from(exit::OK));
         }
         std::thread::sleep(opts.interval.saturating_sub(t0.elapsed()));

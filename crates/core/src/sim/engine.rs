@@ -187,6 +187,7 @@ impl<'a> Engine<'a> {
                 rate: probe.map(|(r, _)| r),
                 rate_is_lower_bound: probe.is_some_and(|(_, lb)| lb),
                 rate_in_band: false,
+                resume: false,
             },
             streams: Vec::new(),
             link: Bottleneck {

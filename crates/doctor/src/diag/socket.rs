@@ -73,6 +73,16 @@ impl DiagSocket {
         })
     }
 
+    /// Use a `NETLINK_SOCK_DIAG` socket opened elsewhere, for example inside a network
+    /// namespace this process cannot enter (it dumps that namespace's sockets).
+    pub fn from_fd(fd: OwnedFd) -> DiagSocket {
+        DiagSocket {
+            fd,
+            seq: 1,
+            buf: vec![0u8; RECV_BUF],
+        }
+    }
+
     fn send_request(&mut self, family: u8, states: u32, fam_name: &str) -> Result<(), DiagError> {
         self.seq = self.seq.wrapping_add(1);
         let req = build_request(family, states, DEFAULT_EXT, self.seq);

@@ -10,3 +10,14 @@ pub(crate) use tcptune_testkit::{median, wait_for};
 pub(crate) fn can_run_as_root(test: &str) -> bool {
     tcptune_testkit::require(test, &[Need::Root, Need::Tun])
 }
+
+/// Whether the emulator can run here, in root mode (root) or rootless mode (anyone, with
+/// user namespaces): tests of what both modes do.
+pub(crate) fn can_run(test: &str) -> bool {
+    tcptune_testkit::require(test, &[Need::Emulator])
+}
+
+/// Whether this process's topologies are rootless.
+pub(crate) fn rootless() -> bool {
+    tcptune_testkit::emulator_mode() == Some(tcptune_emu::Mode::Rootless)
+}

@@ -163,18 +163,14 @@ impl Bed {
         let Some(t) = self.topo.as_ref() else {
             return Vec::new();
         };
-        let owned: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-        let read = t.try_run_in(Side::A, move || {
-            owned
-                .iter()
-                .map(|k| {
-                    let v = tcptune_sys::sysctl::read_sysctl(k)
-                        .unwrap_or_else(|e| format!("unreadable ({e})"));
-                    (k.clone(), v.replace('\t', " "))
-                })
-                .collect::<Vec<_>>()
-        });
-        read.unwrap_or_default()
+        keys.iter()
+            .map(|k| {
+                let v = t
+                    .read_sysctl(Side::A, k)
+                    .unwrap_or_else(|e| format!("unreadable ({e})"));
+                (k.to_string(), v.replace('\t', " "))
+            })
+            .collect()
     }
 
     /// Run one cell once and record it (never fails: a failed run is a record with an error).

@@ -5,6 +5,9 @@
 //! (unwinding), after Ctrl-C (the runner unwinds) and, if the lab is killed outright, by the
 //! next lab, emulator or `tcptune lab --cleanup`. This guard adds the record the lab keeps in
 //! `meta.json`.
+//!
+//! In rootless mode the lab cannot change them: [`GlobalSysctls::untouchable`] changes
+//! nothing (the cells that would need them raised are not run, see `crate::feasible`).
 
 use crate::record::SysctlChange;
 use anyhow::Context as _;
@@ -13,7 +16,8 @@ use tcptune_emu::host::{HostSysctls, Restored};
 /// The guard.
 #[derive(Debug)]
 pub struct GlobalSysctls {
-    host: HostSysctls,
+    /// `None` in rootless mode: nothing is changed.
+    host: Option<HostSysctls>,
     changes: Vec<SysctlChange>,
 }
 
@@ -26,17 +30,27 @@ impl GlobalSysctls {
         )?;
         Ok((
             GlobalSysctls {
-                host,
+                host: Some(host),
                 changes: Vec::new(),
             },
             restored,
         ))
     }
 
+    /// The guard of a lab that may not change them (rootless mode): raising is a no-op.
+    pub fn untouchable() -> GlobalSysctls {
+        GlobalSysctls {
+            host: None,
+            changes: Vec::new(),
+        }
+    }
+
     /// Make sure `key` is at least `value` (never lowers it). Records what it changed.
     pub fn raise_to(&mut self, key: &str, value: u64) -> anyhow::Result<()> {
-        let Some(change) = self
-            .host
+        let Some(host) = self.host.as_mut() else {
+            return Ok(());
+        };
+        let Some(change) = host
             .raise_to(key, value)
             .with_context(|| format!("raising global {key} to {value}"))?
         else {
@@ -59,8 +73,11 @@ impl GlobalSysctls {
 
     /// Put every changed value back (idempotent). Returns the errors, if any.
     pub fn restore(&mut self) -> Vec<String> {
-        let (_, errors) = self.host.restore();
-        let still_raised: Vec<String> = self.host.changes().iter().map(|c| c.key.clone()).collect();
+        let Some(host) = self.host.as_mut() else {
+            return Vec::new();
+        };
+        let (_, errors) = host.restore();
+        let still_raised: Vec<String> = host.changes().iter().map(|c| c.key.clone()).collect();
         for c in &mut self.changes {
             c.restored = !still_raised.contains(&c.key);
         }

@@ -1,4 +1,9 @@
-//! One lab at a time per host: the global sysctls a lab raises and restores are shared.
+//! One lab at a time per host: the global sysctls a lab raises and restores are shared, and
+//! two labs would disturb each other's measurements.
+//!
+//! A rootless lab cannot create the host-wide lock file, but takes the lock on it when it
+//! exists (flock works on a file opened read-only), so that it never runs beside a root lab;
+//! otherwise it takes a lock of the user's own (in `tcptune_emu::state::state_dir`).
 
 use anyhow::{bail, Context as _};
 use std::fs::File;
@@ -16,6 +21,33 @@ pub(crate) struct LabLock {
 }
 
 impl LabLock {
+    /// The lock of a rootless lab (see the module documentation).
+    pub(crate) fn acquire_rootless() -> anyhow::Result<LabLock> {
+        let f = match File::open(LOCK_PATH) {
+            Ok(f) => f,
+            Err(_) => {
+                let dir = tcptune_emu::state::ensure_state_dir()?;
+                let path = dir.join("lab.lock");
+                File::options()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .with_context(|| format!("opening the lab lock {}", path.display()))?
+            }
+        };
+        // SAFETY: flock on a file descriptor we own.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            bail!(super::Unavailable(
+                "another tcptune lab is running on this host; labs disturb each other's \
+                 measurements, so only one runs at a time"
+                    .into()
+            ));
+        }
+        Ok(LabLock { _file: f })
+    }
+
     /// Take the lock or say who holds it.
     pub(crate) fn acquire() -> anyhow::Result<LabLock> {
         let mut f = File::options()

@@ -1,6 +1,8 @@
 //! The runner: the I/O side of the lab.
 //!
-//! Order of work: check privileges, write `plan.json` and `meta.json`, calibrate the emulator
+//! Order of work: check privileges (root mode, or the rootless mode of `tcptune_emu::mode`,
+//! which cannot raise the global maxima: the cells that need them are recorded as not run,
+//! see [`crate::feasible`]), write `plan.json` and `meta.json`, calibrate the emulator
 //! (refuse if it is not faithful at the plan's rate), then for each path: bring up a
 //! `tcptune_emu::Topology`, start `tcptune serve` on side B, and run every cell of that path
 //! `repetitions` times with `tcptune send ... --json` on side A, in a seeded random order per
@@ -24,8 +26,9 @@ pub mod globals;
 mod lock;
 pub mod progress;
 
+use crate::feasible::{self, HostLimits};
 use crate::plan::{CellKey, ExpandedPlan, HostConfig, Plan};
-use crate::record::{Calibration, LabMeta};
+use crate::record::{Calibration, LabMeta, RunRecord};
 use crate::results::{self, Built};
 use anyhow::{bail, Context as _};
 use bed::{Bed, BedSpec};
@@ -35,6 +38,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tcptune_core::{Bytes, Rate};
 use tcptune_emu::host::{Cleanup, RestoreAction};
+use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
 use tcptune_emu::process::signals;
 
 /// Whether a stop signal (Ctrl-C, SIGTERM, SIGHUP) asked the lab to stop.
@@ -168,21 +172,21 @@ const RECORDED_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_no_metrics_save",
 ];
 
-fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!(Unavailable(
-            "tcptune lab needs root (network namespaces, TUN devices and the global \
-             net.core.rmem_max/wmem_max): run it with sudo"
+/// The mode the lab's paths get, and its one-line summary.
+fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<(Mode, String)> {
+    let (mode, facts) = emu_mode::detect(ModeChoice::from_env());
+    let mode = match mode {
+        Ok(m) => m,
+        Err(tcptune_emu::EmuError::NoTun(_)) => bail!(Unavailable(
+            "/dev/net/tun is missing: load the tun module (modprobe tun), give the container \
+             the device, or run the lab as an ordinary user (rootless mode)"
                 .into()
-        ));
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        bail!(Unavailable(
-            "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device"
-                .into()
-        ));
-    }
+        )),
+        Err(e) => bail!(Unavailable(format!(
+            "tcptune lab cannot build its paths: {e}"
+        ))),
+    };
+    let summary = mode.summary(&facts);
     if let Some(cc) = &cfg.plan.congestion {
         let avail = tcptune_sys::sysctl::read_sysctl("net.ipv4.tcp_available_congestion_control")
             .unwrap_or_default();
@@ -199,21 +203,44 @@ fn check_environment(cfg: &RunnerConfig) -> anyhow::Result<()> {
             cfg.tcptune.display()
         )));
     }
-    Ok(())
+    Ok((mode, summary))
+}
+
+/// What the lab may do to the host's global buffer limits in `mode`, and their values now.
+fn host_limits(mode: Mode) -> HostLimits {
+    let read = |k: &str| {
+        tcptune_sys::sysctl::read_sysctl(k)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    HostLimits {
+        can_raise: mode.can_raise_global_limits(),
+        rmem_max: read("net.core.rmem_max"),
+        wmem_max: read("net.core.wmem_max"),
+    }
 }
 
 /// Run a lab from start to end.
 pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
-    check_environment(cfg)?;
+    let (mode, mode_summary) = check_environment(cfg)?;
     cfg.plan.validate()?;
     // Two labs at once would each take the other's raised maxima for the host's own.
-    let _lock = lock::LabLock::acquire()?;
+    let _lock = match mode {
+        Mode::Root => lock::LabLock::acquire()?,
+        Mode::Rootless => lock::LabLock::acquire_rootless()?,
+    };
     // What a lab killed mid-run left behind goes first: its raised maxima are put back
     // before anything reads the host's values.
     let cleaned = tcptune_emu::state::cleanup_stale()
         .context("cleaning up after an earlier lab or emulator that died")?;
     report_cleanup(&cleaned, cfg.progress);
-    let (mut globals, _) = GlobalSysctls::acquire()?;
+    eprintln!("tcptune lab: mode {mode_summary}");
+    let mut globals = match mode {
+        Mode::Root => GlobalSysctls::acquire()?.0,
+        Mode::Rootless => GlobalSysctls::untouchable(),
+    };
+    let limits = host_limits(mode);
     let expanded = cfg.plan.expand();
     let dir = cfg.out.clone();
     if dir.join(results::RESULTS_FILE).exists() {
@@ -233,12 +260,14 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
         cpus: env::cpus(),
         seed: cfg.plan.seed,
         started_unix_s: env::unix_now(),
+        mode: Some(mode.to_string()),
+        mode_summary: Some(mode_summary),
         ..LabMeta::default()
     };
     results::write_json(&dir.join(results::META_FILE), &meta)?;
     signals::catch_stop_signals()?;
 
-    let result = run_matrix(cfg, &expanded, &dir, &mut meta, &mut globals);
+    let result = run_matrix(cfg, &expanded, &dir, &mut meta, &mut globals, &limits);
     let restore_errors = globals.restore();
     meta.global_changes = globals.changes().to_vec();
     meta.duration_s = env::unix_now() - meta.started_unix_s;
@@ -292,14 +321,14 @@ fn report_cleanup(c: &Cleanup, verbose: bool) {
 /// `tcptune lab --cleanup`: undo what a lab (or emulator) killed mid-run left behind: put
 /// the host's global sysctls back, then remove its namespaces and the processes in them.
 /// Refused while a lab runs. Errors are in [`Cleanup::errors`].
+/// As an ordinary user it cleans up after the user's own (rootless) labs.
 pub fn cleanup() -> anyhow::Result<Cleanup> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!(Unavailable(
-            "tcptune lab --cleanup needs root (global sysctls, network namespaces)".into()
-        ));
-    }
-    let _lock = lock::LabLock::acquire()?;
+    let _lock = if unsafe { libc::geteuid() } == 0 {
+        lock::LabLock::acquire()?
+    } else {
+        lock::LabLock::acquire_rootless()?
+    };
     tcptune_emu::state::cleanup_stale().context("cleaning up after a lab or emulator that died")
 }
 
@@ -317,6 +346,7 @@ fn run_matrix(
     dir: &std::path::Path,
     meta: &mut LabMeta,
     globals: &mut GlobalSysctls,
+    limits: &HostLimits,
 ) -> anyhow::Result<()> {
     let p = &plan.plan;
     if cfg.calibrate {
@@ -357,21 +387,43 @@ fn run_matrix(
         }
     }
 
+    // Cells this mode cannot reproduce: recorded as not run (once per repetition, so that
+    // every planned run has its record), never silently dropped.
+    let not_run: BTreeMap<&CellKey, String> = plan
+        .cells
+        .iter()
+        .filter_map(|c| feasible::not_runnable(p, &c.key, limits).map(|why| (&c.key, why)))
+        .collect();
+    if !not_run.is_empty() {
+        eprintln!(
+            "tcptune lab: {} of {} cells are not run in this mode (they need the host's \
+             net.core.rmem_max/wmem_max raised); they are marked in the results and the report",
+            not_run.len(),
+            plan.cells.len()
+        );
+        for (key, why) in &not_run {
+            for rep in 1..=p.repetitions {
+                let rec = RunRecord::not_run((*key).clone(), rep, env::unix_now(), why.clone());
+                results::append_record(dir, &rec)?;
+            }
+        }
+    }
     // Group the cells by path; the host configuration is switched run by run.
     let mut groups: BTreeMap<u64, Vec<&CellKey>> = BTreeMap::new();
-    for c in &plan.cells {
+    for c in plan.cells.iter().filter(|c| !not_run.contains_key(&c.key)) {
         groups.entry(c.key.rtt_us).or_default().push(&c.key);
     }
-    let total_runs = plan.runs();
+    let total_runs = plan.runs() - not_run.len() * p.repetitions as usize;
     let total_cost: f64 = plan
         .cells
         .iter()
+        .filter(|c| !not_run.contains_key(&c.key))
         .map(|c| expected_seconds(p, &c.key) * f64::from(p.repetitions))
         .sum();
     let mut progress = Progress::new(total_runs, total_cost, cfg.progress);
     progress.note(&format!(
         "tcptune lab: {} cells x {} repetition(s) = {total_runs} runs, expected about {} (results in {})",
-        plan.cells.len(),
+        plan.cells.len() - not_run.len(),
         p.repetitions,
         progress::fmt_secs(std::time::Duration::from_secs_f64(total_cost)),
         dir.display()

@@ -18,7 +18,7 @@ use mio::{Events, Interest, Poll, Token as MioToken, Waker};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::ProbePlan;
@@ -42,6 +42,8 @@ pub(super) struct MainResult {
     pub(super) outcome: PhaseOutcome,
     /// What the in-band measurement found, if it ran and found something.
     pub(super) measured: Option<Measured>,
+    /// What careful resume did, when it was asked for.
+    pub(super) resume: Option<crate::report::ResumeReport>,
 }
 
 /// A data connection being opened.
@@ -94,6 +96,11 @@ pub(super) struct Conversation<'a> {
     seen_server: bool,
     /// The running main phase's in-band measurement, once it found the rate.
     measured: Option<Measured>,
+    /// A copy's files (the main phase carries them instead of the pattern).
+    files: Option<Arc<crate::files::work::FileWork>>,
+    /// Careful resume's route (a large initial window to the server), until every stream
+    /// of the phase is connected.
+    route: Option<tcptune_sys::route::InitialWindow>,
 }
 
 impl<'a> Conversation<'a> {
@@ -141,7 +148,14 @@ impl<'a> Conversation<'a> {
             next_stream_token: STREAM_BASE,
             seen_server: false,
             measured: None,
+            files: None,
+            route: None,
         })
+    }
+
+    /// The main phase copies these files.
+    pub(super) fn set_files(&mut self, work: Arc<crate::files::work::FileWork>) {
+        self.files = Some(work);
     }
 
     /// Run the bandwidth probe (see [`crate::probe`]).
@@ -175,11 +189,13 @@ impl<'a> Conversation<'a> {
         })
     }
 
-    /// Run the transfer; `in_band` says whether it measures the path's rate itself.
+    /// Run the transfer; `in_band` says whether it measures the path's rate itself, and
+    /// `resume` (the path's saved rate and RTT) whether it starts at a known rate.
     pub(super) fn main(
         &mut self,
         hint: &PathHint,
         in_band: InBand,
+        resume: Option<(tcptune_core::Rate, Duration)>,
         progress: Option<ProgressFn<'_>>,
     ) -> Result<MainResult, ClientError> {
         let initial = self.cfg.streams;
@@ -201,6 +217,11 @@ impl<'a> Conversation<'a> {
         let total = total.min(self.cfg.max_streams).max(initial);
         let mut hint = hint.clone();
         hint.rate_in_band = in_band == InBand::Measure;
+        let resume = resume.map(|(rate, rtt)| {
+            let r = self.careful_resume(rate, rtt, total);
+            hint.resume = r.used;
+            r
+        });
         let req = PhaseRequest {
             goal: Goal::Main,
             in_band,
@@ -210,12 +231,53 @@ impl<'a> Conversation<'a> {
         };
         self.measured = None;
         let (local, intervals, outcome) = self.run_phase(req, progress)?;
+        // Never past the phase, whatever happened to its streams.
+        self.route = None;
         Ok(MainResult {
             local,
             intervals,
             outcome,
             measured: self.measured.take(),
+            resume,
         })
+    }
+
+    /// Install the route that gives the streams about to open a large initial window: each
+    /// stream's share of the BDP of the saved rate at the saved RTT, in segments.
+    fn careful_resume(
+        &mut self,
+        rate: tcptune_core::Rate,
+        rtt: Duration,
+        streams: u32,
+    ) -> crate::report::ResumeReport {
+        let mss = tcptune_sys::sockopt::tcp_info(self.ctrl.as_fd())
+            .ok()
+            .map(|s| u64::from(s.snd_mss_bytes))
+            .filter(|&m| m > 0)
+            .unwrap_or(1448);
+        let share = rate.bdp(rtt).0 / u64::from(streams.max(1));
+        let segments = share.div_ceil(mss).clamp(10, 1 << 20);
+        let pacing = rate.0 / u64::from(streams.max(1));
+        match tcptune_sys::route::InitialWindow::install(self.addr.ip(), segments as u32) {
+            Ok(route) => {
+                let text = route.route().to_string();
+                self.route = Some(route);
+                crate::report::ResumeReport {
+                    used: true,
+                    initcwnd_segs: Some(segments),
+                    pacing_bps: Some(pacing),
+                    route: Some(text),
+                    why_not: None,
+                }
+            }
+            Err(e) => crate::report::ResumeReport {
+                used: false,
+                initcwnd_segs: None,
+                pacing_bps: None,
+                route: None,
+                why_not: Some(e.to_string()),
+            },
+        }
     }
 
     /// The limits of the end that sends and of the end that receives (the server's are
@@ -299,6 +361,7 @@ impl<'a> Conversation<'a> {
             let _ = waker.wake();
         });
         let engine = Engine::new(EngineConfig {
+            files: if main { self.files.clone() } else { None },
             role,
             pattern: Arc::new(Pattern::new(self.seed, cfg.message_size)),
             messages,
@@ -346,7 +409,10 @@ impl<'a> Conversation<'a> {
                 let Some(p) = self.phase.take() else {
                     return Err(ClientError::Protocol("a phase ended twice".into()));
                 };
-                let (local, intervals) = p.engine.finish();
+                let (mut local, intervals) = p.engine.finish();
+                if let (true, Some(w)) = (main, &self.files) {
+                    local.files = Some(w.summary());
+                }
                 if let Some(cb) = progress.as_mut() {
                     // The last, partial interval is only known now.
                     let rest = intervals.get(intervals_shown..).unwrap_or_default();
@@ -494,6 +560,7 @@ impl<'a> Conversation<'a> {
                         rate: Some(m.rate),
                         rate_is_lower_bound: false,
                         rate_in_band: false,
+                        resume: false,
                     };
                     let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
                     let total = total
@@ -578,6 +645,7 @@ impl<'a> Conversation<'a> {
             },
             Failure::Connect(m) => ClientError::Stream(m),
             Failure::Interrupted => ClientError::Interrupted,
+            Failure::File(f) => ClientError::File(f),
             Failure::Closed if self.session.server().is_none() => ClientError::NotTcptune {
                 addr: self.addr,
                 detail: "it closed the connection without an answer".into(),
@@ -659,7 +727,13 @@ impl<'a> Conversation<'a> {
                 format!("sending its hello: {e}"),
             );
         }
-        match p.engine.add_stream(o.index, stream, o.driver) {
+        let added = p.engine.add_stream(o.index, stream, o.driver);
+        // Every stream asked for is connected: the initial window was taken from the route,
+        // which goes at once (other connections to the peer must not inherit it).
+        if self.opening.is_empty() {
+            self.route = None;
+        }
+        match added {
             Ok(()) => self.session.handle_stream_open(now, o.index),
             Err(e) => {
                 self.session

@@ -17,6 +17,21 @@ use tcptune_core::{HostLimits, PathHint};
 
 /// Run a transfer. `progress` is called about 5 times a second.
 pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Report, ClientError> {
+    run_with(cfg, progress, None).map(|(r, _)| r)
+}
+
+/// A copy's part of a session: the job the server hears, this end's files.
+pub(crate) struct CopyJob {
+    pub(crate) job: crate::files::FileJob,
+    pub(crate) work: std::sync::Arc<crate::files::work::FileWork>,
+}
+
+/// Run a transfer, or with `copy` a copy of files; the server's file summary comes along.
+pub(crate) fn run_with(
+    cfg: &ClientConfig,
+    progress: Option<ProgressFn<'_>>,
+    copy: Option<CopyJob>,
+) -> Result<(Report, Option<crate::files::FilesSide>), ClientError> {
     let session_start = Instant::now();
     validate(cfg)?;
     let addr = resolve(cfg)?;
@@ -74,7 +89,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         tune: cfg.tune.clone(),
         streams: cfg.streams,
         message_size: cfg.message_size,
-        messages: if cfg.duration.is_some() {
+        messages: if cfg.duration.is_some() || copy.is_some() {
             0
         } else {
             cfg.messages
@@ -86,6 +101,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         congestion: cfg.congestion.clone(),
         seed: u64::from_ne_bytes(seed),
         corrupt_message: cfg.corrupt_message,
+        files: copy.as_ref().map(|c| c.job.clone()),
     };
     let plan = ClientPlan {
         params: params.clone(),
@@ -104,15 +120,22 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     let mut db = PathDbUse::new(cfg, addr.ip().to_string());
     let decision = measure::decide(cfg, &mut db, &mut hint);
     let mut conv = Conversation::new(cfg, addr, ctrl, plan, local_limits, force)?;
+    if let Some(c) = &copy {
+        conv.set_files(c.work.clone());
+    }
     let (mut source, in_band) = match decision {
         Plan::Known {
             source,
             check: true,
+            ..
         } => (source, hint.rate.map_or(InBand::Off, InBand::Check)),
         Plan::Known { source, .. } => (source, InBand::Off),
+        Plan::AtLeast => (Source::PathDb, InBand::Measure),
         Plan::InBand => (Source::InBand, InBand::Measure),
         _ => (Source::None, InBand::Off),
     };
+    // Careful resume: a fresh full-pipe entry confirmed by the RTT now starts at its rate.
+    let resume = resume_intent(cfg, &decision, &hint);
     let mut probe_report = None;
     let mut probe_seconds = None;
     if let Plan::Probe = decision {
@@ -152,7 +175,18 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     }
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
-    let main = conv.main(&hint, in_band, progress)?;
+    let main = conv.main(&hint, in_band, resume.as_ref().ok().copied(), progress)?;
+    hint.resume = main.resume.as_ref().is_some_and(|r| r.used);
+    let resume_report = match resume {
+        Ok(_) => main.resume.clone(),
+        Err(why_not) => why_not.map(|why| crate::report::ResumeReport {
+            used: false,
+            initcwnd_segs: None,
+            pacing_bps: None,
+            route: None,
+            why_not: Some(why),
+        }),
+    };
     let cpu = tcptune_sys::os::process_cpu()
         .unwrap_or_default()
         .since(&cpu0);
@@ -164,6 +198,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
     // it delivered is a lower bound on it.
     let delivered = main.outcome.delivery.rate;
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
+    let remote_files = remote.files.clone();
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
     let clean = receiver_ok(&main.local) && receiver_ok(&remote);
     match (&main.measured, delivered) {
@@ -208,6 +243,7 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         !cfg.reverse,
     );
     let session_hex = proto::to_hex(&token);
+    let server_requires_secret = server.as_ref().map(|s| s.auth_required);
     let (report, verdict) = assemble(Assembly {
         cfg,
         params: &params,
@@ -232,12 +268,14 @@ pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Repor
         intervals: main.intervals,
         host_cpu: cpu,
         host_wall: wall,
+        server_requires_secret,
+        resume: resume_report,
         capped: main.outcome.capped,
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
     });
     match verdict {
-        Ok(()) => Ok(report),
+        Ok(()) => Ok((report, remote_files)),
         Err(Verdict::Integrity(reason)) => Err(ClientError::Integrity {
             reason,
             report: Some(Box::new(report)),
@@ -297,4 +335,50 @@ fn round_trips(
             Some(round((total - since_start(last)) / rtt)),
         )
     }
+}
+
+/// Whether the transfer may start at the path database's rate (careful resume): `Ok` with
+/// the rate and RTT to resume at; `Err(Some(why))` when a known path cannot (said in the
+/// report); `Err(None)` when there is nothing to resume.
+fn resume_intent(
+    cfg: &ClientConfig,
+    decision: &Plan,
+    hint: &PathHint,
+) -> Result<(tcptune_core::Rate, std::time::Duration), Option<String>> {
+    let Plan::Known {
+        source: Source::PathDb,
+        entry: Some(k),
+        ..
+    } = decision
+    else {
+        return Err(None);
+    };
+    if cfg.tune != tcptune_core::TuneMode::Auto || cfg.custom_tuner.is_some() {
+        return Err(None);
+    }
+    if !cfg.resume_rate {
+        return Err(Some("off (--no-resume-rate)".into()));
+    }
+    if !k.full_pipe {
+        return Err(Some(
+            "the saved rate is only a lower bound (its pipe was never seen full)".into(),
+        ));
+    }
+    if cfg.reverse {
+        return Err(Some(
+            "the server sends: careful resume needs the sender's routes, and a server does not change its routes for clients".into(),
+        ));
+    }
+    let Some(rtt) = hint.rtt else {
+        return Err(Some("no RTT was measured on the control connection".into()));
+    };
+    let (now, saved) = (rtt.as_secs_f64(), k.min_rtt.as_secs_f64());
+    if saved <= 0.0 || now > saved * 1.25 || now < saved * 0.8 {
+        return Err(Some(format!(
+            "the RTT now ({}) is not the saved one ({}): the path may have changed",
+            tcptune_core::format_duration(rtt),
+            tcptune_core::format_duration(k.min_rtt)
+        )));
+    }
+    Ok((k.rate, k.min_rtt))
 }

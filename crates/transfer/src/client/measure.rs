@@ -97,8 +97,16 @@ impl Source {
 /// How the transfer learns the path's rate.
 pub(crate) enum Plan {
     /// The rate is known (given or from the database): no measurement; a database rate is
-    /// checked against what the transfer delivers when `check`.
-    Known { source: Source, check: bool },
+    /// checked against what the transfer delivers when `check`. `entry` is the database's
+    /// entry, when it gave the rate.
+    Known {
+        source: Source,
+        check: bool,
+        entry: Option<Known>,
+    },
+    /// The database knows only a lower bound (an earlier transfer ended before its pipe
+    /// was seen full): start from it, and measure in band.
+    AtLeast,
     /// Run the out-of-band probe first (`--tune probe`, NLANR's way).
     Probe,
     /// Measure it in band: the transfer starts at once and finds the full pipe itself.
@@ -114,32 +122,40 @@ pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint
         return Plan::Known {
             source: Source::Given,
             check: false,
+            entry: None,
         };
     }
     if !cfg.tune.needs_rate_probe() || cfg.custom_tuner.is_some() {
         return Plan::Without;
     }
     let known = hint.rtt.and_then(|rtt| db.lookup(rtt));
-    match known.filter(|k| k.full_pipe || !cfg.probe) {
-        Some(k) => {
+    let long = hint
+        .rtt
+        .is_some_and(|r| r >= tcptune_core::tuners::auto::MEASURE_MIN_RTT);
+    match known {
+        Some(k) if k.full_pipe || !cfg.probe => {
             hint.rate = Some(k.rate);
             hint.rate_is_lower_bound = !k.full_pipe;
             db.used();
             Plan::Known {
                 source: Source::PathDb,
                 check: cfg.probe && k.full_pipe,
+                entry: Some(k),
             }
         }
-        None if !cfg.probe => Plan::Without,
-        None if cfg.tune == TuneMode::Probe => Plan::Probe,
-        None if hint
-            .rtt
-            .is_some_and(|r| r >= tcptune_core::tuners::auto::MEASURE_MIN_RTT) =>
-        {
-            Plan::InBand
+        // A lower bound from a transfer that ended before its pipe was full (a long path,
+        // a short transfer): auto starts from it and measures in band.
+        Some(k) if cfg.tune == TuneMode::Auto && long => {
+            hint.rate = Some(k.rate);
+            hint.rate_is_lower_bound = true;
+            db.used();
+            Plan::AtLeast
         }
+        _ if !cfg.probe => Plan::Without,
+        _ if cfg.tune == TuneMode::Probe => Plan::Probe,
+        _ if long => Plan::InBand,
         // A short path: kernel autotuning is in charge; nothing to measure.
-        None => Plan::Without,
+        _ => Plan::Without,
     }
 }
 

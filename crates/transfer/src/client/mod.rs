@@ -14,8 +14,9 @@
 //! println!("{:.1} Mbit/s", report.end.sum_received.bits_per_second / 1e6);
 //! ```
 
+pub mod advise;
 mod conversation;
-mod driver;
+pub(crate) mod driver;
 mod measure;
 
 use crate::auth::Secret;
@@ -80,10 +81,17 @@ pub struct ClientConfig {
     /// records what it measured. `None` (the library's default): no database.
     /// `tcptune send` uses [`crate::pathdb::default_location`] unless told otherwise.
     pub path_db: Option<PathBuf>,
-    /// Run the pre-transfer probe when the mode needs a rate and the database has no fresh
-    /// full-pipe estimate (default). With `false` a database entry of any kind is used, and
+    /// Measure the path's rate when the mode needs one and the database has no fresh
+    /// full-pipe estimate (default): `auto` in band on paths of 5 ms or more, `probe` with
+    /// its pre-transfer probe. With `false` a database entry of any kind is used, and
     /// without one the mode goes without a rate.
     pub probe: bool,
+    /// Careful resume (default): on a path the database knows (a fresh full-pipe entry whose
+    /// RTT the control connection confirms), new connections to the server start with an
+    /// initial window of their share of the saved rate x RTT (a per-destination route:
+    /// needs `CAP_NET_ADMIN`; said in the report when missing), paced at the saved rate for
+    /// their first round trips; `false`: `--no-resume-rate`.
+    pub resume_rate: bool,
     /// Stop when this fires (Ctrl-C): the transfer ends at once at both ends and the report
     /// holds what moved (`end.tcptune.interrupted`); before the transfer began,
     /// [`ClientError::Interrupted`].
@@ -153,6 +161,7 @@ impl ClientConfig {
             custom_tuner: None,
             path_db: None,
             probe: true,
+            resume_rate: true,
             cancel: None,
         }
     }
@@ -230,6 +239,10 @@ pub enum ClientError {
     /// The user interrupted before the transfer began (nothing was measured).
     #[error("interrupted before the transfer began")]
     Interrupted,
+    /// A copy failed at either end (`tcptune cp`): a missing source, a full disk, a
+    /// permission, a path outside the server's root; its kind decides the exit status.
+    #[error("{0}")]
+    File(crate::files::FileFailure),
     /// The transfer failed otherwise (a stream error, a stall, the server gave up).
     #[error("transfer failed: {reason}")]
     Transfer {
@@ -310,16 +323,22 @@ pub type ProgressFn<'a> = &'a mut dyn FnMut(&Progress);
 
 /// The server's address from `HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`.
 pub(crate) fn resolve(cfg: &ClientConfig) -> Result<SocketAddr, ClientError> {
-    let s = cfg.server.trim();
+    resolve_target(&cfg.server, cfg.port)
+}
+
+/// The address of `server` (`HOST`, `HOST:PORT`, `[V6]:PORT` or `V6`), `port` when it
+/// names none.
+pub(crate) fn resolve_target(server: &str, port: u16) -> Result<SocketAddr, ClientError> {
+    let s = server.trim();
     let has_port = s.parse::<SocketAddr>().is_ok()
         || (s.matches(':').count() == 1 && !s.starts_with('['))
         || (s.starts_with('[') && s.contains("]:"));
     let target = if has_port {
         s.to_string()
     } else if s.contains(':') && !s.starts_with('[') {
-        format!("[{s}]:{}", cfg.port)
+        format!("[{s}]:{port}")
     } else {
-        format!("{s}:{}", cfg.port)
+        format!("{s}:{port}")
     };
     let mut addrs = target
         .to_socket_addrs()

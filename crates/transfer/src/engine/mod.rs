@@ -19,6 +19,7 @@
 //! 4. [`Engine::finish`] once every stream ended (or after `abort`): joins the threads and
 //!    returns this end's [`SideResult`].
 
+mod files;
 mod sampler;
 mod stream;
 
@@ -116,6 +117,9 @@ pub struct SideResult {
     pub wall_s: f64,
     /// The data did not check out (receiver).
     pub integrity_error: Option<String>,
+    /// What a copy did at this end (`tcptune cp`; absent for the pattern).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<crate::files::FilesSide>,
     /// Congestion control of the data sockets.
     pub congestion: String,
     /// This end's start (its first stream added): what `first_s` and `last_s` count from.
@@ -149,6 +153,9 @@ pub(crate) enum Event {
     Integrity(String),
     /// A tuner asks for more streams.
     MoreStreams(StreamRequest),
+    /// A copy failed at this end (a missing source, a full disk, a peer that broke the
+    /// file protocol): the session ends, saying why.
+    FileFailed(crate::files::FileFailure),
 }
 
 /// Called after every event: wakes the controller's event loop.
@@ -168,6 +175,8 @@ pub(crate) struct EngineConfig {
     pub(crate) epoch: Instant,
     pub(crate) idle_timeout: Duration,
     pub(crate) notify: Option<Notify>,
+    /// A copy's files instead of the pattern (see [`crate::files`]).
+    pub(crate) files: Option<Arc<crate::files::work::FileWork>>,
 }
 
 struct Counters {
@@ -344,11 +353,17 @@ impl Engine {
                 .name(format!("tcptune-stream-{}", index + 1))
                 .stack_size(THREAD_STACK)
                 .spawn(move || {
-                    let out = match cfg.role {
-                        Role::Sender => {
+                    let out = match (&cfg.files, cfg.role) {
+                        (Some(w), Role::Sender) => {
+                            files::send_loop(&stream, &shared, &counters, &cfg, w, index)
+                        }
+                        (Some(w), Role::Receiver) => {
+                            files::recv_loop(&stream, &shared, &counters, &cfg, w, index)
+                        }
+                        (None, Role::Sender) => {
                             send_loop(&stream, &shared, &pattern, &counters, &cfg, index)
                         }
-                        Role::Receiver => {
+                        (None, Role::Receiver) => {
                             recv_loop(&stream, &shared, &pattern, &counters, &cfg, index)
                         }
                     };
@@ -434,6 +449,27 @@ impl Engine {
     /// at a sender; bytes read at a receiver. The bandwidth probe's full-pipe detection and
     /// the transfer's own rate estimate are fed from it.
     pub(crate) fn delivered(&self) -> u64 {
+        let raw = self.delivered_raw();
+        match &self.cfg.files {
+            // A copy's measurement starts with its blocks, not with the manifest.
+            Some(w) if !w.started() => 0,
+            Some(w) => {
+                let base = match w.delivered_base.compare_exchange(
+                    u64::MAX,
+                    raw,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => raw,
+                    Err(b) => b,
+                };
+                raw.saturating_sub(base)
+            }
+            None => raw,
+        }
+    }
+
+    fn delivered_raw(&self) -> u64 {
         self.slots
             .iter()
             .map(|s| match self.cfg.role {
@@ -446,16 +482,38 @@ impl Engine {
             .sum()
     }
 
+    /// [`Engine::delivered`] and the smallest `tcpi_min_rtt` of the streams, read in one
+    /// pass (the server's watch over its clients' paths).
+    pub(crate) fn path_view(&self) -> (u64, Option<Duration>) {
+        let mut delivered = 0u64;
+        let mut min_rtt: Option<Duration> = None;
+        for s in &self.slots {
+            let info = tcptune_sys::sockopt::tcp_info(s.stream.as_fd()).ok();
+            if let Some(r) = info.as_ref().and_then(|t| t.min_rtt()) {
+                min_rtt = Some(min_rtt.map_or(r, |m| m.min(r)));
+            }
+            delivered += match self.cfg.role {
+                Role::Sender => info
+                    .and_then(|t| t.delivered_bytes())
+                    .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
+                Role::Receiver => s.counters.bytes.load(Ordering::Relaxed),
+            };
+        }
+        (delivered, min_rtt)
+    }
+
     /// A number that grows while any data moves, at the application or in TCP (for idle
     /// detection: a sender blocked on a full buffer still makes TCP progress).
     pub(crate) fn progress(&self) -> u64 {
+        let local = self.cfg.files.as_ref().map_or(0, |w| w.activity());
         self.slots
             .iter()
             .map(|s| {
                 s.counters.bytes.load(Ordering::Relaxed)
                     + s.counters.tcp_bytes.load(Ordering::Relaxed)
             })
-            .sum()
+            .sum::<u64>()
+            .wrapping_add(local)
     }
 
     /// Join everything and summarize this end. Returns the intervals recorded too.

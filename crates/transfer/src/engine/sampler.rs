@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tcptune_core::{PathHint, Role, SampleRecord, Time};
+use tcptune_core::{Action, PathHint, Role, SampleRecord, Time};
 use tcptune_sys::driver::TunerDriver;
 use tcptune_sys::os::{thread_cpu, CpuTimes};
 
@@ -63,7 +63,18 @@ pub(super) fn side_detail(d: &TunerDriver, t0: Time, series: bool) -> SideDetail
         .map(|c| ChangeRecord {
             t_s: rel(c.at),
             action: c.action.clone(),
-            effective: c.effective,
+            // A pacing cap reads back in bytes per second (u64::MAX: none).
+            effective: match c.action {
+                Action::SetMaxPacingRate(_) => None,
+                _ => c.effective,
+            },
+            effective_bps: match c.action {
+                Action::SetMaxPacingRate(_) => c
+                    .effective
+                    .filter(|&v| v != u64::MAX)
+                    .map(|v| v.saturating_mul(8)),
+                _ => None,
+            },
             error: c.error.clone(),
             note: c.note.clone(),
         })

@@ -37,6 +37,25 @@
 //!   Bye                                    ->
 //! ```
 //!
+//! # Advice
+//!
+//! `tcptune advise` asks for the buffer sizes and stream count of the path between it and
+//! the server ([`crate::advice`]): `Advise` takes the place of `Setup`, under the same
+//! admission, authentication and limits.
+//!
+//! ```text
+//! client                                       server
+//!   Hello{protocol, version, token, auth?} ->
+//!   Advise{direction, limits, ..}          ->  (looks the path up in its path database)
+//!                                          <-  Advice{advice}       (a fresh entry)
+//!                                          <-  Measure{streams, ..} (none: it measures)
+//!   [data connections DataHello{token, 0, i} for i < streams; data flows in the
+//!    direction asked until the server has seen the pipe full]  ->
+//!                                          <-  Advice{advice}       (and it ends the data
+//!                                              connections)
+//!   Bye                                    ->
+//! ```
+//!
 //! The token is chosen by the client (16 random bytes): data connections need no answer
 //! from the server before they can be opened, so data flows one round trip after the
 //! control connection is up. The server refuses a token already in use.
@@ -59,6 +78,7 @@ pub use hello::{DataHello, DATA_HELLO_LEN, DATA_MAGIC};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use tcptune_core::pathdb::Direction;
 use tcptune_core::{HostLimits, PathHint, TuneMode};
 
 /// Version of this protocol; both ends must speak the same.
@@ -162,6 +182,10 @@ pub struct TestParams {
     /// integrity error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corrupt_message: Option<u64>,
+    /// A copy of files and directories (`tcptune cp`) instead of the pattern: the main
+    /// phase's streams carry the files (see [`crate::files`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<crate::files::FileJob>,
 }
 
 /// What the server allows.
@@ -203,6 +227,23 @@ pub struct ClientAuth {
     pub mac: String,
 }
 
+/// What `tcptune advise` asks for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdviseRequest {
+    /// Which way the application's data will flow, seen from the client (`send`: the
+    /// client's host sends).
+    pub direction: Direction,
+    /// The client's host limits, for the advice to fit them (without them the server
+    /// assumes its own).
+    #[serde(default)]
+    pub limits: Option<HostLimits>,
+    /// Most streams the application will open.
+    pub max_streams: u32,
+    /// Measure the path now even if the server's database knows it.
+    #[serde(default)]
+    pub fresh: bool,
+}
+
 /// Messages from client to server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -231,6 +272,11 @@ pub enum ClientMsg {
     Setup {
         /// What to run.
         params: TestParams,
+    },
+    /// Instead of `Setup`: ask for advice on the path between client and server.
+    Advise {
+        /// What to advise on.
+        request: AdviseRequest,
     },
     /// Start phase `seq` (0, 1, ...: one at a time, in order).
     StartPhase {
@@ -321,6 +367,33 @@ pub enum ServerMsg {
         /// What the server saw.
         result: Box<crate::engine::SideResult>,
     },
+    /// A copy failed at the server (a missing source, a full disk, a path outside its
+    /// root, ...); an `Abort` follows.
+    FileFailed {
+        /// What and why.
+        failure: crate::files::FileFailure,
+    },
+    /// The answer to `Advise` when the server must measure the path first: open `streams`
+    /// data connections for phase `seq`; data flows in the direction asked (the client
+    /// sends when it asked for `send`) until the server answers with `Advice`, at most
+    /// `duration_ms`.
+    Measure {
+        /// The measurement's phase number (data connections carry it).
+        seq: u32,
+        /// Data connections to open.
+        streams: u32,
+        /// The longest the measurement lasts.
+        duration_ms: u64,
+        /// Payload bytes per message.
+        message_size: u64,
+        /// Seed of the data pattern.
+        seed: u64,
+    },
+    /// The answer to `Advise`.
+    Advice {
+        /// The path's facts and what to set.
+        advice: Box<crate::advice::Advice>,
+    },
     /// The server gives up on the session (integrity failure, error, timeout).
     Abort {
         /// The data did not check out.
@@ -337,6 +410,7 @@ impl ClientMsg {
             ClientMsg::Hello { .. } => "hello",
             ClientMsg::Auth { .. } => "auth",
             ClientMsg::Setup { .. } => "setup",
+            ClientMsg::Advise { .. } => "advise",
             ClientMsg::StartPhase { .. } => "start_phase",
             ClientMsg::Hint { .. } => "hint",
             ClientMsg::Stop { .. } => "stop",
@@ -355,6 +429,9 @@ impl ServerMsg {
             ServerMsg::Rejected { .. } => "rejected",
             ServerMsg::WantStreams { .. } => "want_streams",
             ServerMsg::PhaseResult { .. } => "phase_result",
+            ServerMsg::FileFailed { .. } => "file_failed",
+            ServerMsg::Measure { .. } => "measure",
+            ServerMsg::Advice { .. } => "advice",
             ServerMsg::Abort { .. } => "abort",
         }
     }
@@ -402,6 +479,7 @@ mod tests {
             congestion: Some("cubic".into()),
             seed: 99,
             corrupt_message: None,
+            files: None,
         }
     }
 
@@ -427,6 +505,14 @@ mod tests {
             },
             ClientMsg::Stop { capped: true },
             ClientMsg::EndPhase { streams: 3 },
+            ClientMsg::Advise {
+                request: AdviseRequest {
+                    direction: Direction::Receive,
+                    limits: Some(HostLimits::linux_defaults()),
+                    max_streams: 8,
+                    fresh: true,
+                },
+            },
             ClientMsg::Bye,
         ];
         let mut wire = Vec::new();

@@ -1,12 +1,20 @@
 //! The server's event loop: moves bytes between sockets and the [`Endpoint`], runs the
-//! engines it asks for, and writes its log records. No policy lives here.
+//! engines it asks for, hands the path database's work to its thread ([`PathDbWorker`]),
+//! counts for monitoring, and writes its log records. No policy lives here.
 
+use super::metrics::RecordResult;
+use super::paths::{PathDbWorker, RecordOutcome, Reply};
 use super::{BudgetShare, ServerConfig, ServerError, ServerEvent, ServerStats, Shutdown};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::files::plan::DestSpec;
+use crate::files::walk::WalkLimits;
+use crate::files::work::{FileWork, Source as FileSource, Spec};
 use crate::pattern::Pattern;
 use crate::phase::{prepare_accepted, DriverSpec, PhaseTuning};
-use crate::session::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
-use crate::session::server::EngineSpec;
+use crate::session::endpoint::{
+    Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit, ShareRules,
+};
+use crate::session::server::{EngineSpec, Observation};
 use crate::session::{ConnId, SessionId};
 use mio::net::{TcpListener as MioListener, TcpStream as MioStream};
 use mio::{Events, Interest, Poll, Token as MioToken, Waker};
@@ -14,11 +22,15 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tcptune_core::pathdb::Direction;
 use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
+use tcptune_pathdb::Source;
+use tcptune_sys::fs::Dir;
 
 const LISTENER: MioToken = MioToken(0);
 const WAKER: MioToken = MioToken(1);
@@ -36,6 +48,8 @@ const MAX_LINGERING: usize = 1024;
 const FD_RESERVE: u64 = 64;
 /// How often the memory budget's shares are logged while streams hold some.
 const BUDGET_LOG_EVERY: Duration = Duration::from_secs(5);
+/// How often running engines' bytes are added to the metrics.
+const COUNT_EVERY: Duration = Duration::from_millis(500);
 
 /// A finished phase's result, from its finishing thread.
 struct Finished(SessionId, u32, Box<SideResult>);
@@ -55,10 +69,28 @@ struct Conn {
 
 struct Phase {
     engine: Engine,
+    files: Option<Arc<FileWork>>,
     tuning: PhaseTuning,
     spec: DriverSpec,
     streams: u32,
     congestion: Option<String>,
+    /// For monitoring: the session's mode, and the bytes of this phase already counted.
+    mode: &'static str,
+    counted: u64,
+}
+
+impl Phase {
+    /// Add the bytes moved since the last count to the metrics.
+    fn count(&mut self, metrics: Option<&super::ServeMetrics>) {
+        let Some(m) = metrics else { return };
+        let now = self.engine.bytes();
+        let direction = match self.spec.role {
+            Role::Sender => Direction::Send,
+            Role::Receiver => Direction::Receive,
+        };
+        m.add_bytes(direction, self.mode, now.saturating_sub(self.counted));
+        self.counted = self.counted.max(now);
+    }
 }
 
 /// Serve until `shutdown` fires (or, with `one_off`, until one session ended).
@@ -90,6 +122,18 @@ pub fn run(
         idle_timeout: config.idle_timeout,
         secret: config.secret.clone(),
         fd_budget: nofile.saturating_sub(FD_RESERVE).max(8),
+        files: config.files.as_ref().map(|f| ShareRules {
+            read_only: f.read_only,
+        }),
+    };
+    let share = match &config.files {
+        Some(f) => Some(Arc::new(Dir::open(&f.root).map_err(|e| {
+            ServerError::Io {
+                op: "open the shared directory (--root)",
+                source: e.source,
+            }
+        })?)),
+        None => None,
     };
     let nonces = Box::new(|| {
         let mut n = [0u8; 32];
@@ -101,6 +145,13 @@ pub fn run(
     let mut host_read = Instant::now();
     let mut endpoint = Endpoint::new(ecfg, host_info(force), nonces);
     let (tx, rx) = mpsc::channel::<Finished>();
+    let paths = match &config.path_db {
+        Some(p) => Some(
+            PathDbWorker::start(p.clone(), config.path_db_bounds.clone(), waker.clone())
+                .map_err(io("start the path database's thread"))?,
+        ),
+        None => None,
+    };
     let mut d = Driver {
         poll,
         waker,
@@ -117,6 +168,10 @@ pub fn run(
             logged: None,
         }),
         config,
+        share,
+        paths,
+        lookup_rtts: HashMap::new(),
+        counted_at: Instant::now(),
     };
     let mut events = Events::with_capacity(1024);
     let mut finished_sessions = 0u64;
@@ -170,12 +225,24 @@ pub fn run(
         }
         d.collect_engines(&rx, &mut endpoint);
         d.carry_out(&mut endpoint, &mut finished_sessions);
+        d.collect_paths(&mut endpoint);
+        d.carry_out(&mut endpoint, &mut finished_sessions);
         let now = Instant::now();
         if endpoint.poll_timeout().is_some_and(|t| t <= now) {
             let phases = &d.phases;
-            endpoint.on_timeout(now, &|sid| phases.get(&sid).map(|p| p.engine.progress()));
+            endpoint.on_timeout(now, &|sid| {
+                phases.get(&sid).map(|p| {
+                    let (delivered, min_rtt) = p.engine.path_view();
+                    Observation {
+                        progress: p.engine.progress(),
+                        delivered,
+                        min_rtt,
+                    }
+                })
+            });
             d.carry_out(&mut endpoint, &mut finished_sessions);
         }
+        d.count(&endpoint);
         d.reap_lingering();
         d.log_budget();
     }
@@ -232,6 +299,12 @@ struct Driver {
     force: bool,
     budget: Option<Budget>,
     config: ServerConfig,
+    /// The shared directory (`--root`), opened once.
+    share: Option<Arc<Dir>>,
+    paths: Option<PathDbWorker>,
+    /// The control connection's RTT of each advice session waiting for the database.
+    lookup_rtts: HashMap<SessionId, Option<Duration>>,
+    counted_at: Instant,
 }
 
 impl Driver {
@@ -268,6 +341,50 @@ impl Driver {
                 .collect(),
         });
         log(&ev);
+    }
+
+    /// Every so often: the running engines' bytes and the load, for monitoring.
+    fn count(&mut self, endpoint: &Endpoint) {
+        let Some(m) = self.config.metrics.clone() else {
+            return;
+        };
+        if self.counted_at.elapsed() < COUNT_EVERY {
+            return;
+        }
+        self.counted_at = Instant::now();
+        for p in self.phases.values_mut() {
+            p.count(Some(&m));
+        }
+        let stats = endpoint.stats();
+        m.set_load(stats.sessions_active, stats.pending);
+    }
+
+    /// The path database's answers.
+    fn collect_paths(&mut self, endpoint: &mut Endpoint) {
+        while let Some(reply) = self.paths.as_ref().and_then(PathDbWorker::poll) {
+            match reply {
+                Reply::Lookup { session, known } => {
+                    // The RTT was read when the lookup was asked for.
+                    let rtt = known.as_ref().map(|k| k.min_rtt);
+                    let rtt = self.lookup_rtts.remove(&session).flatten().or(rtt);
+                    endpoint.on_lookup(Instant::now(), session, rtt, known, unix_now_f64());
+                }
+                Reply::Recorded(o) => {
+                    if let Some(m) = &self.config.metrics {
+                        m.record(match o {
+                            RecordOutcome::Recorded => RecordResult::Recorded,
+                            RecordOutcome::Full => RecordResult::Full,
+                            RecordOutcome::Failed => RecordResult::Failed,
+                        });
+                    }
+                }
+                Reply::Warning(message) => {
+                    if let Some(log) = &self.config.log {
+                        log(&ServerEvent::Warning { message });
+                    }
+                }
+            }
+        }
     }
 
     fn accept(&mut self, listener: &mut MioListener, endpoint: &mut Endpoint) {
@@ -471,7 +588,8 @@ impl Driver {
                     session,
                     label,
                     spec,
-                } => self.start_engine(session, &label, spec),
+                    mode,
+                } => self.start_engine(session, &label, spec, mode),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -505,12 +623,16 @@ impl Driver {
                     }
                 }
                 EndpointEvent::FinishEngine { session, seq } => {
-                    if let Some(p) = self.phases.remove(&session) {
+                    if let Some(mut p) = self.phases.remove(&session) {
+                        p.count(self.config.metrics.as_deref());
                         let (tx, waker) = (self.tx.clone(), self.waker.clone());
                         let spawned = std::thread::Builder::new()
                             .name("tcptune-finish".into())
                             .spawn(move || {
-                                let (r, _) = p.engine.finish();
+                                let (mut r, _) = p.engine.finish();
+                                if let Some(w) = &p.files {
+                                    r.files = Some(w.summary());
+                                }
                                 let _ = tx.send(Finished(session, seq, Box::new(r)));
                                 let _ = waker.wake();
                             });
@@ -521,9 +643,11 @@ impl Driver {
                     }
                 }
                 EndpointEvent::SessionGone { session } => {
-                    if let Some(p) = self.phases.remove(&session) {
+                    if let Some(mut p) = self.phases.remove(&session) {
                         p.engine.abort();
+                        p.count(self.config.metrics.as_deref());
                     }
+                    self.lookup_rtts.remove(&session);
                     *finished += 1;
                 }
                 EndpointEvent::Log(ev) => {
@@ -531,11 +655,64 @@ impl Driver {
                         log(&ev);
                     }
                 }
+                EndpointEvent::Lookup {
+                    session,
+                    conn,
+                    peer,
+                    direction,
+                } => {
+                    let rtt = self.conns.get(&conn).and_then(|c| {
+                        tcptune_sys::sockopt::tcp_info(c.stream.as_fd())
+                            .ok()
+                            .and_then(|t| t.min_rtt().or(t.rtt()))
+                    });
+                    let asked = match (&self.paths, rtt) {
+                        (Some(w), Some(r)) => w.lookup(session, peer, direction, r),
+                        _ => false,
+                    };
+                    if asked {
+                        self.lookup_rtts.insert(session, rtt);
+                    } else {
+                        // No database, no RTT to look up with, or a full queue: nothing
+                        // known (the session measures, within its limits).
+                        endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now_f64());
+                    }
+                }
+                EndpointEvent::Record {
+                    peer,
+                    direction,
+                    mut measurement,
+                    advice,
+                } => {
+                    let Some(w) = &self.paths else { continue };
+                    measurement.at_unix_s = unix_now_f64();
+                    let source = if advice {
+                        Source::Advise
+                    } else {
+                        Source::Server
+                    };
+                    if !w.record(peer, direction, measurement, source) {
+                        if let Some(m) = &self.config.metrics {
+                            m.record(RecordResult::Busy);
+                        }
+                    }
+                }
+                EndpointEvent::Monitor(ev) => {
+                    if let Some(m) = &self.config.metrics {
+                        m.monitor(&ev);
+                    }
+                }
             }
         }
     }
 
-    fn start_engine(&mut self, session: SessionId, label: &str, spec: EngineSpec) {
+    fn start_engine(
+        &mut self,
+        session: SessionId,
+        label: &str,
+        spec: EngineSpec,
+        mode: &'static str,
+    ) {
         let role = if spec.params.reverse {
             Role::Sender
         } else {
@@ -547,7 +724,9 @@ impl Driver {
         let notify: Notify = Arc::new(move || {
             let _ = waker.wake();
         });
+        let files = self.file_work(&spec, role);
         let engine = Engine::new(EngineConfig {
+            files: files.clone(),
             role,
             pattern: Arc::new(Pattern::new(spec.params.seed, spec.params.message_size)),
             messages: spec.messages(),
@@ -569,6 +748,7 @@ impl Driver {
             session,
             Phase {
                 engine,
+                files,
                 tuning: match (&self.budget, main) {
                     // Every session's streams draw from the server's budget, each through
                     // a view on its own clock.
@@ -589,8 +769,49 @@ impl Driver {
                 },
                 streams: spec.streams,
                 congestion: spec.params.congestion.clone(),
+                mode,
+                counted: 0,
             },
         );
+    }
+
+    /// The files of a copy's main phase, beneath the shared directory.
+    fn file_work(&self, spec: &EngineSpec, role: Role) -> Option<Arc<FileWork>> {
+        let job = spec.params.files.as_ref()?;
+        if spec.kind != crate::proto::Phase::Main {
+            return None;
+        }
+        let root = self.share.clone()?;
+        let max_files = self.config.files.as_ref().map_or(0, |f| f.max_files);
+        let work_spec = match role {
+            Role::Sender => Spec::Send {
+                source: FileSource::Share {
+                    root,
+                    sources: job.sources.clone(),
+                    recursive: job.recursive,
+                    limits: WalkLimits {
+                        max_entries: max_files,
+                        max_bytes: self.config.limits.max_total_bytes,
+                    },
+                },
+            },
+            Role::Receiver => {
+                let dest = job.dest.clone().unwrap_or_default();
+                Spec::Recv {
+                    dest: DestSpec {
+                        root,
+                        base: PathBuf::from(dest.trim_end_matches('/')),
+                        shown: crate::server::escape(&dest, 200),
+                        must_be_dir: dest.ends_with('/') && dest.len() > 1,
+                        expect_tops: None,
+                    },
+                    resume: job.resume,
+                    fsync: job.fsync,
+                    max_entries: max_files,
+                }
+            }
+        };
+        Some(Arc::new(FileWork::new(work_spec)))
     }
 
     fn attach(&mut self, session: SessionId, conn: ConnId, index: u32) -> io::Result<()> {
@@ -613,6 +834,12 @@ impl Driver {
         .map_err(io::Error::other)?;
         p.engine.add_stream(index, stream, driver)
     }
+}
+
+fn unix_now_f64() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn unix_now() -> u64 {

@@ -29,18 +29,23 @@
 //! ```
 
 mod driver;
+pub mod metrics;
+mod paths;
 
 use crate::auth::Secret;
 use crate::proto::{ServerLimits, TestParams};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tcptune_core::pathdb::{Direction, RecordBounds};
 
 pub use crate::session::guard::escape;
 pub use crate::session::server::{validate, MAX_PROBE};
 pub use driver::run;
+pub use metrics::ServeMetrics;
 
 /// The default port of `tcptune serve`.
 pub const DEFAULT_PORT: u16 = 5310;
@@ -116,6 +121,30 @@ pub enum ServerEvent {
         /// Every stream drawing from the budget.
         streams: Vec<BudgetShare>,
     },
+    /// A client was given advice (`tcptune advise`).
+    Advice {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// Which way the client's data flows (seen from the client).
+        direction: Direction,
+        /// Where the numbers came from: `path_db` or `measured`.
+        source: &'static str,
+        /// The path's RTT, microseconds.
+        rtt_us: u64,
+        /// The path's rate, bit/s.
+        rate_bps: u64,
+        /// The rate is the path's (else a lower bound).
+        full_pipe: bool,
+        /// Streams advised.
+        streams: u32,
+    },
+    /// A problem outside any session (the path database), said once per kind.
+    Warning {
+        /// What happened.
+        message: String,
+    },
     /// Refusals of one kind that were counted but not logged in the last period.
     Suppressed {
         /// The kind.
@@ -178,7 +207,44 @@ pub struct ServerConfig {
     pub memory_budget: Option<u64>,
     /// Called for every session start/end and (rate-limited) refusal.
     pub log: Option<ServerLog>,
+    /// A directory shared with `tcptune cp` clients (`serve --root DIR`); without one,
+    /// copies are refused.
+    pub files: Option<FileShare>,
+    /// Record what the server measures of every client's path in this path database
+    /// (`None`: no database; advice is then always measured).
+    pub path_db: Option<PathBuf>,
+    /// What clients can make the server record at most.
+    pub path_db_bounds: RecordBounds,
+    /// Count what the server does for Prometheus (`serve --metrics`).
+    pub metrics: Option<std::sync::Arc<ServeMetrics>>,
 }
+
+/// A directory the server shares with `tcptune cp` clients. Every path a client names is
+/// resolved beneath it by the kernel (`openat2` with `RESOLVE_BENEATH`): `..`, absolute
+/// paths and symlinks that lead outside are refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileShare {
+    /// The directory.
+    pub root: PathBuf,
+    /// Refuse every copy to the server.
+    pub read_only: bool,
+    /// Most files and directories in one copy (each costs the receiver some memory).
+    pub max_files: u64,
+}
+
+impl FileShare {
+    /// Share `root`, writable, with the default bound on files per copy.
+    pub fn new(root: impl Into<PathBuf>) -> FileShare {
+        FileShare {
+            root: root.into(),
+            read_only: false,
+            max_files: DEFAULT_MAX_FILES,
+        }
+    }
+}
+
+/// The default of [`FileShare::max_files`].
+pub const DEFAULT_MAX_FILES: u64 = 250_000;
 
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,6 +261,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
             .field("memory_budget", &self.memory_budget)
+            .field("files", &self.files)
+            .field("path_db", &self.path_db)
+            .field("path_db_bounds", &self.path_db_bounds)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -221,6 +291,10 @@ impl Default for ServerConfig {
             one_off: false,
             memory_budget: None,
             log: None,
+            files: None,
+            path_db: None,
+            path_db_bounds: RecordBounds::default(),
+            metrics: None,
         }
     }
 }
@@ -244,6 +318,9 @@ pub struct ServerStats {
     pub sessions_active: u64,
     /// Connections pending now.
     pub pending: u64,
+    /// Measurements of clients' paths not recorded because too many came from the same
+    /// group of addresses, or in all, lately.
+    pub records_limited: u64,
 }
 
 /// Why the server stopped.
@@ -277,5 +354,13 @@ pub fn describe_limits(cfg: &ServerConfig) -> String {
         cfg.handshake_timeout.as_secs_f64(),
         cfg.idle_timeout.as_secs_f64(),
         if cfg.secret.is_some() { ", shared secret required" } else { "" }
-    )
+    ) + &match &cfg.files {
+        Some(f) => format!(
+            "; sharing {}{} (at most {} files per copy)",
+            f.root.display(),
+            if f.read_only { " read-only" } else { "" },
+            f.max_files
+        ),
+        None => String::new(),
+    }
 }

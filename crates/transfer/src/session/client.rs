@@ -154,6 +154,8 @@ pub(crate) enum Failure {
     Closed,
     /// The user interrupted before the transfer began.
     Interrupted,
+    /// A copy failed (at either end).
+    File(crate::files::FileFailure),
 }
 
 /// What the session asks of its driver.
@@ -205,7 +207,10 @@ struct PhaseState {
     requested: u32,
     initial: u32,
     open: BTreeSet<u32>,
+    /// Streams that write no more (their data may still be in flight).
     done: BTreeSet<u32>,
+    /// Streams whose thread finished (every byte delivered).
+    finished: BTreeSet<u32>,
     reason: Option<String>,
     setup: Option<Duration>,
     stop_at: Option<(Instant, bool)>,
@@ -389,6 +394,7 @@ impl ClientSession {
             initial: streams,
             open: BTreeSet::new(),
             done: BTreeSet::new(),
+            finished: BTreeSet::new(),
             reason: req.reason,
             setup: None,
             stop_at,
@@ -516,6 +522,13 @@ impl ClientSession {
                 }
                 self.complete(Some(result));
             }
+            ServerMsg::FileFailed { mut failure } => {
+                failure.message = format!("at the server: {}", failure.message);
+                self.fail(Failure::File(failure))
+            }
+            other @ (ServerMsg::Measure { .. } | ServerMsg::Advice { .. }) => self.fail(
+                Failure::Protocol(format!("an unexpected {} in a transfer", other.kind())),
+            ),
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {
@@ -621,6 +634,9 @@ impl ClientSession {
             Event::StreamDone(i) | Event::StreamWritten(i) => {
                 if let Some(p) = &mut self.phase {
                     p.done.insert(i);
+                    if matches!(ev, Event::StreamDone(_)) {
+                        p.finished.insert(i);
+                    }
                 }
                 self.check_ended(now);
             }
@@ -637,18 +653,27 @@ impl ClientSession {
                 self.out.push_back(ClientOutput::AbortEngine);
             }
             Event::MoreStreams(r) => self.want(r.known_streams, r.count, r.reason),
+            Event::FileFailed(f) => self.fail(Failure::File(f)),
         }
     }
 
     fn check_ended(&mut self, now: Instant) {
         let idle = self.plan.idle_timeout;
         let Some(p) = &mut self.phase else { return };
+        let probe = matches!(p.goal, Goal::Probe(_));
+        // The server's result is due once every stream delivered all it wrote (written
+        // data may take long to arrive: the sender's buffer can hold the whole transfer).
+        if p.ended && !probe && p.result_deadline.is_none() && p.finished.len() >= p.open.len() {
+            p.result_deadline = Some(now + idle.saturating_add(Duration::from_secs(5)));
+        }
         if p.ended || p.open.len() as u32 != p.requested || p.done.len() < p.open.len() {
             return;
         }
         p.ended = true;
-        let (seq, probe, n) = (p.seq, matches!(p.goal, Goal::Probe(_)), p.requested);
-        p.result_deadline = (!probe).then(|| now + idle.saturating_add(Duration::from_secs(5)));
+        let (seq, n) = (p.seq, p.requested);
+        if !probe && p.finished.len() >= p.open.len() {
+            p.result_deadline = Some(now + idle.saturating_add(Duration::from_secs(5)));
+        }
         self.send(ClientMsg::EndPhase { streams: n });
         if probe {
             // The probe's measurement is this end's; the server's side is not waited for.

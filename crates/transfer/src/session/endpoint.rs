@@ -26,6 +26,13 @@
 //!   until its handshake deadline.
 //! * **Logs**: every refusal is counted by kind; the first of each kind from each address is
 //!   logged, the rest in periodic summaries.
+//! * **The path database** ([`EndpointEvent::Record`], [`EndpointEvent::Lookup`]): what each
+//!   session measured of its client's path is handed to the driver for the server's path
+//!   database, at most a few times a minute per group of addresses
+//!   ([`tcptune_core::pathdb::peer_group`]) and so many per second in all; an advice
+//!   session's measurement likewise has its own, stricter rate per group.
+//! * **Monitoring** ([`EndpointEvent::Monitor`]): admissions, handshake times, refusals by
+//!   kind, ends of sessions and advice, for `serve --metrics`.
 //!
 //! # Calling order
 //!
@@ -33,12 +40,14 @@
 //! read at most what [`Endpoint::read_limit`] allows and pass it to [`Endpoint::on_bytes`]
 //! (repeat while the limit allows and data comes); [`Endpoint::on_closed`] when the peer
 //! closed or the connection failed. Engine events go to [`Endpoint::on_engine`], finished
-//! phases to [`Endpoint::on_phase_result`]. Call [`Endpoint::on_timeout`] at
+//! phases to [`Endpoint::on_phase_result`], the path database's answers to
+//! [`Endpoint::on_lookup`]. Call [`Endpoint::on_timeout`] at
 //! [`Endpoint::poll_timeout`]. After every call drain [`Endpoint::poll_event`] and carry the
 //! events out in order.
 
-use super::guard::{Backoff, LogDecision, LogLimiter, ReplayCache};
-use super::server::{EngineSpec, ServerSession, SessionEnd, SessionOutput};
+use super::guard::{Backoff, LogDecision, LogLimiter, RateLimiter, ReplayCache};
+use super::server::advise::{KnownPath, LookupAnswer};
+use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
 use crate::engine::{Event, SideResult};
@@ -50,12 +59,27 @@ use crate::server::{ServerEvent, ServerStats};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
+use tcptune_core::pathdb::{peer_group, Direction, Measurement};
 use tcptune_core::HostLimits;
 
 /// Frames a handshake discards after a challenge before it gives up on the client.
 const MAX_DISCARDED: u32 = 16;
 /// How long a kind of refusal from one address stays quiet after it was logged.
 const LOG_PERIOD: Duration = Duration::from_secs(10);
+/// Measurements recorded per group of addresses: 4 at once, then one every 15 s.
+const RECORD_BURST: u32 = 4;
+const RECORD_EVERY: Duration = Duration::from_secs(15);
+/// Measurements recorded in all: 64 at once, then 20 a second.
+const RECORD_ALL_BURST: u32 = 64;
+const RECORD_ALL_EVERY: Duration = Duration::from_millis(50);
+/// Measurements made to answer advice, per group of addresses: 2 at once, then one a
+/// minute; in all: 8 at once, then one a second.
+const MEASURE_BURST: u32 = 2;
+const MEASURE_EVERY: Duration = Duration::from_secs(60);
+const MEASURE_ALL_BURST: u32 = 8;
+const MEASURE_ALL_EVERY: Duration = Duration::from_secs(1);
+/// Groups of addresses each limiter remembers.
+const LIMITER_KEYS: usize = 4096;
 
 /// The endpoint's bounds.
 #[derive(Clone, Debug)]
@@ -70,6 +94,14 @@ pub(crate) struct EndpointConfig {
     pub(crate) idle_timeout: Duration,
     pub(crate) secret: Option<Secret>,
     pub(crate) fd_budget: u64,
+    /// The directory shared with `tcptune cp` clients, if any: whether it is read-only.
+    pub(crate) files: Option<ShareRules>,
+}
+
+/// What admission needs to know of a shared directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ShareRules {
+    pub(crate) read_only: bool,
 }
 
 /// What the host offers sessions (refreshed by the driver).
@@ -95,6 +127,8 @@ pub(crate) enum EndpointEvent {
         /// The session's label (as in the log).
         label: String,
         spec: EngineSpec,
+        /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
+        mode: &'static str,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -118,6 +152,47 @@ pub(crate) enum EndpointEvent {
     SessionGone { session: SessionId },
     /// Something for the log.
     Log(ServerEvent),
+    /// Look the session's client path up in the path database (read the control
+    /// connection's RTT) and call [`Endpoint::on_lookup`].
+    Lookup {
+        session: SessionId,
+        conn: ConnId,
+        peer: IpAddr,
+        direction: Direction,
+    },
+    /// Record a measurement of a client's path in the path database.
+    Record {
+        peer: IpAddr,
+        direction: Direction,
+        measurement: Measurement,
+        /// It answered an advice (else a session measured it in passing).
+        advice: bool,
+    },
+    /// Something for monitoring.
+    Monitor(MonitorEvent),
+}
+
+/// What monitoring (`serve --metrics`) counts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum MonitorEvent {
+    /// A session was admitted.
+    Admitted { mode: &'static str },
+    /// A transfer's first phase started this long after its control connection was
+    /// accepted.
+    Handshake { seconds: f64 },
+    /// A connection was refused or dropped.
+    Refused { kind: &'static str },
+    /// A session ended; `rate_bps` is its main phase's throughput at the server.
+    Ended {
+        mode: &'static str,
+        completed: bool,
+        rate_bps: Option<f64>,
+    },
+    /// An advice was given, from the path database or a measurement.
+    Advice { source: &'static str },
+    /// A measurement was not handed to the path database: too many from its group, or in
+    /// all, lately.
+    RecordLimited,
 }
 
 /// How much the driver may read from a connection now.
@@ -161,6 +236,7 @@ struct Conn {
     peer: SocketAddr,
     state: ConnState,
     deadline: Option<Instant>,
+    accepted: Instant,
 }
 
 impl Conn {
@@ -185,6 +261,8 @@ struct SessionEntry {
     token: Token,
     label: String,
     reserved: u64,
+    /// When its control connection was accepted; `None` once its first phase started.
+    accepted: Option<Instant>,
 }
 
 /// The server's control plane. See the module documentation.
@@ -206,6 +284,8 @@ pub(crate) struct Endpoint {
     stats: ServerStats,
     next_session: SessionId,
     nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
+    records: RateLimiter,
+    measures: RateLimiter,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -243,6 +323,22 @@ impl Endpoint {
             stats: ServerStats::default(),
             next_session: 1,
             nonces,
+            records: RateLimiter::new(
+                Instant::now(),
+                RECORD_BURST,
+                RECORD_EVERY,
+                RECORD_ALL_BURST,
+                RECORD_ALL_EVERY,
+                LIMITER_KEYS,
+            ),
+            measures: RateLimiter::new(
+                Instant::now(),
+                MEASURE_BURST,
+                MEASURE_EVERY,
+                MEASURE_ALL_BURST,
+                MEASURE_ALL_EVERY,
+                LIMITER_KEYS,
+            ),
         }
     }
 
@@ -316,6 +412,7 @@ impl Endpoint {
                 peer,
                 state: ConnState::Unknown(Vec::new()),
                 deadline: Some(deadline),
+                accepted: now,
             },
         );
         self.deadlines.insert((deadline, conn));
@@ -418,6 +515,8 @@ impl Endpoint {
     fn refused(&mut self, now: Instant, peer: SocketAddr, kind: &'static str, reason: String) {
         self.stats.refused += 1;
         *self.stats.refused_by.entry(kind.to_string()).or_insert(0) += 1;
+        self.events
+            .push_back(EndpointEvent::Monitor(MonitorEvent::Refused { kind }));
         if self.limiter.decide(now, kind, peer.ip()) == LogDecision::Log {
             self.events
                 .push_back(EndpointEvent::Log(ServerEvent::Refused {
@@ -676,6 +775,19 @@ impl Endpoint {
             let ctrl = e.ctrl;
             match out {
                 SessionOutput::Send(msg) => {
+                    let advice_log = match &msg {
+                        ServerMsg::Advice { advice } => Some(ServerEvent::Advice {
+                            peer: e.peer,
+                            session: e.label.clone(),
+                            direction: advice.direction,
+                            source: advice.path.source.as_str(),
+                            rtt_us: advice.path.rtt_us,
+                            rate_bps: advice.path.rate_bps,
+                            full_pipe: advice.path.full_pipe,
+                            streams: advice.sizing.streams,
+                        }),
+                        _ => None,
+                    };
                     let frame = match proto::encode_limited(&msg, MAX_SERVER_FRAME) {
                         Ok(f) => Some(f),
                         Err(ProtoError::TooLong { .. }) => match msg {
@@ -696,13 +808,33 @@ impl Endpoint {
                         self.events
                             .push_back(EndpointEvent::Send { conn: ctrl, frame });
                     }
+                    if let Some(ev) = advice_log {
+                        self.events
+                            .push_back(EndpointEvent::Monitor(MonitorEvent::Advice {
+                                source: match &ev {
+                                    ServerEvent::Advice { source, .. } => source,
+                                    _ => "",
+                                },
+                            }));
+                        self.events.push_back(EndpointEvent::Log(ev));
+                    }
                 }
                 SessionOutput::StartEngine(spec) => {
                     let token = e.token;
+                    if let Some(t) = e.accepted.take() {
+                        if e.session.mode() != "advise" {
+                            let seconds = now.saturating_duration_since(t).as_secs_f64();
+                            self.events.push_back(EndpointEvent::Monitor(
+                                MonitorEvent::Handshake { seconds },
+                            ));
+                        }
+                    }
+                    let mode = e.session.mode();
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
                         spec,
+                        mode,
                     });
                     self.unpark(now, token);
                 }
@@ -732,6 +864,19 @@ impl Endpoint {
                     self.events
                         .push_back(EndpointEvent::FinishEngine { session: sid, seq });
                 }
+                SessionOutput::Measured(m) => {
+                    let (peer, advice) = (e.peer.ip().to_canonical(), e.session.mode() == "advise");
+                    self.record(now, peer, m, advice);
+                }
+                SessionOutput::Lookup { direction } => {
+                    let peer = e.peer.ip().to_canonical();
+                    self.events.push_back(EndpointEvent::Lookup {
+                        session: sid,
+                        conn: ctrl,
+                        peer,
+                        direction,
+                    });
+                }
                 SessionOutput::Close(end) => return self.end_session(now, sid, end),
             }
         }
@@ -756,6 +901,12 @@ impl Endpoint {
                 Some(reason)
             }
         };
+        self.events
+            .push_back(EndpointEvent::Monitor(MonitorEvent::Ended {
+                mode: e.session.mode(),
+                completed: error.is_none(),
+                rate_bps: e.session.main_rate(),
+            }));
         self.events
             .push_back(EndpointEvent::SessionGone { session: sid });
         if let Some(c) = self.conns.remove(&e.ctrl) {
@@ -789,8 +940,12 @@ impl Endpoint {
     // ----- time -----
 
     /// Time passed: expire pending connections, run sessions' timers, log summaries.
-    /// `progress` gives a running engine's progress counter.
-    pub(crate) fn on_timeout(&mut self, now: Instant, progress: &dyn Fn(SessionId) -> Option<u64>) {
+    /// `observe` reads a session's running engine.
+    pub(crate) fn on_timeout(
+        &mut self,
+        now: Instant,
+        observe: &dyn Fn(SessionId) -> Option<Observation>,
+    ) {
         while let Some(&(t, conn)) = self.deadlines.first() {
             if t > now {
                 break;
@@ -843,7 +998,7 @@ impl Endpoint {
             .collect();
         for sid in due {
             if let Some(e) = self.sessions.get_mut(&sid) {
-                e.session.handle_timeout(now, progress(sid));
+                e.session.handle_timeout(now, observe(sid));
             }
             self.pump(now, sid);
         }
@@ -857,6 +1012,68 @@ impl Endpoint {
                     }));
             }
         }
+    }
+}
+
+impl Endpoint {
+    /// Hand a session's measurement to the path database, within the rate limits.
+    fn record(
+        &mut self,
+        now: Instant,
+        peer: IpAddr,
+        m: super::server::PathMeasurement,
+        advice: bool,
+    ) {
+        let group = peer_group(&peer.to_string());
+        // A measurement made to answer an advice was rate-limited when it was allowed.
+        if !advice && self.records.check(now, &group).is_err() {
+            self.stats.records_limited += 1;
+            self.events
+                .push_back(EndpointEvent::Monitor(MonitorEvent::RecordLimited));
+            return;
+        }
+        self.events.push_back(EndpointEvent::Record {
+            peer,
+            direction: m.direction,
+            measurement: Measurement {
+                rate: m.rate,
+                min_rtt: m.min_rtt,
+                full_pipe: m.full_pipe,
+                at_unix_s: 0.0,
+            },
+            advice,
+        });
+    }
+
+    /// The path database's answer for an advice session: the control connection's RTT and
+    /// the fresh entry, if any; `now_unix_s` is the wall clock.
+    pub(crate) fn on_lookup(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        rtt: Option<Duration>,
+        known: Option<KnownPath>,
+        now_unix_s: f64,
+    ) {
+        let Some(e) = self.sessions.get_mut(&session) else {
+            return;
+        };
+        let may_measure = if e.session.wants_measurement(known.as_ref()) {
+            self.measures
+                .check(now, &peer_group(&e.peer.ip().to_canonical().to_string()))
+        } else {
+            Ok(())
+        };
+        e.session.handle_lookup(
+            now,
+            LookupAnswer {
+                rtt,
+                known,
+                now_unix_s,
+            },
+            may_measure,
+        );
+        self.pump(now, session);
     }
 }
 

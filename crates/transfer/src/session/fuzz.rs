@@ -8,13 +8,16 @@
 
 use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
 use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
+use super::server::advise::KnownPath;
+use super::server::Observation;
 use crate::engine::{Event, SideResult};
 use crate::proto::{
-    self, ClientAuth, ClientMsg, DataHello, Phase, ServerLimits, ServerMsg, TestParams, Token,
-    PROTOCOL_VERSION,
+    self, AdviseRequest, ClientAuth, ClientMsg, DataHello, Phase, ServerLimits, ServerMsg,
+    TestParams, Token, PROTOCOL_VERSION,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use tcptune_core::pathdb::Direction;
 use tcptune_core::{Bytes, HostLimits, PathHint, Rate, TuneMode};
 use tcptune_sys::driver::StreamRequest;
 
@@ -100,12 +103,52 @@ fn params(r: &mut Rng) -> TestParams {
         },
         seed: r.next(),
         corrupt_message: r.chance(5).then(|| r.below(10)),
+        files: None,
+    }
+}
+
+fn advise_request(r: &mut Rng) -> AdviseRequest {
+    let mut b = || Bytes(r.pick_u64());
+    let limits = HostLimits {
+        rmem_max: b(),
+        wmem_max: b(),
+        tcp_rmem: [b(), b(), b()],
+        tcp_wmem: [b(), b(), b()],
+        moderate_rcvbuf: true,
+        can_force: false,
+    };
+    AdviseRequest {
+        direction: if r.chance(50) {
+            Direction::Send
+        } else {
+            Direction::Receive
+        },
+        limits: r.chance(50).then_some(limits),
+        max_streams: r.next() as u32,
+        fresh: r.chance(30),
+    }
+}
+
+fn known(r: &mut Rng) -> KnownPath {
+    KnownPath {
+        rate: Rate(r.pick_u64()),
+        full_pipe: r.chance(60),
+        min_rtt: Duration::from_micros(r.pick_u64() >> r.below(64)),
+        measured_at_unix_s: if r.chance(90) {
+            1.7e9
+        } else {
+            f64::from_bits(r.next())
+        },
+        samples: r.next() as u32,
     }
 }
 
 fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
     let token = tokens[r.below(tokens.len() as u64) as usize];
-    match r.below(8) {
+    match r.below(9) {
+        7 => ClientMsg::Advise {
+            request: advise_request(r),
+        },
         0 => ClientMsg::Hello {
             protocol: if r.chance(90) {
                 PROTOCOL_VERSION
@@ -144,6 +187,7 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                 rate: r.chance(50).then(|| Rate(r.pick_u64())),
                 rate_is_lower_bound: r.chance(50),
                 rate_in_band: r.chance(50),
+                resume: r.chance(50),
             },
             streams: r.below(10) as u32,
         },
@@ -175,6 +219,7 @@ fn config() -> EndpointConfig {
         idle_timeout: Duration::from_secs(30),
         secret: None,
         fd_budget: 120,
+        files: None,
     }
 }
 
@@ -188,6 +233,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
     let mut steps = 0u64;
     let mut walks = 0u64;
     let (mut admitted, mut phases, mut attached, mut results) = (0u64, 0u64, 0u64, 0u64);
+    let (mut advised, mut measures) = (0u64, 0u64);
     while started.elapsed() < budget {
         walks += 1;
         let mut cfg = config();
@@ -208,10 +254,21 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
         let mut sessions: Vec<u64> = Vec::new();
         let mut peers: std::collections::HashMap<u64, std::net::IpAddr> = Default::default();
         let mut flights: Vec<(u64, u8, std::net::IpAddr)> = Vec::new();
+        let mut lookups: Vec<u64> = Vec::new();
+        let delivered = std::cell::Cell::new(0u64);
         let tokens = [1u8, 2, 3, 4];
         for _ in 0..400 {
             steps += 1;
-            match r.below(13) {
+            match r.below(14) {
+                12 if !lookups.is_empty() => {
+                    // The path database answers an advice session.
+                    let s = lookups.swap_remove(r.below(lookups.len() as u64) as usize);
+                    let rtt = r
+                        .chance(80)
+                        .then(|| Duration::from_micros(r.pick_u64() >> r.below(64)));
+                    let k = r.chance(50).then(|| known(&mut r));
+                    e.on_lookup(now, s, rtt, k, 1.7e9);
+                }
                 0 | 1 => {
                     let peer =
                         SocketAddr::from(([10, 0, 0, r.below(6) as u8], 1000 + next_conn as u16));
@@ -274,21 +331,31 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                             p.duration_ms = None;
                             p.max_time_ms = None;
                             p.congestion = None;
-                            let flight = [
-                                ClientMsg::Hello {
-                                    protocol: PROTOCOL_VERSION,
-                                    version: "fuzz".into(),
-                                    token: Some(Token([t; 16])),
-                                    auth: None,
-                                },
-                                ClientMsg::Setup { params: p },
-                                ClientMsg::StartPhase {
-                                    seq: 0,
-                                    phase: Phase::Main,
-                                    hint: PathHint::default(),
-                                    streams: 2,
-                                },
-                            ];
+                            let hello = ClientMsg::Hello {
+                                protocol: PROTOCOL_VERSION,
+                                version: "fuzz".into(),
+                                token: Some(Token([t; 16])),
+                                auth: None,
+                            };
+                            let flight = if r.chance(40) {
+                                vec![
+                                    hello,
+                                    ClientMsg::Advise {
+                                        request: advise_request(&mut r),
+                                    },
+                                ]
+                            } else {
+                                vec![
+                                    hello,
+                                    ClientMsg::Setup { params: p },
+                                    ClientMsg::StartPhase {
+                                        seq: 0,
+                                        phase: Phase::Main,
+                                        hint: PathHint::default(),
+                                        streams: 2,
+                                    },
+                                ]
+                            };
                             flight
                                 .iter()
                                 .flat_map(|m| proto::encode(m).unwrap_or_default())
@@ -330,8 +397,25 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                     e.on_phase_result(now, s, seq, SideResult::default());
                 }
                 9 => {
-                    now += Duration::from_millis(r.below(20_000));
-                    e.on_timeout(now, &|_| Some(r_progress()));
+                    now += Duration::from_millis(if r.chance(50) {
+                        r.below(100)
+                    } else {
+                        r.below(20_000)
+                    });
+                    // Engines that deliver in bursts, and an RTT now and then.
+                    let step = if r.chance(80) { r.below(1 << 24) } else { 0 };
+                    delivered.set(delivered.get().saturating_add(step));
+                    let rtt = r
+                        .chance(70)
+                        .then(|| Duration::from_micros(1 + r.below(200_000)));
+                    let d = &delivered;
+                    e.on_timeout(now, &|_| {
+                        Some(Observation {
+                            progress: d.get(),
+                            delivered: d.get(),
+                            min_rtt: rtt,
+                        })
+                    });
                 }
                 10 if !sessions.is_empty() => {
                     let s = sessions[r.below(sessions.len() as u64) as usize];
@@ -358,8 +442,21 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                     EndpointEvent::SessionGone { session } => sessions.retain(|s| *s != session),
                     EndpointEvent::Send { frame, .. } => {
                         assert!(frame.len() >= 4);
-                        let _: ServerMsg =
+                        let m: ServerMsg =
                             proto::decode(&frame[4..]).expect("the server sends valid frames");
+                        match m {
+                            ServerMsg::Advice { advice } => {
+                                advised += 1;
+                                assert!(advice.sizing.streams >= 1);
+                                assert!(advice.sizing.sndbuf_bytes <= i32::MAX as u64);
+                            }
+                            ServerMsg::Measure { .. } => measures += 1,
+                            _ => {}
+                        }
+                    }
+                    EndpointEvent::Lookup { session, .. } => lookups.push(session),
+                    EndpointEvent::Record { measurement, .. } => {
+                        assert!(measurement.rate.0 > 0);
                     }
                     _ => {}
                 }
@@ -370,16 +467,16 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
         }
     }
     println!(
-        "endpoint fuzz: {walks} walks, {steps} steps, no panic; reached {admitted} admissions, {phases} phases, {attached} streams joined, {results} phases finished"
+        "endpoint fuzz: {walks} walks, {steps} steps, no panic; reached {admitted} admissions, {phases} phases, {attached} streams joined, {results} phases finished, {advised} advice, {measures} measurements"
     );
     assert!(
         admitted > 0 && phases > 0 && attached > 0 && results > 0,
         "the walk must reach running phases"
     );
-}
-
-fn r_progress() -> u64 {
-    0
+    assert!(
+        advised > 0 && measures > 0,
+        "the walk must reach advice, answered and measured"
+    );
 }
 
 struct Still;

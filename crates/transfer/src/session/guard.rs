@@ -193,6 +193,101 @@ impl LogLimiter {
     }
 }
 
+/// Token buckets per key (a group of addresses) and in all: each key may do something
+/// `burst` times at once and then once every `every`; everyone together `all_burst` times
+/// and then once every `all_every`. At most `capacity` keys are remembered (a key whose
+/// bucket is full again is the same as a key never seen, and is forgotten first); past
+/// that, new keys wait.
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    keys: HashMap<String, Bucket>,
+    all: Bucket,
+    burst: f64,
+    every: Duration,
+    all_burst: f64,
+    all_every: Duration,
+    capacity: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: Instant, burst: f64, every: Duration) {
+        let gained = now.saturating_duration_since(self.at).as_secs_f64() / every.as_secs_f64();
+        self.tokens = (self.tokens + gained).min(burst);
+        self.at = now;
+    }
+
+    /// Time until one token is there.
+    fn wait(&self, every: Duration) -> Duration {
+        every.mul_f64((1.0 - self.tokens).clamp(0.0, 1.0))
+    }
+}
+
+impl RateLimiter {
+    pub(crate) fn new(
+        now: Instant,
+        burst: u32,
+        every: Duration,
+        all_burst: u32,
+        all_every: Duration,
+        capacity: usize,
+    ) -> RateLimiter {
+        let every = every.max(Duration::from_millis(1));
+        let all_every = all_every.max(Duration::from_millis(1));
+        RateLimiter {
+            keys: HashMap::new(),
+            all: Bucket {
+                tokens: f64::from(all_burst.max(1)),
+                at: now,
+            },
+            burst: f64::from(burst.max(1)),
+            every,
+            all_burst: f64::from(all_burst.max(1)),
+            all_every,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Take a token for `key`, or say how long until one is there.
+    pub(crate) fn check(&mut self, now: Instant, key: &str) -> Result<(), Duration> {
+        self.all.refill(now, self.all_burst, self.all_every);
+        let (burst, every) = (self.burst, self.every);
+        if !self.keys.contains_key(key) && self.keys.len() >= self.capacity {
+            self.keys.retain(|_, b| {
+                b.refill(now, burst, every);
+                b.tokens < burst
+            });
+            if self.keys.len() >= self.capacity {
+                return Err(every);
+            }
+        }
+        let b = self.keys.entry(key.to_string()).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        b.refill(now, burst, every);
+        if b.tokens < 1.0 {
+            return Err(b.wait(every));
+        }
+        if self.all.tokens < 1.0 {
+            return Err(self.all.wait(self.all_every));
+        }
+        b.tokens -= 1.0;
+        self.all.tokens -= 1.0;
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 /// Escape control characters (newlines, escape sequences, ...) and cut at `max` characters:
 /// a client's string can then not forge a log line or a terminal effect.
 pub fn escape(s: &str, max: usize) -> String {
@@ -307,6 +402,37 @@ mod tests {
             l.due_summaries(t0 + Duration::from_secs(10)),
             vec![("flood", 984)]
         );
+    }
+
+    #[test]
+    fn a_key_gets_its_burst_then_one_per_period_and_everyone_shares_the_total() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut l = RateLimiter::new(t0, 2, s(60), 3, s(10), 100);
+        assert_eq!(l.check(t0, "a"), Ok(()));
+        assert_eq!(l.check(t0, "a"), Ok(()));
+        assert_eq!(l.check(t0, "a"), Err(s(60)));
+        assert_eq!(l.check(t0, "b"), Ok(()));
+        // Three in all: "c" waits for the shared bucket though it has tokens of its own.
+        assert_eq!(l.check(t0, "c"), Err(s(10)));
+        assert_eq!(l.check(t0 + s(10), "c"), Ok(()));
+        assert_eq!(l.check(t0 + s(30), "a"), Err(s(30)), "half a token back");
+        assert_eq!(l.check(t0 + s(60), "a"), Ok(()));
+    }
+
+    #[test]
+    fn the_limiter_remembers_a_bounded_number_of_keys_and_forgets_idle_ones_first() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut l = RateLimiter::new(t0, 1, s(60), 1_000_000, s(1), 4);
+        for k in 0..4 {
+            assert_eq!(l.check(t0, &format!("k{k}")), Ok(()));
+        }
+        assert_eq!(l.check(t0, "new"), Err(s(60)), "full of busy keys");
+        assert_eq!(l.keys(), 4);
+        // Once their buckets are full again they are forgotten and make room.
+        assert_eq!(l.check(t0 + s(61), "new"), Ok(()));
+        assert!(l.keys() <= 4);
     }
 
     #[test]

@@ -8,8 +8,12 @@
 //! * [`server`]: one admitted session at the server (phases, streams, stop, idle, lifetime).
 //! * [`client`]: the client's session (handshake, phases, stream plan, stop and cap, stall
 //!   detection).
-//! * [`guard`]: the small defences (replay cache, auth backoff, log limiter, escaping).
+//! * [`advise`]: the client's side of an advice (`tcptune advise`); the server's is an
+//!   advice session of [`server`].
+//! * [`guard`]: the small defences (replay cache, auth backoff, log limiter, rate limits,
+//!   escaping).
 
+pub(crate) mod advise;
 pub mod client;
 pub(crate) mod endpoint;
 pub mod guard;

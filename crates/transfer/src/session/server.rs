@@ -28,13 +28,28 @@
 //!   timeout after `EndPhase`, and the session's lifetime (nothing a client sends extends
 //!   it). The server stops its own senders at the workload's duration plus 5 s even if the
 //!   client never says `Stop`.
+//! * Every phase is watched from the server's side ([`watch`]): at its end the session
+//!   reports what it measured of the client's path ([`SessionOutput::Measured`]) for the
+//!   server's path database.
+//! * An advice session ([`ServerSession::advise`], see [`advise`]) asks the driver for the
+//!   path database's entry ([`SessionOutput::Lookup`]), then answers from it or measures
+//!   the path itself first: a phase the server leads and ends once it has seen the pipe
+//!   full.
 
 use super::ConnId;
 use crate::engine::{Event, SideResult};
 use crate::proto::{ClientMsg, Phase, ServerLimits, ServerMsg, TestParams};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
+use tcptune_core::pathdb::Direction;
 use tcptune_core::{PathHint, Rate};
+
+pub(crate) mod advise;
+pub(crate) mod watch;
+
+use advise::AdviseCtx;
+use watch::PathWatch;
+pub(crate) use watch::{Observation, PathMeasurement};
 
 /// The longest bandwidth probe a client may ask for.
 pub const MAX_PROBE: Duration = Duration::from_secs(10);
@@ -130,6 +145,14 @@ pub(crate) enum SessionOutput {
         /// The phase.
         seq: u32,
     },
+    /// What the server measured of the client's path in the phase that just ended.
+    Measured(PathMeasurement),
+    /// Look the client's path up in the path database and call
+    /// [`ServerSession::handle_lookup`] (an advice session).
+    Lookup {
+        /// Direction of the data, seen from the server.
+        direction: Direction,
+    },
     /// The session is over (after flushing what was sent).
     Close(SessionEnd),
 }
@@ -148,13 +171,27 @@ struct PhaseState {
     stopped: bool,
     /// Largest stream target announced with `WantStreams` (asked once per target).
     want_sent: u32,
+    /// The server's own measurement of the path.
+    watch: Box<PathWatch>,
+    /// The server ends the phase itself once the watch has seen the pipe full (an advice's
+    /// measurement).
+    lead: bool,
 }
 
 #[derive(Debug)]
 enum State {
-    Ready { idle_deadline: Instant },
+    Ready {
+        idle_deadline: Instant,
+    },
+    /// An advice session waits for the path database.
+    Lookup {
+        deadline: Instant,
+    },
     Phase(PhaseState),
-    Finishing { seq: u32, main: bool },
+    Finishing {
+        seq: u32,
+        main: bool,
+    },
     Closed,
 }
 
@@ -168,7 +205,13 @@ pub(crate) struct ServerSession {
     expires: Instant,
     out: VecDeque<SessionOutput>,
     queued: VecDeque<ClientMsg>,
+    /// The watch of the phase that is finishing.
+    finished_watch: Option<Box<PathWatch>>,
     main_bytes: u64,
+    /// The main phase's throughput at this end, bit/s, once it ended.
+    main_rate: Option<f64>,
+    /// What an advice session was asked, and its progress.
+    advise: Option<Box<AdviseCtx>>,
 }
 
 impl ServerSession {
@@ -184,8 +227,25 @@ impl ServerSession {
             next_seq: 0,
             out: VecDeque::new(),
             queued: VecDeque::new(),
+            finished_watch: None,
             main_bytes: 0,
+            main_rate: None,
+            advise: None,
         }
+    }
+
+    /// The tuning mode, for monitoring (`advise` for an advice session).
+    pub(crate) fn mode(&self) -> &'static str {
+        if self.advise.is_some() {
+            "advise"
+        } else {
+            self.params.tune.name()
+        }
+    }
+
+    /// The main phase's throughput at this end (bit/s), once it ended.
+    pub(crate) fn main_rate(&self) -> Option<f64> {
+        self.main_rate
     }
 
     /// Payload bytes of the main phase, once it ended (for the log).
@@ -225,6 +285,10 @@ impl ServerSession {
     /// The control connection broke the protocol (a malformed frame) or closed: the session
     /// ends with this reason.
     pub(crate) fn protocol_error(&mut self, reason: String) {
+        if self.advised() {
+            // An advice's client may close once it has its answer.
+            return self.complete();
+        }
         self.fail(reason, false);
     }
 
@@ -233,15 +297,28 @@ impl ServerSession {
         self.out.pop_front()
     }
 
-    /// When [`ServerSession::handle_timeout`] is due.
+    /// When [`ServerSession::handle_timeout`] is due (a deadline, or the watch's next
+    /// observation).
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timeout(true)
+    }
+
+    /// The next deadline, without the watch's observations.
+    #[cfg(test)]
+    pub(crate) fn poll_deadline(&self) -> Option<Instant> {
+        self.next_timeout(false)
+    }
+
+    fn next_timeout(&self, watch: bool) -> Option<Instant> {
         let own = match &self.state {
             State::Closed => return None,
             State::Ready { idle_deadline } => Some(*idle_deadline),
+            State::Lookup { deadline } => Some(*deadline),
             State::Phase(p) => [
                 Some(p.last_activity + self.policy.idle_timeout),
                 p.end_deadline,
                 p.sender_deadline.filter(|_| !p.stopped),
+                Some(p.watch.next_sample()).filter(|_| watch && !p.stopped),
             ]
             .into_iter()
             .flatten()
@@ -276,9 +353,12 @@ impl ServerSession {
 
     /// A control message from the client.
     pub(crate) fn handle_msg(&mut self, now: Instant, msg: ClientMsg) {
+        if self.advise.is_some() {
+            return self.advise_msg(now, msg);
+        }
         let ending = match &mut self.state {
             State::Closed => return,
-            State::Finishing { .. } => true,
+            State::Lookup { .. } | State::Finishing { .. } => true,
             State::Phase(p) => {
                 p.last_activity = now;
                 // After `EndPhase` the client may pipeline its next phase: it waits.
@@ -317,6 +397,8 @@ impl ServerSession {
                 let max = self.policy.limits.max_streams;
                 if let State::Phase(p) = &mut self.state {
                     if p.seq == seq && !p.stopped {
+                        // The client measured the rate in band: the buffers follow it now.
+                        p.watch.set_measuring();
                         p.want_sent = p.want_sent.max(streams.min(max));
                         self.out.push_back(SessionOutput::Hint {
                             hint: sanitize_hint(hint),
@@ -335,12 +417,13 @@ impl ServerSession {
                 }
                 _ => self.fail("the client left during a phase".into(), false),
             },
-            other
-            @ (ClientMsg::Hello { .. } | ClientMsg::Auth { .. } | ClientMsg::Setup { .. }) => self
-                .fail(
-                    format!("unexpected {} in a running session", other.kind()),
-                    false,
-                ),
+            other @ (ClientMsg::Hello { .. }
+            | ClientMsg::Auth { .. }
+            | ClientMsg::Setup { .. }
+            | ClientMsg::Advise { .. }) => self.fail(
+                format!("unexpected {} in a running session", other.kind()),
+                false,
+            ),
         }
     }
 
@@ -371,11 +454,22 @@ impl ServerSession {
         };
         let sender_deadline =
             limit_ms.map(|ms| now + Duration::from_millis(ms).saturating_add(SENDER_GRACE));
+        let hint = sanitize_hint(hint);
+        let measuring = matches!(kind, Phase::Probe { .. }) || hint.rate_in_band;
+        let watch = PathWatch::new(
+            now,
+            hint.rtt,
+            server_direction(&self.params),
+            measuring,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        );
         self.out.push_back(SessionOutput::StartEngine(EngineSpec {
             seq,
             kind,
             params: self.params.clone(),
-            hint: sanitize_hint(hint),
+            hint,
             streams,
         }));
         self.state = State::Phase(PhaseState {
@@ -390,6 +484,8 @@ impl ServerSession {
             last_activity: now,
             stopped: false,
             want_sent: streams,
+            watch: Box::new(watch),
+            lead: false,
         });
     }
 
@@ -459,6 +555,13 @@ impl ServerSession {
     pub(crate) fn handle_engine(&mut self, now: Instant, ev: Event) {
         let max = self.policy.limits.max_streams;
         match ev {
+            Event::FileFailed(f) => {
+                if matches!(self.state, State::Phase(_) | State::Finishing { .. }) {
+                    let reason = f.message.clone();
+                    self.send(ServerMsg::FileFailed { failure: f });
+                    self.fail(reason, false);
+                }
+            }
             Event::Integrity(e) => {
                 if matches!(self.state, State::Phase(_)) {
                     self.fail(format!("integrity: {e}"), true);
@@ -499,7 +602,11 @@ impl ServerSession {
         if p.attached.len() as u32 == n && p.done.len() as u32 >= n {
             let (seq, main) = (p.seq, p.kind == Phase::Main);
             self.out.push_back(SessionOutput::FinishEngine { seq });
-            self.state = State::Finishing { seq, main };
+            if let State::Phase(p) =
+                std::mem::replace(&mut self.state, State::Finishing { seq, main })
+            {
+                self.finished_watch = Some(p.watch);
+            }
         }
     }
 
@@ -511,8 +618,21 @@ impl ServerSession {
         if s != seq {
             return;
         }
+        let measured = self
+            .finished_watch
+            .take()
+            .and_then(|w| w.measurement(&result));
+        if self.advise.is_some() {
+            return self.advise_measured(now, measured);
+        }
+        if let Some(m) = measured {
+            if result.integrity_error.is_none() {
+                self.out.push_back(SessionOutput::Measured(m));
+            }
+        }
         if main {
             self.main_bytes = result.streams.iter().map(|s| s.bytes).sum();
+            self.main_rate = throughput(&result);
         }
         let integrity = result.integrity_error.clone();
         self.send(ServerMsg::PhaseResult {
@@ -534,8 +654,8 @@ impl ServerSession {
         }
     }
 
-    /// Time passed; `progress` is the engine's progress counter when a phase runs.
-    pub(crate) fn handle_timeout(&mut self, now: Instant, progress: Option<u64>) {
+    /// Time passed; `obs` is what the driver read of the running phase's engine.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, obs: Option<Observation>) {
         if self.is_closed() {
             return;
         }
@@ -558,29 +678,49 @@ impl ServerSession {
                     );
                 }
             }
+            State::Lookup { deadline } => {
+                if now >= *deadline {
+                    self.fail("the path database did not answer in time".into(), false);
+                }
+            }
             State::Phase(p) => {
-                if let Some(b) = progress {
+                let mut lead_done = false;
+                if let Some(o) = obs {
+                    let b = o.progress;
                     if p.last_progress != Some(b) {
                         p.last_progress = Some(b);
                         p.last_activity = now;
                     }
+                    lead_done = p.watch.observe(now, &o).is_some() && p.lead;
                 }
-                if p.sender_deadline.is_some_and(|d| now >= d) && !p.stopped {
+                let deadline = p.sender_deadline.is_some_and(|d| now >= d);
+                if (deadline || lead_done) && !p.stopped {
                     p.stopped = true;
+                    if p.lead {
+                        // The server has what it came for: the streams that joined end now.
+                        p.expected = Some(p.attached.len() as u32);
+                        p.end_deadline = Some(now + self.policy.handshake_timeout);
+                        self.out.push_back(SessionOutput::AbortEngine);
+                        self.check_complete();
+                        return;
+                    }
                     self.out.push_back(SessionOutput::StopSenders);
                 }
-                let State::Phase(p) = &self.state else { return };
+                // The deadline is for announced streams to connect. Streams that are
+                // connected may still be delivering what the client wrote before it ended
+                // the phase (a sender's buffer can hold the whole transfer): the idle
+                // timeout (no progress) watches them.
+                let missing = p
+                    .expected
+                    .map_or(0, |n| n.saturating_sub(p.attached.len() as u32));
                 if p.end_deadline.is_some_and(|d| now >= d) {
-                    let missing = p
-                        .expected
-                        .map_or(0, |n| n.saturating_sub(p.attached.len() as u32));
-                    let reason = if missing > 0 {
-                        format!("{missing} announced stream(s) did not connect in time")
-                    } else {
-                        "the phase did not end: streams still open after the client finished"
-                            .to_string()
-                    };
-                    return self.fail(reason, false);
+                    if missing > 0 {
+                        return self.fail(
+                            format!("{missing} announced stream(s) did not connect in time"),
+                            false,
+                        );
+                    }
+                    p.end_deadline = None;
                 }
                 if now >= p.last_activity + idle {
                     self.fail(
@@ -595,6 +735,28 @@ impl ServerSession {
             State::Finishing { .. } | State::Closed => {}
         }
     }
+}
+
+/// Direction of a session's data, seen from the server.
+fn server_direction(p: &TestParams) -> Direction {
+    if p.reverse {
+        Direction::Send
+    } else {
+        Direction::Receive
+    }
+}
+
+/// Bit/s this end moved from its first byte to its last, over every stream.
+fn throughput(r: &SideResult) -> Option<f64> {
+    let bytes: u64 = r.streams.iter().map(|s| s.bytes).sum();
+    let first = r
+        .streams
+        .iter()
+        .filter_map(|s| s.first_s)
+        .reduce(f64::min)?;
+    let last = r.streams.iter().filter_map(|s| s.last_s).reduce(f64::max)?;
+    let secs = last - first;
+    (secs > 0.0 && bytes > 0).then(|| bytes as f64 * 8.0 / secs)
 }
 
 /// Check a client's request against the server's bounds.
@@ -612,6 +774,8 @@ pub fn validate(p: &TestParams, l: &ServerLimits) -> Result<(), String> {
         ));
     }
     match p.duration_ms {
+        // A copy's size is the files': bounded when the manifest comes.
+        _ if p.files.is_some() => {}
         Some(d) => {
             if d == 0 || d > l.max_duration_ms {
                 return Err(format!(
@@ -680,6 +844,7 @@ pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
         rate: h.rate.map(|r| Rate(r.0.min(10_000_000_000_000))),
         rate_is_lower_bound: h.rate_is_lower_bound,
         rate_in_band: h.rate_in_band,
+        resume: h.resume,
     }
 }
 

@@ -1,6 +1,6 @@
 //! `tcptune emu up`, its background daemon (`__daemon`) and `tcptune emu down`.
 
-use super::{emu_exit_code, emu_fail, PathOpts};
+use super::{emu_exit_code, emu_fail, PathJson, PathOpts, EMU_SCHEMA_VERSION};
 use crate::{exit, out};
 use anyhow::Context;
 use serde::Serialize;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tcptune_emu::daemon::{self, DaemonSpec};
 use tcptune_emu::process::{Ended, ProcessError, ProcessId};
 use tcptune_emu::state::{self, OwnerKind};
-use tcptune_emu::{capacity_warning, EmuError, EmuStats, PathConfig};
+use tcptune_emu::{capacity_warning, EmuError, EmuStats, Mode};
 
 /// SIGTERM to SIGKILL for an `emu up` daemon (it takes its path down in between).
 const DAEMON_GRACE: Duration = Duration::from_secs(10);
@@ -51,7 +51,9 @@ struct UpReport {
     netns_b: String,
     addr_a: String,
     addr_b: String,
-    path: PathConfig,
+    path: PathJson,
+    /// "root" or "rootless".
+    mode: Mode,
     warnings: Vec<String>,
 }
 
@@ -83,22 +85,28 @@ pub(super) fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
     let [addr_a, addr_b] = d.ready.addrs.map(|a| a.to_string());
     if o.json {
         out::json(&UpReport {
-            schema_version: 1,
+            schema_version: EMU_SCHEMA_VERSION,
             name: o.name.clone(),
             daemon_pid: d.pid,
             netns_a,
             netns_b,
             addr_a,
             addr_b,
-            path: cfg.path.clone(),
+            path: PathJson::from(&cfg.path),
+            mode: d.ready.mode,
             warnings,
         })?;
     } else {
+        eprintln!("tcptune emu: mode {}", d.ready.mode_summary);
         for w in &warnings {
             eprintln!("tcptune emu: warning: {w}");
         }
+        let (ns_a, ns_b) = match d.ready.mode {
+            Mode::Root => (format!("netns {netns_a}"), format!("netns {netns_b}")),
+            Mode::Rootless => ("rootless".to_string(), "rootless".to_string()),
+        };
         out::line(&format!(
-            "{} up: side a {addr_a} (netns {netns_a}), side b {addr_b} (netns {netns_b}), daemon pid {}",
+            "{} up: side a {addr_a} ({ns_a}), side b {addr_b} ({ns_b}), daemon pid {}",
             o.name, d.pid
         ));
     }
@@ -125,7 +133,7 @@ pub(super) fn down(o: DownOpts) -> anyhow::Result<ExitCode> {
     let report = |outcome, last_stats| -> anyhow::Result<ExitCode> {
         if o.json {
             out::json(&DownReport {
-                schema_version: 1,
+                schema_version: EMU_SCHEMA_VERSION,
                 name: o.name.clone(),
                 outcome,
                 last_stats,

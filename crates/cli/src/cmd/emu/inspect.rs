@@ -1,6 +1,6 @@
 //! `tcptune emu exec` and `tcptune emu status`: use and look at running topologies.
 
-use super::{dir_line, emu_fail};
+use super::{dir_line, emu_fail, PathJson, EMU_SCHEMA_VERSION};
 use crate::{exit, out};
 use anyhow::anyhow;
 use serde::Serialize;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use tcptune_core::format_duration;
 use tcptune_emu::process::{self, signals};
 use tcptune_emu::state::{self, OwnerKind, TopologyRecord};
-use tcptune_emu::{EmuStats, PathConfig, Side};
+use tcptune_emu::{EmuStats, Mode, Side};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct ExecOpts {
@@ -65,11 +65,13 @@ struct TopologyStatus {
     name: String,
     owner_kind: OwnerKind,
     owner_pid: u32,
+    /// "root" or "rootless".
+    mode: Mode,
     /// false: the owner died; the next up/run/down removes it.
     alive: bool,
     netns: [String; 2],
     addrs: [String; 2],
-    path: PathConfig,
+    path: PathJson,
     path_text: String,
     sysctls: Vec<(String, String)>,
     created_unix_ms: u64,
@@ -88,13 +90,14 @@ fn topology_status(r: TopologyRecord) -> TopologyStatus {
     TopologyStatus {
         stats: if alive { r.stats() } else { None },
         path_text: r.path.describe(),
+        mode: r.mode(),
         addrs: [r.addrs[0].to_string(), r.addrs[1].to_string()],
         alive,
         name: r.name,
         owner_kind: r.owner_kind,
         owner_pid: r.owner_pid,
         netns: r.netns,
-        path: r.path,
+        path: PathJson::from(&r.path),
         sysctls: r.sysctls,
         created_unix_ms: r.created_unix_ms,
     }
@@ -106,7 +109,7 @@ pub(super) fn status(o: StatusOpts) -> anyhow::Result<ExitCode> {
         None => state::list().into_iter().flatten().collect(),
     };
     let report = StatusReport {
-        schema_version: 1,
+        schema_version: EMU_SCHEMA_VERSION,
         topologies: records.into_iter().map(topology_status).collect(),
     };
     if o.json {
@@ -124,15 +127,21 @@ pub(super) fn status(o: StatusOpts) -> anyhow::Result<ExitCode> {
             OwnerKind::Library => "library",
         };
         let state = if t.alive {
-            format!("{kind}, pid {}", t.owner_pid)
+            format!("{kind}, pid {}, {}", t.owner_pid, t.mode)
         } else {
             format!("STALE: owner pid {} is gone", t.owner_pid)
         };
         out::line(&format!("{} ({state})", t.name));
-        out::line(&format!(
-            "  a {} netns {}   b {} netns {}",
-            t.addrs[0], t.netns[0], t.addrs[1], t.netns[1]
-        ));
+        match t.mode {
+            Mode::Root => out::line(&format!(
+                "  a {} netns {}   b {} netns {}",
+                t.addrs[0], t.netns[0], t.addrs[1], t.netns[1]
+            )),
+            Mode::Rootless => out::line(&format!(
+                "  a {}   b {}   (rootless: enter with tcptune emu exec {} a|b -- CMD)",
+                t.addrs[0], t.addrs[1], t.name
+            )),
+        }
         out::line(&format!("  path: {}", t.path_text));
         for (k, v) in &t.sysctls {
             out::line(&format!("  sysctl {k}={v}"));

@@ -8,11 +8,13 @@ mod background;
 mod inspect;
 mod run;
 
+use crate::args::{self, ms, secs};
 use crate::exit;
 use anyhow::anyhow;
+use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
-use tcptune_core::{parse_duration, Bytes, Rate};
+use tcptune_core::{Bytes, Rate};
 use tcptune_emu::config::parse_sysctl_arg;
 use tcptune_emu::state::OwnerKind;
 use tcptune_emu::{DirStats, EmuError, PathConfig, QueueLimit, TopologyConfig, UpOptions};
@@ -25,7 +27,7 @@ Examples:
   tcptune emu run --rtt 50ms --rate 500mbit --loss 0.01% --server 'tcptune serve' \\
       -- sh -c 'tcptune send $TCPTUNE_PEER --json' > report.json
   tcptune emu run --rtt 20ms --json -- ping -c 5 198.19.0.1 | jq .stats.a_to_b.lateness
-  sudo tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
+  tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
   tcptune emu exec wan b -- iperf3 -s -D
   tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
   tcptune emu status wan --json
@@ -35,7 +37,13 @@ Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and
 joined by a TUN device each; the emulator threads carry packets between them through the
 path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
 side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
-them. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), /dev/net/tun and iproute2. Exit status 5: not permitted, no /dev/net/tun, or name taken.
+them. Needs iproute2. Two modes, said on stderr as 'mode ...': as root (CAP_NET_ADMIN and
+CAP_SYS_ADMIN) the namespaces are named (ip netns) and joined by TUN devices (/dev/net/tun);
+as anyone else (rootless mode) they live in a user namespace of the topology's own, where you
+are root, joined by veth pairs and packet sockets; emu exec enters it, and everything goes away
+with the emu process. Rootless mode cannot raise the host's global net.core.rmem_max/wmem_max
+or use SO_*BUFFORCE. TCPTUNE_EMU_MODE=root|rootless forces a mode. Exit status 5: not
+permitted (no root and no user namespaces), no /dev/net/tun, or name taken.
 
 Output of emu run: stdout is CMD's stdout, untouched, so that it can be piped into a parser.
 The --server command's stdout and stderr go to stderr, each line prefixed with '[server] ' (or
@@ -71,15 +79,15 @@ enum EmuCommand {
 #[derive(clap::Args, Debug, Clone)]
 struct PathOpts {
     /// One-way propagation delay, e.g. 25ms, 0.5ms (sub-millisecond resolution, up to 10s).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "rtt")]
+    #[arg(long, value_parser = args::duration(Duration::ZERO, secs(10)), value_name = "DURATION", conflicts_with = "rtt")]
     delay: Option<Duration>,
     /// Round-trip propagation delay (twice the one-way delay), e.g. 50ms.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = args::duration(Duration::ZERO, secs(20)), value_name = "DURATION")]
     rtt: Option<Duration>,
-    /// Bottleneck rate, e.g. 100mbit, 1gbit (decimal units; unlimited if omitted).
-    #[arg(long, value_name = "RATE")]
+    /// Bottleneck rate, e.g. 100mbit, 1Gbit/s, 500M (decimal bits; unlimited if omitted).
+    #[arg(long, value_name = "RATE", value_parser = args::rate(Rate(100_000), Rate::gbit(400)))]
     rate: Option<Rate>,
-    /// Drop-tail queue before the bottleneck: 1bdp (rate x RTT, the default), 256kb, 1000pkt.
+    /// Drop-tail queue before the bottleneck: 1bdp (rate x RTT, the default), 256KiB, 1000pkt.
     #[arg(long, default_value = "1bdp", value_name = "LIMIT")]
     queue: QueueLimit,
     /// Random loss per packet: 0.1% or a fraction such as 0.001.
@@ -87,7 +95,7 @@ struct PathOpts {
     loss: f64,
     /// Delay variation: each packet gets delay ± jitter (uniform); order is kept unless
     /// --reorder.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = args::duration(Duration::ZERO, secs(10)), value_name = "DURATION")]
     jitter: Option<Duration>,
     /// Let jitter reorder packets.
     #[arg(long)]
@@ -110,7 +118,7 @@ struct PathOpts {
     #[arg(long, hide = true)]
     no_realtime: bool,
     /// Spin this long before a packet is due instead of sleeping (for benchmarks).
-    #[arg(long, hide = true, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, hide = true, value_parser = args::duration(Duration::ZERO, ms(100)), value_name = "DURATION")]
     spin: Option<Duration>,
 }
 
@@ -173,6 +181,79 @@ impl PathOpts {
     }
 }
 
+/// The emulated path in `--json` outputs (schema 2): units in every name.
+#[derive(Serialize)]
+struct PathJson {
+    /// One-way delay.
+    delay_us: f64,
+    /// Round-trip propagation delay (twice the one-way delay).
+    rtt_us: f64,
+    /// Bottleneck rate; `null`: unlimited.
+    rate_bps: Option<u64>,
+    /// The queue as given (`1bdp`, `256KiB`, `1000pkt`).
+    queue: String,
+    /// The queue in bytes, when known (`null` for a BDP multiple without a rate).
+    queue_bytes: Option<u64>,
+    /// Per-packet loss probability, 0 to 1.
+    loss: f64,
+    /// Delay variation, each packet delay +- jitter.
+    jitter_us: f64,
+    reorder: bool,
+    seed: u64,
+    mtu_bytes: u32,
+}
+
+impl From<&PathConfig> for PathJson {
+    fn from(p: &PathConfig) -> Self {
+        let us = |d: Duration| d.as_nanos() as f64 / 1000.0;
+        PathJson {
+            delay_us: us(p.delay),
+            rtt_us: us(p.delay * 2),
+            rate_bps: p.rate.map(|r| r.0),
+            queue: match p.queue {
+                QueueLimit::Bdp(x) => format!("{x}bdp"),
+                QueueLimit::Bytes(b) => b.to_string(),
+                QueueLimit::Packets(n) => format!("{n}pkt"),
+            },
+            queue_bytes: match p.queue {
+                QueueLimit::Bytes(b) => Some(b.0),
+                QueueLimit::Bdp(x) => p
+                    .rate
+                    .map(|r| (r.bdp(p.delay * 2).0 as f64 * x).round() as u64),
+                QueueLimit::Packets(n) => Some(u64::from(n) * u64::from(p.mtu)),
+            },
+            loss: p.loss,
+            jitter_us: us(p.jitter),
+            reorder: p.reorder,
+            seed: p.seed,
+            mtu_bytes: p.mtu,
+        }
+    }
+}
+
+/// Version of `emu run/up/down/status --json` (2: the path with units in names).
+const EMU_SCHEMA_VERSION: u32 = 2;
+
+/// Exit 5 for a permission error anywhere in the chain (not root, no CAP_NET_ADMIN), with
+/// what to do; the error's own code otherwise.
+fn permission_fail(e: anyhow::Error) -> anyhow::Error {
+    let denied = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+            || c.to_string().contains("Permission denied")
+            || c.to_string().contains("Operation not permitted")
+    });
+    if denied && exit::code_of(&e) != exit::ENVIRONMENT {
+        let line = exit::one_line(&e);
+        exit::msg(
+            exit::ENVIRONMENT,
+            format!("{line} (entering an emulated path's namespaces needs root: run it with sudo)"),
+        )
+    } else {
+        e
+    }
+}
+
 /// The exit code an emulator error deserves.
 fn emu_exit_code(e: &EmuError) -> u8 {
     if e.is_environment() {
@@ -194,9 +275,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     match opts.command {
         EmuCommand::Run(o) => run::run(o),
         EmuCommand::Up(o) => background::up(o),
-        EmuCommand::Exec(o) => inspect::exec(o),
+        EmuCommand::Exec(o) => inspect::exec(o).map_err(permission_fail),
         EmuCommand::Status(o) => inspect::status(o),
-        EmuCommand::Down(o) => background::down(o),
+        EmuCommand::Down(o) => background::down(o).map_err(permission_fail),
         EmuCommand::Daemon(o) => background::daemon(o),
     }
 }

@@ -1,7 +1,8 @@
 //! `tcptune emu run`: bring a path up, start --server on side B, run CMD on side A, tear
 //! everything down, and exit with CMD's exit status; what goes to stdout and stderr.
 
-use super::{dir_line, emu_fail, PathOpts};
+use super::{dir_line, emu_fail, PathJson, PathOpts, EMU_SCHEMA_VERSION};
+use crate::args::{self, ms, secs};
 use crate::{exit, out};
 use anyhow::{anyhow, Context};
 use serde::Serialize;
@@ -12,10 +13,9 @@ use std::os::fd::AsFd;
 use std::process::{ExitCode, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tcptune_core::parse_duration;
 use tcptune_emu::process::{self, output, signals, Supervised, Waited};
 use tcptune_emu::state::OwnerKind;
-use tcptune_emu::{capacity_warning, unique_name, EmuStats, PathConfig, Side, Topology};
+use tcptune_emu::{capacity_warning, unique_name, EmuStats, Mode, Side, Topology};
 
 /// How the --server command's output lines are marked on stderr.
 const SERVER_PREFIX: &str = "[server] ";
@@ -47,7 +47,7 @@ pub(super) struct RunOpts {
     json: bool,
     /// Reset the counters this long after CMD starts, so that the final counters describe
     /// the steady state (for example after TCP's slow start), e.g. 3s.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = args::duration(ms(1), secs(3600)), value_name = "DURATION")]
     warmup: Option<Duration>,
     /// The command to run on side A, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -59,13 +59,15 @@ pub(super) struct RunOpts {
 struct RunReport<'a> {
     schema_version: u32,
     name: &'a str,
-    path: &'a PathConfig,
+    path: PathJson,
     /// CMD's exit code (128 + N if a signal N ended it), which is also emu run's.
     exit_code: u8,
     /// The stop signal (SIGINT, SIGTERM, SIGHUP) that cut the run short.
     interrupted_by: Option<String>,
     /// Why the run failed before CMD could finish (the server exited first, ...).
     error: Option<String>,
+    /// "root" or "rootless" (see `tcptune emu --help`).
+    mode: Mode,
     /// The emulator's final counters.
     stats: &'a EmuStats,
 }
@@ -86,9 +88,11 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
     signals::catch_stop_signals()?;
     eprintln!("tcptune emu: bringing up {name}: {}", cfg.path.describe());
     let topo = Topology::up_with(&cfg, &up_opts).map_err(emu_fail)?;
+    eprintln!("tcptune emu: mode {}", topo.mode_summary());
     for n in topo.notes() {
         eprintln!("tcptune emu: warning: {n}");
     }
+    let mode = topo.mode();
     let mut copiers = Vec::new();
     let result = run_in_topology(&topo, &o, &mut copiers);
     let stats = topo.down().map_err(emu_fail)?;
@@ -113,12 +117,13 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
     };
     if o.json {
         out::json(&RunReport {
-            schema_version: 1,
+            schema_version: EMU_SCHEMA_VERSION,
             name: &name,
-            path: &cfg.path,
+            path: PathJson::from(&cfg.path),
             exit_code: code,
             interrupted_by: signal.map(signals::signal_name),
             error,
+            mode,
             stats: &stats,
         })?;
     } else {

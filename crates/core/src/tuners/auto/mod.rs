@@ -27,6 +27,19 @@
 //! 3 x BDP (the price of not knowing). With `--no-probe` (no in-band measurement) the
 //! tuner starts from Linux's defaults and works in band only (below).
 //!
+//! **A known path: careful resume.** When the database's rate was measured with a full
+//! pipe, is fresh, and the control connection's RTT matches the saved one within a quarter,
+//! the client gives the data connections an initial window of each stream's share of the
+//! saved BDP (a route with `initcwnd` to the server, installed just before they connect and
+//! removed once they have: `tcptune_sys::route`, needs `CAP_NET_ADMIN`) and says so in
+//! [`PathHint::resume`]; each sender then caps its pacing at its share of the saved rate
+//! ([`ResumePacer`]) so that window leaves at the path's rate, and lifts the cap after two
+//! round trips, or at once on a retransmission or an RTT a quarter longer than the saved one
+//! (the congestion control is then on its own). Slow start's dozen round trips are skipped.
+//! The receiver's window still opens from 64 KiB as data arrives (Linux grows it by two
+//! segments per segment received, faster than the sender's slow start), which bounds the
+//! gain on the longest paths.
+//!
 //! **How much one socket can hold.** Sending: the larger of send autotuning's cap
 //! (`tcp_wmem[2]`) and what `SO_SNDBUF` can set (`2 x wmem_max` of kernel memory), about 90%
 //! of it payload. A writer blocked on a full send buffer is woken only when a third of it is
@@ -98,10 +111,12 @@
 //! safer than buffers smaller than the scheduling latency.
 
 mod plan;
+mod resume;
 mod share;
 #[cfg(test)]
 mod tests;
 
+pub use resume::{LiftReason, ResumePacer, ResumeState};
 pub use share::MeasureShare;
 
 pub use plan::{AutoPlan, RecvPlan, SendPlan, MEASURE_MIN_RTT, MEASURE_START, MEASURE_WINDOW};
@@ -274,6 +289,15 @@ impl AutoConfig {
             slow_start_since: None,
             total_streams: plan.streams_total,
             slow_start_cap: linux::max_send_payload(&ctx.limits).map(|p| p * 2 / 3),
+            resume: match (ctx.role, ctx.hint.rate, ctx.hint.rtt) {
+                (Role::Sender, Some(rate), Some(rtt))
+                    if ctx.hint.resume && !ctx.hint.rate_is_lower_bound =>
+                {
+                    let n = u64::from(plan.streams_total.max(ctx.streams).max(1));
+                    Some(ResumePacer::new(Rate(rate.0 / n), rtt))
+                }
+                _ => None,
+            },
             plan,
             est,
             hint_rate: ctx.hint.rate,
@@ -335,11 +359,18 @@ pub struct AutoTuner {
     /// What the samples have been showing, and since when.
     evidence: Option<(Evidence, Time)>,
     srtt: Option<Duration>,
+    /// Careful resume: the stream starts paced at its share of the saved rate.
+    resume: Option<ResumePacer>,
     stopped: bool,
     out: Outbox,
 }
 
 impl AutoTuner {
+    /// Careful resume's state, when the stream resumes a known path.
+    pub fn resume(&self) -> Option<ResumeState> {
+        self.resume.as_ref().map(ResumePacer::state)
+    }
+
     /// The plan made before connecting.
     pub fn plan(&self) -> &AutoPlan {
         &self.plan
@@ -369,6 +400,9 @@ impl AutoTuner {
                     if let Some(l) = self.lowat {
                         self.out.push(Action::SetNotsentLowat(l));
                     }
+                }
+                if let Some(p) = &self.resume {
+                    self.out.push(p.before_connect());
                 }
             }
             Role::Receiver => match self.plan.recv {
@@ -562,6 +596,9 @@ impl AutoTuner {
     }
 
     fn on_sender_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
+        if let Some(a) = self.resume.as_mut().and_then(|p| p.on_snapshot(now, s)) {
+            self.out.push(a);
+        }
         self.est.observe(now, s);
         let estimate = self.est.estimate();
         self.srtt = estimate.srtt.or(self.srtt);
@@ -804,6 +841,9 @@ impl Tuner for AutoTuner {
         match event {
             ConnEvent::BeforeConnect => self.before_connect(),
             ConnEvent::Established => {
+                if let Some(p) = self.resume.as_mut() {
+                    p.established(now);
+                }
                 if self.role == Role::Receiver && self.plan.recv == RecvPlan::Measuring {
                     self.window = MEASURE_WINDOW;
                     self.out
@@ -846,6 +886,13 @@ impl Tuner for AutoTuner {
     fn handle_hint(&mut self, _now: Time, hint: &PathHint, streams: u32) {
         if self.stopped {
             return;
+        }
+        if let Some(a) = self
+            .resume
+            .as_mut()
+            .and_then(|p| p.lift(LiftReason::NewHint))
+        {
+            self.out.push(a);
         }
         self.settle(hint, streams);
     }

@@ -232,6 +232,7 @@ fn a_rate_marked_as_a_lower_bound_lets_the_receiver_grow_to_its_maximum() {
             rate: Some(Rate::mbit(250)),
             rate_is_lower_bound: true,
             rate_in_band: false,
+            resume: false,
         },
         ..ctx(Role::Receiver, 200.0, None, 0, 1)
     };
@@ -594,4 +595,58 @@ fn a_measuring_receiver_right_sizes_from_dynamic_right_sizing_to_the_plan() {
         panic!("{:?}", r.plan())
     };
     assert!(a.contains(&Action::SetWindowClamp(window)), "{a:?}");
+}
+
+#[test]
+fn a_resumed_known_path_paces_each_stream_at_its_share_then_lifts_the_cap() {
+    let ctx = TunerContext {
+        hint: PathHint {
+            rtt: Some(Duration::from_millis(100)),
+            rate: Some(Rate::gbit(1)),
+            resume: true,
+            ..Default::default()
+        },
+        ..ctx(Role::Sender, 100.0, Some(Rate::gbit(1)), 0, 4)
+    };
+    let mut t = AutoConfig::default().build(ctx.clone());
+    let n = u64::from(t.plan().streams_total.max(4));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let a = actions(&mut t);
+    assert!(
+        a.contains(&Action::SetMaxPacingRate(Some(Rate(1_000_000_000 / n)))),
+        "{a:?}"
+    );
+    t.handle_event(Time::from_millis(100), ConnEvent::Established);
+    assert_eq!(
+        t.resume(),
+        Some(ResumeState::Pacing(Time::from_millis(100)))
+    );
+    let s = TcpSnapshot {
+        rtt_us: 100_000,
+        snd_mss_bytes: 1448,
+        snd_cwnd_segs: 2000,
+        ..TcpSnapshot::empty()
+    };
+    t.handle_snapshot(Time::from_millis(200), &s);
+    assert!(!actions(&mut t).contains(&Action::SetMaxPacingRate(None)));
+    t.handle_snapshot(Time::from_millis(300), &s);
+    assert!(actions(&mut t).contains(&Action::SetMaxPacingRate(None)));
+    assert_eq!(t.resume(), Some(ResumeState::Lifted(LiftReason::Resumed)));
+    // Without the flag, or at the receiver, nothing is paced.
+    let mut plain = AutoConfig::default().build(TunerContext {
+        hint: PathHint {
+            resume: false,
+            ..ctx.hint.clone()
+        },
+        ..ctx.clone()
+    });
+    plain.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    assert!(!actions(&mut plain)
+        .iter()
+        .any(|a| matches!(a, Action::SetMaxPacingRate(_))));
+    let r = AutoConfig::default().build(TunerContext {
+        role: Role::Receiver,
+        ..ctx
+    });
+    assert_eq!(r.resume(), None);
 }

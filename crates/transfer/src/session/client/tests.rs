@@ -20,6 +20,7 @@ fn params() -> TestParams {
         congestion: None,
         seed: 1,
         corrupt_message: None,
+        files: None,
     }
 }
 
@@ -252,6 +253,53 @@ fn a_phase_ends_when_every_opened_stream_ended_and_the_server_answered() {
     );
     s.finish();
     assert_eq!(drain(&mut s), vec![ClientOutput::Send(ClientMsg::Bye)]);
+}
+
+#[test]
+fn the_phase_ends_when_the_senders_wrote_their_last_byte_and_waits_for_delivery() {
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    // Written, not yet delivered: the server hears the phase end a round trip sooner...
+    s.handle_engine(t0, Event::StreamWritten(0));
+    s.handle_engine(t0, Event::StreamWritten(1));
+    assert_eq!(
+        drain(&mut s),
+        vec![ClientOutput::Send(ClientMsg::EndPhase { streams: 2 })]
+    );
+    // ... and no deadline runs for its result while the written data is still arriving
+    // (the sender's buffer may hold most of the transfer).
+    let mut f = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    let mut now = t0;
+    for _ in 0..12 {
+        now += IDLE / 2;
+        f.progress += 1 << 20;
+        f.delivered += 1 << 20;
+        s.handle_timeout(now, &mut f);
+        assert!(drain(&mut s)
+            .iter()
+            .all(|o| !matches!(o, ClientOutput::Failed(_))));
+    }
+    let late = now;
+    s.handle_engine(late, Event::StreamDone(0));
+    s.handle_engine(late, Event::StreamDone(1));
+    assert!(drain(&mut s).is_empty(), "EndPhase only once");
+    assert!(s
+        .poll_timeout()
+        .is_some_and(|t| t <= late + IDLE + Duration::from_secs(5)));
+    s.handle_msg(
+        late,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    assert!(matches!(
+        &drain(&mut s)[..],
+        [ClientOutput::PhaseDone { seq: 0, .. }]
+    ));
 }
 
 #[test]

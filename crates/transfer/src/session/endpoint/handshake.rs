@@ -1,14 +1,15 @@
 //! The handshake part of the [`Endpoint`]: `Hello` (protocol, token, proof of the shared
-//! secret), the challenge when the proof's freshness cannot be checked, and `Setup`, which
-//! admits the session or refuses it saying why.
+//! secret), the challenge when the proof's freshness cannot be checked, and `Setup` (or
+//! `Advise`), which admits the session or refuses it saying why.
 
 use super::{
-    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, SessionEntry, Stage, MAX_DISCARDED,
+    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, MonitorEvent, SessionEntry, Stage,
+    MAX_DISCARDED,
 };
 use crate::auth::CLOCK_SKEW;
 use crate::proto::{
-    self, ClientAuth, ClientMsg, FrameReader, ServerMsg, Token, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
-    PROTOCOL_VERSION,
+    self, AdviseRequest, ClientAuth, ClientMsg, FrameReader, ServerLimits, ServerMsg, Token,
+    MAX_CLIENT_FRAME, MAX_SERVER_FRAME, PROTOCOL_VERSION,
 };
 use crate::server::ServerEvent;
 use crate::session::guard::Freshness;
@@ -139,8 +140,9 @@ impl Endpoint {
                 }
             }
             (Stage::Setup, ClientMsg::Setup { params }) => self.admit(now, conn, params),
+            (Stage::Setup, ClientMsg::Advise { request }) => self.admit_advise(now, conn, request),
             (Stage::Setup, other) => {
-                let why = format!("expected setup, got {}", other.kind());
+                let why = format!("expected setup or advise, got {}", other.kind());
                 self.reject(now, conn, "protocol", why, None);
             }
         }
@@ -231,16 +233,26 @@ impl Endpoint {
 
     /// Admit the session of a complete handshake, or refuse it saying why.
     fn admit(&mut self, now: Instant, conn: ConnId, params: crate::proto::TestParams) {
-        let Some(c) = self.conns.get(&conn) else {
-            return;
-        };
-        let peer = c.peer;
-        let ConnState::Handshake(h) = &c.state else {
-            return;
-        };
-        let Some(token) = h.token else { return };
         if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
             return self.reject(now, conn, "bad_request", e, None);
+        }
+        if let Some(job) = &params.files {
+            let checked = match &self.cfg.files {
+                None => Err(crate::files::FileFailure::new(
+                    crate::files::FailKind::Refused,
+                    "the server shares no files (it was started without --root DIR)",
+                )),
+                Some(share) => job.check(params.reverse, share.read_only),
+            };
+            if let Err(failure) = checked {
+                // The kind first (a client turns it into its exit status), then the refusal.
+                let why = failure.message.clone();
+                let msg = ServerMsg::FileFailed { failure };
+                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                    self.events.push_back(EndpointEvent::Send { conn, frame });
+                }
+                return self.reject(now, conn, "files", why, None);
+            }
         }
         if let Some(cc) = &params.congestion {
             if !self.host.available_cc.iter().any(|a| a == cc) {
@@ -251,8 +263,102 @@ impl Endpoint {
                 return self.reject(now, conn, "bad_request", why, None);
             }
         }
+        let Some((peer, token, allowance, reserved)) = self.admission(
+            now,
+            conn,
+            params.streams,
+            self.cfg.limits.max_streams,
+            params.files.is_some(),
+        ) else {
+            return;
+        };
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let congestion = params
+            .congestion
+            .clone()
+            .unwrap_or_else(|| self.host.congestion.clone());
+        let accepted = ServerMsg::Accepted {
+            limits: limits.clone(),
+            host_limits: self.host.limits.clone(),
+            congestion,
+            can_force: self.host.limits.can_force,
+            auth_required: self.cfg.secret.is_some(),
+        };
+        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send { conn, frame });
+        }
+        let label = proto::to_hex(&token.0)[..8].to_string();
+        self.events
+            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
+                peer,
+                session: label,
+                params: Box::new(params.clone()),
+            }));
+        let session = ServerSession::new(now, params, self.policy(limits));
+        self.install(now, conn, peer, token, reserved, session);
+    }
+
+    /// Admit an advice session (the same bounds as a transfer's; descriptors for the
+    /// measurement's streams, should it measure), or refuse it saying why.
+    fn admit_advise(&mut self, now: Instant, conn: ConnId, request: AdviseRequest) {
+        let wanted = self
+            .cfg
+            .limits
+            .max_streams
+            .min(tcptune_core::fullpipe::MAX_PROBE_STREAMS);
+        let Some((peer, token, allowance, reserved)) = self.admission(now, conn, 1, wanted, false)
+        else {
+            return;
+        };
+        let mut limits = self.cfg.limits.clone();
+        limits.max_streams = allowance;
+        let seed = u64::from_le_bytes((self.nonces)()[..8].try_into().unwrap_or([7; 8]));
+        let session = ServerSession::advise(
+            now,
+            request,
+            self.policy(limits),
+            self.host.limits.clone(),
+            seed,
+        );
+        self.install(now, conn, peer, token, reserved, session);
+    }
+
+    fn policy(&self, limits: ServerLimits) -> SessionPolicy {
+        let lifetime = self.cfg.handshake_timeout
+            + MAX_PROBE
+            + Duration::from_millis(self.cfg.limits.max_duration_ms)
+            + self.cfg.idle_timeout * 2;
+        SessionPolicy {
+            limits,
+            handshake_timeout: self.cfg.handshake_timeout,
+            idle_timeout: self.cfg.idle_timeout,
+            lifetime,
+        }
+    }
+
+    /// The bounds every session is admitted under (sessions per address and in all,
+    /// descriptors for at least `streams` of the `wanted` streams, two per stream and the
+    /// receiver's open files for a copy of `files`). `None`: refused (the client was told
+    /// why); else the client's address, its token, the session's stream allowance and the
+    /// descriptors it reserves.
+    fn admission(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        streams: u32,
+        wanted: u32,
+        files: bool,
+    ) -> Option<(SocketAddr, Token, u32, u64)> {
+        let c = self.conns.get(&conn)?;
+        let peer = c.peer;
+        let ConnState::Handshake(h) = &c.state else {
+            return None;
+        };
+        let token = h.token?;
         if self.tokens.contains_key(&token) {
-            return self.reject(now, conn, "protocol", "session token in use".into(), None);
+            self.reject(now, conn, "protocol", "session token in use".into(), None);
+            return None;
         }
         let addr_sessions = self.addrs.get(&peer.ip()).map_or(0, |a| a.sessions);
         if addr_sessions >= self.cfg.max_sessions_per_addr {
@@ -261,7 +367,8 @@ impl Endpoint {
                 peer.ip()
             );
             let retry = self.retry_after(now, Some(peer.ip()));
-            return self.reject(now, conn, "addr_sessions", why, retry);
+            self.reject(now, conn, "addr_sessions", why, retry);
+            return None;
         }
         if self.sessions.len() as u32 >= self.cfg.max_sessions {
             let retry = self.retry_after(now, None);
@@ -273,24 +380,48 @@ impl Endpoint {
                     ceil_secs(d)
                 ))
             );
-            return self.reject(now, conn, "busy", why, retry);
+            self.reject(now, conn, "busy", why, retry);
+            return None;
         }
         // This connection stops being pending; the session reserves its own descriptors.
         let free = self
             .cfg
             .fd_budget
             .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
-        let allowance = u64::from(self.cfg.limits.max_streams).min(free) as u32;
-        if allowance < params.streams {
+        // A copy also holds a file per stream and the receiver's open files.
+        let files_extra = if files {
+            crate::files::work::MAX_OPEN as u64 + 8
+        } else {
+            0
+        };
+        let per_stream = if files { 2 } else { 1 };
+        let allowance = u64::from(wanted).min(free.saturating_sub(files_extra) / per_stream) as u32;
+        if allowance < streams {
             let why = format!(
-                "server out of file descriptors for {} more streams (RLIMIT_NOFILE): retry later",
-                params.streams
+                "server out of file descriptors for {streams} more streams (RLIMIT_NOFILE): retry later"
             );
-            return self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+            self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
+            return None;
         }
+        let reserved = 1 + u64::from(allowance) * per_stream + files_extra;
+        Some((peer, token, allowance, reserved))
+    }
+
+    /// Make the handshake on `conn` the control connection of `session`, which reserves
+    /// `reserved` descriptors.
+    fn install(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        peer: SocketAddr,
+        token: Token,
+        reserved: u64,
+        session: ServerSession,
+    ) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        let accepted = c.accepted;
         let ConnState::Handshake(h) =
             std::mem::replace(&mut c.state, ConnState::Unknown(Vec::new()))
         else {
@@ -306,59 +437,32 @@ impl Endpoint {
         let a = self.addrs.entry(peer.ip()).or_default();
         a.pending.retain(|x| *x != conn);
         a.sessions += 1;
-        let reserved = 1 + u64::from(allowance);
         self.reserved += reserved;
-        let mut limits = self.cfg.limits.clone();
-        limits.max_streams = allowance;
-        let lifetime = self.cfg.handshake_timeout
-            + MAX_PROBE
-            + Duration::from_millis(self.cfg.limits.max_duration_ms)
-            + self.cfg.idle_timeout * 2;
-        let policy = SessionPolicy {
-            limits: limits.clone(),
-            handshake_timeout: self.cfg.handshake_timeout,
-            idle_timeout: self.cfg.idle_timeout,
-            lifetime,
-        };
         let label = proto::to_hex(&token.0)[..8].to_string();
-        let congestion = params
-            .congestion
-            .clone()
-            .unwrap_or_else(|| self.host.congestion.clone());
-        let accepted = ServerMsg::Accepted {
-            limits,
-            host_limits: self.host.limits.clone(),
-            congestion,
-            can_force: self.host.limits.can_force,
-            auth_required: self.cfg.secret.is_some(),
-        };
-        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
-            self.events.push_back(EndpointEvent::Send { conn, frame });
-        }
         self.events
-            .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
-                peer,
-                session: label.clone(),
-                params: Box::new(params.clone()),
+            .push_back(EndpointEvent::Monitor(MonitorEvent::Admitted {
+                mode: session.mode(),
             }));
         self.tokens.insert(token, sid);
         self.sessions.insert(
             sid,
             SessionEntry {
-                session: ServerSession::new(now, params, policy),
+                session,
                 reader: FrameReader::new(MAX_CLIENT_FRAME),
                 ctrl: conn,
                 peer,
                 token,
                 label,
                 reserved,
+                accepted: Some(accepted),
             },
         );
-        // What the client pipelined after Setup is the session's.
+        // What the client pipelined after its request is the session's.
         let rest = h.reader;
         if let Some(e) = self.sessions.get_mut(&sid) {
             e.reader = rest;
         }
+        self.pump(now, sid);
         self.on_bytes(now, 0, conn, &[]);
     }
 }

@@ -32,6 +32,7 @@ fn config() -> EndpointConfig {
         idle_timeout: Duration::from_secs(30),
         secret: None,
         fd_budget: 10_000,
+        files: None,
     }
 }
 
@@ -64,6 +65,7 @@ fn params() -> TestParams {
         congestion: None,
         seed: 1,
         corrupt_message: None,
+        files: None,
     }
 }
 

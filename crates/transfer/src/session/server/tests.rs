@@ -22,6 +22,7 @@ fn params() -> TestParams {
         congestion: None,
         seed: 1,
         corrupt_message: None,
+        files: None,
     }
 }
 
@@ -46,6 +47,15 @@ fn session(t0: Instant) -> ServerSession {
             lifetime: LIFE,
         },
     )
+}
+
+/// What the driver reads of an engine that moved `bytes`.
+fn progress(bytes: u64) -> Observation {
+    Observation {
+        progress: bytes,
+        delivered: bytes,
+        min_rtt: None,
+    }
 }
 
 fn drain(s: &mut ServerSession) -> Vec<SessionOutput> {
@@ -118,6 +128,7 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
                 rate: Some(Rate(u64::MAX)),
                 rate_is_lower_bound: false,
                 rate_in_band: false,
+                resume: false,
             },
             streams: 2,
         },
@@ -248,9 +259,35 @@ fn end_phase_waits_for_late_streams_and_fails_when_they_never_come() {
     s.handle_engine(t0, Event::StreamDone(0));
     s.handle_msg(t0, ClientMsg::EndPhase { streams: 3 });
     drain(&mut s);
-    assert_eq!(s.poll_timeout(), Some(t0 + HANDSHAKE));
-    s.handle_timeout(t0 + HANDSHAKE, Some(5));
+    assert_eq!(s.poll_deadline(), Some(t0 + HANDSHAKE));
+    s.handle_timeout(t0 + HANDSHAKE, Some(progress(5)));
     assert!(closed_with(&drain(&mut s), "2 announced stream(s)"));
+}
+
+#[test]
+fn connected_streams_may_deliver_long_after_end_phase_while_they_progress() {
+    // The client ends the phase once its senders wrote their last byte; a sender's buffer
+    // may hold most of the transfer, which then takes far longer than a handshake.
+    let t0 = Instant::now();
+    let mut s = running(t0);
+    s.handle_msg(t0, ClientMsg::EndPhase { streams: 2 });
+    drain(&mut s);
+    let mut now = t0;
+    for k in 1..=8u64 {
+        now += HANDSHAKE;
+        s.handle_timeout(now, Some(progress(k * 1000)));
+        assert!(
+            drain(&mut s).is_empty(),
+            "at {k} handshakes: still delivering"
+        );
+        assert!(
+            s.poll_timeout().is_some_and(|t| t > now),
+            "no deadline in the past"
+        );
+    }
+    s.handle_engine(now, Event::StreamDone(0));
+    s.handle_engine(now, Event::StreamDone(1));
+    assert_eq!(drain(&mut s), vec![SessionOutput::FinishEngine { seq: 0 }]);
 }
 
 #[test]
@@ -293,11 +330,11 @@ fn stop_ends_senders_or_aborts_at_the_cap_and_is_ignored_outside_a_phase() {
 fn a_phase_without_progress_for_the_idle_timeout_fails_but_progress_keeps_it() {
     let t0 = Instant::now();
     let mut s = running(t0);
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE));
-    s.handle_timeout(t0 + IDLE, Some(1000));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE));
+    s.handle_timeout(t0 + IDLE, Some(progress(1000)));
     assert!(drain(&mut s).is_empty(), "data moved");
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE + IDLE));
-    s.handle_timeout(t0 + IDLE + IDLE, Some(1000));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE + IDLE));
+    s.handle_timeout(t0 + IDLE + IDLE, Some(progress(1000)));
     assert!(closed_with(&drain(&mut s), "idle for 30 s"));
 }
 
@@ -305,7 +342,7 @@ fn a_phase_without_progress_for_the_idle_timeout_fails_but_progress_keeps_it() {
 fn between_phases_the_idle_timeout_ends_the_session() {
     let t0 = Instant::now();
     let mut s = session(t0);
-    assert_eq!(s.poll_timeout(), Some(t0 + IDLE));
+    assert_eq!(s.poll_deadline(), Some(t0 + IDLE));
     assert_eq!(s.gone_by(), t0 + IDLE);
     s.handle_timeout(t0 + IDLE - Duration::from_millis(1), None);
     assert!(drain(&mut s).is_empty());
@@ -333,13 +370,13 @@ fn nothing_a_client_sends_extends_the_lifetime() {
         t += Duration::from_secs(5);
         bytes += 1;
         s.handle_msg(t, ClientMsg::Stop { capped: false });
-        s.handle_timeout(t, Some(bytes));
+        s.handle_timeout(t, Some(progress(bytes)));
     }
     drain(&mut s);
     assert!(s
-        .poll_timeout()
+        .poll_deadline()
         .is_some_and(|d| d <= t0 + Duration::from_secs(40)));
-    s.handle_timeout(t0 + Duration::from_secs(40), Some(bytes + 1));
+    s.handle_timeout(t0 + Duration::from_secs(40), Some(progress(bytes + 1)));
     assert!(closed_with(&drain(&mut s), "time limit of 40 s"));
 }
 
@@ -510,10 +547,10 @@ fn the_server_stops_its_senders_after_the_duration_and_a_grace() {
     s.handle_msg(t0, start(0, 1));
     drain(&mut s);
     let due = t0 + Duration::from_millis(2000) + SENDER_GRACE;
-    assert_eq!(s.poll_timeout(), Some(due));
-    s.handle_timeout(due, Some(1));
+    assert_eq!(s.poll_deadline(), Some(due));
+    s.handle_timeout(due, Some(progress(1)));
     assert_eq!(drain(&mut s), vec![SessionOutput::StopSenders]);
-    assert_eq!(s.poll_timeout(), Some(due + IDLE));
+    assert_eq!(s.poll_deadline(), Some(due + IDLE));
 }
 
 #[test]

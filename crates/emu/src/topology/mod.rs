@@ -2,11 +2,17 @@
 
 use crate::config::{Side, TopologyConfig};
 use crate::error::EmuError;
+use crate::mode::{self, Facts, Mode, ModeChoice};
 use crate::path::{Path, DEFAULT_MAX_BURST};
-use crate::state::{self, OwnerKind, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION};
+use crate::rootless::{self, NsRef, Rootless};
+use crate::state::{
+    self, OwnerKind, RootlessRecord, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION,
+};
 use crate::stats::{EmuStats, STATS_SCHEMA_VERSION};
 use crate::sys;
-use crate::worker::{Shared, Worker};
+use crate::worker::{Framing, Shared, Worker};
+
+mod inside;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +46,9 @@ pub struct UpOptions {
     pub max_burst: Duration,
     /// Who owns the topology (shown by `emu status`; `emu down` only stops daemons).
     pub owner: OwnerKind,
+    /// Root or rootless mode (see [`crate::mode`]); by default what `TCPTUNE_EMU_MODE` says,
+    /// or `auto`.
+    pub mode: ModeChoice,
 }
 
 impl Default for UpOptions {
@@ -50,6 +59,7 @@ impl Default for UpOptions {
             realtime: true,
             max_burst: DEFAULT_MAX_BURST,
             owner: OwnerKind::Library,
+            mode: ModeChoice::from_env(),
         }
     }
 }
@@ -63,24 +73,34 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 /// A running emulated topology: namespaces `tt-NAME-a` and `tt-NAME-b`, a TUN device in
-/// each, and two emulator threads in this process (A→B and B→A).
+/// each, and two emulator threads in this process (A→B and B→A). In rootless mode (see
+/// [`crate::mode`]) the namespaces are unnamed, inside a user namespace of their own, and
+/// joined to the emulator by veth pairs and packet sockets instead of TUN devices.
 ///
 /// # Use
 ///
 /// 1. [`Topology::up`] builds everything and returns once a probe has crossed the path both
 ///    ways.
-/// 2. Run programs with [`command`](Self::command) (another process in a namespace) or code
-///    with [`run_in`](Self::run_in) (a thread of this process in a namespace); read counters
-///    with [`stats`](Self::stats).
+/// 2. Run programs with [`command`](Self::command) (another process in a namespace), make
+///    sockets inside a namespace with [`socket`](Self::socket),
+///    [`tcp_listener`](Self::tcp_listener), [`tcp_connect`](Self::tcp_connect) and
+///    [`udp_socket`](Self::udp_socket) (both modes), or run code with
+///    [`run_in`](Self::run_in) (a thread of this process in a namespace: root mode only);
+///    read counters with [`stats`](Self::stats).
 /// 3. [`down`](Self::down) (or drop) stops the threads, kills every process left in the two
 ///    namespaces, and removes the devices, namespaces and state files. Dropping during a
 ///    panic does the same.
 pub struct Topology {
     cfg: TopologyConfig,
+    mode: Mode,
+    facts: Facts,
     netns: [String; 2],
-    ns_fds: Vec<Arc<OwnedFd>>,
+    ns: Vec<NsRef>,
     ns_created: [bool; 2],
+    /// Rootless mode: the user and emulator namespaces (the sides are in `ns`).
+    rootless: Option<Rootless>,
     claimed: bool,
+    /// The emulator's devices: TUN devices (root) or packet sockets (rootless), A then B.
     tuns: Vec<Arc<OwnedFd>>,
     workers: Vec<JoinHandle<()>>,
     housekeeper: Option<JoinHandle<()>>,
@@ -93,6 +113,7 @@ impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Topology")
             .field("name", &self.cfg.name)
+            .field("mode", &self.mode)
             .field("netns", &self.netns)
             .finish()
     }
@@ -107,11 +128,12 @@ impl Topology {
     /// Bring a topology up.
     pub fn up_with(cfg: &TopologyConfig, opts: &UpOptions) -> Result<Topology, EmuError> {
         cfg.validate()?;
-        sys::check_environment()?;
+        let (mode, facts) = mode::detect(opts.mode);
+        let mode = mode?;
         let name = cfg.name.clone();
         let netns = [format!("tt-{name}-a"), format!("tt-{name}-b")];
         let pid = std::process::id();
-        let record = TopologyRecord {
+        let mut record = TopologyRecord {
             schema_version: RECORD_SCHEMA_VERSION,
             name: name.clone(),
             owner_kind: opts.owner,
@@ -124,12 +146,16 @@ impl Topology {
             created_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            rootless: None,
         };
         let mut topo = Topology {
             cfg: cfg.clone(),
+            mode,
+            facts,
             netns,
-            ns_fds: Vec::new(),
+            ns: Vec::new(),
             ns_created: [false; 2],
+            rootless: None,
             claimed: false,
             tuns: Vec::new(),
             workers: Vec::new(),
@@ -147,22 +173,84 @@ impl Topology {
             topo.claimed = true;
         }
         // From here on, an error drops `topo`, which removes whatever was made.
-        for side in [Side::A, Side::B] {
-            let ns = topo.netns[side.index()].clone();
-            sys::create_netns(&ns)?;
-            topo.ns_created[side.index()] = true;
-            topo.ns_fds.push(Arc::new(sys::open_netns(&ns)?));
-        }
-        for side in [Side::A, Side::B] {
-            let (tun, netdev) = topo.setup_side(side, opts.offload)?;
-            topo.tuns.push(Arc::new(tun));
-            if let Ok(mut n) = topo.shared.netdev.lock() {
-                n.push(netdev);
-            }
+        match mode {
+            Mode::Root => topo.build_root(opts)?,
+            Mode::Rootless => topo.build_rootless(opts, &mut record)?,
         }
         topo.start_workers(opts);
         topo.wait_ready()?;
         Ok(topo)
+    }
+
+    /// Root mode: named namespaces and a TUN device in each.
+    fn build_root(&mut self, opts: &UpOptions) -> Result<(), EmuError> {
+        for side in [Side::A, Side::B] {
+            let ns = self.netns[side.index()].clone();
+            sys::create_netns(&ns)?;
+            self.ns_created[side.index()] = true;
+            self.ns.push(NsRef {
+                user: None,
+                net: Arc::new(sys::open_netns(&ns)?),
+                label: ns,
+            });
+        }
+        for side in [Side::A, Side::B] {
+            let (tun, netdev) = self.setup_side(side, opts.offload)?;
+            self.tuns.push(Arc::new(tun));
+            if let Ok(mut n) = self.shared.netdev.lock() {
+                n.push(netdev);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rootless mode: a user namespace holding the emulator's namespace and the two sides,
+    /// joined by veth pairs; the record learns where `emu exec` finds the namespaces.
+    fn build_rootless(
+        &mut self,
+        opts: &UpOptions,
+        record: &mut TopologyRecord,
+    ) -> Result<(), EmuError> {
+        if !opts.offload {
+            self.shared.note(
+                "rootless mode always passes GSO/TSO super-packets through (--no-offload is for \
+                 TUN devices)"
+                    .into(),
+            );
+        }
+        let rl = Rootless::create(&self.netns)?;
+        self.ns = rl.sides.to_vec();
+        let ns_ids = [rl.sides[0].id()?, rl.sides[1].id()?];
+        let wired = rl.wire(
+            self.cfg.path.mtu,
+            [self.addr(Side::A), self.addr(Side::B)],
+            &self.cfg.sysctls,
+        )?;
+        self.rootless = Some(rl);
+        record.rootless = Some(RootlessRecord {
+            ns_fds: [self.ns[0].net.as_raw_fd(), self.ns[1].net.as_raw_fd()],
+            ns_ids,
+        });
+        state::rewrite(record)?;
+        let [sa, sb] = wired.sockets;
+        self.tuns = vec![Arc::new(sa), Arc::new(sb)];
+        if let Ok(mut p) = self.shared.packet_inputs.lock() {
+            *p = self.tuns.clone();
+        }
+        if let Ok(mut n) = self.shared.netdev.lock() {
+            n.extend(wired.netdev);
+        }
+        Ok(())
+    }
+
+    /// The mode this topology runs in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// One line: the mode and what it cannot do (see [`Mode::summary`]).
+    pub fn mode_summary(&self) -> String {
+        self.mode.summary(&self.facts)
     }
 
     /// Configure `side`'s namespace and create its TUN device; also opens that namespace's
@@ -198,6 +286,16 @@ impl Topology {
         let epoch = Instant::now();
         for dir in 0..2 {
             let (input, output) = (self.tuns[dir].clone(), self.tuns[1 - dir].clone());
+            let framing = match self.mode {
+                Mode::Root => Framing::Tun,
+                Mode::Rootless => {
+                    // Out of the other side's veth end, to that side's tt0.
+                    let mut dst_src = [0u8; 12];
+                    dst_src[..6].copy_from_slice(&rootless::mac(1 - dir, true));
+                    dst_src[6..].copy_from_slice(&rootless::mac(1 - dir, false));
+                    Framing::Ethernet { dst_src }
+                }
+            };
             let worker = Worker {
                 dir,
                 name: format!(
@@ -207,7 +305,8 @@ impl Topology {
                 ),
                 input,
                 output,
-                vnet: opts.offload,
+                vnet: opts.offload || self.mode == Mode::Rootless,
+                framing,
                 path: Path::with_max_burst(&self.cfg.path, dir as u64, opts.max_burst),
                 spin: opts.spin,
                 realtime: opts.realtime,
@@ -259,10 +358,7 @@ impl Topology {
             _ => (3, false),
         };
         let sock = |side: Side| -> Result<UdpSocket, EmuError> {
-            let addr = self.addr(side);
-            let s = self
-                .try_run_in(side, move || UdpSocket::bind((addr, 0)))?
-                .map_err(|e| EmuError::sys(format!("binding a UDP probe socket to {addr}"), e))?;
+            let s = self.udp_socket(side, 0)?;
             s.set_read_timeout(Some(per_try))
                 .map_err(|e| EmuError::sys("setting the probe timeout", e))?;
             Ok(s)
@@ -328,14 +424,15 @@ impl Topology {
 
     /// A command that runs `program` inside `side`'s namespace, with `TCPTUNE_SELF` set to
     /// that side's address and `TCPTUNE_PEER` to the other side's. Processes still running
-    /// in the namespace when the topology goes down are killed.
+    /// in the namespace when the topology goes down are killed. In rootless mode the command
+    /// also joins the topology's user namespace, where it is root.
     pub fn command(
         &self,
         side: Side,
         program: impl AsRef<std::ffi::OsStr>,
     ) -> std::process::Command {
         state::command_in(
-            self.ns_fds[side.index()].clone(),
+            &self.ns[side.index()],
             self.addr(side),
             self.addr(side.peer()),
             program,
@@ -343,7 +440,9 @@ impl Topology {
     }
 
     /// Run `f` on a thread that has entered `side`'s namespace (sockets it creates live in
-    /// that namespace, also after `f` returns).
+    /// that namespace, also after `f` returns). Root mode only: in rootless mode this
+    /// process cannot enter the namespaces; make sockets with [`socket`](Self::socket) and
+    /// friends, or run a program with [`command`](Self::command).
     ///
     /// # Panics
     ///
@@ -356,13 +455,20 @@ impl Topology {
         }
     }
 
-    /// Like [`run_in`](Self::run_in), returning an error if the namespace cannot be entered.
+    /// Like [`run_in`](Self::run_in), returning an error if the namespace cannot be entered
+    /// (always in rootless mode: [`EmuError::RootOnly`]).
     pub fn try_run_in<T: Send>(
         &self,
         side: Side,
         f: impl FnOnce() -> T + Send,
     ) -> Result<T, EmuError> {
-        let fd = self.ns_fds[side.index()].as_raw_fd();
+        if self.mode == Mode::Rootless {
+            return Err(EmuError::RootOnly(format!(
+                "running code of this process inside {}",
+                self.netns(side)
+            )));
+        }
+        let fd = self.ns[side.index()].net.as_raw_fd();
         let ns = self.netns(side).to_string();
         std::thread::scope(|s| {
             let h = s.spawn(move || -> Result<T, EmuError> {
@@ -374,34 +480,6 @@ impl Topology {
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         })
-    }
-
-    /// Set a sysctl in `side`'s namespace (global sysctls such as net.core.rmem_max are
-    /// refused).
-    pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<(), EmuError> {
-        crate::config::check_namespaced_sysctl(key)?;
-        self.try_run_in(side, || sys::write_sysctl(key, value))?
-    }
-
-    /// Number of listening TCP sockets (IPv4 and IPv6) in `side`'s namespace.
-    pub fn tcp_listeners(&self, side: Side) -> Result<usize, EmuError> {
-        self.try_run_in(side, || -> Result<usize, EmuError> {
-            let mut n = 0;
-            for f in ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"] {
-                let text = match std::fs::read_to_string(f) {
-                    Ok(t) => t,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(EmuError::sys(format!("reading {f}"), e)),
-                };
-                // Field 4 is the state; 0A is LISTEN.
-                n += text
-                    .lines()
-                    .skip(1)
-                    .filter(|l| l.split_whitespace().nth(3) == Some("0A"))
-                    .count();
-            }
-            Ok(n)
-        })?
     }
 
     /// Live counters of both directions (refreshed every 100 ms by the emulator threads).
@@ -482,8 +560,24 @@ impl Topology {
                 }
             }
         }
+        if self.rootless.is_some() {
+            for ns in &self.ns {
+                let killed = ns.id().and_then(|id| {
+                    sys::kill_ns_processes(id, &ns.label, Duration::from_millis(500))
+                });
+                if let Err(e) = killed {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Ok(mut p) = self.shared.packet_inputs.lock() {
+            p.clear();
+        }
         self.tuns.clear();
-        self.ns_fds.clear();
+        // Closing the last descriptors removes a rootless topology's namespaces, links and
+        // sockets.
+        self.ns.clear();
+        self.rootless = None;
         for (i, ns) in self.netns.iter().enumerate() {
             if std::mem::take(&mut self.ns_created[i]) {
                 if let Err(e) = sys::delete_netns(ns) {
@@ -525,7 +619,11 @@ fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuSta
 
 impl Drop for Topology {
     fn drop(&mut self) {
-        if self.claimed || self.ns_created.iter().any(|&c| c) || !self.workers.is_empty() {
+        if self.claimed
+            || self.ns_created.iter().any(|&c| c)
+            || self.rootless.is_some()
+            || !self.workers.is_empty()
+        {
             if let Err(e) = self.teardown() {
                 eprintln!("tcptune emu: tearing down '{}': {e}", self.cfg.name);
             }

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# What a user waits for: wall clock from the command's start to its end (the last byte has
+# arrived and been verified), across `tcptune emu` under this host's default buffer limits,
+# each peer side by side in the same topology, repetitions interleaved, medians.
+#
+#   gridftp : 100 ms / 1 Gbit/s, 1 GiB memory to memory, the server sending (the download a
+#             GridFTP user runs): tcptune auto on a path never seen (empty path database),
+#             on a known path (warm database), kernel autotuning with 8 streams, and
+#             globus-url-copy -p 1/4/8 from the distribution's GridFTP packages.
+#   matrix  : 25/100/200 ms x 1/4/8 streams, 1 Gbit/s, 128 MiB (the paper's workload), the
+#             client sending: auto on a new path, auto on a known path (careful resume),
+#             kernel autotuning, and "ideal" = the best of fixed buffers of 1, 1.5 and 2 x
+#             BDP/streams (forced past the system maxima), each timed from the command's
+#             start; plus the physical limit (2 RTT of handshakes + size / goodput + RTT/2).
+#
+# Needs root. Installs the GridFTP packages when missing (apt-get). Writes
+# docs/bench/wait.md. Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix]  (default: both)
+# Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=bench/emu_common.sh
+source bench/emu_common.sh
+need ip python3
+PARTS=("$@")
+[ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix)
+TCPTUNE=$(readlink -f "$TCPTUNE")
+
+out=$(mktemp -d)
+NAME="wait$$"
+HOSTS_TAG="# tcptune bench/wait_vs_peers.sh $$"
+cleanup() {
+    "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
+    sed -i "/$HOSTS_TAG/d" /etc/hosts 2>/dev/null || true
+    rm -rf "$out"
+}
+trap cleanup EXIT INT TERM
+
+A="tt-$NAME-a"
+B="tt-$NAME-b"
+PEER=198.19.0.1
+
+# up RTT_MS: the emulated path (default limits: no sysctl changes) with servers in side b.
+up() {
+    local rtt=$1
+    "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
+    "$TCPTUNE" emu up "$NAME" --rtt "${rtt}ms" --rate 1gbit >/dev/null
+    ip netns exec "$B" "$TCPTUNE" serve --force-buffers >/dev/null 2>&1 &
+    sleep 0.5
+}
+
+# timed LABEL CMD...: run CMD in side a, append "LABEL seconds exitcode" to $out/times.
+timed() {
+    local label=$1; shift
+    local t0 t1 rc=0
+    t0=$(date +%s%N)
+    ip netns exec "$A" "$@" >"$out/last.out" 2>"$out/last.err" || rc=$?
+    t1=$(date +%s%N)
+    echo "$label $(( (t1 - t0) / 1000 )) $rc" >>"$out/times"
+    [ "$rc" = 0 ] || { echo "  $label failed ($rc): $(tail -1 "$out/last.err")" >&2; }
+    if [ -s "$out/last.out" ] && head -c1 "$out/last.out" | grep -q '{'; then
+        cp "$out/last.out" "$out/$label.$(wc -l <"$out/times").json"
+    fi
+}
+
+send() { # send DB_ARGS... -- SEND_ARGS...
+    "$TCPTUNE" send "$PEER" --json --no-progress "$@"
+}
+
+gridftp() {
+    if ! command -v globus-url-copy >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y globus-gridftp-server-progs \
+            globus-gass-copy-progs >/dev/null
+    fi
+    up 100
+    # GridFTP's server names its data channel by host name: the emulated addresses must
+    # resolve (removed again on exit).
+    printf '%s tcptune-emu-a %s\n%s tcptune-emu-b %s\n' 198.18.0.1 "$HOSTS_TAG" "$PEER" "$HOSTS_TAG" >>/etc/hosts
+    ip netns exec "$B" globus-gridftp-server -aa -anonymous-user nobody -p 2811 \
+        -control-interface "$PEER" -data-interface "$PEER" >/dev/null 2>&1 &
+    sleep 1
+    local warm="$out/warm.sqlite" size=$((1 << 30))
+    timed warmup send --tune auto -n 1024 -R --path-db "$warm"
+    for rep in $(seq 1 "$REPS"); do
+        local runs=(new known kernel8 g1 g4 g8)
+        # Rotate the order so that no peer always runs first.
+        local k=$(( rep % ${#runs[@]} ))
+        runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
+        for r in "${runs[@]}"; do
+            case $r in
+                new) rm -f "$out/new.sqlite"*
+                     timed gridftp.auto_new send --tune auto -n 1024 -R --path-db "$out/new.sqlite" ;;
+                known) timed gridftp.auto_known send --tune auto -n 1024 -R --path-db "$warm" ;;
+                kernel8) timed gridftp.kernel_P8 send --tune kernel -P 8 -n 1024 -R --no-path-db ;;
+                g*) timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
+                        "ftp://tcptune-emu-b:2811/dev/zero" file:///dev/null ;;
+            esac
+        done
+        echo "gridftp: repetition $rep of $REPS done" >&2
+    done
+}
+
+matrix() {
+    local size_mib=128
+    for rtt in 25 100 200; do
+        up "$rtt"
+        local bdp=$(( 1000000000 / 8 * rtt / 1000 ))
+        local warm="$out/warm$rtt.sqlite"
+        for p in 1 4 8; do
+            timed "warmup.$rtt.$p" send --tune auto -P "$p" -n "$size_mib" --path-db "$warm"
+        done
+        for rep in $(seq 1 "$REPS"); do
+            for p in 1 4 8; do
+                local runs=(new known kernel f100 f150 f200)
+                local k=$(( (rep + p) % ${#runs[@]} ))
+                runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
+                for r in "${runs[@]}"; do
+                    local tag="matrix.$rtt.$p"
+                    case $r in
+                        new) rm -f "$out/new.sqlite"*
+                             timed "$tag.auto_new" send --tune auto -P "$p" -n "$size_mib" --path-db "$out/new.sqlite" ;;
+                        known) timed "$tag.auto_known" send --tune auto -P "$p" -n "$size_mib" --path-db "$warm" ;;
+                        kernel) timed "$tag.kernel" send --tune kernel -P "$p" -n "$size_mib" --no-path-db ;;
+                        f*) local pct=${r#f}
+                            local per=$(( bdp * pct / 100 / p ))
+                            timed "$tag.fixed$pct" send --tune "fixed:$per" --force-buffers -P "$p" -n "$size_mib" --no-path-db ;;
+                    esac
+                done
+            done
+            echo "matrix: ${rtt} ms, repetition $rep of $REPS done" >&2
+        done
+    done
+}
+
+for part in "${PARTS[@]}"; do
+    case $part in
+        gridftp) gridftp ;;
+        matrix) matrix ;;
+        *) echo "unknown part: $part (gridftp, matrix)" >&2; exit 2 ;;
+    esac
+done
+
+python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee docs/bench/wait.md
+import glob, json, os, statistics, sys
+out, reps, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+times = {}
+for line in open(os.path.join(out, "times")):
+    label, us, rc = line.split()
+    if rc == "0":
+        times.setdefault(label, []).append(int(us) / 1e6)
+def med(label):
+    v = times.get(label)
+    return statistics.median(v) if v else float("nan")
+def reports(label):
+    for f in sorted(glob.glob(os.path.join(out, label + ".*.json"))):
+        try:
+            yield json.load(open(f))
+        except Exception:
+            pass
+print("# What the user waits for, against the tools they would use instead\n")
+print(f"`sudo bench/wait_vs_peers.sh` at commit {commit}, {reps} repetitions interleaved; "
+      "wall clock from the command's start to its end, median in seconds, across `tcptune emu` "
+      "at 1 Gbit/s under this host's default buffer limits (4 MiB maxima). The machine has 2 "
+      "shared vCPUs: compare within a table, not across runs.\n")
+if any(k.startswith("gridftp.") for k in times):
+    print("## 1 GiB, 100 ms, the server sending\n")
+    print("| tool | seconds | vs tcptune on a new path |")
+    print("| --- | ---: | ---: |")
+    base = med("gridftp.auto_new")
+    for label, name in [("gridftp.auto_new", "tcptune auto, path never seen"),
+                        ("gridftp.auto_known", "tcptune auto, known path"),
+                        ("gridftp.kernel_P8", "tcptune, kernel autotuning, 8 streams"),
+                        ("gridftp.globus_p1", "globus-url-copy -p 1"),
+                        ("gridftp.globus_p4", "globus-url-copy -p 4"),
+                        ("gridftp.globus_p8", "globus-url-copy -p 8")]:
+        m = med(label)
+        print(f"| {name} | {m:.2f} | {m / base:.2f} |")
+    print()
+rows = sorted({tuple(k.split(".")[1:3]) for k in times if k.startswith("matrix.")},
+              key=lambda t: (int(t[0]), int(t[1])))
+if rows:
+    print("## 128 MiB, the client sending\n")
+    print("`ideal` is the fastest of fixed buffers of 1, 1.5 and 2 x BDP per stream set with "
+          "--force-buffers, timed like the others; `limit` is the physical limit "
+          "(2 RTT of handshakes + 128 MiB / 965 Mbit/s + RTT/2). Streams: what auto used "
+          "(median).\n")
+    print("| RTT | -P | auto new | auto known | kernel | ideal | limit | new / ideal | new / kernel | known / limit | auto streams | known: resume |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for rtt, p in rows:
+        tag = f"matrix.{rtt}.{p}"
+        new, known, kern = med(tag + ".auto_new"), med(tag + ".auto_known"), med(tag + ".kernel")
+        fixed = {pct: med(f"{tag}.fixed{pct}") for pct in (100, 150, 200)}
+        best = min(fixed.values())
+        r = int(rtt) / 1000
+        limit = 2 * r + 128 * 2**20 * 8 / 965e6 + r / 2
+        streams = [len(x["end"]["tcptune"]["streams"]) for x in reports(tag + ".auto_new")]
+        resumed = [x["start"]["tcptune"].get("resume") or {} for x in reports(tag + ".auto_known")]
+        used = sum(1 for x in resumed if x.get("used"))
+        why = next((x.get("why_not") for x in resumed if x.get("why_not")), "")
+        print(f"| {rtt} ms | {p} | {new:.2f} | {known:.2f} | {kern:.2f} | {best:.2f} | {limit:.2f} | "
+              f"{new / best:.2f} | {new / kern:.2f} | {known / limit:.2f} | "
+              f"{statistics.median(streams) if streams else float('nan'):.0f} | "
+              f"{used}/{len(resumed)}{(' (' + why + ')') if why else ''} |")
+    print()
+failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2] != "0"]
+if failed:
+    print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")
+PY

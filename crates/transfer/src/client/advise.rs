@@ -1,0 +1,411 @@
+//! `tcptune advise`: ask a tcptune server which buffer sizes and how many streams to use on
+//! the path between it and this host ([`crate::advice`]).
+//!
+//! The rules of the conversation are [`crate::session::advise`]'s state machine; this
+//! module connects, carries its decisions out (the measurement's streams and engine, when
+//! the server measures first) and derives the advice again from the facts the server
+//! sent, with this host's real limits and the server's numbers bounded (a server is not
+//! trusted blindly).
+//!
+//! ```no_run
+//! use tcptune_transfer::client::advise::{advise, AdviseConfig};
+//! let a = advise(&AdviseConfig::new("dtn.example.org")).expect("advice");
+//! println!("SO_SNDBUF {} on {} stream(s)", a.advice.sizing.sndbuf_bytes, a.advice.sizing.streams);
+//! ```
+
+use super::{resolve_target, ClientError};
+use crate::advice::{advise as derive, bounded_limits, Advice};
+use crate::auth::Secret;
+use crate::engine::{Engine, EngineConfig};
+use crate::pattern::Pattern;
+use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
+use crate::proto::{
+    self, AdviseRequest, DataHello, FrameReader, ServerMsg, Token, MAX_SERVER_FRAME,
+};
+use crate::session::advise::{AdviseClient, AdviseOutput, AdvisePlan, MeasureSpec};
+use crate::session::client::Failure;
+use mio::net::TcpStream as MioStream;
+use mio::{Events, Interest, Poll, Token as MioToken};
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcptune_core::pathdb::Direction;
+use tcptune_core::{HostLimits, PathHint, Role};
+
+/// What to ask. Build with [`AdviseConfig::new`] and adjust the public fields.
+#[derive(Clone, Debug)]
+pub struct AdviseConfig {
+    /// Server as `HOST`, `HOST:PORT` or `[V6]:PORT`.
+    pub server: String,
+    /// Port when `server` has none.
+    pub port: u16,
+    /// Local address to connect from.
+    pub bind: Option<IpAddr>,
+    /// Which way the application's data will flow (`Send`: this host sends).
+    pub direction: Direction,
+    /// Most streams the application will open.
+    pub max_streams: u32,
+    /// Ask the server to measure now even if its database knows the path.
+    pub fresh: bool,
+    /// Shared secret for servers that require one.
+    pub secret: Option<Secret>,
+    /// Give up connecting, and waiting for the server's first answer, after this long.
+    pub connect_timeout: Duration,
+    /// The application may use `SO_*BUFFORCE` (this process has `CAP_NET_ADMIN`): the
+    /// advice is then not bounded by this host's `net.core.*mem_max`.
+    pub force_buffers: bool,
+}
+
+impl AdviseConfig {
+    /// Advice for sending to `server`'s host, at most 16 streams, from the database when
+    /// it knows the path.
+    pub fn new(server: impl Into<String>) -> AdviseConfig {
+        AdviseConfig {
+            server: server.into(),
+            port: crate::server::DEFAULT_PORT,
+            bind: None,
+            direction: Direction::Send,
+            max_streams: 16,
+            fresh: false,
+            secret: None,
+            connect_timeout: Duration::from_secs(10),
+            force_buffers: false,
+        }
+    }
+}
+
+/// What `advise` found.
+#[derive(Clone, Debug)]
+pub struct AdviceResult {
+    /// The server asked.
+    pub server: SocketAddr,
+    /// The advice for this host, derived from the server's facts with this host's limits.
+    pub advice: Advice,
+    /// The advice as the server sent it.
+    pub server_advice: Advice,
+    /// The control connection's RTT as this host's `TCP_INFO` has it.
+    pub control_rtt: Option<Duration>,
+    /// From connecting to the answer.
+    pub seconds: f64,
+}
+
+/// The measurement's local side (torn down when dropped).
+struct Measuring {
+    engine: Option<Engine>,
+}
+
+impl Drop for Measuring {
+    fn drop(&mut self) {
+        if let Some(e) = self.engine.take() {
+            e.abort();
+            // Joins the data threads: they end within their wake-up period.
+            let _ = e.finish();
+        }
+    }
+}
+
+/// Ask `cfg.server` for advice.
+pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
+    let t0 = Instant::now();
+    if cfg.max_streams == 0 {
+        return Err(ClientError::Config(
+            "at least one stream is needed (--max-streams)".into(),
+        ));
+    }
+    let addr = resolve_target(&cfg.server, cfg.port)?;
+    let mut limits = tcptune_sys::sysctl::read_host_limits().map_err(|e| ClientError::Local {
+        op: "reading this host's buffer limits".into(),
+        source: io::Error::other(e),
+    })?;
+    let force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
+    limits.can_force = force;
+    let fd =
+        tcptune_sys::net::tcp_socket(&addr).map_err(|source| ClientError::Connect { source })?;
+    if let Some(ip) = cfg.bind {
+        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+    }
+    let mut ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
+        .map_err(|source| ClientError::Connect { source })?;
+    let local = |op: &str| {
+        let op = op.to_string();
+        move |source: io::Error| ClientError::Local { op, source }
+    };
+    ctrl.set_nonblocking(false)
+        .map_err(local("a blocking control connection"))?;
+    ctrl.set_nodelay(true)
+        .map_err(local("TCP_NODELAY on the control connection"))?;
+    ctrl.set_write_timeout(Some(cfg.connect_timeout))
+        .map_err(local("a write timeout on the control connection"))?;
+    let control_rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
+        .ok()
+        .and_then(|s| s.min_rtt().or(s.rtt()));
+    let mut token = [0u8; 16];
+    tcptune_sys::os::random_bytes(&mut token).map_err(local("getrandom (session token)"))?;
+    let auth = match &cfg.secret {
+        Some(secret) => {
+            let mut nonce = [0u8; 32];
+            tcptune_sys::os::random_bytes(&mut nonce).map_err(local("getrandom (auth nonce)"))?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Some((secret.clone(), nonce, now))
+        }
+        None => None,
+    };
+    let plan = AdvisePlan {
+        token: Token(token),
+        auth,
+        request: AdviseRequest {
+            direction: cfg.direction,
+            limits: Some(limits.clone()),
+            max_streams: cfg.max_streams,
+            fresh: cfg.fresh,
+        },
+        connect_timeout: cfg.connect_timeout,
+    };
+    let mut session = AdviseClient::new(Instant::now(), plan);
+    let mut reader = FrameReader::new(MAX_SERVER_FRAME);
+    let mut measuring: Option<Measuring> = None;
+    let mut answer: Option<Box<Advice>> = None;
+    let control = |source| ClientError::Control { addr, source };
+    loop {
+        while let Some(out) = session.poll_output() {
+            match out {
+                AdviseOutput::Send(m) => {
+                    let frame = proto::encode(&m).map_err(control)?;
+                    if let Err(e) = ctrl.write_all(&frame) {
+                        if answer.is_some() {
+                            // Bye is a courtesy: the server ends the session on EOF too.
+                            break;
+                        }
+                        return Err(control(e.into()));
+                    }
+                }
+                AdviseOutput::Measure(spec) => {
+                    match start_measuring(cfg, addr, &limits, control_rtt, Token(token), &spec) {
+                        Ok(m) => measuring = Some(m),
+                        Err((index, why)) => {
+                            session.handle_stream_failed(Instant::now(), index, why)
+                        }
+                    }
+                }
+                AdviseOutput::Done(a) => answer = Some(a),
+                AdviseOutput::Failed(f) => return Err(error(f, addr, session.heard())),
+            }
+        }
+        if answer.is_some() {
+            break;
+        }
+        let now = Instant::now();
+        let wait = session
+            .poll_timeout()
+            .map_or(Duration::from_millis(100), |t| {
+                t.saturating_duration_since(now)
+            })
+            .clamp(Duration::from_millis(1), Duration::from_millis(100));
+        ctrl.set_read_timeout(Some(wait))
+            .map_err(local("a read timeout on the control connection"))?;
+        match reader.fill(&mut ctrl) {
+            Ok(_) => {}
+            Err(proto::ProtoError::Closed) => session.handle_closed(Instant::now()),
+            Err(e) if !session.heard() => {
+                return Err(ClientError::NotTcptune {
+                    addr,
+                    detail: e.to_string(),
+                })
+            }
+            Err(e) => return Err(control(e)),
+        }
+        loop {
+            let body = match reader.take_frame() {
+                Ok(Some(b)) => b,
+                Ok(None) => break,
+                Err(e) if !session.heard() => {
+                    return Err(ClientError::NotTcptune {
+                        addr,
+                        detail: e.to_string(),
+                    })
+                }
+                Err(e) => return Err(control(e)),
+            };
+            match proto::decode::<ServerMsg>(&body) {
+                Ok(m) => session.handle_msg(Instant::now(), m),
+                Err(e) if !session.heard() => {
+                    return Err(ClientError::NotTcptune {
+                        addr,
+                        detail: e.to_string(),
+                    })
+                }
+                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+            }
+        }
+        let now = Instant::now();
+        if session.poll_timeout().is_some_and(|t| t <= now) {
+            session.handle_timeout(now);
+        }
+    }
+    // The answer is in: the measurement ends here too (the server ended its side).
+    drop(measuring.take());
+    let Some(server_advice) = answer else {
+        return Err(ClientError::Protocol("no answer".into()));
+    };
+    let server_limits = bounded_limits(server_advice.server_limits.clone());
+    let advice = derive(
+        cfg.direction,
+        server_advice.path.clone(),
+        &limits,
+        &server_limits,
+        cfg.max_streams,
+    );
+    Ok(AdviceResult {
+        server: addr,
+        advice,
+        server_advice: *server_advice,
+        control_rtt,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Open the measurement's streams (all at once: their slow starts overlap, as the server
+/// expects) and start moving data on them. `Err((stream, why))` when one cannot be opened.
+fn start_measuring(
+    cfg: &AdviseConfig,
+    addr: SocketAddr,
+    limits: &HostLimits,
+    rtt: Option<Duration>,
+    token: Token,
+    spec: &MeasureSpec,
+) -> Result<Measuring, (u32, String)> {
+    let role = if spec.send {
+        Role::Sender
+    } else {
+        Role::Receiver
+    };
+    let epoch = Instant::now();
+    let mut engine = Engine::new(EngineConfig {
+        role,
+        pattern: Arc::new(Pattern::new(spec.seed, spec.message_size)),
+        messages: None,
+        corrupt: None,
+        record_series: false,
+        interval: None,
+        epoch,
+        idle_timeout: spec.duration + Duration::from_secs(10),
+        notify: None,
+        files: None,
+    });
+    let dspec = DriverSpec {
+        role,
+        limits: limits.clone(),
+        hint: PathHint {
+            rtt,
+            ..PathHint::default()
+        },
+        force: limits.can_force,
+        record_series: false,
+        epoch,
+    };
+    let tuning = PhaseTuning::Probe;
+    let poll = Poll::new().map_err(|e| (0, format!("creating an event loop: {e}")))?;
+    let mut opening = Vec::new();
+    for index in 0..spec.streams {
+        let fail = |e: String| (index, e);
+        let mut driver = dspec.driver(&tuning, index, spec.streams);
+        let fd =
+            prepared_socket(&addr, &mut driver, &dspec, None).map_err(|e| fail(e.to_string()))?;
+        if let Some(ip) = cfg.bind {
+            tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        let stream = tcptune_sys::net::connect_start(fd, &addr).map_err(|e| fail(e.to_string()))?;
+        let mut stream = MioStream::from_std(stream);
+        poll.registry()
+            .register(&mut stream, MioToken(index as usize), Interest::WRITABLE)
+            .map_err(|e| fail(format!("registering it: {e}")))?;
+        opening.push(Some((stream, driver)));
+    }
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut events = Events::with_capacity(64);
+    let mut left = spec.streams;
+    let mut poll = poll;
+    while left > 0 {
+        let now = Instant::now();
+        if now >= deadline {
+            let index = opening.iter().position(Option::is_some).unwrap_or(0) as u32;
+            return Err((index, format!("connect {addr}: timed out")));
+        }
+        if let Err(e) = poll.poll(&mut events, Some(deadline - now)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err((0, format!("waiting for connections: {e}")));
+            }
+        }
+        for ev in events.iter() {
+            let index = ev.token().0;
+            let Some((mut stream, driver)) = opening.get_mut(index).and_then(Option::take) else {
+                continue;
+            };
+            let index = index as u32;
+            let _ = poll.registry().deregister(&mut stream);
+            let failed = match stream.take_error() {
+                Ok(Some(e)) | Err(e) => Some(e.to_string()),
+                Ok(None) => stream.peer_addr().err().map(|e| e.to_string()),
+            };
+            if let Some(why) = failed {
+                return Err((index, format!("connect {addr}: {why}")));
+            }
+            // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
+            let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+            let hello = DataHello {
+                token,
+                seq: spec.seq,
+                stream: index,
+            }
+            .encode();
+            stream
+                .set_nonblocking(false)
+                .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))
+                .and_then(|()| stream.write_all(&hello))
+                .map_err(|e| (index, format!("sending its hello: {e}")))?;
+            engine
+                .add_stream(index, stream, driver)
+                .map_err(|e| (index, format!("starting its thread: {e}")))?;
+            left -= 1;
+        }
+    }
+    Ok(Measuring {
+        engine: Some(engine),
+    })
+}
+
+fn error(f: Failure, addr: SocketAddr, heard: bool) -> ClientError {
+    match f {
+        Failure::Rejected {
+            reason,
+            retry_after_s,
+        } => ClientError::Rejected {
+            reason,
+            retry_after_s,
+        },
+        Failure::NoAnswer(m) => ClientError::Timeout(m),
+        Failure::Protocol(m) if !heard => ClientError::NotTcptune { addr, detail: m },
+        Failure::Protocol(m) => ClientError::Protocol(m),
+        Failure::Integrity(reason) | Failure::Transfer(reason) => ClientError::Transfer {
+            reason,
+            report: None,
+        },
+        Failure::Connect(m) => ClientError::Stream(m),
+        Failure::File(f) => ClientError::File(f),
+        Failure::Interrupted => ClientError::Interrupted,
+        Failure::Closed if !heard => ClientError::NotTcptune {
+            addr,
+            detail: "it closed the connection without an answer".into(),
+        },
+        Failure::Closed => ClientError::Control {
+            addr,
+            source: proto::ProtoError::Closed,
+        },
+    }
+}

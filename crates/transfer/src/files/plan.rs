@@ -1,0 +1,555 @@
+//! The receiver's side before any block: check the manifest (every name, the order, the
+//! top-level names), decide where it lands (`cp`'s rules), create the directories, and find
+//! what an earlier run left: a complete target of the same size and time, or a partial
+//! temporary file, each hashed block by block so that the sender can skip what matches.
+//!
+//! The decisions are pure functions ([`check_manifest`], [`decide_layout`], [`target`],
+//! [`temp_name`]); [`plan`] does the I/O, always beneath the destination's root directory.
+
+use super::digest::{self, BlockHasher, Cv};
+use super::table::RecvTable;
+use super::wire::PlanFile;
+use super::{Entry, EntryKind, FailKind, FileFailure, BLOCK_SIZE, MAX_DEPTH, MAX_PATH};
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tcptune_sys::fs::{self, Dir, Kind, Meta, OpenMode};
+
+use super::NO_SPACE_CHECK_ENV;
+
+/// Where a copy lands at the receiver.
+#[derive(Debug, Clone)]
+pub(crate) struct DestSpec {
+    /// Everything is resolved beneath this directory.
+    pub(crate) root: Arc<Dir>,
+    /// The destination beneath the root (empty: the root itself).
+    pub(crate) base: PathBuf,
+    /// The destination as the user wrote it, for messages.
+    pub(crate) shown: String,
+    /// The destination was written with a trailing `/`: it must be a directory.
+    pub(crate) must_be_dir: bool,
+    /// The top-level names the receiver asked for (a pull): the manifest must have exactly
+    /// these.
+    pub(crate) expect_tops: Option<Vec<String>>,
+}
+
+/// How sources map onto the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// The destination is a directory: each source lands inside it under its own name.
+    Into,
+    /// One source becomes the destination itself (a new name, or a file overwritten).
+    Rename,
+}
+
+fn refuse(msg: String) -> FileFailure {
+    FileFailure::protocol(msg)
+}
+
+/// Check a manifest from the peer: every path made of names that may be created, a
+/// directory before what it holds, top-level names unique (and the expected ones). Returns
+/// the top-level entries (name and kind).
+pub(crate) fn check_manifest(
+    entries: &[Entry],
+    expect: Option<&[String]>,
+) -> Result<Vec<(String, EntryKind)>, FileFailure> {
+    let mut dirs: HashSet<&str> = HashSet::new();
+    let mut tops: Vec<(String, EntryKind)> = Vec::new();
+    for e in entries {
+        if e.path.len() > MAX_PATH {
+            return Err(refuse(format!("a manifest path of {} bytes", e.path.len())));
+        }
+        let parts: Vec<&str> = e.path.split('/').collect();
+        if parts.len() > MAX_DEPTH + 1 || parts.iter().any(|p| !fs::check_name(OsStr::new(p))) {
+            return Err(FileFailure::new(
+                FailKind::Refused,
+                format!(
+                    "refused the path '{}' from the peer: only plain names, no '..', '.' or absolute paths",
+                    crate::server::escape(&e.path, 200)
+                ),
+            ));
+        }
+        if e.kind == EntryKind::Dir && e.size != 0 {
+            return Err(refuse("a directory with a size".into()));
+        }
+        if parts.len() == 1 {
+            if tops.iter().any(|(n, _)| n == parts[0]) {
+                return Err(refuse(format!("the top-level name '{}' twice", parts[0])));
+            }
+            tops.push((parts[0].to_string(), e.kind));
+        } else {
+            let parent = &e.path[..e.path.len() - parts[parts.len() - 1].len() - 1];
+            if !dirs.contains(parent) {
+                return Err(refuse(format!(
+                    "'{}' before its directory",
+                    crate::server::escape(&e.path, 200)
+                )));
+            }
+        }
+        if e.kind == EntryKind::Dir && !dirs.insert(&e.path) {
+            return Err(refuse("a directory listed twice".into()));
+        }
+    }
+    if let Some(expect) = expect {
+        let got: Vec<&str> = tops.iter().map(|(n, _)| n.as_str()).collect();
+        let want: Vec<&str> = expect.iter().map(String::as_str).collect();
+        if got != want {
+            return Err(FileFailure::new(
+                FailKind::Refused,
+                format!(
+                    "the server sent other names than asked for ({} instead of {}): refused",
+                    crate::server::escape(&got.join(", "), 200),
+                    want.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(tops)
+}
+
+/// `cp`'s rules: into an existing directory, else one source becomes the destination.
+pub(crate) fn decide_layout(
+    base: Option<&Meta>,
+    base_is_root: bool,
+    tops: &[(String, EntryKind)],
+    must_be_dir: bool,
+    shown: &str,
+) -> Result<Layout, FileFailure> {
+    if base_is_root || base.is_some_and(|m| m.kind == Kind::Dir) {
+        return Ok(Layout::Into);
+    }
+    if tops.len() != 1 || must_be_dir {
+        let why = if base.is_none() {
+            FailKind::NotFound
+        } else {
+            FailKind::Usage
+        };
+        return Err(FileFailure::new(
+            why,
+            format!(
+                "{shown} is not a directory{}",
+                if tops.len() > 1 {
+                    format!(" (copying {} sources needs one)", tops.len())
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+    }
+    match (base.map(|m| m.kind), tops[0].1) {
+        (Some(Kind::File), EntryKind::Dir) => Err(FileFailure::new(
+            FailKind::Usage,
+            format!("cannot overwrite the file {shown} with a directory"),
+        )),
+        (Some(Kind::Symlink | Kind::Other), _) => Err(FileFailure::new(
+            FailKind::Usage,
+            format!("{shown} is not a regular file or a directory: not overwritten"),
+        )),
+        _ => Ok(Layout::Rename),
+    }
+}
+
+/// Where entry `path` lands, beneath the root.
+pub(crate) fn target(layout: Layout, base: &Path, path: &str) -> PathBuf {
+    match layout {
+        Layout::Into => base.join(path),
+        Layout::Rename => match path.split_once('/') {
+            Some((_, rest)) => base.join(rest),
+            None => base.to_path_buf(),
+        },
+    }
+}
+
+/// The temporary name next to a target: `.NAME.tcptune-part`, or a hash of the name when
+/// that would be too long.
+pub(crate) fn temp_name(name: &OsStr) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let b = name.as_bytes();
+    if b.len() + 15 <= 255 {
+        let mut s = OsString::from(".");
+        s.push(name);
+        s.push(".tcptune-part");
+        s
+    } else {
+        let h = blake3::hash(b);
+        OsString::from(format!(".tcptune-{}.part", &h.to_hex()[..32]))
+    }
+}
+
+/// A path's parent and last name (the root's entries have the empty parent).
+pub(crate) fn split(p: &Path) -> (PathBuf, OsString) {
+    (
+        p.parent().map(Path::to_path_buf).unwrap_or_default(),
+        p.file_name().map(OsStr::to_os_string).unwrap_or_default(),
+    )
+}
+
+/// What the plan found and decided.
+#[derive(Debug)]
+pub(crate) struct Planned {
+    pub(crate) table: RecvTable,
+    /// Per entry: where it lands beneath the root.
+    pub(crate) targets: Vec<PathBuf>,
+    /// What to tell the sender.
+    pub(crate) plan: Vec<PlanFile>,
+    /// Bytes the sender still has to carry (at most).
+    pub(crate) need_bytes: u64,
+}
+
+/// Hash the blocks of an open file of `size` bytes; holes (never written) are `None`.
+/// `checked` hears the bytes hashed; `Err` from it stops.
+fn hash_blocks(
+    f: &File,
+    size: u64,
+    skip_holes: bool,
+    buf: &mut [u8],
+    checked: &mut dyn FnMut(u64) -> Result<(), FileFailure>,
+    shown: &str,
+) -> Result<Vec<Option<Cv>>, FileFailure> {
+    let n = size.div_ceil(BLOCK_SIZE);
+    let mut out = Vec::with_capacity(n as usize);
+    for b in 0..n {
+        let off = b * BLOCK_SIZE;
+        let len = (size - off).min(BLOCK_SIZE);
+        if skip_holes {
+            let data = fs::next_data(f.as_fd(), off)
+                .map_err(|e| FileFailure::io(format_args!("read {shown}"), &e))?;
+            if data.is_none_or(|d| d >= off + len) {
+                out.push(None);
+                continue;
+            }
+        }
+        let mut h = BlockHasher::new(size, BLOCK_SIZE, off);
+        let mut at = 0u64;
+        while at < len {
+            let want = ((len - at) as usize).min(buf.len());
+            let got = f
+                .read_at(&mut buf[..want], off + at)
+                .map_err(|e| FileFailure::io(format_args!("read {shown}"), &e))?;
+            if got == 0 {
+                break; // shrank meanwhile: the checksum will not match
+            }
+            h.update(&buf[..got]);
+            at += got as u64;
+            checked(got as u64)?;
+        }
+        out.push(Some(h.finish()));
+    }
+    Ok(out)
+}
+
+fn same_time(m: &Meta, e: &Entry) -> bool {
+    m.mtime_s == e.mtime_s && m.mtime_ns == e.mtime_ns
+}
+
+/// Resolve, create and look: see the module documentation. `checked` hears the bytes
+/// hashed (a keep-alive for the sender and the idle timers) and may stop the plan.
+pub(crate) fn plan(
+    dest: &DestSpec,
+    entries: &[Entry],
+    resume: bool,
+    checked: &mut dyn FnMut(u64) -> Result<(), FileFailure>,
+) -> Result<Planned, FileFailure> {
+    let tops = check_manifest(entries, dest.expect_tops.as_deref())?;
+    let root = &dest.root;
+    let shown = &dest.shown;
+    let base_is_root = dest.base.as_os_str().is_empty();
+    let base_meta = if base_is_root {
+        None
+    } else {
+        root.look_follow(&dest.base)
+            .map_err(|e| FileFailure::fs(&e, shown))?
+    };
+    let layout = decide_layout(
+        base_meta.as_ref(),
+        base_is_root,
+        &tops,
+        dest.must_be_dir,
+        shown,
+    )?;
+    let mut table = RecvTable::new(entries);
+    let mut targets = Vec::with_capacity(entries.len());
+    let mut plan = Vec::new();
+    let mut need = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for (id, e) in entries.iter().enumerate() {
+        let id = id as u32;
+        let t = target(layout, &dest.base, &e.path);
+        let (parent, name) = split(&t);
+        let shown_t = if layout == Layout::Into {
+            format!("{}/{}", shown.trim_end_matches('/'), e.path)
+        } else {
+            match e.path.split_once('/') {
+                Some((_, rest)) => format!("{}/{rest}", shown.trim_end_matches('/')),
+                None => shown.clone(),
+            }
+        };
+        let existing = root
+            .look(&t)
+            .map_err(|err| FileFailure::fs(&err, &shown_t))?;
+        match e.kind {
+            EntryKind::Dir => match existing.map(|m| m.kind) {
+                Some(Kind::Dir) => {}
+                Some(_) => {
+                    return Err(FileFailure::new(
+                        FailKind::Usage,
+                        format!("cannot overwrite {shown_t} with a directory"),
+                    ))
+                }
+                None => {
+                    let p = root
+                        .dir_beneath(&parent)
+                        .map_err(|err| FileFailure::fs(&err, &shown_t))?;
+                    p.mkdir_at(&name, 0o700)
+                        .map_err(|err| FileFailure::fs(&err, &shown_t))?;
+                }
+            },
+            EntryKind::File => {
+                if existing.is_some_and(|m| m.kind == Kind::Dir) {
+                    return Err(FileFailure::new(
+                        FailKind::Usage,
+                        format!("cannot overwrite the directory {shown_t} with a file"),
+                    ));
+                }
+                let temp = parent.join(temp_name(&name));
+                let mut found = false;
+                if resume && e.size > 0 {
+                    if let Some(m) = existing
+                        .filter(|m| m.kind == Kind::File && m.size == e.size && same_time(m, e))
+                    {
+                        let _ = m;
+                        let f = File::from(
+                            root.open_beneath(&t, OpenMode::Read)
+                                .map_err(|err| FileFailure::fs(&err, &shown_t))?,
+                        );
+                        let cvs = hash_blocks(&f, e.size, false, &mut buf, checked, &shown_t)?;
+                        let cvs: Vec<Cv> = cvs.into_iter().flatten().collect();
+                        let d = digest::file_digest(&cvs);
+                        table.set_present(id, d);
+                        plan.push(PlanFile {
+                            id,
+                            present: Some(digest::hex(&d)),
+                            have: Vec::new(),
+                        });
+                        found = true;
+                    } else if let Some(m) = root
+                        .look(&temp)
+                        .map_err(|err| FileFailure::fs(&err, &shown_t))?
+                        .filter(|m| m.kind == Kind::File)
+                    {
+                        if m.size == e.size {
+                            let f = File::from(
+                                root.open_beneath(&temp, OpenMode::Read)
+                                    .map_err(|err| FileFailure::fs(&err, &shown_t))?,
+                            );
+                            let cvs = hash_blocks(&f, e.size, true, &mut buf, checked, &shown_t)?;
+                            let mut have = Vec::new();
+                            for (b, cv) in cvs.iter().enumerate() {
+                                if let Some(cv) = cv {
+                                    table.set_have(id, b as u64, *cv);
+                                    have.push((b as u64, digest::hex(cv)));
+                                }
+                            }
+                            let have_bytes: u64 = have.iter().map(|(b, _)| e.block_len(*b)).sum();
+                            need += e.size - have_bytes;
+                            if !have.is_empty() {
+                                plan.push(PlanFile {
+                                    id,
+                                    present: None,
+                                    have,
+                                });
+                            }
+                            found = true;
+                        } else {
+                            table.set_fresh(id);
+                        }
+                    }
+                } else {
+                    table.set_fresh(id);
+                }
+                if !found {
+                    need += e.size;
+                }
+                if e.size == 0 {
+                    write_empty(root, &parent, &temp, &name, e, &shown_t)?;
+                    table.mark_done(id);
+                }
+            }
+        }
+        targets.push(t);
+    }
+    // The space the rest needs, on the destination's device.
+    let space_dir = match layout {
+        Layout::Into => dest.base.clone(),
+        Layout::Rename => split(&dest.base).0,
+    };
+    if std::env::var(NO_SPACE_CHECK_ENV).map_or(true, |v| v != "1") {
+        if let Ok(d) = root.dir_beneath(&space_dir) {
+            if let Ok(avail) = d.available_bytes() {
+                if need > avail {
+                    return Err(FileFailure::new(
+                        FailKind::NoSpace,
+                        format!(
+                            "not enough space at {shown}: {} to write, {} available",
+                            tcptune_core::Bytes(need),
+                            tcptune_core::Bytes(avail)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Planned {
+        table,
+        targets,
+        plan,
+        need_bytes: need,
+    })
+}
+
+/// An empty file: created, given its mode and time, and renamed into place at once.
+fn write_empty(
+    root: &Dir,
+    parent: &Path,
+    temp: &Path,
+    name: &OsStr,
+    e: &Entry,
+    shown: &str,
+) -> Result<(), FileFailure> {
+    let fd = root
+        .open_beneath(temp, OpenMode::WriteCreate)
+        .map_err(|err| FileFailure::fs(&err, shown))?;
+    let io = |what: &str, r: std::io::Result<()>| {
+        r.map_err(|err| FileFailure::io(format_args!("{what} {shown}"), &err))
+    };
+    io("truncate", fs::set_len(fd.as_fd(), 0))?;
+    io("chmod", fs::set_mode(fd.as_fd(), e.mode & 0o777))?;
+    io(
+        "set the time of",
+        fs::set_mtime(fd.as_fd(), e.mtime_s, e.mtime_ns),
+    )?;
+    let p = root
+        .dir_beneath(parent)
+        .map_err(|err| FileFailure::fs(&err, shown))?;
+    let temp_name = temp.file_name().unwrap_or_default();
+    p.rename_at(temp_name, name)
+        .map_err(|err| FileFailure::fs(&err, shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(path: &str, kind: EntryKind, size: u64) -> Entry {
+        Entry {
+            path: path.into(),
+            kind,
+            size,
+            mode: 0o640,
+            mtime_s: 1_500_000_000,
+            mtime_ns: 7,
+        }
+    }
+
+    #[test]
+    fn manifests_with_escapes_or_disorder_are_refused() {
+        let ok = vec![
+            e("t", EntryKind::Dir, 0),
+            e("t/a b", EntryKind::File, 3),
+            e("t/sub", EntryKind::Dir, 0),
+            e("t/sub/é", EntryKind::File, 0),
+        ];
+        assert_eq!(
+            check_manifest(&ok, Some(&["t".into()])).expect("ok"),
+            vec![("t".to_string(), EntryKind::Dir)]
+        );
+        for bad in [
+            vec![e("../x", EntryKind::File, 1)],
+            vec![e("/etc/passwd", EntryKind::File, 1)],
+            vec![e("t", EntryKind::Dir, 0), e("t/../x", EntryKind::File, 1)],
+            vec![e("t", EntryKind::Dir, 0), e("t/./x", EntryKind::File, 1)],
+            vec![e("t", EntryKind::Dir, 0), e("t//x", EntryKind::File, 1)],
+            vec![e("t/x", EntryKind::File, 1)],
+            vec![e("a", EntryKind::File, 1), e("a", EntryKind::File, 1)],
+            vec![e("a\0b", EntryKind::File, 1)],
+            vec![e("d", EntryKind::Dir, 5)],
+        ] {
+            assert!(check_manifest(&bad, None).is_err(), "{bad:?}");
+        }
+        let e2 = check_manifest(&ok, Some(&["other".into()])).expect_err("names");
+        assert_eq!(e2.kind, FailKind::Refused);
+    }
+
+    #[test]
+    fn layouts_follow_cp() {
+        let dir = Meta {
+            kind: Kind::Dir,
+            size: 0,
+            mode: 0o755,
+            mtime_s: 0,
+            mtime_ns: 0,
+            allocated: 0,
+            dev: 0,
+        };
+        let file = Meta {
+            kind: Kind::File,
+            ..dir
+        };
+        let f = vec![("a".to_string(), EntryKind::File)];
+        let d = vec![("a".to_string(), EntryKind::Dir)];
+        let two = vec![
+            ("a".to_string(), EntryKind::File),
+            ("b".into(), EntryKind::File),
+        ];
+        assert_eq!(
+            decide_layout(Some(&dir), false, &two, false, "x"),
+            Ok(Layout::Into)
+        );
+        assert_eq!(
+            decide_layout(None, true, &two, false, "x"),
+            Ok(Layout::Into)
+        );
+        assert_eq!(
+            decide_layout(None, false, &f, false, "x"),
+            Ok(Layout::Rename)
+        );
+        assert_eq!(
+            decide_layout(Some(&file), false, &f, false, "x"),
+            Ok(Layout::Rename)
+        );
+        assert_eq!(
+            decide_layout(None, false, &d, false, "x"),
+            Ok(Layout::Rename)
+        );
+        assert_eq!(
+            decide_layout(None, false, &two, false, "x").map_err(|e| e.kind),
+            Err(FailKind::NotFound)
+        );
+        assert_eq!(
+            decide_layout(Some(&file), false, &d, false, "x").map_err(|e| e.kind),
+            Err(FailKind::Usage)
+        );
+        assert!(decide_layout(None, false, &f, true, "x/").is_err());
+        assert_eq!(
+            target(Layout::Into, Path::new("in"), "a/b"),
+            PathBuf::from("in/a/b")
+        );
+        assert_eq!(
+            target(Layout::Rename, Path::new("new"), "a/b"),
+            PathBuf::from("new/b")
+        );
+        assert_eq!(
+            target(Layout::Rename, Path::new("new"), "a"),
+            PathBuf::from("new")
+        );
+        assert_eq!(
+            temp_name(OsStr::new("x y")),
+            OsString::from(".x y.tcptune-part")
+        );
+        assert!(temp_name(OsStr::new(&"n".repeat(250))).len() <= 255);
+    }
+}

@@ -1,0 +1,483 @@
+//! The client's side of an advice (`tcptune advise`) as a state machine: server messages,
+//! stream failures and time in; messages, the measurement's streams and the answer out.
+//!
+//! # Calling order
+//!
+//! 1. [`AdviseClient::new`]: the first flight (`Hello`, `Advise`) is queued at once.
+//! 2. Drain [`AdviseClient::poll_output`] after every call and carry the outputs out in
+//!    order: messages to send, [`AdviseOutput::Measure`] (open the streams the server asks
+//!    for and move data on them until the answer), then [`AdviseOutput::Done`] or
+//!    [`AdviseOutput::Failed`] (stop the measurement's engine either way).
+//! 3. Feed [`AdviseClient::handle_msg`] (server messages),
+//!    [`AdviseClient::handle_stream_failed`] (a measurement stream could not be opened),
+//!    [`AdviseClient::handle_closed`] (the server closed the control connection), and
+//!    [`AdviseClient::handle_timeout`] at [`AdviseClient::poll_timeout`].
+//!
+//! # Rules
+//!
+//! * A challenge is answered once (with the proof over the server's nonce), then the
+//!   request is sent again.
+//! * The server must answer within the connect timeout; once it asked for a measurement,
+//!   within the measurement's bound plus [`ANSWER_GRACE`].
+//! * What the server asks for is bounded before anything is opened: at most
+//!   [`MAX_MEASURE_STREAMS`] streams, [`MAX_MEASURE`] of measurement, messages of at most
+//!   16 MiB; a second `Measure`, or any message of a transfer, is a protocol error.
+
+use super::client::Failure;
+use crate::advice::Advice;
+use crate::auth::Secret;
+use crate::proto::{
+    self, AdviseRequest, ClientAuth, ClientMsg, ServerMsg, Token, PROTOCOL_VERSION,
+};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Most streams a server may ask a measurement to open.
+pub(crate) const MAX_MEASURE_STREAMS: u32 = 16;
+/// The longest measurement a server may ask for.
+pub(crate) const MAX_MEASURE: Duration = Duration::from_secs(10);
+/// Time the server has to answer after the measurement's bound.
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(10);
+/// The largest message of a measurement.
+const MAX_MESSAGE: u64 = 16 << 20;
+
+/// What the client needs to know.
+#[derive(Clone, Debug)]
+pub(crate) struct AdvisePlan {
+    pub(crate) token: Token,
+    /// The shared secret, a fresh nonce and this host's clock (Unix seconds).
+    pub(crate) auth: Option<(Secret, [u8; 32], u64)>,
+    pub(crate) request: AdviseRequest,
+    /// Time for the server to answer (or to ask for a measurement).
+    pub(crate) connect_timeout: Duration,
+}
+
+/// The measurement the server asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MeasureSpec {
+    pub(crate) seq: u32,
+    pub(crate) streams: u32,
+    /// This end sends on them (else it receives).
+    pub(crate) send: bool,
+    pub(crate) duration: Duration,
+    pub(crate) message_size: u64,
+    pub(crate) seed: u64,
+}
+
+/// What the session asks of its driver.
+#[derive(Debug, PartialEq)]
+pub(crate) enum AdviseOutput {
+    /// Send this message.
+    Send(ClientMsg),
+    /// Open the measurement's streams and move data on them.
+    Measure(MeasureSpec),
+    /// The answer (stop the measurement, say `Bye`: it is queued).
+    Done(Box<Advice>),
+    /// The advice failed.
+    Failed(Failure),
+}
+
+/// The client's advice session. See the module documentation for the calling order.
+#[derive(Debug)]
+pub(crate) struct AdviseClient {
+    plan: AdvisePlan,
+    deadline: Option<Instant>,
+    challenged: bool,
+    measuring: bool,
+    /// The server said something tcptune's (for telling a foreign peer apart).
+    heard: bool,
+    over: bool,
+    out: VecDeque<AdviseOutput>,
+}
+
+impl AdviseClient {
+    /// A session at `now`; its first flight is queued.
+    pub(crate) fn new(now: Instant, plan: AdvisePlan) -> AdviseClient {
+        let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
+            nonce: proto::to_hex(nonce),
+            time_unix_s: *time,
+            mac: proto::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+        });
+        let mut s = AdviseClient {
+            deadline: Some(now + plan.connect_timeout),
+            challenged: false,
+            measuring: false,
+            heard: false,
+            over: false,
+            out: VecDeque::new(),
+            plan,
+        };
+        s.out.push_back(AdviseOutput::Send(ClientMsg::Hello {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            token: Some(s.plan.token),
+            auth,
+        }));
+        s.out.push_back(AdviseOutput::Send(s.request()));
+        s
+    }
+
+    fn request(&self) -> ClientMsg {
+        ClientMsg::Advise {
+            request: self.plan.request.clone(),
+        }
+    }
+
+    /// Whether the server has said anything a tcptune server says.
+    pub(crate) fn heard(&self) -> bool {
+        self.heard
+    }
+
+    /// The next thing to do.
+    pub(crate) fn poll_output(&mut self) -> Option<AdviseOutput> {
+        self.out.pop_front()
+    }
+
+    /// When [`AdviseClient::handle_timeout`] is due.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline.filter(|_| !self.over)
+    }
+
+    fn fail(&mut self, f: Failure) {
+        if !self.over {
+            self.over = true;
+            self.out.push_back(AdviseOutput::Failed(f));
+        }
+    }
+
+    /// A message from the server.
+    pub(crate) fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
+        if self.over {
+            return;
+        }
+        match msg {
+            ServerMsg::Challenge { nonce, .. } => {
+                self.heard = true;
+                let answer = match (&self.plan.auth, proto::from_hex::<32>(&nonce)) {
+                    _ if self.challenged => None,
+                    (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, &self.plan.token.0)),
+                    _ => None,
+                };
+                let Some(mac) = answer else {
+                    return self.fail(Failure::Protocol("an unexpected challenge".into()));
+                };
+                self.challenged = true;
+                self.out.push_back(AdviseOutput::Send(ClientMsg::Auth {
+                    mac: proto::to_hex(&mac),
+                }));
+                self.out.push_back(AdviseOutput::Send(self.request()));
+            }
+            ServerMsg::Rejected {
+                reason,
+                retry_after_s,
+            } => {
+                self.heard = true;
+                self.fail(Failure::Rejected {
+                    reason,
+                    retry_after_s,
+                });
+            }
+            ServerMsg::Abort { reason, .. } => {
+                self.heard = true;
+                self.fail(Failure::Transfer(format!("the server gave up: {reason}")));
+            }
+            ServerMsg::Measure {
+                seq,
+                streams,
+                duration_ms,
+                message_size,
+                seed,
+            } => {
+                self.heard = true;
+                if self.measuring {
+                    return self.fail(Failure::Protocol("asked to measure twice".into()));
+                }
+                let duration = Duration::from_millis(duration_ms);
+                if streams == 0
+                    || streams > MAX_MEASURE_STREAMS
+                    || duration.is_zero()
+                    || duration > MAX_MEASURE
+                    || message_size == 0
+                    || message_size > MAX_MESSAGE
+                {
+                    return self.fail(Failure::Protocol(format!(
+                        "a measurement out of bounds ({streams} streams, {duration_ms} ms, messages of {message_size} bytes)"
+                    )));
+                }
+                self.measuring = true;
+                self.deadline = Some(now + duration + ANSWER_GRACE);
+                self.out.push_back(AdviseOutput::Measure(MeasureSpec {
+                    seq,
+                    streams,
+                    send: self.plan.request.direction == tcptune_core::pathdb::Direction::Send,
+                    duration,
+                    message_size,
+                    seed,
+                }));
+            }
+            ServerMsg::Advice { advice } => {
+                self.heard = true;
+                self.over = true;
+                self.out.push_back(AdviseOutput::Done(advice));
+                self.out.push_back(AdviseOutput::Send(ClientMsg::Bye));
+            }
+            other @ (ServerMsg::Accepted { .. }
+            | ServerMsg::WantStreams { .. }
+            | ServerMsg::PhaseResult { .. }
+            | ServerMsg::FileFailed { .. }) => self.fail(Failure::Protocol(format!(
+                "an unexpected {} in an advice",
+                other.kind()
+            ))),
+        }
+    }
+
+    /// A measurement stream could not be opened: the measurement cannot be trusted.
+    pub(crate) fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
+        if self.measuring {
+            self.fail(Failure::Connect(format!(
+                "measurement stream {}: {why}",
+                index + 1
+            )));
+        }
+    }
+
+    /// The server closed the control connection.
+    pub(crate) fn handle_closed(&mut self, _now: Instant) {
+        self.fail(Failure::Closed);
+    }
+
+    /// Time passed.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            let what = if self.measuring {
+                "the server did not answer after its measurement"
+            } else {
+                "the server did not answer the advice request"
+            };
+            self.fail(Failure::NoAnswer(what.into()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::advice::{advise, FactsSource, PathFacts};
+    use tcptune_core::pathdb::Direction;
+    use tcptune_core::HostLimits;
+
+    const CONNECT: Duration = Duration::from_secs(10);
+
+    fn plan(secret: Option<Secret>) -> AdvisePlan {
+        AdvisePlan {
+            token: Token([5; 16]),
+            auth: secret.map(|s| (s, [9; 32], 1_000)),
+            request: AdviseRequest {
+                direction: Direction::Send,
+                limits: Some(HostLimits::linux_defaults()),
+                max_streams: 8,
+                fresh: false,
+            },
+            connect_timeout: CONNECT,
+        }
+    }
+
+    fn drain(s: &mut AdviseClient) -> Vec<AdviseOutput> {
+        std::iter::from_fn(|| s.poll_output()).collect()
+    }
+
+    fn advice() -> Box<Advice> {
+        let l = HostLimits::linux_defaults();
+        Box::new(advise(
+            Direction::Send,
+            PathFacts {
+                rtt_us: 50_000,
+                rate_bps: 200_000_000,
+                full_pipe: true,
+                measured_at_unix_s: 1.7e9,
+                samples: 3,
+                source: FactsSource::PathDb,
+                measure_seconds: None,
+                measure_streams: None,
+                measure_rounds: None,
+                note: None,
+            },
+            &l,
+            &l,
+            8,
+        ))
+    }
+
+    fn measure(streams: u32, duration_ms: u64) -> ServerMsg {
+        ServerMsg::Measure {
+            seq: 0,
+            streams,
+            duration_ms,
+            message_size: 128 * 1024,
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn the_first_flight_asks_at_once_and_an_answer_ends_with_bye() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        let out = drain(&mut s);
+        assert!(matches!(
+            &out[0],
+            AdviseOutput::Send(ClientMsg::Hello { auth: None, .. })
+        ));
+        assert!(matches!(
+            &out[1],
+            AdviseOutput::Send(ClientMsg::Advise { .. })
+        ));
+        assert_eq!(s.poll_timeout(), Some(t0 + CONNECT));
+        s.handle_msg(t0, ServerMsg::Advice { advice: advice() });
+        let out = drain(&mut s);
+        assert!(matches!(&out[0], AdviseOutput::Done(a) if a.sizing.streams == 1));
+        assert_eq!(out[1], AdviseOutput::Send(ClientMsg::Bye));
+        assert_eq!(s.poll_timeout(), None);
+        s.handle_closed(t0);
+        assert!(drain(&mut s).is_empty(), "closing after the answer is fine");
+    }
+
+    #[test]
+    fn a_measurement_opens_its_streams_and_the_answer_must_follow_within_its_bound() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        s.handle_msg(t0, measure(4, 2000));
+        assert_eq!(
+            drain(&mut s),
+            [AdviseOutput::Measure(MeasureSpec {
+                seq: 0,
+                streams: 4,
+                send: true,
+                duration: Duration::from_secs(2),
+                message_size: 128 * 1024,
+                seed: 3,
+            })]
+        );
+        let due = t0 + Duration::from_secs(2) + ANSWER_GRACE;
+        assert_eq!(s.poll_timeout(), Some(due));
+        s.handle_msg(t0, measure(4, 2000));
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Protocol(m))] if m.contains("twice")
+        ));
+    }
+
+    #[test]
+    fn a_server_that_never_answers_times_out_with_a_reason() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        s.handle_timeout(t0 + CONNECT);
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::NoAnswer(m))] if m.contains("did not answer")
+        ));
+    }
+
+    #[test]
+    fn measurements_out_of_bounds_and_transfer_messages_are_refused() {
+        for bad in [
+            measure(0, 1000),
+            measure(MAX_MEASURE_STREAMS + 1, 1000),
+            measure(4, 0),
+            measure(4, u64::MAX),
+            ServerMsg::Measure {
+                seq: 0,
+                streams: 2,
+                duration_ms: 1000,
+                message_size: u64::MAX,
+                seed: 0,
+            },
+            ServerMsg::WantStreams {
+                known_streams: 1,
+                count: 1000,
+                reason: "x".into(),
+            },
+        ] {
+            let t0 = Instant::now();
+            let mut s = AdviseClient::new(t0, plan(None));
+            drain(&mut s);
+            s.handle_msg(t0, bad.clone());
+            let out = drain(&mut s);
+            assert!(
+                matches!(out.as_slice(), [AdviseOutput::Failed(Failure::Protocol(_))]),
+                "{bad:?}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_challenge_is_answered_once_and_the_request_sent_again() {
+        let secret = Secret::from_bytes(b"s3cret").expect("secret");
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(Some(secret)));
+        assert!(matches!(
+            &drain(&mut s)[0],
+            AdviseOutput::Send(ClientMsg::Hello { auth: Some(_), .. })
+        ));
+        let challenge = || ServerMsg::Challenge {
+            nonce: proto::to_hex(&[1; 32]),
+            reason: "clock".into(),
+        };
+        s.handle_msg(t0, challenge());
+        let out = drain(&mut s);
+        assert!(matches!(
+            &out[0],
+            AdviseOutput::Send(ClientMsg::Auth { .. })
+        ));
+        assert!(matches!(
+            &out[1],
+            AdviseOutput::Send(ClientMsg::Advise { .. })
+        ));
+        s.handle_msg(t0, challenge());
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Protocol(_))]
+        ));
+        // Without a secret a challenge is a refusal to understand.
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        s.handle_msg(t0, challenge());
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Protocol(_))]
+        ));
+    }
+
+    #[test]
+    fn a_refusal_says_when_to_retry_and_a_failed_stream_fails_the_measurement() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        s.handle_msg(
+            t0,
+            ServerMsg::Rejected {
+                reason: "busy".into(),
+                retry_after_s: Some(7),
+            },
+        );
+        assert_eq!(
+            drain(&mut s),
+            [AdviseOutput::Failed(Failure::Rejected {
+                reason: "busy".into(),
+                retry_after_s: Some(7)
+            })]
+        );
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        s.handle_stream_failed(t0, 0, "before any measurement".into());
+        assert!(drain(&mut s).is_empty());
+        s.handle_msg(t0, measure(2, 1000));
+        drain(&mut s);
+        s.handle_stream_failed(t0, 1, "refused".into());
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Connect(m))] if m.contains("stream 2")
+        ));
+    }
+}

@@ -1,0 +1,315 @@
+//! What the server measures of a client's path while a phase runs, from its own side only:
+//! the aggregate bytes its data streams delivered (acknowledged when it sends, read when it
+//! receives) fed to the full-pipe estimator ([`FullPipe`], as the client's probe does), and
+//! the smallest RTT its streams' `TCP_INFO` reported. Nothing a client says about the path
+//! is recorded as a measurement; a client can only make its own path look slower.
+//!
+//! Call order: [`PathWatch::new`] when the phase starts; [`PathWatch::observe`] at
+//! [`PathWatch::next_sample`] with what the driver read; [`PathWatch::measurement`] once the
+//! phase's result is in.
+
+use crate::engine::SideResult;
+use std::time::{Duration, Instant};
+use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, MIN_ROUND};
+use tcptune_core::pathdb::Direction;
+use tcptune_core::{Rate, Time};
+
+/// What the driver reads of a running phase when the session asks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Observation {
+    /// A counter that grows while data moves (idle detection).
+    pub(crate) progress: u64,
+    /// Bytes delivered to the other end so far, over every stream.
+    pub(crate) delivered: u64,
+    /// The smallest `tcpi_min_rtt` of the phase's streams.
+    pub(crate) min_rtt: Option<Duration>,
+}
+
+/// One measurement of a client's path, from the server's side.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PathMeasurement {
+    /// Direction of the data, seen from the server.
+    pub(crate) direction: Direction,
+    /// The rate: the plateau the delivery reached, else the largest round (a lower bound).
+    pub(crate) rate: Rate,
+    /// The rate is the path's (a plateau reached while nothing but the path limited it).
+    pub(crate) full_pipe: bool,
+    /// The smallest RTT seen.
+    pub(crate) min_rtt: Duration,
+    /// Rounds of one RTT observed.
+    pub(crate) rounds: u32,
+    /// From the first observation to the last.
+    pub(crate) elapsed: Duration,
+}
+
+/// The server's watch over one phase. See the module documentation for the calling order.
+#[derive(Debug)]
+pub(crate) struct PathWatch {
+    epoch: Instant,
+    estimator: FullPipe,
+    sample_every: Duration,
+    next_sample: Instant,
+    min_rtt: Option<Duration>,
+    direction: Direction,
+    /// Nothing but the path limits the phase (a probe, a measurement, a transfer whose
+    /// buffers follow delivery): a plateau is the path's rate.
+    measuring: bool,
+    observed: bool,
+}
+
+impl PathWatch {
+    /// A watch from `now` over a path of about `rtt` (100 ms when unknown), with rounds of
+    /// one RTT (at least [`MIN_ROUND`]); `max_duration` ends the estimator (only a leading
+    /// watch stops on it); samples every `round / per_round`, at least every `floor`.
+    pub(crate) fn new(
+        now: Instant,
+        rtt: Option<Duration>,
+        direction: Direction,
+        measuring: bool,
+        max_duration: Duration,
+        per_round: u32,
+        floor: Duration,
+    ) -> PathWatch {
+        let round = rtt
+            .filter(|r| !r.is_zero())
+            .unwrap_or(Duration::from_millis(100))
+            .clamp(MIN_ROUND, Duration::from_secs(1));
+        let sample_every = (round / per_round.max(1)).max(floor);
+        let estimator = FullPipe::new(round, max_duration);
+        PathWatch {
+            epoch: now,
+            // Receiving, the server sees what its streams read: stalls after losses.
+            estimator: match direction {
+                Direction::Receive => estimator.at_receiver(),
+                Direction::Send => estimator,
+            },
+            sample_every,
+            next_sample: now + sample_every,
+            min_rtt: None,
+            direction,
+            measuring,
+            observed: false,
+        }
+    }
+
+    /// When [`PathWatch::observe`] is due.
+    pub(crate) fn next_sample(&self) -> Instant {
+        self.next_sample
+    }
+
+    /// Feed what the driver read at `now`; returns the outcome once the pipe is full or the
+    /// estimator's bound is reached.
+    pub(crate) fn observe(&mut self, now: Instant, obs: &Observation) -> Option<ProbeOutcome> {
+        if now < self.next_sample {
+            return None;
+        }
+        self.next_sample = now + self.sample_every;
+        self.observed = true;
+        if let Some(r) = obs.min_rtt.filter(|r| !r.is_zero()) {
+            self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        }
+        let t = Time::from_nanos(
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX),
+        );
+        self.estimator.on_sample(t, obs.delivered)
+    }
+
+    /// An RTT the server itself measured on the path (its control connection's), as the
+    /// smallest seen so far.
+    pub(crate) fn seed_min_rtt(&mut self, rtt: Option<Duration>) {
+        if let Some(r) = rtt.filter(|r| !r.is_zero()) {
+            self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
+        }
+    }
+
+    /// The rate is now being measured in band (the client said the transfer measures it):
+    /// a plateau from now on is the path's.
+    pub(crate) fn set_measuring(&mut self) {
+        self.measuring = true;
+    }
+
+    /// The phase's measurement, once its `result` is in: the estimator's rate (a plateau
+    /// counts as full only when nothing but the path limited the phase), else what the
+    /// streams moved over their time (a lower bound); the smallest RTT observed, else the
+    /// smallest smoothed RTT the streams' statistics kept. `None` without a rate or an RTT.
+    pub(crate) fn measurement(&self, result: &SideResult) -> Option<PathMeasurement> {
+        let o = self.estimator.outcome();
+        let fallback = || {
+            let bytes: u64 = result.streams.iter().map(|s| s.bytes).sum();
+            let first = result
+                .streams
+                .iter()
+                .filter_map(|s| s.first_s)
+                .reduce(f64::min)?;
+            let last = result
+                .streams
+                .iter()
+                .filter_map(|s| s.last_s)
+                .reduce(f64::max)?;
+            let secs = last - first;
+            (secs > 0.0 && bytes > 0)
+                .then(|| Rate((bytes as f64 * 8.0 / secs) as u64))
+                .filter(|r| r.0 > 0)
+        };
+        let rate = o.rate.or_else(fallback)?;
+        let min_rtt = self.min_rtt.or_else(|| {
+            result
+                .streams
+                .iter()
+                .filter_map(|s| s.detail.stats.rtt_min_us)
+                .min()
+                .map(|us| Duration::from_micros(u64::from(us)))
+        })?;
+        Some(PathMeasurement {
+            direction: self.direction,
+            rate,
+            full_pipe: o.full_pipe && o.rate.is_some() && self.measuring,
+            min_rtt,
+            rounds: o.rounds,
+            elapsed: o.elapsed,
+        })
+    }
+
+    /// Whether anything was observed.
+    #[cfg(test)]
+    pub(crate) fn observed(&self) -> bool {
+        self.observed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::StreamSide;
+
+    fn stream(bytes: u64, first: f64, last: f64, rtt_us: Option<u32>) -> StreamSide {
+        let mut detail = crate::report::SideDetail::default();
+        detail.stats.rtt_min_us = rtt_us;
+        StreamSide {
+            stream: 1,
+            sender: false,
+            bytes,
+            messages: 0,
+            partial_bytes: 0,
+            first_s: Some(first),
+            last_s: Some(last),
+            opened_at_s: 0.0,
+            tail_bits_per_second: None,
+            local: String::new(),
+            remote: String::new(),
+            detail,
+            error: None,
+        }
+    }
+
+    /// Delivery that doubles each 50 ms round up to `cap_mbit`, observed every 10 ms.
+    fn run(w: &mut PathWatch, t0: Instant, cap_mbit: f64, ms: u64) -> Option<ProbeOutcome> {
+        let mut delivered = 0f64;
+        for k in 0..=ms / 10 {
+            let now = t0 + Duration::from_millis(10 * k);
+            let rate = (1e6 * 2f64.powi((k / 5) as i32)).min(cap_mbit * 1e6);
+            let obs = Observation {
+                progress: delivered as u64,
+                delivered: delivered as u64,
+                min_rtt: Some(Duration::from_millis(50 + k % 3)),
+            };
+            if let Some(o) = w.observe(now, &obs) {
+                return Some(o);
+            }
+            delivered += rate / 8.0 * 0.010;
+        }
+        None
+    }
+
+    #[test]
+    fn a_plateau_of_a_measuring_phase_is_the_paths_rate_and_its_smallest_rtt() {
+        let t0 = Instant::now();
+        let rtt = Some(Duration::from_millis(50));
+        let mut w = PathWatch::new(
+            t0,
+            rtt,
+            Direction::Receive,
+            true,
+            Duration::from_secs(4),
+            8,
+            Duration::from_millis(2),
+        );
+        let o = run(&mut w, t0, 200.0, 4000).expect("the pipe fills");
+        assert!(o.full_pipe, "{o:?}");
+        let m = w
+            .measurement(&SideResult::default())
+            .expect("a measurement");
+        assert!(m.full_pipe);
+        assert_eq!(m.min_rtt, Duration::from_millis(50));
+        let mbit = m.rate.0 as f64 / 1e6;
+        assert!((190.0..=210.0).contains(&mbit), "{mbit}");
+        assert_eq!(m.direction, Direction::Receive);
+    }
+
+    #[test]
+    fn a_plateau_of_a_phase_its_buffers_may_limit_is_only_a_lower_bound() {
+        let t0 = Instant::now();
+        let mut w = PathWatch::new(
+            t0,
+            Some(Duration::from_millis(50)),
+            Direction::Send,
+            false,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        );
+        assert_eq!(run(&mut w, t0, 50.0, 3000).map(|o| o.full_pipe), Some(true));
+        let m = w.measurement(&SideResult::default()).expect("measured");
+        assert!(!m.full_pipe);
+        // Until the client says the transfer measures in band.
+        w.set_measuring();
+        assert!(w.measurement(&SideResult::default()).expect("m").full_pipe);
+    }
+
+    #[test]
+    fn without_observations_the_result_gives_a_lower_bound_and_no_rtt_gives_nothing() {
+        let t0 = Instant::now();
+        let w = PathWatch::new(
+            t0,
+            None,
+            Direction::Receive,
+            true,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        );
+        assert!(!w.observed());
+        let r = SideResult {
+            streams: vec![stream(1_000_000, 1.0, 2.0, Some(30_000))],
+            ..SideResult::default()
+        };
+        let m = w.measurement(&r).expect("from the result");
+        assert_eq!(m.rate, Rate::mbit(8));
+        assert!(!m.full_pipe);
+        assert_eq!(m.min_rtt, Duration::from_millis(30));
+        let no_rtt = SideResult {
+            streams: vec![stream(1_000_000, 1.0, 2.0, None)],
+            ..SideResult::default()
+        };
+        assert_eq!(w.measurement(&no_rtt), None);
+        assert_eq!(w.measurement(&SideResult::default()), None);
+    }
+
+    #[test]
+    fn observations_before_they_are_due_are_ignored_and_rounds_are_bounded() {
+        let t0 = Instant::now();
+        let mut w = PathWatch::new(
+            t0,
+            Some(Duration::from_secs(3600)),
+            Direction::Receive,
+            true,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        );
+        // A client's absurd RTT cannot make rounds longer than a second.
+        assert_eq!(w.next_sample(), t0 + Duration::from_millis(250));
+        assert_eq!(w.observe(t0, &Observation::default()), None);
+        assert!(!w.observed());
+    }
+}
