@@ -12,8 +12,14 @@
 #             kernel autotuning, and "ideal" = the best of fixed buffers of 1, 1.5 and 2 x
 #             BDP/streams (forced past the system maxima), each timed from the command's
 #             start; plus the physical limit (2 RTT of handshakes + size / goodput + RTT/2).
+#   cp      : files, pushed from tmpfs in side a to tmpfs in side b, at CP_RTTS (default
+#             "100 25") ms / 1 Gbit/s: a 1 GiB file of random bytes and a tree of 2,000 files
+#             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
+#             -p 1/4/8 (anonymous GridFTP server in side b), scp and rsync over ssh (sshd in
+#             side b, a key made for the run); user and system CPU seconds of the client
+#             beside the wall clock.
 #
-# Needs root. Installs the GridFTP packages when missing (apt-get). Writes
+# Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
 # docs/bench/wait.md. Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix]  (default: both)
 # Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
 set -euo pipefail
@@ -22,16 +28,19 @@ cd "$(dirname "$0")/.."
 source bench/emu_common.sh
 need ip python3
 PARTS=("$@")
-[ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix)
+[ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix cp)
 TCPTUNE=$(readlink -f "$TCPTUNE")
 
 out=$(mktemp -d)
+# Files live in tmpfs, so that the disk is not what is measured.
+shm=$(mktemp -d -p /dev/shm)
 NAME="wait$$"
 HOSTS_TAG="# tcptune bench/wait_vs_peers.sh $$"
 cleanup() {
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
     sed -i "/$HOSTS_TAG/d" /etc/hosts 2>/dev/null || true
-    rm -rf "$out"
+    [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null
+    rm -rf "$out" "$shm"
 }
 trap cleanup EXIT INT TERM
 
@@ -44,8 +53,23 @@ up() {
     local rtt=$1
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
     "$TCPTUNE" emu up "$NAME" --rtt "${rtt}ms" --rate 1gbit >/dev/null
-    ip netns exec "$B" "$TCPTUNE" serve --force-buffers >/dev/null 2>&1 &
+    mkdir -p "$shm/srv"
+    ip netns exec "$B" "$TCPTUNE" serve --force-buffers --no-path-db --root "$shm/srv" \
+        >/dev/null 2>&1 &
     sleep 0.5
+}
+
+# The GridFTP server in side b, anonymous, with the emulated addresses in /etc/hosts.
+gridftp_server() {
+    if ! command -v globus-url-copy >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y globus-gridftp-server-progs \
+            globus-gass-copy-progs >/dev/null
+    fi
+    grep -q "$HOSTS_TAG" /etc/hosts ||
+        printf '%s tcptune-emu-a %s\n%s tcptune-emu-b %s\n' 198.18.0.1 "$HOSTS_TAG" "$PEER" "$HOSTS_TAG" >>/etc/hosts
+    ip netns exec "$B" globus-gridftp-server -aa -anonymous-user nobody -p 2811 \
+        -control-interface "$PEER" -data-interface "$PEER" >/dev/null 2>&1 &
+    sleep 1
 }
 
 # timed LABEL CMD...: run CMD in side a, append "LABEL seconds exitcode" to $out/times.
@@ -53,9 +77,10 @@ timed() {
     local label=$1; shift
     local t0 t1 rc=0
     t0=$(date +%s%N)
-    ip netns exec "$A" "$@" >"$out/last.out" 2>"$out/last.err" || rc=$?
+    /usr/bin/time -o "$out/last.cpu" -f "%U %S" \
+        ip netns exec "$A" "$@" >"$out/last.out" 2>"$out/last.err" || rc=$?
     t1=$(date +%s%N)
-    echo "$label $(( (t1 - t0) / 1000 )) $rc" >>"$out/times"
+    echo "$label $(( (t1 - t0) / 1000 )) $rc $(tail -1 "$out/last.cpu" | awk '{print $1 + $2}')" >>"$out/times"
     [ "$rc" = 0 ] || { echo "  $label failed ($rc): $(tail -1 "$out/last.err")" >&2; }
     if [ -s "$out/last.out" ] && head -c1 "$out/last.out" | grep -q '{'; then
         cp "$out/last.out" "$out/$label.$(wc -l <"$out/times").json"
@@ -67,17 +92,8 @@ send() { # send DB_ARGS... -- SEND_ARGS...
 }
 
 gridftp() {
-    if ! command -v globus-url-copy >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get install -y globus-gridftp-server-progs \
-            globus-gass-copy-progs >/dev/null
-    fi
     up 100
-    # GridFTP's server names its data channel by host name: the emulated addresses must
-    # resolve (removed again on exit).
-    printf '%s tcptune-emu-a %s\n%s tcptune-emu-b %s\n' 198.18.0.1 "$HOSTS_TAG" "$PEER" "$HOSTS_TAG" >>/etc/hosts
-    ip netns exec "$B" globus-gridftp-server -aa -anonymous-user nobody -p 2811 \
-        -control-interface "$PEER" -data-interface "$PEER" >/dev/null 2>&1 &
-    sleep 1
+    gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
     timed warmup send --tune auto -n 1024 -R --path-db "$warm"
     for rep in $(seq 1 "$REPS"); do
@@ -131,22 +147,104 @@ matrix() {
     done
 }
 
+
+# An sshd in side b that takes a key made for this run (scp and rsync log in as root).
+sshd_server() {
+    if ! command -v sshd >/dev/null || ! command -v rsync >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y openssh-server rsync >/dev/null
+    fi
+    [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null
+    mkdir -p "$out/ssh" /run/sshd
+    [ -f "$out/ssh/host" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/host"
+    [ -f "$out/ssh/user" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/user"
+    cat >"$out/ssh/sshd_config" <<CONF
+Port 2222
+ListenAddress $PEER
+HostKey $out/ssh/host
+AuthorizedKeysFile $out/ssh/user.pub
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+CONF
+    ip netns exec "$B" /usr/sbin/sshd -D -f "$out/ssh/sshd_config" &
+    SSHD_PID=$!
+    sleep 0.5
+}
+
+cp_files() {
+    local src="$shm/src" dst="$shm/srv/dst"
+    mkdir -p "$src/tree"
+    head -c $((1 << 30)) /dev/urandom >"$src/big"
+    for i in $(seq 1 2000); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
+    local ssh_opts="-i $out/ssh/user -p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    for rtt in ${CP_RTTS:-100 25}; do
+        up "$rtt"
+        gridftp_server
+        sshd_server
+        local warm="$out/cpwarm$rtt.sqlite"
+        mkdir -p "$dst"; chmod 777 "$dst"
+        timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "$PEER:dst/big"
+        for rep in $(seq 1 "$REPS"); do
+            for what in file tree; do
+                local runs=(new known g1 g4 g8 scp rsync)
+                local k=$(( rep % ${#runs[@]} ))
+                runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
+                for r in "${runs[@]}"; do
+                    rm -rf "$dst"; mkdir -p "$dst"; chmod 777 "$dst"
+                    local tag="cp.$rtt.$what.$r" s d
+                    if [ "$what" = file ]; then s="$src/big"; else s="$src/tree"; fi
+                    case $r in
+                        new) rm -f "$out/cpnew.sqlite"*
+                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "$PEER:dst/" ;;
+                        known) timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "$PEER:dst/" ;;
+                        g*) if [ "$what" = file ]; then
+                                timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
+                            else
+                                timed "$tag" globus-url-copy -r -cd -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                            fi ;;
+                        # shellcheck disable=SC2086
+                        scp) timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
+                        rsync) timed "$tag" rsync -a -e "ssh $ssh_opts" "$s" "root@$PEER:$dst/" ;;
+                    esac
+                    # Every copy must be whole: compare sizes (the content is checked by
+                    # each tool; tcptune cp by BLAKE3).
+                    local want got
+                    want=$(du -sb "$s" | cut -f1)
+                    got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
+                    [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
+                done
+            done
+            echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
+        done
+        kill "$SSHD_PID" 2>/dev/null; SSHD_PID=
+    done
+}
+
 for part in "${PARTS[@]}"; do
     case $part in
         gridftp) gridftp ;;
         matrix) matrix ;;
-        *) echo "unknown part: $part (gridftp, matrix)" >&2; exit 2 ;;
+        cp) cp_files ;;
+        *) echo "unknown part: $part (gridftp, matrix, cp)" >&2; exit 2 ;;
     esac
 done
 
-python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee docs/bench/wait.md
+python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-docs/bench/wait.md}"
 import glob, json, os, statistics, sys
 out, reps, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-times = {}
+times, cpu = {}, {}
 for line in open(os.path.join(out, "times")):
-    label, us, rc = line.split()
+    f = line.split()
+    label, us, rc = f[0], f[1], f[2]
     if rc == "0":
         times.setdefault(label, []).append(int(us) / 1e6)
+        if len(f) > 3:
+            cpu.setdefault(label, []).append(float(f[3]))
+def cmed(label):
+    v = cpu.get(label)
+    return statistics.median(v) if v else float("nan")
 def med(label):
     v = times.get(label)
     return statistics.median(v) if v else float("nan")
@@ -163,8 +261,8 @@ print(f"`sudo bench/wait_vs_peers.sh` at commit {commit}, {reps} repetitions int
       "shared vCPUs: compare within a table, not across runs.\n")
 if any(k.startswith("gridftp.") for k in times):
     print("## 1 GiB, 100 ms, the server sending\n")
-    print("| tool | seconds | vs tcptune on a new path |")
-    print("| --- | ---: | ---: |")
+    print("| tool | seconds | CPU s | vs tcptune on a new path |")
+    print("| --- | ---: | ---: | ---: |")
     base = med("gridftp.auto_new")
     for label, name in [("gridftp.auto_new", "tcptune auto, path never seen"),
                         ("gridftp.auto_known", "tcptune auto, known path"),
@@ -173,7 +271,7 @@ if any(k.startswith("gridftp.") for k in times):
                         ("gridftp.globus_p4", "globus-url-copy -p 4"),
                         ("gridftp.globus_p8", "globus-url-copy -p 8")]:
         m = med(label)
-        print(f"| {name} | {m:.2f} | {m / base:.2f} |")
+        print(f"| {name} | {m:.2f} | {cmed(label):.2f} | {m / base:.2f} |")
     print()
 rows = sorted({tuple(k.split(".")[1:3]) for k in times if k.startswith("matrix.")},
               key=lambda t: (int(t[0]), int(t[1])))
@@ -201,7 +299,32 @@ if rows:
               f"{statistics.median(streams) if streams else float('nan'):.0f} | "
               f"{used}/{len(resumed)}{(' (' + why + ')') if why else ''} |")
     print()
+cps = sorted({(k.split(".")[1], k.split(".")[2]) for k in times if k.startswith("cp.")},
+             key=lambda t: (-int(t[0]), t[1]))
+if cps:
+    print("## Files: tcptune cp against GridFTP, scp and rsync\n")
+    print("Pushed from tmpfs in side a to tmpfs in side b (the disk is not measured): `file` is "
+          "1 GiB of random bytes, `tree` 2,000 files of 256 KiB (500 MiB). Seconds from the "
+          "command's start to its end; CPU is the client's user + system seconds.\n")
+    names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
+             ("g1", "globus-url-copy -p 1"), ("g4", "globus-url-copy -p 4"),
+             ("g8", "globus-url-copy -p 8"), ("scp", "scp"), ("rsync", "rsync -a over ssh")]
+    for rtt, what in cps:
+        tag = f"cp.{rtt}.{what}"
+        base = med(tag + ".new")
+        best_g = min(med(tag + ".g" + n) for n in "148")
+        print(f"### {what}, {rtt} ms\n")
+        print("| tool | seconds | CPU s | vs tcptune new | goodput |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        size = 2**30 if what == "file" else 2000 * 256 * 1024
+        for key, name in names:
+            m = med(f"{tag}.{key}")
+            print(f"| {name} | {m:.2f} | {cmed(f'{tag}.{key}'):.2f} | {m / base:.2f} | "
+                  f"{size * 8 / m / 1e6:.0f} Mbit/s |")
+        print(f"\ntcptune cp on a new path / best GridFTP: **{base / best_g:.2f}** "
+              f"(below 1: tcptune faster)\n")
 failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2] != "0"]
 if failed:
     print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")
 PY
+cp "$out/times" "${WAIT_MD:-docs/bench/wait.md}.times"
