@@ -408,7 +408,10 @@ mod tests {
                 records.push(RunRecord::not_run(c.key.clone(), 1, 0.0, why.into()));
             } else {
                 let (rtt, h, n, t) = (c.key.rtt_us, c.key.host, c.key.streams, &c.key.tune);
-                records.push(run(rtt, h, n, t, 1, 500.0, 1 << 20));
+                // The cell's whole key (a known path's cells too).
+                let mut r = run(rtt, h, n, t, 1, 500.0, 1 << 20);
+                r.cell = c.key.clone();
+                records.push(r);
             }
         }
         let b = build(&plan, &records, &meta);
@@ -416,7 +419,12 @@ mod tests {
         assert!(s.missing_cells.is_empty(), "{:?}", s.missing_cells);
         assert_eq!(s.failed_runs, 0);
         assert_eq!(s.runs, records.len());
-        let n_auto = plan.plan.streams.len();
+        let n_auto = plan
+            .cells
+            .iter()
+            .filter(|c| c.key.host == HostConfig::KernelOnly && c.key.tune == "auto")
+            .count();
+        assert!(n_auto >= plan.plan.streams.len());
         assert_eq!(s.not_run_cells.len(), n_auto, "{:?}", s.not_run_cells);
         assert!(s
             .not_run_cells
