@@ -87,15 +87,14 @@ timed() {
     fi
 }
 
-send() { # send DB_ARGS... -- SEND_ARGS...
-    "$TCPTUNE" send "$PEER" --json --no-progress "$@"
-}
+# The client's command (timed runs it inside side a, so it must be a program, not a function).
+SEND=("$TCPTUNE" send "$PEER" --json --no-progress)
 
 gridftp() {
     up 100
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
-    timed warmup send --tune auto -n 1024 -R --path-db "$warm"
+    timed warmup "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm"
     for rep in $(seq 1 "$REPS"); do
         local runs=(new known kernel8 g1 g4 g8)
         # Rotate the order so that no peer always runs first.
@@ -104,9 +103,9 @@ gridftp() {
         for r in "${runs[@]}"; do
             case $r in
                 new) rm -f "$out/new.sqlite"*
-                     timed gridftp.auto_new send --tune auto -n 1024 -R --path-db "$out/new.sqlite" ;;
-                known) timed gridftp.auto_known send --tune auto -n 1024 -R --path-db "$warm" ;;
-                kernel8) timed gridftp.kernel_P8 send --tune kernel -P 8 -n 1024 -R --no-path-db ;;
+                     timed gridftp.auto_new "${SEND[@]}" --tune auto -n 1024 -R --path-db "$out/new.sqlite" ;;
+                known) timed gridftp.auto_known "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm" ;;
+                kernel8) timed gridftp.kernel_P8 "${SEND[@]}" --tune kernel -P 8 -n 1024 -R --no-path-db ;;
                 g*) timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
                         "ftp://tcptune-emu-b:2811/dev/zero" file:///dev/null ;;
             esac
@@ -122,7 +121,7 @@ matrix() {
         local bdp=$(( 1000000000 / 8 * rtt / 1000 ))
         local warm="$out/warm$rtt.sqlite"
         for p in 1 4 8; do
-            timed "warmup.$rtt.$p" send --tune auto -P "$p" -n "$size_mib" --path-db "$warm"
+            timed "warmup.$rtt.$p" "${SEND[@]}" --tune auto -P "$p" -n "$size_mib" --path-db "$warm"
         done
         for rep in $(seq 1 "$REPS"); do
             for p in 1 4 8; do
@@ -133,12 +132,12 @@ matrix() {
                     local tag="matrix.$rtt.$p"
                     case $r in
                         new) rm -f "$out/new.sqlite"*
-                             timed "$tag.auto_new" send --tune auto -P "$p" -n "$size_mib" --path-db "$out/new.sqlite" ;;
-                        known) timed "$tag.auto_known" send --tune auto -P "$p" -n "$size_mib" --path-db "$warm" ;;
-                        kernel) timed "$tag.kernel" send --tune kernel -P "$p" -n "$size_mib" --no-path-db ;;
+                             timed "$tag.auto_new" "${SEND[@]}" --tune auto -P "$p" -n "$size_mib" --path-db "$out/new.sqlite" ;;
+                        known) timed "$tag.auto_known" "${SEND[@]}" --tune auto -P "$p" -n "$size_mib" --path-db "$warm" ;;
+                        kernel) timed "$tag.kernel" "${SEND[@]}" --tune kernel -P "$p" -n "$size_mib" --no-path-db ;;
                         f*) local pct=${r#f}
                             local per=$(( bdp * pct / 100 / p ))
-                            timed "$tag.fixed$pct" send --tune "fixed:$per" --force-buffers -P "$p" -n "$size_mib" --no-path-db ;;
+                            timed "$tag.fixed$pct" "${SEND[@]}" --tune "fixed:$per" --force-buffers -P "$p" -n "$size_mib" --no-path-db ;;
                     esac
                 done
             done
