@@ -98,6 +98,15 @@ impl std::fmt::Debug for TunerDriver {
     }
 }
 
+/// What one [`TunerDriver::drain`] applied that [`TunerDriver::accepted`] needs to know.
+#[derive(Default)]
+struct Drained {
+    /// The receive buffer read back after a `SetRcvBuf`.
+    rcvbuf: Option<u64>,
+    /// The tuner set a window clamp itself.
+    clamp: bool,
+}
+
 impl TunerDriver {
     /// A driver for stream number `stream` (1-based, used in error messages) of a transfer
     /// that had `known_streams` streams when the tuner was built. `force` selects
@@ -147,13 +156,39 @@ impl TunerDriver {
     /// a segment it waits for its persist timer, and a transfer crawls (8 KiB on loopback,
     /// where a segment is 64 KiB, took 38 s for 4 MiB). On an Ethernet path a segment is
     /// 1448 bytes and the rule never binds.
+    ///
+    /// And one more is added: the peer may have sent data before this end could set its
+    /// receive buffer (a sender that streams as soon as it connects). The first data fixes
+    /// the window clamp from the default buffer (about 87 KB here), and a buffer set later
+    /// and locked never raises it: such a stream stayed at an 87 KB window for the whole
+    /// transfer (40 x slower at 100 ms). So after a receive buffer is set here the clamp is
+    /// raised to the buffer read back, unless the tuner chose a clamp itself; the window stays
+    /// bounded by the buffer's free space, as it always is.
     pub fn accepted(&mut self, now: Time, fd: BorrowedFd<'_>) {
         if let Ok(s) = sockopt::tcp_info(fd) {
             if s.advmss_bytes > 0 {
                 self.rcvbuf_floor = Some(tcptune_core::Bytes(u64::from(s.advmss_bytes)));
             }
         }
-        self.before_connect(now, fd);
+        self.tuner.handle_event(now, ConnEvent::BeforeConnect);
+        let applied = self.drain(now, fd);
+        if let (Some(rcvbuf), false) = (applied.rcvbuf, applied.clamp) {
+            let clamp = Action::SetWindowClamp(tcptune_core::Bytes(rcvbuf));
+            if let Err(e) = sockopt::apply_action(fd, &clamp, false) {
+                if self.changes.len() < CHANGES_CAPACITY {
+                    self.changes.push(AppliedChange {
+                        at: now,
+                        action: clamp,
+                        effective: None,
+                        error: Some(format!("{e} on stream {}", self.stream)),
+                        note: Some(
+                            "the window clamp follows a receive buffer set after the handshake"
+                                .into(),
+                        ),
+                    });
+                }
+            }
+        }
     }
 
     /// Step 3: the handshake completed.
@@ -225,7 +260,8 @@ impl TunerDriver {
         self.closed = true;
     }
 
-    fn drain(&mut self, now: Time, fd: BorrowedFd<'_>) {
+    fn drain(&mut self, now: Time, fd: BorrowedFd<'_>) -> Drained {
+        let mut drained = Drained::default();
         while let Some(action) = self.tuner.poll_action() {
             if let Action::OpenStreams { count, reason } = &action {
                 self.requests.push(StreamRequest {
@@ -248,6 +284,11 @@ impl TunerDriver {
                 Ok(v) => (Some(v), None),
                 Err(e) => (None, Some(format!("{e} on stream {}", self.stream))),
             };
+            match (&applied, effective) {
+                (Action::SetRcvBuf(_), Some(v)) => drained.rcvbuf = Some(v),
+                (Action::SetWindowClamp(_), _) => drained.clamp = true,
+                _ => {}
+            }
             self.stats.add_change();
             if self.record_series && self.changes.len() < CHANGES_CAPACITY {
                 self.changes.push(AppliedChange {
@@ -271,6 +312,7 @@ impl TunerDriver {
                 });
             }
         }
+        drained
     }
 
     /// The transfer learned something about the path while it runs (see
@@ -417,6 +459,35 @@ mod tests {
         d.accepted(Time::ZERO, s.as_fd());
         assert_eq!(d.changes()[0].effective, Some(2 * 256 * 1024));
         assert!(d.changes()[0].note.is_none());
+    }
+
+    #[test]
+    fn a_receive_buffer_set_after_data_arrived_raises_the_window_clamp() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        // The peer streams before this end could set its buffer: the first data fixes the
+        // clamp from the default buffer.
+        c.write_all(&[7u8; 100_000]).expect("write");
+        let (mut s, _) = l.accept().expect("accept");
+        std::thread::sleep(Duration::from_millis(20));
+        let mut buf = vec![0u8; 1 << 20];
+        let _ = s.read(&mut buf).expect("read");
+        let f = TunerFactory::new(TuneMode::Fixed(Bytes::mib(2)));
+        let mut d = TunerDriver::new(
+            f.build(TunerContext::for_tests(Role::Receiver)),
+            1,
+            1,
+            false,
+            true,
+        );
+        d.accepted(Time::ZERO, s.as_fd());
+        let effective = d.changes()[0].effective.expect("SO_RCVBUF applied");
+        let clamp = sockopt::window_clamp(s.as_fd()).expect("clamp");
+        assert!(
+            clamp >= effective / 2,
+            "clamp {clamp} stayed below the buffer {effective} set after the data"
+        );
     }
 
     #[test]

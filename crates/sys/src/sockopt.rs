@@ -228,6 +228,17 @@ pub fn set_window_clamp(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, Sockopt
     Ok(u64::try_from(v).unwrap_or(0))
 }
 
+/// `TCP_WINDOW_CLAMP` read back: the largest window this end may advertise.
+pub fn window_clamp(fd: BorrowedFd<'_>) -> Result<u64, SockoptError> {
+    let v = get_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_WINDOW_CLAMP,
+        "getsockopt TCP_WINDOW_CLAMP",
+    )?;
+    Ok(u64::try_from(v).unwrap_or(0))
+}
+
 /// `TCP_NOTSENT_LOWAT`: limit unsent bytes queued in the kernel. Returns the value read back.
 pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, SockoptError> {
     set_int(

@@ -320,6 +320,17 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             b.summary.missing_cells.len(),
             outcome.dir.display()
         );
+        // Say why, once per cell: the last error of each missing cell's runs.
+        let records = tcptune_lab::results::read_records(&outcome.dir).unwrap_or_default();
+        for id in &b.summary.missing_cells {
+            let why = records
+                .iter()
+                .rev()
+                .find(|r| &r.cell.id() == id)
+                .and_then(|r| r.error.clone())
+                .unwrap_or_else(|| "no run recorded".into());
+            eprintln!("tcptune lab:   {id}: {}", why.replace(['\n', '\r'], " "));
+        }
         return Ok(ExitCode::from(exit::FAILURE));
     }
     Ok(ExitCode::SUCCESS)

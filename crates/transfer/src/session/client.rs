@@ -759,9 +759,13 @@ impl ClientSession {
         }
         let Some(p) = &mut self.phase else { return };
         if let Some((at, cap)) = p.stop_at {
-            if now >= at && !p.stopped && !p.ended {
+            let probe = matches!(p.goal, Goal::Probe(_));
+            // The cap holds until the data has arrived, not only until it was written: a
+            // sender's buffer can hold much of the transfer, and a slow stream delivers it
+            // long after every stream wrote its last message.
+            let in_flight = p.ended && cap && !probe && p.finished.len() < p.open.len();
+            if now >= at && !p.stopped && (!p.ended || in_flight) {
                 p.stopped = true;
-                let probe = matches!(p.goal, Goal::Probe(_));
                 // The cap and the end of the probe end both ends at once (queued data is
                 // discarded); the end of a duration workload lets written data arrive.
                 let hard = cap || probe;

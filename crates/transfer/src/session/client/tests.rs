@@ -429,6 +429,62 @@ fn the_cap_stops_both_ends_at_once_and_is_reported() {
 }
 
 #[test]
+fn the_cap_holds_while_written_data_is_still_on_its_way() {
+    let t0 = Instant::now();
+    let mut p = plan();
+    p.max_time = Some(Duration::from_millis(600));
+    let mut s = running(t0, p);
+    let mut fake = Fake {
+        progress: 1,
+        delivered: 1,
+    };
+    // Every stream wrote its last message early; none has delivered it all.
+    s.handle_engine(t0, Event::StreamWritten(0));
+    s.handle_engine(t0, Event::StreamWritten(1));
+    let out = drain(&mut s);
+    assert!(out.contains(&ClientOutput::Send(ClientMsg::EndPhase { streams: 2 })));
+    assert!(s
+        .poll_timeout()
+        .is_some_and(|t| t <= t0 + Duration::from_millis(600)));
+    s.handle_timeout(t0 + Duration::from_millis(600), &mut fake);
+    let out = drain(&mut s);
+    assert!(
+        out.contains(&ClientOutput::Send(ClientMsg::Stop { capped: true })),
+        "{out:?}"
+    );
+    assert!(out.contains(&ClientOutput::AbortEngine));
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(matches!(out.last(), Some(ClientOutput::PhaseDone { outcome, .. }) if outcome.capped));
+}
+
+#[test]
+fn written_and_delivered_before_the_cap_is_not_capped() {
+    let t0 = Instant::now();
+    let mut p = plan();
+    p.max_time = Some(Duration::from_millis(600));
+    let mut s = running(t0, p);
+    let mut fake = Fake {
+        progress: 1,
+        delivered: 1,
+    };
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    drain(&mut s);
+    s.handle_timeout(t0 + Duration::from_millis(600), &mut fake);
+    let out = drain(&mut s);
+    assert!(!out.contains(&ClientOutput::AbortEngine), "{out:?}");
+}
+
+#[test]
 fn no_progress_for_the_idle_timeout_fails_the_transfer() {
     let t0 = Instant::now();
     let mut s = running(t0, plan());
