@@ -15,7 +15,7 @@
 #   cp      : files, pushed from tmpfs in side a to tmpfs in side b, at CP_RTTS (default
 #             "100 25") ms / 1 Gbit/s: a 1 GiB file of random bytes and a tree of 2,000 files
 #             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
-#             -p 1/4/8 (anonymous GridFTP server in side b), scp and rsync over ssh (sshd in
+#             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b), scp and rsync over ssh (sshd in
 #             side b, a key made for the run); user and system CPU seconds of the client
 #             beside the wall clock.
 #
@@ -54,6 +54,8 @@ up() {
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
     "$TCPTUNE" emu up "$NAME" --rtt "${rtt}ms" --rate 1gbit >/dev/null
     mkdir -p "$shm/srv"
+    # The GridFTP server writes as nobody: the way down to the shared folder must be open.
+    chmod 755 "$shm" "$shm/srv"
     ip netns exec "$B" "$TCPTUNE" serve --force-buffers --no-path-db --root "$shm/srv" \
         >/dev/null 2>&1 &
     sleep 0.5
@@ -166,6 +168,7 @@ PasswordAuthentication no
 UsePAM no
 StrictModes no
 PidFile none
+Subsystem sftp /usr/lib/openssh/sftp-server
 CONF
     ip netns exec "$B" /usr/sbin/sshd -D -f "$out/ssh/sshd_config" &
     SSHD_PID=$!
@@ -177,7 +180,8 @@ cp_files() {
     mkdir -p "$src/tree"
     head -c $((1 << 30)) /dev/urandom >"$src/big"
     for i in $(seq 1 2000); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
-    local ssh_opts="-i $out/ssh/user -p 2222 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    # No -p here: scp reads -p as "preserve" (its port is -P); ssh and rsync get -p 2222.
+    local ssh_opts="-i $out/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
     for rtt in ${CP_RTTS:-100 25}; do
         up "$rtt"
         gridftp_server
@@ -201,11 +205,11 @@ cp_files() {
                         g*) if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
                             else
-                                timed "$tag" globus-url-copy -r -cd -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                                timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                             fi ;;
                         # shellcheck disable=SC2086
                         scp) timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
-                        rsync) timed "$tag" rsync -a -e "ssh $ssh_opts" "$s" "root@$PEER:$dst/" ;;
+                        rsync) timed "$tag" rsync -a -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
