@@ -17,7 +17,8 @@
 #             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
 #             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b), scp and rsync over ssh (sshd in
 #             side b, a key made for the run); user and system CPU seconds of the client
-#             beside the wall clock.
+#             beside the wall clock. CP_WHAT="file" or "tree" runs one of the two (GridFTP
+#             takes 8-9 minutes per tree at 100 ms).
 #
 # Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
 # docs/bench/wait.md. Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix]  (default: both)
@@ -177,9 +178,12 @@ CONF
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
+    local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
     head -c $((1 << 30)) /dev/urandom >"$src/big"
-    for i in $(seq 1 2000); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
+    if [[ " $whats " == *" tree "* ]]; then
+        for i in $(seq 1 2000); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
+    fi
     # No -p here: scp reads -p as "preserve" (its port is -P); ssh and rsync get -p 2222.
     local ssh_opts="-i $out/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
     for rtt in ${CP_RTTS:-100 25}; do
@@ -190,7 +194,7 @@ cp_files() {
         mkdir -p "$dst"; chmod 777 "$dst"
         timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "$PEER:dst/big"
         for rep in $(seq 1 "$REPS"); do
-            for what in file tree; do
+            for what in $whats; do
                 local runs=(new known g1 g4 g8 scp rsync)
                 local k=$(( rep % ${#runs[@]} ))
                 runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
@@ -317,13 +321,13 @@ if cps:
         base = med(tag + ".new")
         best_g = min(med(tag + ".g" + n) for n in "148")
         print(f"### {what}, {rtt} ms\n")
-        print("| tool | seconds | CPU s | vs tcptune new | goodput |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print("| tool | seconds | CPU s | vs tcptune new | goodput | runs |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
         size = 2**30 if what == "file" else 2000 * 256 * 1024
         for key, name in names:
             m = med(f"{tag}.{key}")
             print(f"| {name} | {m:.2f} | {cmed(f'{tag}.{key}'):.2f} | {m / base:.2f} | "
-                  f"{size * 8 / m / 1e6:.0f} Mbit/s |")
+                  f"{size * 8 / m / 1e6:.0f} Mbit/s | {len(times.get(f'{tag}.{key}', []))} |")
         print(f"\ntcptune cp on a new path / best GridFTP: **{base / best_g:.2f}** "
               f"(below 1: tcptune faster)\n")
 failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2] != "0"]
