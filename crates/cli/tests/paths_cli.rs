@@ -215,7 +215,10 @@ fn concurrent_send_processes_all_record_with_their_sources() {
         .map(|_| {
             Command::new(BIN)
                 .args(["send", "127.0.0.1", "--port", &server.port.to_string()])
-                .args(["-n", "16", "--json", "--no-progress", "--path-db"])
+                // `probe` measures the path whatever its RTT (`auto` measures nothing below
+                // 5 ms, so on loopback it may record nothing at all).
+                .args(["-n", "16", "--tune", "probe", "--json", "--no-progress"])
+                .arg("--path-db")
                 .arg(&db)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
