@@ -214,7 +214,9 @@ mod tests {
 
     #[test]
     fn a_child_that_ignores_sigterm_is_killed_after_the_grace_period() {
-        let mut c = sh("trap '' TERM; echo ready; sleep 30").grace(Duration::from_millis(200));
+        // `exec`: the sleeper is the child itself (an ignored signal stays ignored across exec),
+        // not a grandchild that would outlive the test.
+        let mut c = sh("trap '' TERM; echo ready; exec sleep 30").grace(Duration::from_millis(200));
         // Give the shell time to install its trap.
         std::thread::sleep(Duration::from_millis(200));
         let t0 = Instant::now();
@@ -229,7 +231,7 @@ mod tests {
 
     #[test]
     fn wait_until_stops_at_the_deadline_or_the_stop_condition() {
-        let mut c = sh("sleep 30");
+        let mut c = sh("exec sleep 30");
         let soon = Instant::now() + Duration::from_millis(50);
         assert_eq!(
             c.wait_until(Some(soon), || false).ok(),
@@ -242,7 +244,7 @@ mod tests {
 
     #[test]
     fn dropping_the_guard_stops_the_child() {
-        let c = sh("sleep 30");
+        let c = sh("exec sleep 30");
         let pid = c.id();
         drop(c);
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
