@@ -354,6 +354,17 @@ mod tests {
     }
 
     #[test]
+    fn a_size_sweep_record_keeps_its_size_beside_the_bytes_it_moved() {
+        let d = tmpdir("size");
+        let mut a = run(25_000, HostConfig::Untuned, 1, "kernel", 1, 100.0, 1);
+        a.cell.bytes = Some(8 << 20);
+        a.bytes = 8 << 20;
+        append_record(&d, &a).expect("append");
+        assert_eq!(read_records(&d).expect("read"), vec![a]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn report_is_rebuilt_from_a_saved_directory() {
         let d = tmpdir("rebuild");
         let mut p = Plan::quick();

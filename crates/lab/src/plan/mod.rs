@@ -319,8 +319,13 @@ pub struct CellKey {
     /// Congestion control, when not the plan's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cc: Option<String>,
-    /// Bytes per transfer, when not the plan's `messages x message_size`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Bytes per transfer, when not the plan's `messages x message_size` (serialized as
+    /// `transfer_bytes`: a run record flattens its key beside its own `bytes` moved).
+    #[serde(
+        default,
+        rename = "transfer_bytes",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bytes: Option<u64>,
     /// A scenario other than one transfer alone on its path.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -209,28 +209,45 @@ impl Bed {
             IpAddr::V6(a) => format!("[{a}]:{}", self.spec.port),
         };
         let max_time = Duration::from_millis(plan.max_time_ms);
-        let args: Vec<String> = vec![
+        // A size sweep's cell moves its own size; every other cell the plan's messages.
+        let messages = key.bytes.map_or(plan.messages, |b| {
+            b.div_ceil(plan.message_size.0.max(1)).max(1)
+        });
+        let mut args: Vec<String> = vec![
             "send".into(),
             target,
             "-P".into(),
             key.streams.to_string(),
             "-n".into(),
-            plan.messages.to_string(),
+            messages.to_string(),
             "-l".into(),
             plan.message_size.0.to_string(),
             "--tune".into(),
             tune_arg(key, plan),
             "--json".into(),
-            // Every run measures the path afresh: a warm database would make the order of
-            // the runs matter.
-            "--no-path-db".into(),
             "--max-time".into(),
             max_time_arg(max_time),
         ];
-        let mut args = args;
-        if let Some(cc) = &plan.congestion {
+        // A congestion sweep's cell runs its own algorithm.
+        if let Some(cc) = key.cc.as_ref().or(plan.congestion.as_ref()) {
             args.push("-C".into());
             args.push(cc.clone());
+        }
+        // Every run on a new path measures it afresh (a database shared by the runs would
+        // make their order matter). A known path's run gets a database of its own that one
+        // transfer of the same cell has just recorded the path in.
+        if key.path.is_new() {
+            args.push("--no-path-db".into());
+        } else {
+            let db = self.spec.log_dir.join("known-path.sqlite");
+            for suffix in ["", "-wal", "-shm"] {
+                let mut f = db.clone().into_os_string();
+                f.push(suffix);
+                let _ = std::fs::remove_file(f);
+            }
+            args.push("--path-db".into());
+            args.push(db.display().to_string());
+            self.warm_up(&args, max_time)?;
         }
         let t0 = Instant::now();
         let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
@@ -283,6 +300,32 @@ impl Bed {
             });
         }
         Ok(rec)
+    }
+
+    /// The transfer that records the path for a known-path run: the same command, its
+    /// output thrown away; it must succeed.
+    fn warm_up(&mut self, args: &[String], max_time: Duration) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = process::spawn(&mut cmd, "the warm-up transfer on side A")?.grace(GRACE);
+        match child.wait_until(Some(t0 + max_time + RUN_SLACK), interrupted)? {
+            Waited::Exited(s) if s.success() => Ok(()),
+            Waited::Exited(s) => {
+                bail!("the warm-up transfer that records the path exited with {s}")
+            }
+            Waited::Interrupted => {
+                child.terminate()?;
+                bail!("interrupted");
+            }
+            Waited::Deadline => {
+                child.terminate()?;
+                bail!("the warm-up transfer that records the path did not end; killed");
+            }
+        }
     }
 
     fn keep_failure(&self, key: &CellKey, rep: u32, stdout: &str, stderr: &str) {

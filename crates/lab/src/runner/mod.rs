@@ -396,11 +396,17 @@ fn run_matrix(
         .collect();
     if !not_run.is_empty() {
         eprintln!(
-            "tcptune lab: {} of {} cells are not run in this mode (they need the host's \
-             net.core.rmem_max/wmem_max raised); they are marked in the results and the report",
+            "tcptune lab: {} of {} cells are not run (marked in the results and the report):",
             not_run.len(),
             plan.cells.len()
         );
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for why in not_run.values() {
+            *reasons.entry(why.as_str()).or_default() += 1;
+        }
+        for (why, n) in reasons {
+            eprintln!("tcptune lab:   {n} cell(s): {why}");
+        }
         for (key, why) in &not_run {
             for rep in 1..=p.repetitions {
                 let rec = RunRecord::not_run((*key).clone(), rep, env::unix_now(), why.clone());
