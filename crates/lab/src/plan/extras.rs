@@ -9,6 +9,10 @@
 //! | `[competing]` | a second transfer starting mid-way through the first on the same path; Jain's index | [`CellRole::Competing`] |
 //! | `[path_change]` | one transfer while the emulated path's delay or rate changes; the window's time series | [`CellRole::PathChange`] |
 //!
+//! The runner runs `known_path`, `[congestion_sweep]` and `[size_sweep]` cells; `[competing]`
+//! and `[path_change]` cells are planned and judged but not run yet: they are recorded as not
+//! run, with the reason ([`crate::feasible::not_runnable`]).
+//!
 //! Modes are written `MODE` or `MODE@HOST` (`kernel@kernel_only`, `fixed:4m@user_kernel`);
 //! without a host the mode runs untuned (the namespace's defaults).
 
