@@ -395,6 +395,18 @@ mod tests {
         }
     }
 
+    /// A receiving stream's driver for `mode`, recording its series.
+    fn receiver(mode: TuneMode) -> TunerDriver {
+        let f = TunerFactory::new(mode);
+        TunerDriver::new(
+            f.build(TunerContext::for_tests(Role::Receiver)),
+            1,
+            1,
+            false,
+            true,
+        )
+    }
+
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
@@ -426,14 +438,7 @@ mod tests {
     #[test]
     fn an_accepted_socket_never_gets_a_receive_buffer_below_one_segment() {
         let (_c, s) = pair();
-        let f = TunerFactory::new(TuneMode::Fixed(Bytes::kib(4)));
-        let mut d = TunerDriver::new(
-            f.build(TunerContext::for_tests(Role::Receiver)),
-            1,
-            1,
-            false,
-            true,
-        );
+        let mut d = receiver(TuneMode::Fixed(Bytes::kib(4)));
         d.accepted(Time::ZERO, s.as_fd());
         let ch = &d.changes()[0];
         assert_eq!(
@@ -448,14 +453,7 @@ mod tests {
             .as_deref()
             .is_some_and(|n| n.contains("one segment")));
         // A buffer above a segment is applied as asked.
-        let f = TunerFactory::new(TuneMode::Fixed(Bytes::kib(256)));
-        let mut d = TunerDriver::new(
-            f.build(TunerContext::for_tests(Role::Receiver)),
-            1,
-            1,
-            false,
-            true,
-        );
+        let mut d = receiver(TuneMode::Fixed(Bytes::kib(256)));
         d.accepted(Time::ZERO, s.as_fd());
         assert_eq!(d.changes()[0].effective, Some(2 * 256 * 1024));
         assert!(d.changes()[0].note.is_none());
@@ -473,14 +471,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let mut buf = vec![0u8; 1 << 20];
         let _ = s.read(&mut buf).expect("read");
-        let f = TunerFactory::new(TuneMode::Fixed(Bytes::mib(2)));
-        let mut d = TunerDriver::new(
-            f.build(TunerContext::for_tests(Role::Receiver)),
-            1,
-            1,
-            false,
-            true,
-        );
+        let mut d = receiver(TuneMode::Fixed(Bytes::mib(2)));
         d.accepted(Time::ZERO, s.as_fd());
         let effective = d.changes()[0].effective.expect("SO_RCVBUF applied");
         let clamp = sockopt::window_clamp(s.as_fd()).expect("clamp");

@@ -219,13 +219,7 @@ pub fn set_window_clamp(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, Sockopt
         bytes.0,
         format!("setsockopt TCP_WINDOW_CLAMP={}", bytes.0),
     )?;
-    let v = get_int(
-        fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_WINDOW_CLAMP,
-        "getsockopt TCP_WINDOW_CLAMP",
-    )?;
-    Ok(u64::try_from(v).unwrap_or(0))
+    window_clamp(fd)
 }
 
 /// `TCP_WINDOW_CLAMP` read back: the largest window this end may advertise.

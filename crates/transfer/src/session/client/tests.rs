@@ -401,6 +401,20 @@ fn a_duration_workload_stops_the_senders_here_or_tells_the_server() {
     }
 }
 
+/// Both streams deliver all they wrote and the server answers with its side.
+fn deliver_and_answer(s: &mut ClientSession, t0: Instant) -> Vec<ClientOutput> {
+    s.handle_engine(t0, Event::StreamDone(0));
+    s.handle_engine(t0, Event::StreamDone(1));
+    s.handle_msg(
+        t0,
+        ServerMsg::PhaseResult {
+            seq: 0,
+            result: Box::default(),
+        },
+    );
+    drain(s)
+}
+
 #[test]
 fn the_cap_stops_both_ends_at_once_and_is_reported() {
     let t0 = Instant::now();
@@ -415,16 +429,7 @@ fn the_cap_stops_both_ends_at_once_and_is_reported() {
     let out = drain(&mut s);
     assert!(out.contains(&ClientOutput::Send(ClientMsg::Stop { capped: true })));
     assert!(out.contains(&ClientOutput::AbortEngine));
-    s.handle_engine(t0, Event::StreamDone(0));
-    s.handle_engine(t0, Event::StreamDone(1));
-    s.handle_msg(
-        t0,
-        ServerMsg::PhaseResult {
-            seq: 0,
-            result: Box::default(),
-        },
-    );
-    let out = drain(&mut s);
+    let out = deliver_and_answer(&mut s, t0);
     assert!(matches!(out.last(), Some(ClientOutput::PhaseDone { outcome, .. }) if outcome.capped));
 }
 
@@ -453,16 +458,7 @@ fn the_cap_holds_while_written_data_is_still_on_its_way() {
         "{out:?}"
     );
     assert!(out.contains(&ClientOutput::AbortEngine));
-    s.handle_engine(t0, Event::StreamDone(0));
-    s.handle_engine(t0, Event::StreamDone(1));
-    s.handle_msg(
-        t0,
-        ServerMsg::PhaseResult {
-            seq: 0,
-            result: Box::default(),
-        },
-    );
-    let out = drain(&mut s);
+    let out = deliver_and_answer(&mut s, t0);
     assert!(matches!(out.last(), Some(ClientOutput::PhaseDone { outcome, .. }) if outcome.capped));
 }
 
