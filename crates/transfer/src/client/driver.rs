@@ -130,7 +130,7 @@ pub(crate) fn run_with(
             ..
         } => (source, hint.rate.map_or(InBand::Off, InBand::Check)),
         Plan::Known { source, .. } => (source, InBand::Off),
-        Plan::AtLeast => (Source::PathDb, InBand::Measure),
+        Plan::AtLeast { .. } => (Source::PathDb, InBand::Measure),
         Plan::InBand => (Source::InBand, InBand::Measure),
         _ => (Source::None, InBand::Off),
     };
@@ -345,24 +345,23 @@ fn resume_intent(
     decision: &Plan,
     hint: &PathHint,
 ) -> Result<(tcptune_core::Rate, std::time::Duration), Option<String>> {
-    let Plan::Known {
-        source: Source::PathDb,
-        entry: Some(k),
-        ..
-    } = decision
-    else {
-        return Err(None);
+    // A lower bound is a rate this path delivered to this peer at this RTT (a transfer that
+    // ended before its pipe was full: a long path, a short transfer), so resuming at it is
+    // as safe as resuming at a full-pipe rate; the transfer then measures in band on top.
+    let k = match decision {
+        Plan::Known {
+            source: Source::PathDb,
+            entry: Some(k),
+            ..
+        }
+        | Plan::AtLeast { entry: k } => k,
+        _ => return Err(None),
     };
     if cfg.tune != tcptune_core::TuneMode::Auto || cfg.custom_tuner.is_some() {
         return Err(None);
     }
     if !cfg.resume_rate {
         return Err(Some("off (--no-resume-rate)".into()));
-    }
-    if !k.full_pipe {
-        return Err(Some(
-            "the saved rate is only a lower bound (its pipe was never seen full)".into(),
-        ));
     }
     if cfg.reverse {
         return Err(Some(
@@ -381,4 +380,75 @@ fn resume_intent(
         )));
     }
     Ok((k.rate, k.min_rtt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tcptune_core::pathdb::Known;
+    use tcptune_core::{Rate, TuneMode};
+
+    fn entry(full_pipe: bool) -> Known {
+        Known {
+            rate: Rate::mbit(900),
+            full_pipe,
+            min_rtt: Duration::from_millis(200),
+            age: Duration::from_secs(60),
+            samples: 1,
+        }
+    }
+
+    fn auto_config() -> ClientConfig {
+        let mut cfg = ClientConfig::new("198.19.0.1");
+        cfg.tune = TuneMode::Auto;
+        cfg
+    }
+
+    fn hint(rtt_ms: u64) -> PathHint {
+        PathHint {
+            rtt: Some(Duration::from_millis(rtt_ms)),
+            ..PathHint::default()
+        }
+    }
+
+    #[test]
+    fn a_lower_bound_entry_resumes_at_its_rate_when_the_rtt_matches() {
+        let plan = Plan::AtLeast {
+            entry: entry(false),
+        };
+        let got = resume_intent(&auto_config(), &plan, &hint(201));
+        assert_eq!(got, Ok((Rate::mbit(900), Duration::from_millis(200))));
+    }
+
+    #[test]
+    fn a_lower_bound_entry_on_a_changed_rtt_does_not_resume_and_says_why() {
+        let plan = Plan::AtLeast {
+            entry: entry(false),
+        };
+        let Err(Some(why)) = resume_intent(&auto_config(), &plan, &hint(300)) else {
+            panic!("resumed on a path whose RTT changed");
+        };
+        assert!(why.contains("RTT"), "{why}");
+    }
+
+    #[test]
+    fn a_full_pipe_entry_resumes_and_no_entry_has_nothing_to_resume() {
+        let plan = Plan::Known {
+            source: Source::PathDb,
+            check: true,
+            entry: Some(entry(true)),
+        };
+        assert!(resume_intent(&auto_config(), &plan, &hint(200)).is_ok());
+        assert_eq!(
+            resume_intent(&auto_config(), &Plan::InBand, &hint(200)),
+            Err(None)
+        );
+        let mut off = auto_config();
+        off.resume_rate = false;
+        assert!(matches!(
+            resume_intent(&off, &plan, &hint(200)),
+            Err(Some(_))
+        ));
+    }
 }

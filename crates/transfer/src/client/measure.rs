@@ -105,8 +105,8 @@ pub(crate) enum Plan {
         entry: Option<Known>,
     },
     /// The database knows only a lower bound (an earlier transfer ended before its pipe
-    /// was seen full): start from it, and measure in band.
-    AtLeast,
+    /// was seen full): start from it, and measure in band. `entry` is the database's entry.
+    AtLeast { entry: Known },
     /// Run the out-of-band probe first (`--tune probe`, NLANR's way).
     Probe,
     /// Measure it in band: the transfer starts at once and finds the full pipe itself.
@@ -149,7 +149,7 @@ pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint
             hint.rate = Some(k.rate);
             hint.rate_is_lower_bound = true;
             db.used();
-            Plan::AtLeast
+            Plan::AtLeast { entry: k }
         }
         _ if !cfg.probe => Plan::Without,
         _ if cfg.tune == TuneMode::Probe => Plan::Probe,

@@ -27,8 +27,10 @@
 //! 3 x BDP (the price of not knowing). With `--no-probe` (no in-band measurement) the
 //! tuner starts from Linux's defaults and works in band only (below).
 //!
-//! **A known path: careful resume.** When the database's rate was measured with a full
-//! pipe, is fresh, and the control connection's RTT matches the saved one within a quarter,
+//! **A known path: careful resume.** When the database has a fresh rate for the peer (measured
+//! with a full pipe, or a lower bound: a rate an earlier transfer delivered before its pipe
+//! was full, which is as safe to resume at, and is then measured in band on top) and the
+//! control connection's RTT matches the saved one within a quarter,
 //! the client gives the data connections an initial window of each stream's share of the
 //! saved BDP (a route with `initcwnd` to the server, installed just before they connect and
 //! removed once they have: `tcptune_sys::route`, needs `CAP_NET_ADMIN`) and says so in
@@ -290,9 +292,7 @@ impl AutoConfig {
             total_streams: plan.streams_total,
             slow_start_cap: linux::max_send_payload(&ctx.limits).map(|p| p * 2 / 3),
             resume: match (ctx.role, ctx.hint.rate, ctx.hint.rtt) {
-                (Role::Sender, Some(rate), Some(rtt))
-                    if ctx.hint.resume && !ctx.hint.rate_is_lower_bound =>
-                {
+                (Role::Sender, Some(rate), Some(rtt)) if ctx.hint.resume => {
                     let n = u64::from(plan.streams_total.max(ctx.streams).max(1));
                     Some(ResumePacer::new(Rate(rate.0 / n), rtt))
                 }
