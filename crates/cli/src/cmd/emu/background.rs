@@ -52,8 +52,7 @@ struct UpReport {
     addr_a: String,
     addr_b: String,
     path: PathJson,
-    /// The extra paths (`--extra-path`), to 198.19.0.2 on; omitted when there are none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// The extra paths (`--extra-path`), to 198.19.0.2 on (empty: one path).
     extra_paths: Vec<PathJson>,
     /// "root" or "rootless".
     mode: Mode,

@@ -60,8 +60,7 @@ struct RunReport<'a> {
     schema_version: u32,
     name: &'a str,
     path: PathJson,
-    /// The extra paths (`--extra-path`), to 198.19.0.2 on; omitted when there are none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// The extra paths (`--extra-path`), to 198.19.0.2 on (empty: one path).
     extra_paths: Vec<PathJson>,
     /// CMD's exit code (128 + N if a signal N ended it), which is also emu run's.
     exit_code: u8,
