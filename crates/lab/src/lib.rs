@@ -20,6 +20,7 @@ pub mod plan;
 pub mod record;
 pub mod results;
 pub mod runner;
+pub mod scenario;
 pub mod summary;
 pub mod svg;
 

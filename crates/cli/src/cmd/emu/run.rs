@@ -60,6 +60,8 @@ struct RunReport<'a> {
     schema_version: u32,
     name: &'a str,
     path: PathJson,
+    /// The extra paths (`--extra-path`), to 198.19.0.2 on (empty: one path).
+    extra_paths: Vec<PathJson>,
     /// CMD's exit code (128 + N if a signal N ended it), which is also emu run's.
     exit_code: u8,
     /// The stop signal (SIGINT, SIGTERM, SIGHUP) that cut the run short.
@@ -86,7 +88,7 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
         eprintln!("tcptune emu: warning: {w}");
     }
     signals::catch_stop_signals()?;
-    eprintln!("tcptune emu: bringing up {name}: {}", cfg.path.describe());
+    eprintln!("tcptune emu: bringing up {name}: {}", cfg.describe_paths());
     let topo = Topology::up_with(&cfg, &up_opts).map_err(emu_fail)?;
     eprintln!("tcptune emu: mode {}", topo.mode_summary());
     for n in topo.notes() {
@@ -120,6 +122,7 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
             schema_version: EMU_SCHEMA_VERSION,
             name: &name,
             path: PathJson::from(&cfg.path),
+            extra_paths: cfg.extra_paths.iter().map(PathJson::from).collect(),
             exit_code: code,
             interrupted_by: signal.map(signals::signal_name),
             error,
@@ -129,6 +132,14 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("tcptune emu: {}", dir_line("a->b", &stats.a_to_b));
         eprintln!("tcptune emu: {}", dir_line("b->a", &stats.b_to_a));
+        for (i, p) in stats.extra.iter().enumerate() {
+            let (ab, ba) = (
+                format!("path {} a->b", i + 1),
+                format!("path {} b->a", i + 1),
+            );
+            eprintln!("tcptune emu: {}", dir_line(&ab, &p.a_to_b));
+            eprintln!("tcptune emu: {}", dir_line(&ba, &p.b_to_a));
+        }
     }
     result?;
     Ok(ExitCode::from(code))
