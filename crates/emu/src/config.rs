@@ -80,6 +80,31 @@ pub enum ConfigError {
         /// The MTU.
         mtu: u32,
     },
+    /// More extra paths than [`MAX_EXTRA_PATHS`].
+    #[error("{0} extra paths: at most {MAX_EXTRA_PATHS} are supported")]
+    TooManyPaths(usize),
+    /// Paths of one topology share its devices, hence their MTU.
+    #[error(
+        "every path of a topology has the MTU of its devices ({first}); an extra path asks \
+         for {other}"
+    )]
+    PathMtu {
+        /// Path 0's MTU.
+        first: u32,
+        /// The differing path's MTU.
+        other: u32,
+    },
+    /// A change to a running path that cannot be made while it runs.
+    #[error("{0} cannot change while the path runs (delay, jitter, rate, queue and loss can)")]
+    Unchangeable(&'static str),
+    /// A path index the topology does not have.
+    #[error("path {index} does not exist: the topology has {count} path(s)")]
+    NoSuchPath {
+        /// The index asked for.
+        index: usize,
+        /// How many paths there are.
+        count: usize,
+    },
     /// A topology name that cannot name namespaces and files.
     #[error(
         "invalid topology name '{0}': use 1-24 characters from a-z, A-Z, 0-9, '_' and '-', \
@@ -333,13 +358,23 @@ impl FromStr for Side {
     }
 }
 
-/// A topology: two network namespaces joined by the emulated path.
+/// The most extra paths a topology may have (besides its first path).
+pub const MAX_EXTRA_PATHS: usize = 8;
+
+/// A topology: two network namespaces joined by the emulated path (and, optionally, more
+/// paths to more addresses of side B).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TopologyConfig {
     /// Name: the namespaces are `tt-NAME-a` and `tt-NAME-b`.
     pub name: String,
-    /// The path, the same in both directions.
+    /// The path, the same in both directions: path 0, to side B's first address
+    /// ([`path_addr`](crate::path_addr)`(0)`, 198.19.0.1).
     pub path: PathConfig,
+    /// More paths, each to an address of its own on side B: extra path `i` is path `i + 1`,
+    /// reaching [`path_addr`](crate::path_addr)`(i + 1)` (198.19.0.2, 198.19.0.3, ...).
+    /// Each has its own queue, rate, delay, loss and counters in both directions.
+    #[serde(default)]
+    pub extra_paths: Vec<PathConfig>,
     /// Sysctls applied in both namespaces, in order (for example
     /// `("net.ipv4.tcp_wmem", "4096 16384 268435456")`).
     pub sysctls: Vec<(String, String)>,
@@ -351,8 +386,35 @@ impl TopologyConfig {
         TopologyConfig {
             name: name.into(),
             path,
+            extra_paths: Vec::new(),
             sysctls: Vec::new(),
         }
+    }
+
+    /// Add a path to the next address of side B (see [`extra_paths`](Self::extra_paths)).
+    pub fn extra_path(mut self, p: PathConfig) -> Self {
+        self.extra_paths.push(p);
+        self
+    }
+
+    /// The paths for humans: path 0's description, then each extra path's with its address
+    /// (`; path 1 to 198.19.0.2: delay 1ms ...`).
+    pub fn describe_paths(&self) -> String {
+        let mut s = self.path.describe();
+        for (i, p) in self.extra_paths.iter().enumerate() {
+            s.push_str(&format!(
+                "; path {} to {}: {}",
+                i + 1,
+                crate::path_addr(i + 1),
+                p.describe()
+            ));
+        }
+        s
+    }
+
+    /// Every path: path 0 then the extra paths.
+    pub fn paths(&self) -> impl Iterator<Item = &PathConfig> {
+        std::iter::once(&self.path).chain(&self.extra_paths)
     }
 
     /// Add a sysctl applied in both namespaces.
@@ -361,10 +423,22 @@ impl TopologyConfig {
         self
     }
 
-    /// Check the name, the path and the sysctls.
+    /// Check the name, the paths and the sysctls.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_name(&self.name)?;
         self.path.validate()?;
+        if self.extra_paths.len() > MAX_EXTRA_PATHS {
+            return Err(ConfigError::TooManyPaths(self.extra_paths.len()));
+        }
+        for p in &self.extra_paths {
+            p.validate()?;
+            if p.mtu != self.path.mtu {
+                return Err(ConfigError::PathMtu {
+                    first: self.path.mtu,
+                    other: p.mtu,
+                });
+            }
+        }
         for (k, _) in &self.sysctls {
             check_namespaced_sysctl(k)?;
         }
@@ -514,5 +588,45 @@ mod tests {
         assert!(validate_name("-x").is_err());
         assert!(validate_name("a/b").is_err());
         assert!(validate_name(&"x".repeat(25)).is_err());
+    }
+
+    #[test]
+    fn config_without_extra_paths_still_loads() {
+        let cfg = TopologyConfig::new("old", PathConfig::default());
+        let mut v = serde_json::to_value(&cfg).expect("serialize");
+        v.as_object_mut().map(|o| o.remove("extra_paths"));
+        let back: TopologyConfig = serde_json::from_value(v).expect("old config loads");
+        assert!(back.extra_paths.is_empty());
+        assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn extra_paths_are_validated_count_values_and_mtu() {
+        let cfg = |n: usize, p: PathConfig| {
+            (0..n).fold(TopologyConfig::new("t", PathConfig::default()), |c, _| {
+                c.extra_path(p.clone())
+            })
+        };
+        assert!(cfg(MAX_EXTRA_PATHS, PathConfig::default())
+            .validate()
+            .is_ok());
+        assert_eq!(
+            cfg(MAX_EXTRA_PATHS + 1, PathConfig::default()).validate(),
+            Err(ConfigError::TooManyPaths(MAX_EXTRA_PATHS + 1))
+        );
+        let lossy = PathConfig {
+            loss: 2.0,
+            ..PathConfig::default()
+        };
+        assert_eq!(cfg(1, lossy).validate(), Err(ConfigError::Loss(2.0)));
+        let jumbo = PathConfig {
+            mtu: 9000,
+            ..PathConfig::default()
+        };
+        assert!(matches!(
+            cfg(1, jumbo).validate(),
+            Err(ConfigError::PathMtu { .. })
+        ));
+        assert_eq!(cfg(3, PathConfig::default()).paths().count(), 4);
     }
 }

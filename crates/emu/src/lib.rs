@@ -31,6 +31,13 @@
 //! benchmarking. Every topology uses the same two addresses in its own namespaces
 //! (`tt-NAME-a`, `tt-NAME-b`), each with a TUN device `tt0` and point-to-point routes.
 //!
+//! A topology may have more than one path ([`TopologyConfig::extra_path`]): side B then
+//! also has the addresses [`path_addr`]`(1)` (198.19.0.2), `path_addr(2)`, ..., and each
+//! packet crosses the path its side-B address selects ([`path_index`]), with that path's
+//! own queue, rate, delay, loss and counters ([`EmuStats::extra`]). One sender in A can
+//! so reach several receivers over different paths at once. [`Topology::path_control`]
+//! changes a path while it runs.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use tcptune_core::Rate;
@@ -57,6 +64,7 @@ pub mod host;
 pub mod mode;
 pub mod packet;
 pub mod path;
+pub mod paths;
 pub mod process;
 pub mod stage;
 pub mod state;
@@ -72,12 +80,13 @@ mod topology;
 mod worker;
 
 pub use capacity::capacity_warning;
-pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig};
+pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig, MAX_EXTRA_PATHS};
 pub use error::EmuError;
 pub use mode::{Mode, ModeChoice};
 pub use namespace::Namespace;
 pub use path::Path;
+pub use paths::{path_addr, path_index, Paths};
 pub use rootless::NsId;
 pub use state::{OwnerKind, RootlessRecord, TopologyRecord};
-pub use stats::{DirStats, Drops, EmuStats, LatenessSummary};
-pub use topology::{unique_name, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};
+pub use stats::{DirStats, Drops, EmuStats, LatenessSummary, PathStats};
+pub use topology::{unique_name, PathControl, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};

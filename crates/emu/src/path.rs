@@ -1,7 +1,7 @@
 //! One direction of an emulated path: loss, then the bottleneck (queue + rate), then the
 //! delay line, with the counters of that direction.
 
-use crate::config::PathConfig;
+use crate::config::{ConfigError, PathConfig};
 use crate::packet::Packet;
 use crate::stage::{Bottleneck, DelayLine, RandomLoss, Stage};
 use crate::stats::{DirStats, Drops, LatenessHistogram};
@@ -31,9 +31,11 @@ fn mix(seed: u64, salt: u64) -> u64 {
 ///    that `now`); report a refused write with [`write_failed`](Self::write_failed).
 /// 3. Wait until [`poll_timeout`](Self::poll_timeout) or the next packet, whichever is first.
 ///
-/// `now` must never go backwards.
+/// `now` must never go backwards. [`set`](Self::set) changes the path between any two
+/// calls.
 #[derive(Debug)]
 pub struct Path {
+    cfg: PathConfig,
     loss: RandomLoss,
     link: Bottleneck,
     delay: DelayLine,
@@ -51,12 +53,35 @@ impl Path {
     pub fn with_max_burst(cfg: &PathConfig, direction: u64, max_burst: Duration) -> Path {
         let seed = mix(cfg.seed, direction);
         Path {
+            cfg: cfg.clone(),
             loss: RandomLoss::new(cfg.loss, mix(seed, 1)),
             link: Bottleneck::new(cfg.rate, cfg.queue_caps(), max_burst),
             delay: DelayLine::new(cfg.delay, cfg.jitter, cfg.reorder, mix(seed, 2)),
             stats: DirStats::default(),
             lateness: LatenessHistogram::default(),
         }
+    }
+
+    /// The configuration the path runs with now.
+    pub fn config(&self) -> &PathConfig {
+        &self.cfg
+    }
+
+    /// Change delay, jitter, rate, queue and loss of the running path: the new values apply
+    /// to packets pushed from now on. Packets inside keep the times they were given, and
+    /// the order is always kept: after a drop of the delay (or a rise of the rate), new
+    /// packets leave right behind the ones ahead of them rather than overtaking them.
+    ///
+    /// The MTU (the devices' own), the seed and `reorder` cannot change: asking for other
+    /// values is an error, and nothing changes.
+    pub fn set(&mut self, cfg: &PathConfig) -> Result<(), ConfigError> {
+        cfg.validate()?;
+        check_changeable(&self.cfg, cfg)?;
+        self.loss.set_probability(cfg.loss);
+        self.link.set_rate(cfg.rate, cfg.queue_caps());
+        self.delay.set_delay(cfg.delay, cfg.jitter);
+        self.cfg = cfg.clone();
+        Ok(())
     }
 
     /// A packet arrived at `now`.
@@ -161,6 +186,20 @@ impl Path {
     }
 }
 
+/// Refuse changes of what a running path cannot change.
+pub(crate) fn check_changeable(old: &PathConfig, new: &PathConfig) -> Result<(), ConfigError> {
+    if new.mtu != old.mtu {
+        return Err(ConfigError::Unchangeable("the MTU"));
+    }
+    if new.seed != old.seed {
+        return Err(ConfigError::Unchangeable("the seed"));
+    }
+    if new.reorder != old.reorder {
+        return Err(ConfigError::Unchangeable("reorder"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +264,158 @@ mod tests {
             differs |= run(dir) != run(0);
         }
         assert!(differs);
+    }
+
+    fn ms(n: u64) -> Time {
+        Time::from_millis(n)
+    }
+
+    /// Push one 1250-byte packet with first byte `id` at `t`.
+    fn push_at(path: &mut Path, t: Time, id: u8) {
+        let mut ip = vec![0x45; 1250];
+        ip[1] = id;
+        path.push(t, Packet::from_ip(&ip));
+    }
+
+    /// Everything that leaves by `until`: (id, due).
+    fn drain(path: &mut Path, until: Time) -> Vec<(u8, Time)> {
+        std::iter::from_fn(|| path.poll_out(until))
+            .map(|p| (p.ip()[1], p.due()))
+            .collect()
+    }
+
+    fn delay(ms: u64) -> PathConfig {
+        PathConfig {
+            delay: Duration::from_millis(ms),
+            ..PathConfig::default()
+        }
+    }
+
+    #[test]
+    fn rising_delay_applies_to_packets_pushed_after_the_change() {
+        let mut path = Path::new(&delay(10), 0);
+        push_at(&mut path, ms(0), 1);
+        assert!(path.set(&delay(30)).is_ok());
+        push_at(&mut path, ms(1), 2);
+        assert_eq!(drain(&mut path, ms(100)), vec![(1, ms(10)), (2, ms(31))]);
+    }
+
+    #[test]
+    fn falling_delay_never_lets_a_packet_overtake_the_one_ahead() {
+        let mut path = Path::new(&delay(30), 0);
+        push_at(&mut path, ms(0), 1);
+        assert!(path.set(&delay(5)).is_ok());
+        push_at(&mut path, ms(1), 2);
+        push_at(&mut path, ms(40), 3);
+        // Packet 2 would be due at 6 ms: it leaves with packet 1 instead, right behind it.
+        assert_eq!(
+            drain(&mut path, ms(100)),
+            vec![(1, ms(30)), (2, ms(30)), (3, ms(45))]
+        );
+    }
+
+    #[test]
+    fn falling_delay_with_reorder_still_keeps_old_packets_first() {
+        let cfg = PathConfig {
+            reorder: true,
+            ..delay(30)
+        };
+        let mut path = Path::new(&cfg, 0);
+        push_at(&mut path, ms(0), 1);
+        assert!(path
+            .set(&PathConfig {
+                reorder: true,
+                ..delay(5)
+            })
+            .is_ok());
+        push_at(&mut path, ms(1), 2);
+        let ids: Vec<u8> = drain(&mut path, ms(100)).iter().map(|o| o.0).collect();
+        assert_eq!(ids, vec![1, 2]);
+    }
+
+    fn rate(mbit: u64) -> PathConfig {
+        PathConfig {
+            rate: Some(Rate::mbit(mbit)),
+            queue: QueueLimit::Bytes(Bytes(1 << 20)),
+            ..PathConfig::default()
+        }
+    }
+
+    #[test]
+    fn falling_rate_serializes_later_packets_slower_after_the_backlog() {
+        // 1250 bytes: 100 us at 100 Mbit/s, 1 ms at 10 Mbit/s.
+        let mut path = Path::new(&rate(100), 0);
+        push_at(&mut path, ms(0), 1);
+        push_at(&mut path, ms(0), 2);
+        assert!(path.set(&rate(10)).is_ok());
+        push_at(&mut path, ms(0), 3);
+        let us = Time::from_micros;
+        assert_eq!(
+            drain(&mut path, ms(100)),
+            vec![(1, us(100)), (2, us(200)), (3, us(1200))]
+        );
+    }
+
+    #[test]
+    fn rising_rate_serializes_later_packets_faster_behind_the_backlog() {
+        let mut path = Path::new(&rate(10), 0);
+        push_at(&mut path, ms(0), 1);
+        assert!(path.set(&rate(100)).is_ok());
+        push_at(&mut path, ms(0), 2);
+        push_at(&mut path, ms(0), 3);
+        let us = Time::from_micros;
+        assert_eq!(
+            drain(&mut path, ms(100)),
+            vec![(1, us(1000)), (2, us(1100)), (3, us(1200))]
+        );
+    }
+
+    #[test]
+    fn removing_the_rate_passes_later_packets_behind_the_backlog() {
+        let mut path = Path::new(&rate(10), 0);
+        push_at(&mut path, ms(0), 1);
+        assert!(path.set(&PathConfig::default()).is_ok());
+        push_at(&mut path, ms(0), 2);
+        assert_eq!(drain(&mut path, ms(100)), vec![(1, ms(1)), (2, ms(1))]);
+    }
+
+    #[test]
+    fn loss_change_applies_to_later_packets() {
+        let mut path = Path::new(&PathConfig::default(), 0);
+        push_at(&mut path, ms(0), 1);
+        let lossy = PathConfig {
+            loss: 1.0,
+            ..PathConfig::default()
+        };
+        assert!(path.set(&lossy).is_ok());
+        push_at(&mut path, ms(0), 2);
+        assert_eq!(drain(&mut path, ms(1)), vec![(1, ms(0))]);
+        assert_eq!(path.stats().drops.loss, 1);
+        assert_eq!(path.config().loss, 1.0);
+    }
+
+    #[test]
+    fn unchangeable_fields_are_refused_and_nothing_changes() {
+        let mut path = Path::new(&delay(10), 0);
+        let other_mtu = PathConfig {
+            mtu: 9000,
+            ..delay(1)
+        };
+        assert_eq!(
+            path.set(&other_mtu),
+            Err(ConfigError::Unchangeable("the MTU"))
+        );
+        let other_seed = PathConfig {
+            seed: 2,
+            ..delay(1)
+        };
+        assert!(path.set(&other_seed).is_err());
+        assert!(path
+            .set(&PathConfig {
+                loss: 7.0,
+                ..delay(1)
+            })
+            .is_err());
+        assert_eq!(path.config(), &delay(10));
     }
 }

@@ -224,12 +224,14 @@ impl Rootless {
     }
 
     /// Configure the namespaces (`sysctls` in both sides), join each side to the emulator's
-    /// namespace with a veth pair, address the sides (`addrs`, point to point), and open a
-    /// packet socket on each veth end in the emulator's namespace.
+    /// namespace with a veth pair, address the sides (`addrs`, point to point; side B also
+    /// gets `extra_b`, which side A routes to it), and open a packet socket on each veth
+    /// end in the emulator's namespace.
     pub(crate) fn wire(
         &self,
         mtu: u32,
         addrs: [IpAddr; 2],
+        extra_b: &[IpAddr],
         sysctls: &[(String, String)],
     ) -> Result<Wired, EmuError> {
         let no_ipv6 = [
@@ -274,14 +276,13 @@ impl Rootless {
         for (i, side) in self.sides.iter().enumerate() {
             let (me, peer) = (addrs[i], addrs[1 - i]);
             let dev = crate::topology::TUN_NAME;
-            side.ip_batch(
-                &format!(
-                    "link set lo up\n\
-                     link set dev {dev} arp off up\n\
-                     addr add {me}/32 peer {peer}/32 dev {dev}\n"
-                ),
-                &[],
-            )?;
+            let mut cmds = format!(
+                "link set lo up\n\
+                 link set dev {dev} arp off up\n\
+                 addr add {me}/32 peer {peer}/32 dev {dev}\n"
+            );
+            cmds.push_str(&crate::topology::extra_addr_cmds(i, addrs[0], extra_b));
+            side.ip_batch(&cmds, &[])?;
         }
         let mut sockets = Vec::new();
         for end in EMU_ENDS {

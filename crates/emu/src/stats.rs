@@ -209,6 +209,31 @@ pub struct EmuStats {
     pub uptime_s: f64,
     /// Whether the emulator threads are running.
     pub running: bool,
+    /// Side A to side B (path 0; drops by the devices, which all paths share, count here).
+    pub a_to_b: DirStats,
+    /// Side B to side A (path 0, as `a_to_b`).
+    pub b_to_a: DirStats,
+    /// The extra paths' counters (path 1 first; empty for a topology of one path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<PathStats>,
+}
+
+impl EmuStats {
+    /// The counters of path `index` (0: `a_to_b` and `b_to_a`; then `extra`).
+    pub fn path(&self, index: usize) -> Option<PathStats> {
+        match index {
+            0 => Some(PathStats {
+                a_to_b: self.a_to_b.clone(),
+                b_to_a: self.b_to_a.clone(),
+            }),
+            i => self.extra.get(i - 1).cloned(),
+        }
+    }
+}
+
+/// Counters of one path, both directions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathStats {
     /// Side A to side B.
     pub a_to_b: DirStats,
     /// Side B to side A.

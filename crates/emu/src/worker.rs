@@ -1,5 +1,5 @@
-//! The data plane: one thread per direction moves packets from one TUN device through a
-//! [`Path`] to the other device.
+//! The data plane: one thread per direction moves packets from one TUN device through the
+//! [`Paths`] (one [`crate::Path`] per path of the topology) to the other device.
 //!
 //! A worker sleeps in `ppoll` (input readable, or a timeout) until `spin` before the next
 //! packet is due, then spins, polling the input without blocking, until the due time;
@@ -7,8 +7,9 @@
 //! With SCHED_FIFO a timer wake-up costs 20-60 us here (about 150 us without, on a busy
 //! host). A worker exits when told to stop, and on hang-up or an error of its devices.
 
+use crate::config::PathConfig;
 use crate::packet::{Packet, VnetHdr, VNET_HDR_LEN};
-use crate::path::Path;
+use crate::paths::Paths;
 use crate::stats::DirStats;
 use crate::sys;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -38,7 +39,12 @@ const SPIN_WINDOW: Duration = Duration::from_millis(100);
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     pub(crate) stop: AtomicBool,
-    pub(crate) snapshots: [Mutex<DirStats>; 2],
+    /// Per direction, the counters of each path (path 0 first).
+    pub(crate) snapshots: [Mutex<Vec<DirStats>>; 2],
+    /// Per direction, path changes not yet applied (path index, new configuration).
+    pub(crate) changes: [Mutex<Vec<(usize, PathConfig)>>; 2],
+    /// Per direction, whether `changes` holds something (checked on every round).
+    pub(crate) changed: [AtomicBool; 2],
     pub(crate) reset: [AtomicBool; 2],
     pub(crate) running: [AtomicBool; 2],
     pub(crate) failures: Mutex<Vec<String>>,
@@ -146,7 +152,7 @@ pub(crate) struct Worker {
     pub(crate) output: Arc<OwnedFd>,
     pub(crate) vnet: bool,
     pub(crate) framing: Framing,
-    pub(crate) path: Path,
+    pub(crate) paths: Paths,
     pub(crate) spin: Duration,
     pub(crate) realtime: bool,
     pub(crate) epoch: Instant,
@@ -186,9 +192,13 @@ impl Worker {
         let mut spun = Duration::ZERO;
         let mut write_error_reported = false;
         'outer: while !self.shared.stop.load(Ordering::Relaxed) {
+            // 0. Path changes apply to what is read from now on.
+            if self.shared.changed[self.dir].load(Ordering::Relaxed) {
+                self.apply_changes();
+            }
             // 1. Everything that is due leaves now.
             let now = self.now();
-            while let Some(mut p) = self.path.poll_out(now) {
+            while let Some(mut p) = self.paths.poll_out(now) {
                 let n = self.write(&mut p);
                 if n < 0 {
                     let e = std::io::Error::last_os_error();
@@ -197,7 +207,7 @@ impl Worker {
                             .fail(format!("{}: output device gone: {e}", self.name));
                         break 'outer;
                     }
-                    self.path.write_failed(&p);
+                    self.paths.write_failed(&p);
                     if !write_error_reported {
                         write_error_reported = true;
                         self.shared.fail(format!(
@@ -218,11 +228,11 @@ impl Worker {
                 match self.read(&mut buf, &mut pool) {
                     Read::Packet(p) => {
                         let t = self.now();
-                        self.path.push(t, p);
+                        self.paths.push(t, p);
                         got += 1;
                     }
                     Read::Malformed(len) => {
-                        self.path.malformed(len);
+                        self.paths.malformed(len);
                         got += 1;
                     }
                     Read::Ignored => got += 1,
@@ -242,7 +252,7 @@ impl Worker {
             }
             // 3. Wait for the next due packet or arrival.
             let now = self.now();
-            let next = self.path.poll_timeout();
+            let next = self.paths.poll_timeout();
             let wait = next.map(|t| t.saturating_since(now));
             if spin_window.elapsed() >= SPIN_WINDOW {
                 spin_window = Instant::now();
@@ -281,14 +291,31 @@ impl Worker {
         self.shared.running[self.dir].store(false, Ordering::SeqCst);
     }
 
+    fn apply_changes(&mut self) {
+        self.shared.changed[self.dir].store(false, Ordering::SeqCst);
+        let changes = match self.shared.changes[self.dir].lock() {
+            Ok(mut c) => std::mem::take(&mut *c),
+            Err(_) => return,
+        };
+        for (index, cfg) in changes {
+            if let Err(e) = self.paths.set(index, &cfg) {
+                self.shared
+                    .note(format!("{}: changing path {index}: {e}", self.name));
+            }
+        }
+    }
+
     fn publish(&mut self) {
         let now = self.now();
         if self.shared.reset[self.dir].swap(false, Ordering::Relaxed) {
-            self.path.reset_counters();
+            self.paths.reset_counters();
             self.window_start = now;
         }
-        let mut s = self.path.stats();
-        s.window_s = now.saturating_since(self.window_start).as_secs_f64();
+        let mut s = self.paths.stats();
+        let window_s = now.saturating_since(self.window_start).as_secs_f64();
+        for d in &mut s {
+            d.window_s = window_s;
+        }
         if let Ok(mut slot) = self.shared.snapshots[self.dir].lock() {
             *slot = s;
         }

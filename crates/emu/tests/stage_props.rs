@@ -198,3 +198,54 @@ proptest! {
         }
     }
 }
+
+/// A path of `delay_ms` and, if `mbit` > 0, that rate with a large queue.
+fn changed(delay_ms: u64, mbit: u64) -> PathConfig {
+    PathConfig {
+        delay: Duration::from_millis(delay_ms),
+        rate: (mbit > 0).then(|| Rate::mbit(mbit)),
+        queue: QueueLimit::Bytes(Bytes(64 << 20)),
+        ..PathConfig::default()
+    }
+}
+
+proptest! {
+    #[test]
+    fn changes_of_delay_and_rate_never_reorder_and_never_deliver_early(
+        arr in arrivals(),
+        changes in prop::collection::vec((0usize..200, 0u64..50, 0u64..200), 0..6),
+        start in (0u64..50, 0u64..200),
+    ) {
+        let mut path = Path::new(&changed(start.0, start.1), 0);
+        // Each packet must not leave before its arrival plus the delay in force when it
+        // arrived (the rate only adds to that).
+        let mut min_due = Vec::new();
+        let mut current = start.0;
+        let mut out = Vec::new();
+        let mut t = Time::ZERO;
+        for (i, &(gap, len)) in arr.iter().enumerate() {
+            t += Duration::from_micros(gap);
+            for &(at, d, r) in &changes {
+                if at == i {
+                    prop_assert!(path.set(&changed(d, r)).is_ok());
+                    current = d;
+                }
+            }
+            min_due.push(t + Duration::from_millis(current));
+            path.push(t, packet(i as u32, len));
+            while let Some(p) = path.poll_out(t) {
+                out.push((id_of(&p), t));
+            }
+        }
+        while let Some(next) = path.poll_timeout() {
+            while let Some(p) = path.poll_out(next) {
+                out.push((id_of(&p), next));
+            }
+        }
+        let ids: Vec<u32> = out.iter().map(|o| o.0).collect();
+        prop_assert_eq!(ids, (0..arr.len() as u32).collect::<Vec<_>>());
+        for (id, left) in out {
+            prop_assert!(left >= min_due[id as usize], "packet {} left early", id);
+        }
+    }
+}

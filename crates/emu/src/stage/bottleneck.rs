@@ -68,6 +68,24 @@ impl Bottleneck {
         }
     }
 
+    /// From now on, serialize arriving packets at `rate` with queue `caps`.
+    ///
+    /// Packets already accepted keep the times they were given at the old rate (they are
+    /// ahead of every later packet, so the order is kept); later packets start when the last
+    /// of them has left the link. Until then, the queue's bytes are estimated at the new
+    /// rate (the backlog counts as `time left × new rate`), so admission is approximate for
+    /// one drain time of the old backlog.
+    pub fn set_rate(&mut self, rate: Option<Rate>, caps: QueueCaps) {
+        if rate.is_none() {
+            // What passes straight through must not overtake the backlog: the delay line
+            // after this stage keeps the order, so nothing more is needed here.
+            self.on_link.clear();
+            self.segs_on_link = 0;
+        }
+        self.rate = rate;
+        self.caps = caps;
+    }
+
     /// The queue at `t` in (bytes, packets), counting the unsent part of the packet on the
     /// link. `t` must not go backwards between calls.
     pub fn queue_at(&mut self, t: Time) -> (u64, u64) {

@@ -49,6 +49,9 @@ pub struct DelayLine {
     fifo: VecDeque<Packet>,
     heap: BinaryHeap<Reverse<Timed>>,
     last_due: Time,
+    /// With `reorder`: packets pushed after a change of the delay leave no earlier than this
+    /// (the latest due time before the change), so a shorter delay never lets them overtake.
+    floor: Time,
     seq: u64,
 }
 
@@ -63,6 +66,7 @@ impl DelayLine {
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
             last_due: Time::ZERO,
+            floor: Time::ZERO,
             seq: 0,
         }
     }
@@ -75,6 +79,18 @@ impl DelayLine {
     /// Whether it holds no packet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// From now on, hold arriving packets for `delay ± jitter`. Packets inside keep their
+    /// times, and no later packet leaves before them: with a shorter delay, packets that
+    /// would overtake leave right after the ones ahead instead (the order is kept even with
+    /// `reorder`, which only lets jitter reorder packets of the same delay).
+    pub fn set_delay(&mut self, delay: Duration, jitter: Duration) {
+        if self.reorder {
+            self.floor = self.last_due;
+        }
+        self.delay = delay;
+        self.jitter = jitter;
     }
 
     fn delay_sample(&mut self) -> Duration {
@@ -92,6 +108,8 @@ impl Stage for DelayLine {
     fn push(&mut self, _now: Time, mut packet: Packet) {
         let mut due = packet.due + self.delay_sample();
         if self.reorder {
+            due = due.max(self.floor);
+            self.last_due = self.last_due.max(due);
             packet.due = due;
             self.seq += 1;
             self.heap.push(Reverse(Timed {

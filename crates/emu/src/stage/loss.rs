@@ -35,6 +35,11 @@ impl RandomLoss {
         }
     }
 
+    /// From now on, drop with probability `p` (the random stream goes on).
+    pub fn set_probability(&mut self, p: f64) {
+        self.p = p.clamp(0.0, 1.0);
+    }
+
     fn drop_whole(&mut self, p: &Packet) {
         self.dropped += u64::from(p.segments());
         self.dropped_bytes += p.wire_bytes();

@@ -37,7 +37,12 @@ impl Topology {
 
     /// A TCP listener on `side`'s address and `port` (0: any), inside its namespace.
     pub fn tcp_listener(&self, side: Side, port: u16) -> Result<TcpListener, EmuError> {
-        let addr = SocketAddr::new(self.addr(side), port);
+        self.tcp_listener_at(side, SocketAddr::new(self.addr(side), port))
+    }
+
+    /// A TCP listener on `addr` inside `side`'s namespace: another of its addresses (side
+    /// B's [`path_addr`](crate::path_addr)`(i)`), or `0.0.0.0` for all of them.
+    pub fn tcp_listener_at(&self, side: Side, addr: SocketAddr) -> Result<TcpListener, EmuError> {
         let fd = self.socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)?;
         crate::sock::reuse_addr(&fd, addr)?;
         crate::sock::bind(&fd, addr)?;

@@ -3,16 +3,19 @@
 use crate::config::{Side, TopologyConfig};
 use crate::error::EmuError;
 use crate::mode::{self, Facts, Mode, ModeChoice};
-use crate::path::{Path, DEFAULT_MAX_BURST};
+use crate::path::DEFAULT_MAX_BURST;
+use crate::paths::{path_addr, Paths};
 use crate::rootless::{self, NsRef, Rootless};
 use crate::state::{
     self, OwnerKind, RootlessRecord, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION,
 };
-use crate::stats::{EmuStats, STATS_SCHEMA_VERSION};
+use crate::stats::{EmuStats, PathStats, STATS_SCHEMA_VERSION};
 use crate::sys;
 use crate::worker::{Framing, Shared, Worker};
 
+mod control;
 mod inside;
+pub use control::PathControl;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,6 +227,7 @@ impl Topology {
         let wired = rl.wire(
             self.cfg.path.mtu,
             [self.addr(Side::A), self.addr(Side::B)],
+            &self.extra_addrs(),
             &self.cfg.sysctls,
         )?;
         self.rootless = Some(rl);
@@ -273,11 +277,16 @@ impl Topology {
                 std::fs::File::open(dev).map_err(|e| EmuError::sys(format!("opening {dev}"), e))?;
             Ok((tun, netdev))
         })??;
-        let cmds = format!(
+        let mut cmds = format!(
             "link set lo up\n\
              link set dev {TUN_NAME} mtu {mtu} txqueuelen 10000 up\n\
              addr add {me}/32 peer {peer}/32 dev {TUN_NAME}\n"
         );
+        cmds.push_str(&extra_addr_cmds(
+            side.index(),
+            self.addr(Side::A),
+            &self.extra_addrs(),
+        ));
         sys::ip(&["-n", &ns, "-batch", "-"], Some(&cmds))?;
         Ok((tun, netdev))
     }
@@ -307,7 +316,7 @@ impl Topology {
                 output,
                 vnet: opts.offload || self.mode == Mode::Rootless,
                 framing,
-                path: Path::with_max_burst(&self.cfg.path, dir as u64, opts.max_burst),
+                paths: Paths::new(self.cfg.paths(), dir, opts.max_burst),
                 spin: opts.spin,
                 realtime: opts.realtime,
                 epoch,
@@ -330,7 +339,7 @@ impl Topology {
         }
         let shared = self.shared.clone();
         let name = self.cfg.name.clone();
-        let path = self.cfg.path.describe();
+        let path = self.cfg.describe_paths();
         let started = self.started;
         self.housekeeper = std::thread::Builder::new()
             .name("tt-emu-stats".into())
@@ -407,6 +416,18 @@ impl Topology {
     /// The configuration.
     pub fn config(&self) -> &TopologyConfig {
         &self.cfg
+    }
+
+    /// Side B's addresses of the extra paths (path 1 on).
+    fn extra_addrs(&self) -> Vec<IpAddr> {
+        (1..=self.cfg.extra_paths.len())
+            .map(|i| IpAddr::V4(path_addr(i)))
+            .collect()
+    }
+
+    /// A handle that changes the paths while they run (see [`PathControl`]).
+    pub fn path_control(&self) -> PathControl {
+        PathControl::new(self.shared.clone(), self.cfg.paths().cloned().collect())
     }
 
     /// The address of `side` (inside its namespace).
@@ -490,7 +511,7 @@ impl Topology {
         snapshot(
             &self.shared,
             &self.cfg.name,
-            &self.cfg.path.describe(),
+            &self.cfg.describe_paths(),
             self.started,
         )
     }
@@ -595,25 +616,51 @@ impl Topology {
     }
 }
 
+/// The `ip -batch` lines that give side B (`side` 1) the extra paths' addresses, or side A
+/// (`side` 0, address `addr_a`) routes to them.
+pub(crate) fn extra_addr_cmds(side: usize, addr_a: IpAddr, extra_b: &[IpAddr]) -> String {
+    extra_b
+        .iter()
+        .map(|b| {
+            if side == 1 {
+                format!("addr add {b}/32 dev {TUN_NAME}\n")
+            } else {
+                format!("route add {b}/32 dev {TUN_NAME} src {addr_a}\n")
+            }
+        })
+        .collect()
+}
+
 fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuStats {
-    let get = |i: usize| {
-        let mut s = shared.snapshots[i]
+    let mut dirs = [0, 1].map(|i| {
+        let mut paths = shared.snapshots[i]
             .lock()
             .map(|s| s.clone())
             .unwrap_or_default();
-        s.drops.device = shared
+        if paths.is_empty() {
+            paths.push(Default::default());
+        }
+        paths[0].drops.device = shared
             .device_drops(i)
             .saturating_sub(shared.device_drop_base[i].load(Ordering::SeqCst));
-        s
-    };
+        paths.into_iter()
+    });
+    let a_to_b = dirs[0].next().unwrap_or_default();
+    let b_to_a = dirs[1].next().unwrap_or_default();
+    let [ab, ba] = dirs;
+    let extra = ab
+        .zip(ba)
+        .map(|(a_to_b, b_to_a)| PathStats { a_to_b, b_to_a })
+        .collect();
     EmuStats {
         schema_version: STATS_SCHEMA_VERSION,
         name: name.to_string(),
         path: path.to_string(),
         uptime_s: started.elapsed().as_secs_f64(),
         running: shared.running.iter().all(|r| r.load(Ordering::SeqCst)),
-        a_to_b: get(0),
-        b_to_a: get(1),
+        a_to_b,
+        b_to_a,
+        extra,
     }
 }
 

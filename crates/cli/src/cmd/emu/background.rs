@@ -73,7 +73,7 @@ pub(super) fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
         eprintln!(
             "tcptune emu: bringing up {}: {}",
             o.name,
-            cfg.path.describe()
+            cfg.describe_paths()
         );
     }
     let d = daemon::start(&mut cmd).map_err(|e| match e {

@@ -106,6 +106,14 @@ struct PathOpts {
     /// MTU of the emulated link.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
     mtu: u32,
+    /// A further path to a further address of side B (repeatable): the first reaches
+    /// 198.19.0.2, the next 198.19.0.3, ... (the path above reaches 198.19.0.1). SPEC is a
+    /// comma-separated list of delay=, rtt=, rate=, queue=, loss=, jitter= (as the options
+    /// above; unset: as for the path above, rate unlimited unless given), e.g.
+    /// --extra-path rtt=2ms,rate=10mbit. Each path has its own queue, rate, delay, loss and
+    /// counters; MTU, seed and --reorder are the first path's.
+    #[arg(long = "extra-path", value_name = "SPEC", value_parser = ExtraPathSpec::parse)]
+    extra_paths: Vec<ExtraPathSpec>,
     /// Set a sysctl in both namespaces, e.g. net.ipv4.tcp_wmem='4096 16384 268435456'
     /// (repeatable; only per-namespace net.* sysctls: net.core.rmem_max/wmem_max are global
     /// and refused).
@@ -139,6 +147,68 @@ fn parse_loss(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// One `--extra-path` SPEC: only what it sets.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ExtraPathSpec {
+    delay: Option<Duration>,
+    rate: Option<Rate>,
+    queue: Option<QueueLimit>,
+    loss: Option<f64>,
+    jitter: Option<Duration>,
+}
+
+impl ExtraPathSpec {
+    fn parse(s: &str) -> Result<ExtraPathSpec, String> {
+        let mut spec = ExtraPathSpec::default();
+        let dur = |v: &str| {
+            tcptune_core::parse_duration(v).map_err(|e| format!("--extra-path '{s}': {e}"))
+        };
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').ok_or_else(|| {
+                format!("--extra-path '{s}': expected KEY=VALUE items, got '{item}'")
+            })?;
+            let v = v.trim();
+            match k.trim().to_ascii_lowercase().as_str() {
+                "delay" => spec.delay = Some(dur(v)?),
+                "rtt" => spec.delay = Some(dur(v)? / 2),
+                "rate" => {
+                    spec.rate = Some(
+                        v.parse::<Rate>()
+                            .map_err(|e| format!("--extra-path '{s}': {e}"))?,
+                    )
+                }
+                "queue" => {
+                    spec.queue = Some(
+                        v.parse::<QueueLimit>()
+                            .map_err(|e| format!("--extra-path '{s}': {e}"))?,
+                    )
+                }
+                "loss" => spec.loss = Some(parse_loss(v)?),
+                "jitter" => spec.jitter = Some(dur(v)?),
+                other => {
+                    return Err(format!(
+                        "--extra-path '{s}': unknown key '{other}' (use delay, rtt, rate, \
+                         queue, loss, jitter)"
+                    ))
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The path: `first` with what the spec sets (no rate unless it sets one).
+    fn path(&self, first: &PathConfig) -> PathConfig {
+        PathConfig {
+            delay: self.delay.unwrap_or(first.delay),
+            rate: self.rate,
+            queue: self.queue.unwrap_or(first.queue),
+            loss: self.loss.unwrap_or(first.loss),
+            jitter: self.jitter.unwrap_or(first.jitter),
+            ..first.clone()
+        }
+    }
+}
+
 fn parse_sysctl(s: &str) -> Result<(String, String), String> {
     parse_sysctl_arg(s).map_err(|e| e.to_string())
 }
@@ -159,11 +229,10 @@ impl PathOpts {
     }
 
     fn topology(&self, name: &str) -> anyhow::Result<TopologyConfig> {
-        let cfg = TopologyConfig {
-            name: name.to_string(),
-            path: self.path(),
-            sysctls: self.sysctls.clone(),
-        };
+        let path = self.path();
+        let mut cfg = TopologyConfig::new(name, path.clone());
+        cfg.sysctls = self.sysctls.clone();
+        cfg.extra_paths = self.extra_paths.iter().map(|e| e.path(&path)).collect();
         cfg.validate()
             .map_err(|e| exit::fail(exit::USAGE, anyhow!("{e}")))?;
         Ok(cfg)
@@ -317,5 +386,39 @@ mod tests {
         assert!(parse_loss("101%").is_err());
         assert!(parse_loss("2").is_err());
         assert!(parse_loss("x").is_err());
+    }
+
+    #[test]
+    fn extra_path_spec_sets_only_what_it_names() {
+        let first = PathConfig {
+            delay: Duration::from_millis(34),
+            rate: Some(Rate::mbit(40)),
+            seed: 9,
+            ..PathConfig::default()
+        };
+        let spec = ExtraPathSpec::parse("rtt=2ms, rate=10mbit,loss=1%");
+        let p = spec.map(|s| s.path(&first));
+        assert_eq!(
+            p,
+            Ok(PathConfig {
+                delay: Duration::from_millis(1),
+                rate: Some(Rate::mbit(10)),
+                loss: 0.01,
+                ..first.clone()
+            })
+        );
+        let bare = ExtraPathSpec::parse("delay=5ms").map(|s| s.path(&first));
+        assert_eq!(
+            bare.map(|p| (p.delay, p.rate)),
+            Ok((Duration::from_millis(5), None))
+        );
+    }
+
+    #[test]
+    fn extra_path_spec_refuses_unknown_keys_and_bad_values() {
+        assert!(ExtraPathSpec::parse("speed=1gbit").is_err());
+        assert!(ExtraPathSpec::parse("delay").is_err());
+        assert!(ExtraPathSpec::parse("rate=fast").is_err());
+        assert!(ExtraPathSpec::parse("loss=200%").is_err());
     }
 }

@@ -86,7 +86,7 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
         eprintln!("tcptune emu: warning: {w}");
     }
     signals::catch_stop_signals()?;
-    eprintln!("tcptune emu: bringing up {name}: {}", cfg.path.describe());
+    eprintln!("tcptune emu: bringing up {name}: {}", cfg.describe_paths());
     let topo = Topology::up_with(&cfg, &up_opts).map_err(emu_fail)?;
     eprintln!("tcptune emu: mode {}", topo.mode_summary());
     for n in topo.notes() {
@@ -129,6 +129,14 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("tcptune emu: {}", dir_line("a->b", &stats.a_to_b));
         eprintln!("tcptune emu: {}", dir_line("b->a", &stats.b_to_a));
+        for (i, p) in stats.extra.iter().enumerate() {
+            let (ab, ba) = (
+                format!("path {} a->b", i + 1),
+                format!("path {} b->a", i + 1),
+            );
+            eprintln!("tcptune emu: {}", dir_line(&ab, &p.a_to_b));
+            eprintln!("tcptune emu: {}", dir_line(&ba, &p.b_to_a));
+        }
     }
     result?;
     Ok(ExitCode::from(code))
