@@ -67,10 +67,19 @@ fn sustained(plan: &PscPlan, agg: &PscAggregate) -> Claim {
         ),
     };
     let mut cases = Vec::new();
+    let mut unjudged = Vec::new();
     for e in [Experiment::Basic, Experiment::Diverse] {
-        let Some((h, _)) = sustained_up_to(agg, e, "hiperf") else {
+        let Some((h, h_all)) = sustained_up_to(agg, e, "hiperf") else {
             continue;
         };
+        if h_all {
+            // Neither mode met the limit: the counts tried cannot tell them apart.
+            unjudged.push(format!(
+                "{e}: hiperf sustained every count tried (up to {h} connections), so the \
+                 memory limit was never reached"
+            ));
+            continue;
+        }
         for m in budget_modes(plan) {
             let Some((a, all)) = sustained_up_to(agg, e, m) else {
                 continue;
@@ -91,7 +100,15 @@ fn sustained(plan: &PscPlan, agg: &PscAggregate) -> Claim {
             ));
         }
     }
-    spec.judged(cases, None, false)
+    let note = (!unjudged.is_empty()).then(|| format!("Not judged: {}", unjudged.join("; ")));
+    if cases.is_empty() {
+        if let Some(n) = note {
+            let mut c = spec.missing("a count at which hiperf exceeds the memory limit");
+            c.measured = n;
+            return c;
+        }
+    }
+    spec.judged(cases, note, false)
 }
 
 fn fair_connections(plan: &PscPlan, agg: &PscAggregate) -> Claim {
@@ -258,7 +275,8 @@ fn memory(plan: &PscPlan, agg: &PscAggregate) -> Claim {
 /// Every PSC claim.
 pub fn claims(plan: &PscPlan, agg: &PscAggregate) -> Vec<Claim> {
     let need = |c: Claim, what: &str| {
-        if c.verdict == crate::claims::Verdict::NotMeasured && c.cases.is_empty() {
+        if c.verdict == crate::claims::Verdict::NotMeasured && c.measured.starts_with("needs cases")
+        {
             Claim {
                 measured: format!("needs {what}; not in these results"),
                 ..c
@@ -350,6 +368,12 @@ mod tests {
         bad.extend(basic("psc", &[1, 4, 10, 20], 400_000, 36e6));
         let b = verdict(&bad, "psc-connections-sustained");
         assert_eq!(b.verdict, Verdict::Refuted, "{}", b.measured);
+        // Counts too small for hiperf to reach the limit judge nothing.
+        let mut small = basic("hiperf", &[1, 4], 400_000, 36e6);
+        small.extend(basic("psc", &[1, 4], 100_000, 36e6));
+        let s = verdict(&small, "psc-connections-sustained");
+        assert_eq!(s.verdict, Verdict::NotMeasured, "{}", s.measured);
+        assert!(s.measured.contains("never reached"), "{}", s.measured);
     }
 
     #[test]
