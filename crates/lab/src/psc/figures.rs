@@ -51,19 +51,34 @@ fn chart(title: &str, x_label: &str, counts: &[u32], y_label: &str, series: Vec<
     }
 }
 
-/// One line per mode of `value` against connections per receiver (`x_total`: against all
-/// connections instead).
+/// What [`lines`] draws: an experiment's cells, the x value and the unit.
+struct Lines<'a> {
+    e: Experiment,
+    /// x is every connection (else connections per receiver).
+    x_total: bool,
+    /// Divide values by this.
+    scale: f64,
+    unit: &'a str,
+    /// After the mode's name (` remote`).
+    suffix: &'a str,
+    dashed: bool,
+}
+
+/// One line per mode of `value`.
 fn lines(
     plan: &PscPlan,
     agg: &PscAggregate,
-    e: Experiment,
-    x_total: bool,
-    scale: f64,
-    unit: &str,
+    l: &Lines,
     value: &dyn Fn(&PscCellStats) -> Option<Spread>,
-    suffix: &str,
-    dashed: bool,
 ) -> Vec<Series> {
+    let Lines {
+        e,
+        x_total,
+        scale,
+        unit,
+        suffix,
+        dashed,
+    } = *l;
     plan.modes
         .iter()
         .map(|m| Series {
@@ -113,13 +128,15 @@ pub fn figure3(plan: &PscPlan, agg: &PscAggregate) -> Chart {
     let series = lines(
         plan,
         agg,
-        Experiment::Basic,
-        false,
-        1e6,
-        "Mbit/s",
+        &Lines {
+            e: Experiment::Basic,
+            x_total: false,
+            scale: 1e6,
+            unit: "Mbit/s",
+            suffix: "",
+            dashed: false,
+        },
         &|c| c.remote_bps,
-        "",
-        false,
     );
     let mut c = chart(
         "Figure 3: aggregate throughput, remote path",
@@ -141,13 +158,15 @@ pub fn figure4(plan: &PscPlan, agg: &PscAggregate) -> Chart {
     let series = lines(
         plan,
         agg,
-        Experiment::Basic,
-        false,
-        1024.0,
-        "KiB",
+        &Lines {
+            e: Experiment::Basic,
+            x_total: false,
+            scale: 1024.0,
+            unit: "KiB",
+            suffix: "",
+            dashed: false,
+        },
         &|c| c.peak_in_use,
-        "",
-        false,
     );
     let mut c = chart(
         "Figure 4: peak send-queue memory",
@@ -165,24 +184,28 @@ pub fn figure7(plan: &PscPlan, agg: &PscAggregate) -> Chart {
     let mut series = lines(
         plan,
         agg,
-        Experiment::Diverse,
-        false,
-        1e6,
-        "Mbit/s",
+        &Lines {
+            e: Experiment::Diverse,
+            x_total: false,
+            scale: 1e6,
+            unit: "Mbit/s",
+            suffix: " remote",
+            dashed: false,
+        },
         &|c| c.remote_bps,
-        " remote",
-        false,
     );
     series.extend(lines(
         plan,
         agg,
-        Experiment::Diverse,
-        false,
-        1e6,
-        "Mbit/s",
+        &Lines {
+            e: Experiment::Diverse,
+            x_total: false,
+            scale: 1e6,
+            unit: "Mbit/s",
+            suffix: " local",
+            dashed: true,
+        },
         &|c| c.local_bps,
-        " local",
-        true,
     ));
     let mut c = chart(
         "Figure 7: aggregate throughput over each path",
@@ -212,13 +235,15 @@ pub fn figure8(plan: &PscPlan, agg: &PscAggregate) -> Chart {
     let series = lines(
         plan,
         agg,
-        Experiment::Diverse,
-        true,
-        1024.0,
-        "KiB",
+        &Lines {
+            e: Experiment::Diverse,
+            x_total: true,
+            scale: 1024.0,
+            unit: "KiB",
+            suffix: "",
+            dashed: false,
+        },
         &|c| c.peak_in_use,
-        "",
-        false,
     );
     let totals: Vec<u32> = plan.diverse.iter().map(|n| 2 * n).collect();
     let mut c = chart(
@@ -260,7 +285,7 @@ pub fn shares(plan: &PscPlan, r: &PscRecord) -> Chart {
         .map(|(i, peer)| {
             let path = path_of_peer(peer);
             Series {
-                name: String::new(),
+                name: format!("{} {peer}", if path == LOCAL { "local" } else { "remote" }),
                 color: if path == LOCAL {
                     "#2ca02c"
                 } else {

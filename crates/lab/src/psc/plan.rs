@@ -253,7 +253,7 @@ impl PscPlan {
         {
             return Err(PscPlanError::Count(n));
         }
-        if self.repetitions == 0 || !(self.seconds >= 1.0) {
+        if self.repetitions == 0 || self.seconds.is_nan() || self.seconds < 1.0 {
             return Err(PscPlanError::Value(
                 "repetitions must be at least 1 and seconds at least 1".into(),
             ));

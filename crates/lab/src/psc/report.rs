@@ -187,6 +187,17 @@ fn render(plan: &PscPlan, meta: &LabMeta, s: &PscSummary, figures: &[(String, St
     h.push_str("<h2>Paper vs today</h2>");
     claims_table(&mut h, &s.psc.claims);
     h.push_str("<h2>Figures</h2><p class=\"sub\">Median over repetitions, whiskers min-max. Memory is what the sender's data sockets queue (<code>sk_wmem_queued</code>/2, <code>SO_SNDBUF</code> units, sampled every 500 ms with <code>ss -tmi</code>); default and hiperf are fixed buffers outside the budget, as PSC's were outside AUTO_SND_THRESH.</p>");
+    h.push_str("<p class=\"legend\">");
+    for m in &plan.modes {
+        let _ = write!(
+            h,
+            "<span><i style=\"background:{}\"></i>{} ({})</span>",
+            figures::color(m),
+            esc(m),
+            esc(super::plan::tune_of(m).unwrap_or("?"))
+        );
+    }
+    h.push_str("<span>Figure 7: solid remote path, dashed local path; horizontal lines: link rates, the memory budget and PSC's network memory. Last figure: one line per data socket (dashed: local path), black: all held together.</span></p>");
     for (_, svg) in figures {
         let _ = write!(h, "<div class=\"fig\">{svg}</div>");
     }
