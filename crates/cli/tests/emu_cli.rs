@@ -174,6 +174,49 @@ fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
 }
 
 #[test]
+fn run_extra_path_reaches_side_bs_second_address_over_its_own_path() {
+    if !can_run("run_extra_path_reaches_side_bs_second_address_over_its_own_path") {
+        return;
+    }
+    // Pings to 198.19.0.2 cross the extra path only: its counters see them, path 0's none.
+    let out = run(tcptune().args([
+        "emu",
+        "run",
+        "--json",
+        "--rtt",
+        "20ms",
+        "--extra-path",
+        "rtt=2ms",
+        "--",
+        "ping",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "198.19.0.2",
+    ]));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{stdout}"));
+    assert_eq!(v["extra_paths"][0]["rtt_us"], 2000.0, "{stdout}");
+    let extra = &v["stats"]["extra"][0];
+    assert!(
+        extra["a_to_b"]["packets_out"].as_u64() >= Some(3),
+        "{stdout}"
+    );
+    assert!(
+        extra["b_to_a"]["packets_out"].as_u64() >= Some(3),
+        "{stdout}"
+    );
+    assert_eq!(v["stats"]["a_to_b"]["packets_out"], 0, "{stdout}");
+    let bad = run(tcptune().args(["emu", "run", "--extra-path", "speed=1", "--", "true"]));
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+}
+
+#[test]
 fn server_log_takes_the_server_output_off_stderr() {
     if !can_run("server_log_takes_the_server_output_off_stderr") {
         return;

@@ -553,7 +553,17 @@ fn emu_run_up_and_down_match_their_schemas() {
         return;
     }
     let o = run(&[
-        "emu", "run", "--rtt", "2ms", "--rate", "100mbit", "--json", "--", "true",
+        "emu",
+        "run",
+        "--rtt",
+        "2ms",
+        "--rate",
+        "100mbit",
+        "--extra-path",
+        "rtt=4ms",
+        "--json",
+        "--",
+        "true",
     ]);
     assert_eq!(
         o.status.code(),
@@ -564,6 +574,7 @@ fn emu_run_up_and_down_match_their_schemas() {
     let v = doc(&o);
     assert_valid("emu-run", &v);
     assert_eq!(v["path"]["rtt_us"], 2000.0);
+    assert_eq!(v["extra_paths"][0]["rtt_us"], 4000.0);
     let name = tcptune_emu::unique_name("js");
     let _guard = Down(name.clone());
     let o = run(&["emu", "up", &name, "--delay", "1ms", "--json"]);

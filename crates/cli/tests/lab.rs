@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
-use tcptune_lab::plan::ExpandedPlan;
+use tcptune_lab::plan::{ExpandedPlan, Scenario};
 use tcptune_lab::record::{LabMeta, RunRecord};
 use tcptune_lab::summary::Summary;
 
@@ -590,5 +590,108 @@ fn a_rootless_lab_marks_the_cells_it_cannot_run_and_runs_the_rest() {
     assert!(
         table.contains("2 planned cell(s) not run in this mode"),
         "{table}"
+    );
+}
+
+/// A tiny plan whose only cells are one `[competing]` and one `[path_change]` cell (and the
+/// one matrix cell every plan has), short enough for a test.
+fn scenario_plan(dir: &Path) -> PathBuf {
+    let f = dir.join("scenarios.toml");
+    std::fs::write(
+        &f,
+        "name = \"scenarios\"\nrate = \"50mbit\"\nrtts = [\"10ms\"]\nstreams = [1]\n\
+         repetitions = 1\nmessages = 2\nmax_time = \"10s\"\ncongestion = \"default\"\n\
+         [hosts]\nuntuned = [\"kernel\"]\n\
+         [competing]\nrtts = [\"10ms\"]\nstreams = [1]\nmodes = [\"kernel\"]\n\
+         first = \"2s\"\nsecond_at = \"0.5s\"\nsecond = \"1s\"\n\
+         [[path_change]]\nrtt = \"10ms\"\nto_rtt = \"40ms\"\nat = \"1s\"\nduration = \"2s\"\n\
+         modes = [\"kernel\"]\n",
+    )
+    .expect("write plan");
+    f
+}
+
+#[test]
+fn competing_and_path_change_cells_run_and_record_both_transfers_and_the_series() {
+    if !tcptune_testkit::require(
+        "competing_and_path_change_cells_run_and_record_both_transfers_and_the_series",
+        &[tcptune_testkit::Need::Emulator],
+    ) {
+        return;
+    }
+    let _one = one_at_a_time();
+    wait_until_no_lab_runs();
+    let d = TempDir::new("scenarios");
+    let out = d.0.join("out");
+    let o = lab_command(&scenario_plan(&d.0), &out)
+        .output()
+        .expect("run the lab");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let records = read_records(&out);
+    assert_eq!(records.len(), 3, "one record per planned run: {records:?}");
+    assert!(records.iter().all(|r| r.not_run.is_none()), "{records:?}");
+    let by = |s: Scenario| {
+        records
+            .iter()
+            .find(|r| r.cell.scenario == Some(s))
+            .unwrap_or_else(|| panic!("no {s:?} record"))
+    };
+    // Competing: both transfers recorded, with the overlap and Jain's index.
+    let r = by(Scenario::Competing);
+    assert!(r.ok, "{r:?}");
+    let c = r
+        .competing
+        .as_ref()
+        .expect("the second transfer is recorded");
+    assert!(c.second.ok && c.second.bytes > 0, "{:?}", c.second);
+    assert!(r.bytes > 0);
+    assert!((0.3..1.5).contains(&c.second_at_s), "{}", c.second_at_s);
+    assert!(c.overlap_s[1] > c.overlap_s[0], "{:?}", c.overlap_s);
+    assert!(
+        c.overlap_bps.iter().all(|&b| b > 0.0),
+        "{:?}",
+        c.overlap_bps
+    );
+    let j = c.jain_transfers.expect("Jain's index of the transfers");
+    assert!((0.5..=1.0).contains(&j), "{j}");
+    assert!(c.jain_streams.is_some());
+    // Path change: the change came mid-transfer and the series is there.
+    let r = by(Scenario::PathChange);
+    assert!(r.ok, "{r:?}");
+    let s = r.series.as_ref().expect("the path-change series");
+    assert_eq!(s.change, "rtt 10ms -> 40ms");
+    let at = s.change_at_s.expect("when the path changed");
+    assert!((0.0..2.0).contains(&at), "{at}");
+    assert!(s.sender.len() > 2 && !s.receiver.is_empty(), "{s:?}");
+    let last = s.sender.last().map_or(0.0, |x| x.t_s);
+    assert!(
+        last > at,
+        "samples after the change: last at {last}, change at {at}"
+    );
+    // The RTT after the change shows in the samples (generous: 40 ms vs 10 ms).
+    let after: Vec<u32> = s
+        .sender
+        .iter()
+        .filter(|x| x.t_s > at + 0.3)
+        .map(|x| x.rtt_us)
+        .collect();
+    assert!(
+        after.iter().any(|&rtt| rtt > 25_000),
+        "RTT samples after the change: {after:?}"
+    );
+    let summary: Summary =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("summary parses");
+    assert!(
+        summary.not_run_cells.is_empty(),
+        "{:?}",
+        summary.not_run_cells
+    );
+    assert_eq!(summary.failed_runs, 0);
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(
+        html.contains("A path that changes mid-transfer"),
+        "the report draws it"
     );
 }

@@ -214,7 +214,7 @@ pub struct EmuStats {
     /// Side B to side A (path 0, as `a_to_b`).
     pub b_to_a: DirStats,
     /// The extra paths' counters (path 1 first; empty for a topology of one path).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub extra: Vec<PathStats>,
 }
 

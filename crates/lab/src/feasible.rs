@@ -55,18 +55,6 @@ pub fn setsockopt_need(plan: &Plan, key: &CellKey) -> Option<Bytes> {
 
 /// Why `key` cannot be run faithfully with `limits`, if it cannot.
 pub fn not_runnable(plan: &Plan, key: &CellKey, limits: &HostLimits) -> Option<String> {
-    // The runner makes one transfer per run on a fixed path: a second transfer mid-way and a
-    // path that changes under a transfer are planned and judged, but not run yet. Marked,
-    // never run as plain cells under their name.
-    if let Some(s) = &key.scenario {
-        let what = match s {
-            crate::plan::Scenario::Competing => "a competing transfer mid-way",
-            crate::plan::Scenario::PathChange => "a path that changes mid-transfer",
-        };
-        return Some(format!(
-            "this runner does not run {what} yet (the cell is planned, not measured)"
-        ));
-    }
     if limits.can_raise || !key.host.raises_limits() {
         return None;
     }
@@ -119,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn scenario_cells_are_marked_not_run_in_every_mode() {
+    fn scenario_cells_run_like_any_other_cell() {
         let plan = Plan::quick();
         let root = HostLimits {
             can_raise: true,
@@ -131,8 +119,11 @@ mod tests {
         ] {
             let mut k = key(HostConfig::Untuned, "auto", 100);
             k.scenario = Some(s);
-            let why = not_runnable(&plan, &k, &root);
-            assert!(why.is_some_and(|w| w.contains("does not run")), "{s:?}");
+            assert_eq!(not_runnable(&plan, &k, &root), None, "{s:?}");
+            assert_eq!(not_runnable(&plan, &k, &ROOTLESS_4M), None, "{s:?}");
+            // Under raised limits they need what any cell of their mode needs.
+            k.host = HostConfig::KernelOnly;
+            assert!(not_runnable(&plan, &k, &ROOTLESS_4M).is_some(), "{s:?}");
         }
     }
 

@@ -2,7 +2,8 @@
 //! HTML so tests can check the numbers a figure draws.
 
 use crate::aggregate::{Aggregate, CellStats};
-use crate::plan::{ExpandedPlan, HostConfig};
+use crate::plan::{ExpandedPlan, HostConfig, Scenario};
+use crate::record::{RunRecord, RunSeries};
 use crate::summary::shown_modes;
 use crate::svg::{Chart, Marker, Point, Scale, Series};
 use tcptune_core::Bytes;
@@ -195,6 +196,152 @@ fn short_size_approx(b: u64) -> String {
     }
 }
 
+/// Most points a time-series line keeps (evenly spread; each point is a marker).
+const SERIES_POINTS: usize = 80;
+
+/// TCP payload per segment assumed when the window is drawn in bytes: the MTU less 52 bytes
+/// of IPv4 and TCP headers with timestamps.
+fn mss_of(mtu: u32) -> f64 {
+    f64::from(mtu.saturating_sub(52).max(1))
+}
+
+/// Every `n`-th of `v` so that at most [`SERIES_POINTS`] remain (the last one kept).
+fn thin<T: Clone>(v: &[T]) -> Vec<T> {
+    let step = v.len().div_ceil(SERIES_POINTS).max(1);
+    let mut out: Vec<T> = v.iter().step_by(step).cloned().collect();
+    if let Some(last) = v.last() {
+        if !(v.len() - 1).is_multiple_of(step) {
+            out.push(last.clone());
+        }
+    }
+    out
+}
+
+fn line(name: &str, color: &str, pts: Vec<(f64, f64)>, unit: &str) -> Series {
+    Series {
+        name: name.into(),
+        color: color.into(),
+        dashed: false,
+        points: thin(&pts)
+            .into_iter()
+            .map(|(x, y)| Point {
+                x,
+                y,
+                lo: y,
+                hi: y,
+                hollow: false,
+                tip: format!("{name} at {x:.2} s: {y:.2} {unit}"),
+            })
+            .collect(),
+    }
+}
+
+/// Ticks every second (every few seconds on long runs) from 0 to `end_s`.
+fn time_ticks(end_s: f64) -> Vec<(f64, String)> {
+    let step = (end_s / 8.0).ceil().max(1.0);
+    let mut v = Vec::new();
+    let mut t = 0.0;
+    while t <= end_s + 1e-9 {
+        v.push((t, format!("{t:.0}")));
+        t += step;
+    }
+    v
+}
+
+/// PSC's Figure 1 on a path that changes: for one path-change run, the first stream's
+/// window and buffers (MiB) and its delivery rate (Mbit/s) over time, with the change
+/// marked. The window is `snd_cwnd` segments of the MTU less 52 header bytes.
+pub fn path_change_charts(plan: &ExpandedPlan, rec: &RunRecord, s: &RunSeries) -> [Chart; 2] {
+    let mib = |b: f64| b / f64::from(1u32 << 20);
+    let mss = mss_of(plan.plan.mtu);
+    let snd = &s.sender;
+    let window: Vec<(f64, f64)> = snd
+        .iter()
+        .map(|x| (x.t_s, mib(f64::from(x.snd_cwnd_segs) * mss)))
+        .collect();
+    let sndbuf: Vec<(f64, f64)> = snd
+        .iter()
+        .filter_map(|x| Some((x.t_s, mib(f64::from(x.sndbuf_bytes?)))))
+        .collect();
+    let rcvbuf: Vec<(f64, f64)> = s
+        .receiver
+        .iter()
+        .filter_map(|x| Some((x.t_s, mib(f64::from(x.rcvbuf_bytes?)))))
+        .collect();
+    let rate: Vec<(f64, f64)> = snd
+        .iter()
+        .filter_map(|x| Some((x.t_s, x.delivery_rate_bytes_per_sec? as f64 * 8.0 / 1e6)))
+        .collect();
+    let end = snd
+        .iter()
+        .chain(&s.receiver)
+        .map(|x| x.t_s)
+        .fold(0.0, f64::max);
+    let vlines: Vec<Marker> = s
+        .change_at_s
+        .map(|at| Marker {
+            at,
+            label: s.change.clone(),
+            keep_in_view: false,
+        })
+        .into_iter()
+        .collect();
+    let title = format!(
+        "{} P={} ({}), {}",
+        rec.cell.tune,
+        rec.cell.streams,
+        rec.cell.host,
+        rtt_label(rec.cell.rtt_us)
+    );
+    let chart = |title: String, y_label: &str, series: Vec<Series>| Chart {
+        title,
+        width: 480.0,
+        height: 260.0,
+        x_label: "seconds since the data started (first stream)".into(),
+        x_scale: Scale::Linear,
+        x_ticks: time_ticks(end),
+        y_label: y_label.into(),
+        y_max: None,
+        series,
+        vlines: vlines.clone(),
+        hlines: Vec::new(),
+    };
+    [
+        chart(
+            format!("{title}: window and buffers"),
+            "MiB",
+            vec![
+                line("cwnd", "#d62728", window, "MiB"),
+                line("sndbuf (sender)", "#1f77b4", sndbuf, "MiB"),
+                line("rcvbuf (receiver)", "#2ca02c", rcvbuf, "MiB"),
+            ],
+        ),
+        chart(
+            format!("{title}: delivery rate"),
+            "Mbit/s",
+            vec![line("delivery rate", "#9467bd", rate, "Mbit/s")],
+        ),
+    ]
+}
+
+/// The path-change runs the report draws: the first successful repetition of each
+/// path-change cell that recorded a series, in plan order.
+pub fn path_change_runs<'a>(
+    plan: &ExpandedPlan,
+    records: &'a [RunRecord],
+) -> Vec<(&'a RunRecord, &'a RunSeries)> {
+    plan.cells
+        .iter()
+        .filter(|c| c.key.scenario == Some(Scenario::PathChange))
+        .filter_map(|c| {
+            records
+                .iter()
+                .filter(|r| r.cell == c.key && r.ok)
+                .find_map(|r| r.series.as_ref().map(|s| (r, s)))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +402,73 @@ mod tests {
         assert_eq!(c.vlines[0].at, 62_500.0);
         assert_eq!(c.x_ticks[0].1, "8K");
         assert_eq!(c.x_ticks[2].1, "1M");
+    }
+
+    #[test]
+    fn thin_keeps_at_most_the_limit_and_the_last_point() {
+        let v: Vec<u32> = (0..1000).collect();
+        let t = thin(&v);
+        assert!(t.len() <= SERIES_POINTS + 1, "{}", t.len());
+        assert_eq!(t.first(), Some(&0));
+        assert_eq!(t.last(), Some(&999));
+        assert_eq!(thin(&[1, 2, 3]), vec![1, 2, 3]);
+        assert!(thin::<u32>(&[]).is_empty());
+    }
+
+    #[test]
+    fn path_change_charts_draw_window_buffers_and_rate_with_the_change_marked() {
+        let plan = Plan::quick().expand();
+        let key = crate::plan::CellKey {
+            scenario: Some(Scenario::PathChange),
+            ..crate::plan::CellKey::new(25_000, HostConfig::Untuned, 1, "auto")
+        };
+        let mut rec = RunRecord::failed(key, 1, 0.0, 0.0, String::new());
+        let sample = |t: f64, cwnd: u32| tcptune_core::SampleRecord {
+            t_s: t,
+            snd_cwnd_segs: cwnd,
+            sndbuf_bytes: Some(cwnd * 3000),
+            rcvbuf_bytes: Some(cwnd * 4000),
+            delivery_rate_bytes_per_sec: Some(u64::from(cwnd) * 100_000),
+            rtt_us: 25_000,
+            bytes_acked: None,
+            bytes_received: None,
+            wmem_queued_bytes: None,
+            rmem_alloc_bytes: None,
+            rcv_rtt_us: 0,
+            rcv_space_bytes: 0,
+            notsent_bytes: None,
+            rwnd_limited_us: None,
+            sndbuf_limited_us: None,
+            pool_fair_share_bytes: None,
+            pool_held_bytes: None,
+        };
+        let s = RunSeries {
+            change_at_s: Some(1.0),
+            change: "rtt 25ms -> 100ms".into(),
+            sender: (0..20)
+                .map(|i| sample(f64::from(i) * 0.1, 10 + i))
+                .collect(),
+            receiver: (0..20)
+                .map(|i| sample(f64::from(i) * 0.1, 10 + i))
+                .collect(),
+            ..RunSeries::default()
+        };
+        rec.ok = true;
+        rec.series = Some(s.clone());
+        let [buffers, rate] = path_change_charts(&plan, &rec, &s);
+        let names: Vec<&str> = buffers.series.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["cwnd", "sndbuf (sender)", "rcvbuf (receiver)"]);
+        assert!(buffers.series.iter().all(|x| x.points.len() == 20));
+        assert_eq!(buffers.vlines[0].at, 1.0);
+        assert_eq!(rate.series[0].points.len(), 20);
+        assert!(buffers.render().contains("rtt 25ms -&gt; 100ms"));
+        let records = [rec];
+        let mut with_cell = plan.clone();
+        with_cell.cells.push(crate::plan::Cell {
+            key: records[0].cell.clone(),
+            ..with_cell.cells[0].clone()
+        });
+        assert_eq!(path_change_runs(&with_cell, &records).len(), 1);
+        assert!(path_change_runs(&plan, &records).is_empty());
     }
 }

@@ -134,6 +134,7 @@ pub fn render(i: &ReportInput) -> String {
     headline_section(&mut h, i);
     figures_section(&mut h, i);
     sweep_section(&mut h, i);
+    path_change_section(&mut h, i);
     claims_section(&mut h, i);
     memory_section(&mut h, i);
     modes_section(&mut h, i);
@@ -270,6 +271,24 @@ fn figures_section(h: &mut String, i: &ReportInput) {
         for &rtt in &plan.rtts_us {
             h.push_str("<div>");
             h.push_str(&streams_panel(i.plan, i.agg, host, rtt).render());
+            h.push_str("</div>");
+        }
+    }
+    h.push_str("</div>");
+}
+
+fn path_change_section(h: &mut String, i: &ReportInput) {
+    let runs = crate::figures::path_change_runs(i.plan, i.records);
+    if runs.is_empty() {
+        return;
+    }
+    h.push_str("<h2>A path that changes mid-transfer (PSC's Figure 1)</h2>");
+    h.push_str("<p class=\"note\">One transfer while the emulated path's delay or rate changes at the dotted line: the first stream's congestion window (segments of the MTU less 52 header bytes), its kernel-held send and receive buffers, and its delivery rate, from the tuner's samples. The first successful repetition of each cell is drawn.</p>");
+    h.push_str("<div class=\"grid\" style=\"grid-template-columns:repeat(2,minmax(0,1fr))\">");
+    for (rec, series) in runs {
+        for chart in crate::figures::path_change_charts(i.plan, rec, series) {
+            h.push_str("<div>");
+            h.push_str(&chart.render());
             h.push_str("</div>");
         }
     }

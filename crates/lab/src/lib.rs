@@ -23,6 +23,7 @@ pub mod psc;
 pub mod record;
 pub mod results;
 pub mod runner;
+pub mod scenario;
 pub mod summary;
 pub mod svg;
 

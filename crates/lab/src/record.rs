@@ -126,7 +126,8 @@ pub struct Competing {
     pub second_at_s: f64,
     /// The overlap both transfers were sending in, seconds (on the first transfer's clock).
     pub overlap_s: [f64; 2],
-    /// Each transfer's throughput over the overlap, bit/s (from its one-second intervals).
+    /// Each transfer's throughput over the overlap, bit/s (from its interval reports, every
+    /// 250 ms).
     pub overlap_bps: [f64; 2],
     /// Jain's fairness index of the two transfers over the overlap (1: equal shares; 0.5:
     /// one took everything).

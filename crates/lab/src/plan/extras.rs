@@ -9,9 +9,14 @@
 //! | `[competing]` | a second transfer starting mid-way through the first on the same path; Jain's index | [`CellRole::Competing`] |
 //! | `[path_change]` | one transfer while the emulated path's delay or rate changes; the window's time series | [`CellRole::PathChange`] |
 //!
-//! The runner runs `known_path`, `[congestion_sweep]` and `[size_sweep]` cells; `[competing]`
-//! and `[path_change]` cells are planned and judged but not run yet: they are recorded as not
-//! run, with the reason ([`crate::feasible::not_runnable`]).
+//! The runner runs every one of them. A `[competing]` cell starts a second `tcptune send` of
+//! the same mode on the same path `second_at` after the first and records both, with their
+//! rates over the overlap and Jain's index ([`crate::scenario::competing`]). A
+//! `[path_change]` cell runs one `send --samples` while a thread changes the emulated path
+//! (`tcptune_emu::PathControl`) `at` after it started, puts the path back afterwards, and
+//! records the first stream's time series and when the change came
+//! ([`crate::scenario::series`]); the report draws it. Both are duration workloads (`send
+//! -t`) that measure the path afresh.
 //!
 //! Modes are written `MODE` or `MODE@HOST` (`kernel@kernel_only`, `fixed:4m@user_kernel`);
 //! without a host the mode runs untuned (the namespace's defaults).

@@ -62,7 +62,7 @@
 //! second_at = "3s"
 //! second = "3s"
 //!
-//! [path_change]            # the path changes under a running transfer
+//! [[path_change]]          # the path changes under a running transfer (one per RTT)
 //! rtt = "25ms"
 //! to_rtt = "100ms"         # and/or to_rate = "300mbit"
 //! at = "4s"

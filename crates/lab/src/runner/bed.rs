@@ -1,8 +1,11 @@
 //! One emulated path with a `tcptune serve` on side B: the only code in the lab that touches
 //! the emulator and child processes. Both children (`serve`, `send`) are supervised
 //! (`tcptune_emu::process`): they die with the lab, even if it is killed with SIGKILL.
+//! The scenario cells (a competing transfer, a path that changes) are run by [`scenario`].
 
-use crate::plan::{CellKey, Plan};
+mod scenario;
+
+use crate::plan::{CellKey, Plan, Scenario};
 use crate::record::{EmuRunStats, RunRecord};
 use crate::runner::{env, interrupted};
 use anyhow::{bail, Context as _};
@@ -44,9 +47,20 @@ pub(crate) struct BedSpec {
 /// A running path and server.
 pub(crate) struct Bed {
     spec: BedSpec,
+    /// The path as brought up (what a path-change run puts back).
+    path: PathConfig,
     topo: Option<Topology>,
     server: Option<Supervised>,
     peer: IpAddr,
+}
+
+/// A `tcptune send` running on side A ([`Bed::start_send`]).
+struct Sending {
+    child: Supervised,
+    started: Instant,
+    deadline: Instant,
+    out_path: PathBuf,
+    err_path: PathBuf,
 }
 
 /// How long to wait for the server to listen.
@@ -73,6 +87,7 @@ impl Bed {
         let peer = topo.addr(Side::B);
         let mut bed = Bed {
             spec: spec.clone(),
+            path: tc.path.clone(),
             topo: Some(topo),
             server: None,
             peer,
@@ -198,41 +213,42 @@ impl Bed {
         if let Some(t) = self.topo.as_ref() {
             t.reset_stats();
         }
-        let out_path = self.spec.log_dir.join("send.out");
-        let err_path = self.spec.log_dir.join("send.err");
-        let out =
-            File::create(&out_path).with_context(|| format!("creating {}", out_path.display()))?;
-        let err =
-            File::create(&err_path).with_context(|| format!("creating {}", err_path.display()))?;
-        let target = match self.peer {
-            IpAddr::V4(a) => format!("{a}:{}", self.spec.port),
-            IpAddr::V6(a) => format!("[{a}]:{}", self.spec.port),
-        };
         let max_time = Duration::from_millis(plan.max_time_ms);
+        match key.scenario {
+            Some(Scenario::Competing) => {
+                let spec = plan
+                    .extras
+                    .competing
+                    .as_ref()
+                    .context("a competing cell without a [competing] section")?;
+                let mut rec = self.run_competing(key, rep, plan, spec)?;
+                self.record_emu(&mut rec);
+                return Ok(rec);
+            }
+            Some(Scenario::PathChange) => {
+                let spec = plan
+                    .extras
+                    .path_change
+                    .iter()
+                    .find(|p| p.rtt_us == key.rtt_us)
+                    .context("a path-change cell without its [path_change] section")?;
+                let mut rec = self.run_path_change(key, rep, plan, spec)?;
+                self.record_emu(&mut rec);
+                return Ok(rec);
+            }
+            None => {}
+        }
+        let mut args = self.send_args(key, plan);
         // A size sweep's cell moves its own size; every other cell the plan's messages.
         let messages = key.bytes.map_or(plan.messages, |b| {
             b.div_ceil(plan.message_size.0.max(1)).max(1)
         });
-        let mut args: Vec<String> = vec![
-            "send".into(),
-            target,
-            "-P".into(),
-            key.streams.to_string(),
+        args.extend([
             "-n".into(),
             messages.to_string(),
-            "-l".into(),
-            plan.message_size.0.to_string(),
-            "--tune".into(),
-            tune_arg(key, plan),
-            "--json".into(),
             "--max-time".into(),
             max_time_arg(max_time),
-        ];
-        // A congestion sweep's cell runs its own algorithm.
-        if let Some(cc) = key.cc.as_ref().or(plan.congestion.as_ref()) {
-            args.push("-C".into());
-            args.push(cc.clone());
-        }
+        ]);
         // Every run on a new path measures it afresh (a database shared by the runs would
         // make their order matter). A known path's run gets a database of its own that one
         // transfer of the same cell has just recorded the path in.
@@ -249,28 +265,85 @@ impl Bed {
             args.push(db.display().to_string());
             self.warm_up(&args, max_time)?;
         }
-        let t0 = Instant::now();
+        let sending = self.start_send(&args, "send", max_time)?;
+        let (mut rec, _) = self.finish_send(sending, key, rep)?;
+        self.record_emu(&mut rec);
+        Ok(rec)
+    }
+
+    /// The arguments of `tcptune send` every run shares (target, streams, message size,
+    /// mode, congestion control); the workload comes after.
+    fn send_args(&self, key: &CellKey, plan: &Plan) -> Vec<String> {
+        let target = match self.peer {
+            IpAddr::V4(a) => format!("{a}:{}", self.spec.port),
+            IpAddr::V6(a) => format!("[{a}]:{}", self.spec.port),
+        };
+        let mut args: Vec<String> = vec![
+            "send".into(),
+            target,
+            "-P".into(),
+            key.streams.to_string(),
+            "-l".into(),
+            plan.message_size.0.to_string(),
+            "--tune".into(),
+            tune_arg(key, plan),
+            "--json".into(),
+        ];
+        // A congestion sweep's cell runs its own algorithm.
+        if let Some(cc) = key.cc.as_ref().or(plan.congestion.as_ref()) {
+            args.push("-C".into());
+            args.push(cc.clone());
+        }
+        args
+    }
+
+    /// Start `tcptune send ARGS` on side A, its output in `logs/TAG.out` and `TAG.err`;
+    /// it is killed if it runs `limit` plus [`RUN_SLACK`].
+    fn start_send(&self, args: &[String], tag: &str, limit: Duration) -> anyhow::Result<Sending> {
+        let out_path = self.spec.log_dir.join(format!("{tag}.out"));
+        let err_path = self.spec.log_dir.join(format!("{tag}.err"));
+        let out =
+            File::create(&out_path).with_context(|| format!("creating {}", out_path.display()))?;
+        let err =
+            File::create(&err_path).with_context(|| format!("creating {}", err_path.display()))?;
+        let started = Instant::now();
         let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
-        cmd.args(&args).stdin(Stdio::null()).stdout(out).stderr(err);
-        let mut child = process::spawn(&mut cmd, "tcptune send on side A")?.grace(GRACE);
-        let deadline = t0 + max_time + RUN_SLACK;
-        let status = match child.wait_until(Some(deadline), interrupted)? {
-            Waited::Exited(s) => s,
+        cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = process::spawn(&mut cmd, format!("tcptune send on side A ({tag})"))?;
+        Ok(Sending {
+            child: child.grace(GRACE),
+            started,
+            deadline: started + limit + RUN_SLACK,
+            out_path,
+            err_path,
+        })
+    }
+
+    /// Wait for a `send` to end and make its record (and return its report, when it wrote
+    /// one).
+    fn finish_send(
+        &self,
+        mut s: Sending,
+        key: &CellKey,
+        rep: u32,
+    ) -> anyhow::Result<(RunRecord, Report)> {
+        let status = match s.child.wait_until(Some(s.deadline), interrupted)? {
+            Waited::Exited(st) => st,
             Waited::Interrupted => {
-                child.terminate()?;
+                s.child.terminate()?;
                 bail!("interrupted");
             }
             Waited::Deadline => {
-                child.terminate()?;
+                s.child.terminate()?;
                 bail!(
-                    "tcptune send still running {} s after its --max-time; killed",
+                    "tcptune send still running {} s after its time limit; killed",
                     RUN_SLACK.as_secs()
                 );
             }
         };
-        let wall = t0.elapsed().as_secs_f64();
-        let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+        let wall = s.started.elapsed().as_secs_f64();
+        let stdout = std::fs::read_to_string(&s.out_path).unwrap_or_default();
+        let stderr = std::fs::read_to_string(&s.err_path).unwrap_or_default();
         let report: Report = match serde_json::from_str(&stdout) {
             Ok(r) => r,
             Err(e) => {
@@ -289,6 +362,11 @@ impl Bed {
         if !rec.ok {
             self.keep_failure(key, rep, &stdout, &stderr);
         }
+        Ok((rec, report))
+    }
+
+    /// Add the emulator's counters of the run (path 0, data direction) to `rec`.
+    fn record_emu(&self, rec: &mut RunRecord) {
         // The counters are refreshed every 100 ms.
         std::thread::sleep(Duration::from_millis(120));
         if let Some(a) = self.stats() {
@@ -299,7 +377,6 @@ impl Bed {
                 lateness_p99_us: Some(a.a_to_b.lateness.p99_us),
             });
         }
-        Ok(rec)
     }
 
     /// The transfer that records the path for a known-path run: the same command, its

@@ -1,7 +1,7 @@
 //! The progress bar on stderr: runs done, percentage, elapsed time and an ETA from a cost
 //! model of the remaining runs, corrected by how long the finished runs really took.
 
-use crate::plan::{CellKey, Plan};
+use crate::plan::{CellKey, Plan, Scenario};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tcptune_core::{format_duration, TuneMode};
@@ -20,6 +20,20 @@ const PROBE_ROUNDS: f64 = 17.0;
 /// at the plan's time limit. (Fitted to measured runs: within about 10% on the emulator.)
 pub fn expected_seconds(plan: &Plan, cell: &CellKey) -> f64 {
     let rtt = cell.rtt_us as f64 / 1e6;
+    // The scenario cells send for a planned time.
+    let planned_ms = match cell.scenario {
+        Some(Scenario::Competing) => plan.extras.competing.as_ref().map(|c| c.first_ms),
+        Some(Scenario::PathChange) => plan
+            .extras
+            .path_change
+            .iter()
+            .find(|p| p.rtt_us == cell.rtt_us)
+            .map(|p| p.duration_ms),
+        None => None,
+    };
+    if let Some(ms) = planned_ms {
+        return OVERHEAD_S + SESSION_RTTS * rtt + ms as f64 / 1000.0;
+    }
     let bytes = plan.messages as f64 * plan.message_size.0 as f64;
     let mode = cell.mode();
     let window = match mode {

@@ -52,6 +52,8 @@ struct UpReport {
     addr_a: String,
     addr_b: String,
     path: PathJson,
+    /// The extra paths (`--extra-path`), to 198.19.0.2 on (empty: one path).
+    extra_paths: Vec<PathJson>,
     /// "root" or "rootless".
     mode: Mode,
     warnings: Vec<String>,
@@ -93,6 +95,7 @@ pub(super) fn up(o: UpOpts) -> anyhow::Result<ExitCode> {
             addr_a,
             addr_b,
             path: PathJson::from(&cfg.path),
+            extra_paths: cfg.extra_paths.iter().map(PathJson::from).collect(),
             mode: d.ready.mode,
             warnings,
         })?;

@@ -28,6 +28,8 @@ Examples:
       -- sh -c 'tcptune send $TCPTUNE_PEER --json' > report.json
   tcptune emu run --rtt 20ms --json -- ping -c 5 198.19.0.1 | jq .stats.a_to_b.lateness
   tcptune emu up wan --delay 25ms --rate 500mbit --queue 1bdp --loss 0.01%
+  tcptune emu run --rtt 68ms --rate 40mbit --extra-path rtt=1ms,rate=10mbit \\
+      -- sh -c 'ping -c 3 198.19.0.1; ping -c 3 198.19.0.2'
   tcptune emu exec wan b -- iperf3 -s -D
   tcptune emu exec wan a -- sh -c 'iperf3 -c $TCPTUNE_PEER -t 10'
   tcptune emu status wan --json
@@ -35,7 +37,10 @@ Examples:
 
 Side A (198.18.0.1) and side B (198.19.0.1) are network namespaces tt-NAME-a and tt-NAME-b
 joined by a TUN device each; the emulator threads carry packets between them through the
-path, the same in both directions. Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
+path, the same in both directions. Each --extra-path adds an address to side B (198.19.0.2,
+198.19.0.3, ...) reached over a path of its own (its own queue, rate, delay, loss and
+counters): one sender in A can so reach several receivers over different paths at once.
+Commands get TCPTUNE_SELF and TCPTUNE_PEER (the other
 side's address) in their environment; CMD runs without a shell, so use sh -c '...' to expand
 them. Needs iproute2. Two modes, said on stderr as 'mode ...': as root (CAP_NET_ADMIN and
 CAP_SYS_ADMIN) the namespaces are named (ip netns) and joined by TUN devices (/dev/net/tun);

@@ -60,6 +60,8 @@ struct RunReport<'a> {
     schema_version: u32,
     name: &'a str,
     path: PathJson,
+    /// The extra paths (`--extra-path`), to 198.19.0.2 on (empty: one path).
+    extra_paths: Vec<PathJson>,
     /// CMD's exit code (128 + N if a signal N ended it), which is also emu run's.
     exit_code: u8,
     /// The stop signal (SIGINT, SIGTERM, SIGHUP) that cut the run short.
@@ -120,6 +122,7 @@ pub(super) fn run(o: RunOpts) -> anyhow::Result<ExitCode> {
             schema_version: EMU_SCHEMA_VERSION,
             name: &name,
             path: PathJson::from(&cfg.path),
+            extra_paths: cfg.extra_paths.iter().map(PathJson::from).collect(),
             exit_code: code,
             interrupted_by: signal.map(signals::signal_name),
             error,
