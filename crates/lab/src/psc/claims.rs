@@ -72,6 +72,13 @@ fn sustained(plan: &PscPlan, agg: &PscAggregate) -> Claim {
         let Some((h, h_all)) = sustained_up_to(agg, e, "hiperf") else {
             continue;
         };
+        if h == 0 {
+            // Its first count failed (not for memory: the limit is 10 x 400 kB).
+            unjudged.push(format!(
+                "{e}: hiperf sustained no count (its smallest count failed; see the cells)"
+            ));
+            continue;
+        }
         if h_all {
             // Neither mode met the limit: the counts tried cannot tell them apart.
             unjudged.push(format!(
@@ -374,6 +381,14 @@ mod tests {
         let s = verdict(&small, "psc-connections-sustained");
         assert_eq!(s.verdict, Verdict::NotMeasured, "{}", s.measured);
         assert!(s.measured.contains("never reached"), "{}", s.measured);
+        // A hiperf run that failed at its smallest count judges nothing either.
+        let mut failed = basic("hiperf", &[1, 4], 400_000, 36e6);
+        failed[0].ok = false;
+        failed[0].connections[0].ok = false;
+        failed.extend(basic("hiperf", &[20], 400_000, 36e6));
+        failed.extend(basic("psc", &[1, 4, 20], 100_000, 36e6));
+        let f = verdict(&failed, "psc-connections-sustained");
+        assert_eq!(f.verdict, Verdict::NotMeasured, "{}", f.measured);
     }
 
     #[test]

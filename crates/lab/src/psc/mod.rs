@@ -41,6 +41,13 @@
 //! connections are limited by the receive window as much as by the send buffer (both give
 //! the same window, 16 kB or 400 kB of payload per round trip, as PSC's senders did).
 //!
+//! # Congestion control
+//!
+//! PSC's sender and receivers ran Reno with SACK, so every connection runs `reno`
+//! (`send -C reno`, both ends; the plan's `congestion` key). A namespace's default is often
+//! bbr or cubic, whose windows do not follow Reno's sawtooth that PSC's `sb_net_target`
+//! tracks.
+//!
 //! # Modules
 //!
 //! [`plan`] (the presets and plan files), [`record`] (one run; `ss` output parsed),

@@ -13,6 +13,7 @@
 //! seconds = 20.0                 # each transfer's length
 //! budget = 2097152               # the server's --memory-budget, bytes
 //! network_memory = 4194304       # PSC's NMBCLUSTERS: what "sustained" is judged against
+//! congestion = "reno"            # -C of every connection; "default" keeps the namespace's
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -162,6 +163,9 @@ pub struct PscPlan {
     pub mtu: u32,
     /// Seed of the emulator and of the run order.
     pub seed: u64,
+    /// Congestion control of every connection (`send -C`, both ends): PSC's stacks were
+    /// Reno with SACK, so `reno`; `default` keeps the namespace's (often bbr or cubic).
+    pub congestion: String,
 }
 
 impl Default for PscPlan {
@@ -215,6 +219,7 @@ impl PscPlan {
             queue_bdp: 1.0,
             mtu: 1500,
             seed: 1,
+            congestion: "reno".into(),
         }
     }
 
@@ -290,6 +295,11 @@ impl PscPlan {
         v
     }
 
+    /// The `-C` value of the clients, if any (`None` for `default`).
+    pub fn congestion_arg(&self) -> Option<&str> {
+        (self.congestion != "default").then_some(self.congestion.as_str())
+    }
+
     /// The path of index `i` ([`REMOTE`] or [`LOCAL`]).
     pub fn path(&self, i: usize) -> PscPath {
         if i == LOCAL {
@@ -362,6 +372,9 @@ mod tests {
         assert_eq!(p.basic, vec![1, 2]);
         assert_eq!(p.budget, 2 << 20);
         assert!(p.validate().is_ok());
+        assert_eq!(p.congestion_arg(), Some("reno"));
+        let d = PscPlan::from_toml("congestion = \"default\"").unwrap();
+        assert_eq!(d.congestion_arg(), None);
         assert!(PscPlan::from_toml("bogus = 1").is_err());
         let bad = PscPlan {
             modes: vec!["turbo".into()],

@@ -302,10 +302,13 @@ impl Testbed {
                 "0",
                 "--connect-timeout",
                 "20s",
-            ])
-            .stdin(Stdio::null())
-            .stdout(File::create(&out).with_context(|| format!("creating {}", out.display()))?)
-            .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
+            ]);
+            if let Some(cc) = plan.congestion_arg() {
+                cmd.args(["-C", cc]);
+            }
+            cmd.stdin(Stdio::null())
+                .stdout(File::create(&out).with_context(|| format!("creating {}", out.display()))?)
+                .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
             let what = format!("tcptune send --reverse (connection {i}) on side B");
             clients.push((process::spawn(&mut cmd, what)?.grace(GRACE), out, err));
             Ok(())
