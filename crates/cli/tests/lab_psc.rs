@@ -120,8 +120,20 @@ fn tiny_psc_lab_records_every_connection_and_writes_its_summary_and_report() {
         .collect();
     // (1 + 3 basic + 1 diverse) x 3 modes.
     assert_eq!(records.len(), 9);
+    // A failed run's clients' output is kept in logs/failed-*: show it.
+    let failed_logs = || -> String {
+        std::fs::read_dir(out.join("logs"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("failed-"))
+                    .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    };
     for r in &records {
-        assert!(r.ok, "{}: {:?}", r.cell.id(), r.error);
+        assert!(r.ok, "{}: {:?}\n{}", r.cell.id(), r.error, failed_logs());
         assert_eq!(
             r.connections.len() as u32,
             r.cell.total(),
