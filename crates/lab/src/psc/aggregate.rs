@@ -56,7 +56,7 @@ pub fn data_sockets(r: &PscRecord) -> BTreeSet<SocketAddr> {
 
 /// The path of a peer address (198.19.0.1 remote, .2 local; see `tcptune_emu::path_addr`).
 pub fn path_of_peer(peer: &SocketAddr) -> usize {
-    match peer {
+    match super::record::canonical(*peer) {
         SocketAddr::V4(a) if a.ip().octets()[3] == 2 => LOCAL,
         _ => REMOTE,
     }
@@ -318,6 +318,11 @@ pub(crate) mod tests {
         assert_eq!(s.peak_held, 4 * 300_000);
         assert_eq!(s.peak_in_use, 4 * 200_000);
         assert!(s.sustained);
+        assert_eq!(
+            path_of_peer(&"[::ffff:198.19.0.2]:1".parse().unwrap()),
+            LOCAL
+        );
+        assert_eq!(path_of_peer(&"198.19.0.1:1".parse().unwrap()), REMOTE);
     }
 
     #[test]

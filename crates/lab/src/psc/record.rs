@@ -129,6 +129,7 @@ pub fn parse_ss(text: &str, port: u16) -> Vec<SockMem> {
         let addrs: Vec<SocketAddr> = line
             .split_whitespace()
             .filter_map(|t| t.parse().ok())
+            .map(canonical)
             .collect();
         if let [.., local, peer] = addrs[..] {
             if local.port() == port {
@@ -138,6 +139,18 @@ pub fn parse_ss(text: &str, port: u16) -> Vec<SockMem> {
     }
     push(current.take(), &info, &mut out);
     out
+}
+
+/// An IPv4-mapped IPv6 address (`[::ffff:198.19.0.2]:5310`, what a dual-stack listener's
+/// sockets show) as the IPv4 address it is.
+pub(crate) fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        SocketAddr::V4(_) => a,
+    }
 }
 
 /// `tb` and `w` of `skmem:(r0,rb131072,t0,tb46080,f0,w0,o0,bl0,d0)`.
@@ -193,5 +206,11 @@ mod tests {
         assert_eq!(v.len(), 1);
         assert_eq!((v[0].sndbuf, v[0].queued, v[0].acked), (100, 5, 0));
         assert!(parse_ss("", 5310).is_empty());
+        // A dual-stack listener's sockets show IPv4-mapped addresses.
+        let t = "0 0 [::ffff:198.18.0.1]:5310 [::ffff:198.19.0.2]:40000\n\t skmem:(tb1,w0)\n";
+        assert_eq!(
+            parse_ss(t, 5310)[0].peer,
+            "198.19.0.2:40000".parse().unwrap()
+        );
     }
 }
