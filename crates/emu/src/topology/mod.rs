@@ -1,6 +1,6 @@
 //! [`Topology`]: two namespaces joined by the emulated path, as a guard.
 
-use crate::config::{Side, TopologyConfig};
+use crate::config::{PathConfig, Side, TopologyConfig};
 use crate::error::EmuError;
 use crate::mode::{self, Facts, Mode, ModeChoice};
 use crate::path::DEFAULT_MAX_BURST;
@@ -357,22 +357,33 @@ impl Topology {
             .ok();
     }
 
-    /// Send UDP probes A→B and back until one makes the round trip.
+    /// Send UDP probes A→B and back over every path until one makes the round trip on each.
     fn wait_ready(&self) -> Result<(), EmuError> {
-        let p = &self.cfg.path;
+        for (index, p) in self.cfg.paths().enumerate() {
+            self.probe_path(index, p)?;
+        }
+        self.reset_stats();
+        Ok(())
+    }
+
+    /// Probe path `index` (`p`) from side A to side B's address of that path and back.
+    fn probe_path(&self, index: usize, p: &PathConfig) -> Result<(), EmuError> {
         let per_try = p.rtt() + p.jitter * 2 + Duration::from_millis(200);
         let (tries, required) = match p.loss {
             l if l <= 0.0 => (10, true),
             l if l <= 0.5 => (30, true),
             _ => (3, false),
         };
-        let sock = |side: Side| -> Result<UdpSocket, EmuError> {
-            let s = self.udp_socket(side, 0)?;
+        let sock = |side: Side, addr: IpAddr| -> Result<UdpSocket, EmuError> {
+            let fd = self.socket(side, libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+            crate::sock::bind(&fd, std::net::SocketAddr::new(addr, 0))?;
+            let s = UdpSocket::from(fd);
             s.set_read_timeout(Some(per_try))
                 .map_err(|e| EmuError::sys("setting the probe timeout", e))?;
             Ok(s)
         };
-        let (a, b) = (sock(Side::A)?, sock(Side::B)?);
+        let target = IpAddr::V4(path_addr(index));
+        let (a, b) = (sock(Side::A, self.addr(Side::A))?, sock(Side::B, target)?);
         let b_addr = b
             .local_addr()
             .map_err(|e| EmuError::sys("reading the probe address", e))?;
@@ -384,7 +395,7 @@ impl Topology {
             if let Some(why) = self.failure() {
                 return Err(EmuError::NotReady(why));
             }
-            let msg = format!("tcptune-probe {i}");
+            let msg = format!("tcptune-probe {index} {i}");
             let _ = a.send_to(msg.as_bytes(), b_addr);
             let crossed = matches!(b.recv_from(&mut buf), Ok((n, from)) if &buf[..n] == msg.as_bytes() && from == a_addr);
             if !crossed {
@@ -392,13 +403,13 @@ impl Topology {
             }
             let _ = b.send_to(msg.as_bytes(), a_addr);
             if matches!(a.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == msg.as_bytes()) {
-                self.reset_stats();
                 return Ok(());
             }
         }
         if required {
             Err(EmuError::NotReady(format!(
-                "no probe made the round trip {ADDR_A} -> {ADDR_B} -> {ADDR_A} in {tries} tries"
+                "no probe made the round trip {ADDR_A} -> {target} -> {ADDR_A} over path {index} \
+                 in {tries} tries"
             )))
         } else {
             Ok(())
@@ -426,6 +437,8 @@ impl Topology {
     }
 
     /// A handle that changes the paths while they run (see [`PathControl`]).
+    /// [`config`](Self::config) keeps saying what the topology came up with; the handle's
+    /// [`PathControl::get`] says what a path runs with now.
     pub fn path_control(&self) -> PathControl {
         PathControl::new(self.shared.clone(), self.cfg.paths().cloned().collect())
     }
