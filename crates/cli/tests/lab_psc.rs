@@ -142,6 +142,12 @@ fn tiny_psc_lab_records_every_connection_and_writes_its_summary_and_report() {
         );
         assert!(r.connections.iter().all(|c| c.bytes > 0));
         assert!(!r.memory.is_empty(), "{}: no memory samples", r.cell.id());
+        assert_eq!(r.paths.len(), 2, "{}: both paths' counters", r.cell.id());
+        assert!(
+            r.paths[0].packets > 0,
+            "{}: nothing crossed the remote path",
+            r.cell.id()
+        );
         let paths: std::collections::BTreeSet<usize> =
             r.connections.iter().map(|c| c.path).collect();
         assert_eq!(paths.len(), if r.cell.connections[1] > 0 { 2 } else { 1 });

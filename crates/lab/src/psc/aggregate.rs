@@ -141,6 +141,9 @@ pub struct PscCellStats {
     pub peak_held: Option<Spread>,
     /// Every run sustained the cell's connections (see [`RunStats::sustained`]).
     pub sustained: bool,
+    /// Packets the emulator dropped on the remote and the local path (median over runs).
+    #[serde(default)]
+    pub drops: [Option<Spread>; 2],
 }
 
 impl PscCellStats {
@@ -213,6 +216,12 @@ pub fn aggregate(plan: &PscPlan, records: &[PscRecord]) -> PscAggregate {
                 jain_paths: spread(&|s| s.jain_paths),
                 peak_in_use: Spread::of(stats.iter().map(|s| s.peak_in_use as f64)),
                 peak_held: Spread::of(stats.iter().map(|s| s.peak_held as f64)),
+                drops: [REMOTE, LOCAL].map(|p| {
+                    Spread::of(
+                        rs.iter()
+                            .filter_map(|r| r.paths.get(p).map(|s| s.drops as f64)),
+                    )
+                }),
                 sustained: !stats.is_empty()
                     && stats.len() == rs.len()
                     && stats.iter().all(|s| s.sustained),
@@ -280,6 +289,14 @@ pub(crate) mod tests {
             error: None,
             connections,
             memory: vec![MemSample { t_s: 0.5, sockets }],
+            paths: vec![
+                crate::psc::record::PathRunStats {
+                    packets: 1000,
+                    drops: 7,
+                    queue_peak_bytes: 1,
+                },
+                crate::psc::record::PathRunStats::default(),
+            ],
         }
     }
 
@@ -337,6 +354,8 @@ pub(crate) mod tests {
         let agg = aggregate(&plan, &[r]);
         assert!(!agg.cells[0].sustained);
         assert_eq!(agg.cells[0].total_bps.unwrap().median, 36e6);
+        assert_eq!(agg.cells[0].drops[0].unwrap().median, 7.0);
+        assert_eq!(agg.cells[0].drops[1].unwrap().median, 0.0);
     }
 
     #[test]

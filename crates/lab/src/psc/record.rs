@@ -53,6 +53,17 @@ pub struct MemSample {
     pub sockets: Vec<SockMem>,
 }
 
+/// The emulator's counters of one path during a run, sender to receiver (A to B).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathRunStats {
+    /// Packets delivered.
+    pub packets: u64,
+    /// Packets dropped (queue overflow and loss).
+    pub drops: u64,
+    /// Peak queue, bytes.
+    pub queue_peak_bytes: u64,
+}
+
 /// One run of one cell.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PscRecord {
@@ -75,6 +86,9 @@ pub struct PscRecord {
     pub connections: Vec<ConnResult>,
     /// The sender's sockets over time.
     pub memory: Vec<MemSample>,
+    /// The emulator's counters of the remote and the local path (empty when unread).
+    #[serde(default)]
+    pub paths: Vec<PathRunStats>,
 }
 
 impl PscRecord {
@@ -90,6 +104,7 @@ impl PscRecord {
             error: Some(e),
             connections: Vec::new(),
             memory: Vec::new(),
+            paths: Vec::new(),
         }
     }
 }

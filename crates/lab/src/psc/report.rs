@@ -201,11 +201,11 @@ fn render(plan: &PscPlan, meta: &LabMeta, s: &PscSummary, figures: &[(String, St
     for (_, svg) in figures {
         let _ = write!(h, "<div class=\"fig\">{svg}</div>");
     }
-    h.push_str("<h2>Cells</h2><table><tr><th class=\"l\">cell</th><th>runs ok</th><th>remote Mbit/s</th><th>local Mbit/s</th><th>per connection Mbit/s</th><th>Jain, connections</th><th>Jain, paths</th><th>peak in use KiB</th><th>peak held KiB</th><th>sustained</th></tr>");
+    h.push_str("<h2>Cells</h2><table><tr><th class=\"l\">cell</th><th>runs ok</th><th>remote Mbit/s</th><th>local Mbit/s</th><th>per connection Mbit/s</th><th>Jain, connections</th><th>Jain, paths</th><th>peak in use KiB</th><th>peak held KiB</th><th>sustained</th><th>drops remote/local</th></tr>");
     for c in &s.psc.cells {
         let _ = write!(
             h,
-            "<tr><td class=\"l\">{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&c.cell.id()),
             c.ok_runs,
             c.runs,
@@ -216,7 +216,10 @@ fn render(plan: &PscPlan, meta: &LabMeta, s: &PscSummary, figures: &[(String, St
             jain(c.jain_paths),
             kib(c.peak_in_use),
             kib(c.peak_held),
-            if c.sustained { "yes" } else { "no" }
+            if c.sustained { "yes" } else { "no" },
+            c.drops
+                .map(|d| d.map_or("-".into(), |s| format!("{:.0}", s.median)))
+                .join("/")
         );
     }
     h.push_str("</table></body></html>\n");

@@ -19,7 +19,9 @@ use super::{
     base_sysctls, env, interrupted, lock, report_cleanup, shuffle, unique_name, Unavailable,
 };
 use crate::psc::plan::{tune_of, PscCell, PscPlan, LOCAL, REMOTE};
-use crate::psc::record::{parse_ss, ConnResult, MemSample, PscRecord, PSC_RECORD_SCHEMA_VERSION};
+use crate::psc::record::{
+    parse_ss, ConnResult, MemSample, PathRunStats, PscRecord, PSC_RECORD_SCHEMA_VERSION,
+};
 use crate::psc::report::{self, PscBuilt, PSC_PLAN_FILE, PSC_RESULTS_FILE};
 use crate::record::LabMeta;
 use crate::results::{self, write_json};
@@ -276,6 +278,8 @@ impl Testbed {
             std::net::IpAddr::V4(a) => format!("{a}:{}", self.port),
             std::net::IpAddr::V6(a) => format!("[{a}]:{}", self.port),
         };
+        // Count this run alone (the counters restart within 100 ms).
+        self.topo()?.reset_stats();
         let t0 = Instant::now();
         let mut clients: Vec<(Supervised, PathBuf, PathBuf)> = Vec::new();
         let spawned = (0..cell.total()).try_for_each(|i| -> anyhow::Result<()> {
@@ -379,6 +383,17 @@ impl Testbed {
                 let _ = std::fs::write(keep, text);
             }
         }
+        // The counters are refreshed every 100 ms.
+        std::thread::sleep(Duration::from_millis(120));
+        let st = self.topo()?.stats();
+        let paths = std::iter::once(&st.a_to_b)
+            .chain(st.extra.iter().map(|p| &p.a_to_b))
+            .map(|d| PathRunStats {
+                packets: d.packets_out,
+                drops: d.drops.total(),
+                queue_peak_bytes: d.queue_peak_bytes,
+            })
+            .collect();
         Ok(PscRecord {
             schema_version: PSC_RECORD_SCHEMA_VERSION,
             cell: cell.clone(),
@@ -389,6 +404,7 @@ impl Testbed {
             error,
             connections,
             memory,
+            paths,
         })
     }
 
