@@ -29,7 +29,7 @@ use crate::runner::progress::{fmt_secs, Progress};
 use anyhow::{bail, Context as _};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use tcptune_core::Rate;
 use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
@@ -134,6 +134,13 @@ pub fn run_psc(cfg: &PscRunnerConfig) -> anyhow::Result<PscOutcome> {
         built,
         interrupted: stopped,
     })
+}
+
+/// One running client and where its output goes.
+struct Client {
+    child: Supervised,
+    out: PathBuf,
+    err: PathBuf,
 }
 
 /// The testbed: one topology, two paths, the server in side A.
@@ -273,16 +280,59 @@ impl Testbed {
     fn try_run(&mut self, plan: &PscPlan, cell: &PscCell, rep: u32) -> anyhow::Result<PscRecord> {
         self.ensure_server()?;
         let started = env::unix_now();
+        // Count this run alone (the counters restart within 100 ms).
+        self.topo()?.reset_stats();
+        let t0 = Instant::now();
+        let mut clients = Vec::new();
+        let spawned = self.spawn_clients(plan, cell, &mut clients);
+        let deadline = t0 + Duration::from_secs_f64(plan.seconds) + RUN_SLACK;
+        let mut failure: Option<String> = spawned.err().map(|e| format!("{e:#}"));
+        let (status, memory) = self.supervise(&mut clients, t0, deadline, &mut failure)?;
+        let connections: Vec<ConnResult> = clients
+            .iter()
+            .zip(&status)
+            .enumerate()
+            .map(|(i, (c, st))| conn_result(i as u32, cell.path_of(i as u32), &c.out, &c.err, *st))
+            .collect();
+        let error = failure.or_else(|| {
+            connections.iter().find(|c| !c.ok).map(|c| {
+                format!(
+                    "connection {}: {}",
+                    c.index,
+                    c.error.as_deref().unwrap_or("failed")
+                )
+            })
+        });
+        if error.is_some() {
+            self.keep_failures(cell, rep, &clients);
+        }
+        Ok(PscRecord {
+            schema_version: PSC_RECORD_SCHEMA_VERSION,
+            cell: cell.clone(),
+            repetition: rep,
+            started_unix_s: started,
+            wall_s: t0.elapsed().as_secs_f64(),
+            ok: error.is_none() && connections.len() as u32 == cell.total(),
+            error,
+            connections,
+            memory,
+            paths: self.path_counters()?,
+        })
+    }
+
+    /// Start the cell's clients at once, each bound to its path's side-B address.
+    fn spawn_clients(
+        &self,
+        plan: &PscPlan,
+        cell: &PscCell,
+        clients: &mut Vec<Client>,
+    ) -> anyhow::Result<()> {
         let tune = tune_of(&cell.mode).context("unknown PSC mode")?;
         let server = match self.topo()?.addr(Side::A) {
             std::net::IpAddr::V4(a) => format!("{a}:{}", self.port),
             std::net::IpAddr::V6(a) => format!("[{a}]:{}", self.port),
         };
-        // Count this run alone (the counters restart within 100 ms).
-        self.topo()?.reset_stats();
-        let t0 = Instant::now();
-        let mut clients: Vec<(Supervised, PathBuf, PathBuf)> = Vec::new();
-        let spawned = (0..cell.total()).try_for_each(|i| -> anyhow::Result<()> {
+        for i in 0..cell.total() {
             let path = cell.path_of(i);
             let out = self.log_dir.join(format!("client-{i}.out"));
             let err = self.log_dir.join(format!("client-{i}.err"));
@@ -314,21 +364,32 @@ impl Testbed {
                 .stdout(File::create(&out).with_context(|| format!("creating {}", out.display()))?)
                 .stderr(File::create(&err).with_context(|| format!("creating {}", err.display()))?);
             let what = format!("tcptune send --reverse (connection {i}) on side B");
-            clients.push((process::spawn(&mut cmd, what)?.grace(GRACE), out, err));
-            Ok(())
-        });
+            let child = process::spawn(&mut cmd, what)?.grace(GRACE);
+            clients.push(Client { child, out, err });
+        }
+        Ok(())
+    }
+
+    /// Wait for every client, sampling the server's sockets; stop them all on a failure
+    /// (set in `failure`), the deadline or Ctrl-C. Returns each client's exit status (`None`:
+    /// stopped) and the samples.
+    fn supervise(
+        &self,
+        clients: &mut [Client],
+        t0: Instant,
+        deadline: Instant,
+        failure: &mut Option<String>,
+    ) -> anyhow::Result<(Vec<Option<ExitStatus>>, Vec<MemSample>)> {
         let mut memory = Vec::new();
-        let deadline = t0 + Duration::from_secs_f64(plan.seconds) + RUN_SLACK;
-        let mut status: Vec<Option<std::process::ExitStatus>> = vec![None; clients.len()];
+        let mut status: Vec<Option<ExitStatus>> = vec![None; clients.len()];
         let mut next_sample = Instant::now();
-        let mut failure: Option<String> = spawned.err().map(|e| format!("{e:#}"));
         while failure.is_none() && status.iter().any(Option::is_none) {
             if interrupted() {
-                failure = Some("interrupted".into());
+                *failure = Some("interrupted".into());
                 break;
             }
             if Instant::now() > deadline {
-                failure = Some(format!(
+                *failure = Some(format!(
                     "clients still running {} s after the transfer's length; killed",
                     RUN_SLACK.as_secs()
                 ));
@@ -340,72 +401,50 @@ impl Testbed {
                     memory.push(s);
                 }
             }
-            for ((c, _, _), st) in clients.iter_mut().zip(status.iter_mut()) {
+            for (c, st) in clients.iter_mut().zip(status.iter_mut()) {
                 if st.is_none() {
-                    *st = c.try_wait()?;
+                    *st = c.child.try_wait()?;
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        for (c, _, _) in clients.iter_mut() {
-            if c.try_wait()?.is_none() {
-                c.terminate()?;
+        for c in clients.iter_mut() {
+            if c.child.try_wait()?.is_none() {
+                c.child.terminate()?;
             }
         }
-        let connections: Vec<ConnResult> = clients
-            .iter()
-            .zip(&status)
-            .enumerate()
-            .map(|(i, ((_, out, err), st))| {
-                conn_result(i as u32, cell.path_of(i as u32), out, err, *st)
-            })
-            .collect();
-        let error = failure.or_else(|| {
-            connections.iter().find(|c| !c.ok).map(|c| {
-                format!(
-                    "connection {}: {}",
-                    c.index,
-                    c.error.as_deref().unwrap_or("failed")
-                )
-            })
-        });
-        if error.is_some() {
-            for (i, (_, out, err)) in clients.iter().enumerate() {
-                let keep = self.log_dir.join(format!(
-                    "failed-{}-rep{rep}-client{i}.txt",
-                    cell.id().replace(['/', '+'], "_")
-                ));
-                let text = format!(
-                    "== stdout ==\n{}\n== stderr ==\n{}\n",
-                    std::fs::read_to_string(out).unwrap_or_default(),
-                    std::fs::read_to_string(err).unwrap_or_default()
-                );
-                let _ = std::fs::write(keep, text);
-            }
+        Ok((status, memory))
+    }
+
+    /// Keep a failed run's client output in `logs/failed-*`.
+    fn keep_failures(&self, cell: &PscCell, rep: u32, clients: &[Client]) {
+        for (i, c) in clients.iter().enumerate() {
+            let keep = self.log_dir.join(format!(
+                "failed-{}-rep{rep}-client{i}.txt",
+                cell.id().replace(['/', '+'], "_")
+            ));
+            let text = format!(
+                "== stdout ==\n{}\n== stderr ==\n{}\n",
+                std::fs::read_to_string(&c.out).unwrap_or_default(),
+                std::fs::read_to_string(&c.err).unwrap_or_default()
+            );
+            let _ = std::fs::write(keep, text);
         }
+    }
+
+    /// Both paths' counters, sender to receiver.
+    fn path_counters(&self) -> anyhow::Result<Vec<PathRunStats>> {
         // The counters are refreshed every 100 ms.
         std::thread::sleep(Duration::from_millis(120));
         let st = self.topo()?.stats();
-        let paths = std::iter::once(&st.a_to_b)
+        Ok(std::iter::once(&st.a_to_b)
             .chain(st.extra.iter().map(|p| &p.a_to_b))
             .map(|d| PathRunStats {
                 packets: d.packets_out,
                 drops: d.drops.total(),
                 queue_peak_bytes: d.queue_peak_bytes,
             })
-            .collect();
-        Ok(PscRecord {
-            schema_version: PSC_RECORD_SCHEMA_VERSION,
-            cell: cell.clone(),
-            repetition: rep,
-            started_unix_s: started,
-            wall_s: t0.elapsed().as_secs_f64(),
-            ok: error.is_none() && connections.len() as u32 == cell.total(),
-            error,
-            connections,
-            memory,
-            paths,
-        })
+            .collect())
     }
 
     /// Stop the server and tear the topology down (killing whatever still runs in it).
@@ -440,7 +479,7 @@ fn conn_result(
     path: usize,
     out: &Path,
     err: &Path,
-    status: Option<std::process::ExitStatus>,
+    status: Option<ExitStatus>,
 ) -> ConnResult {
     let stdout = std::fs::read_to_string(out).unwrap_or_default();
     let stderr = std::fs::read_to_string(err).unwrap_or_default();
