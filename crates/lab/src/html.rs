@@ -25,7 +25,7 @@ pub struct ReportInput<'a> {
     pub summary: &'a Summary,
 }
 
-const CSS: &str = r#"
+pub(crate) const CSS: &str = r#"
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1500px;padding:0 16px;color:#222}
 h1{font-size:24px;margin-bottom:4px}h2{font-size:19px;margin-top:34px;border-bottom:1px solid #ddd;padding-bottom:4px}
 h3{font-size:15px;margin:18px 0 6px}

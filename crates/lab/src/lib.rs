@@ -8,6 +8,8 @@
 //! [`feasible`] says which cells the rootless mode cannot reproduce (they are marked
 //! "not run"). [`results`] reads and writes the results directory. The runner ([`runner`]) is the I/O:
 //! emulated paths, `tcptune serve`/`send` child processes, sysctls, calibration, progress.
+//! [`psc`] is PSC's experiments (one memory-limited sender, two paths): plan, records,
+//! aggregation, claims, figures and report; its runner is `runner::psc`.
 
 pub mod aggregate;
 pub mod claims;
@@ -17,6 +19,7 @@ pub mod headline;
 pub mod html;
 pub mod limit;
 pub mod plan;
+pub mod psc;
 pub mod record;
 pub mod results;
 pub mod runner;

@@ -11,6 +11,8 @@ use std::time::Duration;
 use tcptune_core::Rate;
 use tcptune_emu::host::RestoreAction;
 use tcptune_lab::plan::{Plan, PlanError};
+use tcptune_lab::psc::{PscBuilt, PscPlan};
+use tcptune_lab::runner::psc::PscRunnerConfig;
 use tcptune_lab::runner::{self, env, NotFaithful, RunnerConfig, Unavailable};
 
 /// Options of `tcptune lab`.
@@ -35,6 +37,14 @@ pub(crate) struct Opts {
     /// one repetition, a coarse buffer sweep); the CI smoke test.
     #[arg(long, conflicts_with = "plan")]
     quick: bool,
+
+    /// Run Semke, Mahdavi & Mathis's (PSC, SIGCOMM 1998) experiments instead: one
+    /// `tcptune serve --memory-budget 2MiB` sender, clients over a 40 Mbit/s x 68 ms and a
+    /// 10 Mbit/s x 1 ms path at once, modes default (16 kB), hiperf (400 kB), psc and auto,
+    /// 1 to 30 concurrent connections (with --quick: 1, 4, 10, 20; under 15 minutes). With
+    /// --plan FILE the file is a PSC plan (see tcptune_lab::psc::plan).
+    #[arg(long, conflicts_with_all = ["rate", "mtu", "max_time", "no_calibrate", "force"])]
+    psc: bool,
 
     /// Run the experiment described by a TOML plan file (see the documentation of
     /// tcptune_lab::plan for the keys; missing keys take the full matrix's values).
@@ -129,8 +139,24 @@ Modes: as root the paths are named namespaces with TUN devices and the global ma
 raised; as anyone else (rootless, a user namespace of the lab's own) they cannot be, and the
 cells that need them are marked not run. The lab says which on stderr ('mode ...').
 
+PSC's experiments (--psc): section 4.1 (N connections to the remote receiver; Figures 3
+and 4) and 4.3 (N to each receiver at once; Figures 7 and 8), each connection a
+`tcptune send --reverse` client bound to its path's address, all served by one
+`tcptune serve --memory-budget` whose psc/auto streams share the budget. Per connection it
+records throughput and path, and samples the server's send buffers (ss -tmi) every 500 ms.
+Outputs: psc_plan.json, meta.json, psc_results.jsonl, summary.json (its `psc` section: the
+claims and every cell), report.html and the figures as psc-fig*.svg. A PSC plan file:
+  basic = [1, 2, 4, 8, 16, 30]     # connections to the remote receiver
+  diverse = [1, 2, 5, 10, 15]      # connections to each receiver
+  modes = [\"default\", \"hiperf\", \"psc\", \"auto\"]
+  repetitions = 2
+  seconds = 20.0                   # each transfer's length
+  budget = 2097152                 # bytes
+Other keys: name, network_memory, queue_bdp, mtu, seed, remote/local = { rate_bps, rtt_us }.
+
 Examples:
   tcptune lab --quick
+  tcptune lab --psc --quick
   tcptune lab --rate 500mbit --out lab-results/500m
   tcptune lab --plan my-sweep.toml
   tcptune lab --cleanup                 # after a lab was killed with kill -9
@@ -233,6 +259,11 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         return cleanup(opts.json);
     }
     if let Some(LabCommand::Report { dir, json }) = &opts.command {
+        if dir.join(tcptune_lab::psc::report::PSC_PLAN_FILE).exists() {
+            let built = tcptune_lab::psc::rebuild(dir)
+                .with_context(|| format!("rebuilding the PSC report in {}", dir.display()))?;
+            return print_psc(&built, dir, *json);
+        }
         let built = tcptune_lab::rebuild(dir)
             .with_context(|| format!("rebuilding the report in {}", dir.display()))?;
         if *json {
@@ -245,6 +276,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             ));
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    if opts.psc {
+        return run_psc(&opts);
     }
     let plan = build_plan(&opts)?;
     if opts.dry_run {
@@ -331,6 +365,93 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| "no run recorded".into());
             eprintln!("tcptune lab:   {id}: {}", why.replace(['\n', '\r'], " "));
         }
+        return Ok(ExitCode::from(exit::FAILURE));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn psc_plan(o: &Opts) -> anyhow::Result<PscPlan> {
+    let mut plan = if let Some(f) = &o.plan {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("reading plan file {}", f.display()))
+            .map_err(usage)?;
+        PscPlan::from_toml(&text).map_err(|e| usage(anyhow::anyhow!(e)))?
+    } else if o.quick {
+        PscPlan::quick()
+    } else {
+        PscPlan::full()
+    };
+    if let Some(n) = o.repetitions {
+        plan.repetitions = n;
+    }
+    if let Some(s) = o.seed {
+        plan.seed = s;
+    }
+    plan.validate().map_err(usage)?;
+    Ok(plan)
+}
+
+fn print_psc(b: &PscBuilt, dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        out::json(&b.summary)?;
+    } else {
+        out::text(&b.table);
+        out::line(&format!(
+            "\nreport: {}",
+            dir.join(tcptune_lab::results::REPORT_FILE).display()
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tcptune lab --psc`.
+fn run_psc(opts: &Opts) -> anyhow::Result<ExitCode> {
+    let plan = psc_plan(opts)?;
+    if opts.dry_run {
+        if opts.json {
+            out::json(&plan)?;
+        } else {
+            for c in plan.cells() {
+                out::line(&c.id());
+            }
+            out::line(&format!(
+                "{} cells x {} repetition(s), expected about {}",
+                plan.cells().len(),
+                plan.repetitions,
+                runner::progress::fmt_secs(Duration::from_secs_f64(plan.expected_seconds()))
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cfg = PscRunnerConfig {
+        tcptune: std::env::current_exe().context("finding the tcptune binary")?,
+        out: opts.out.clone().unwrap_or_else(env::default_out_dir),
+        plan,
+        progress: !opts.no_progress,
+        port: 5310,
+    };
+    let outcome = runner::psc::run_psc(&cfg).map_err(|e| {
+        let code = if e.downcast_ref::<Unavailable>().is_some() {
+            exit::ENVIRONMENT
+        } else {
+            exit::FAILURE
+        };
+        exit::fail(code, e)
+    })?;
+    print_psc(&outcome.built, &outcome.dir, opts.json)?;
+    if outcome.interrupted {
+        eprintln!(
+            "tcptune lab --psc: interrupted; the results in {} are partial",
+            outcome.dir.display()
+        );
+        return Ok(ExitCode::from(exit::FAILURE));
+    }
+    if outcome.built.summary.failed_runs > 0 {
+        eprintln!(
+            "tcptune lab --psc: {} run(s) failed (see the report and {}/logs)",
+            outcome.built.summary.failed_runs,
+            outcome.dir.display()
+        );
         return Ok(ExitCode::from(exit::FAILURE));
     }
     Ok(ExitCode::SUCCESS)

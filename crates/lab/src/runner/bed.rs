@@ -454,7 +454,7 @@ fn max_time_arg(d: Duration) -> String {
     format!("{}", d.as_secs_f64())
 }
 
-fn tail(s: &str) -> String {
+pub(crate) fn tail(s: &str) -> String {
     let t: Vec<&str> = s.lines().rev().take(5).collect();
     let mut t: Vec<&str> = t.into_iter().rev().collect();
     t.retain(|l| !l.trim().is_empty());
@@ -466,7 +466,7 @@ fn tail(s: &str) -> String {
 }
 
 /// Whether process `pid`'s network namespace has a TCP socket listening on `port`.
-fn listening(pid: u32, port: u16) -> bool {
+pub(crate) fn listening(pid: u32, port: u16) -> bool {
     ["tcp", "tcp6"].iter().any(|f| {
         let path = Path::new("/proc").join(pid.to_string()).join("net").join(f);
         std::fs::read_to_string(path)

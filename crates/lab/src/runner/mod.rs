@@ -25,6 +25,7 @@ pub mod env;
 pub mod globals;
 mod lock;
 pub mod progress;
+pub mod psc;
 
 use crate::feasible::{self, HostLimits};
 use crate::plan::{CellKey, ExpandedPlan, HostConfig, Plan};
