@@ -110,6 +110,7 @@
 //! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
 //! safer than buffers smaller than the scheduling latency.
 
+mod meter;
 mod plan;
 mod resume;
 mod share;
@@ -260,7 +261,10 @@ impl AutoConfig {
             ctx: ctx.clone(),
             measured: None,
             acked: None,
-            growing: true,
+            recent: meter::Recent::default(),
+            full: false,
+            queue_samples: 0,
+            min_rcv_rtt: None,
             window: 0,
             drs,
             role: ctx.role,
@@ -320,8 +324,14 @@ pub struct AutoTuner {
     measured: Option<(Time, u64)>,
     /// While measuring: bytes delivered at an earlier sample, and when.
     acked: Option<(Time, u64)>,
-    /// While measuring: whether delivery grew by a quarter over the last RTT.
-    growing: bool,
+    /// While measuring: the last delivery samples (see [`meter`]).
+    recent: meter::Recent,
+    /// While measuring: this end has seen the pipe full (a queue, or the end of slow start).
+    full: bool,
+    /// While measuring, at the receiver: consecutive samples whose RTT showed a queue.
+    queue_samples: u8,
+    /// While measuring, at the receiver: the smallest receive-side RTT seen.
+    min_rcv_rtt: Option<Duration>,
     /// While measuring, at the receiver: the window advertised.
     window: u64,
     /// The receiver's right-sizing, when the plan sizes the receive buffer.
@@ -470,7 +480,12 @@ impl AutoTuner {
             None => true,
         };
         self.measured = Some((now, d));
-        self.growing = growing;
+        self.recent.push(d);
+        // TCP_INFINITE_SSTHRESH and ca_state Open: slow start has not ended.
+        let in_slow_start = s.snd_ssthresh_segs >= 0x7fff_0000 && s.ca_state == 0;
+        if !in_slow_start || self.est.estimate().rtt_inflated() {
+            self.full = true;
+        }
         // The unsent reserve follows the stream's rate as well (6 ms of it): a small one at
         // a high rate makes the writer refill the socket too often to keep up.
         let lowat = Bytes(
@@ -481,9 +496,16 @@ impl AutoTuner {
             self.lowat = Some(lowat);
             self.out.push(Action::SetNotsentLowat(lowat));
         }
-        let factor = if growing { 2.0 } else { 1.75 };
         let reserve = self.lowat.map_or(0, |l| l.0);
-        let want = Bytes(scale(d, factor) + reserve).min(self.max_value);
+        let want = if self.full {
+            // The pipe is full: what the plan would hold for a share of the median sample
+            // (1.75 x it in flight plus the reserve, in payload).
+            linux::sndbuf_value_for_payload(scale(self.recent.median(), 1.75) + reserve)
+        } else {
+            let factor = if growing { 2.0 } else { 1.75 };
+            Bytes(scale(d, factor) + reserve)
+        }
+        .min(self.max_value);
         if want.0 > v.0 + v.0 / 8 {
             self.send = SendPlan::Measuring(want);
             self.out.push(Action::SetSndBuf(want));
@@ -516,8 +538,28 @@ impl AutoTuner {
         let d = self.cfg.share.report(self.stream_index, own);
         let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);
         self.measured = Some((now, d));
-        self.growing = growing;
-        let factor = if growing { 2.0 } else { 1.5 };
+        self.recent.push(d);
+        // A queue that shows in two samples in a row: the pipe is full.
+        let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
+        if !rcv_rtt.is_zero() {
+            let min = self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt));
+            self.min_rcv_rtt = Some(min);
+            if meter::queue_shows(rcv_rtt, min.min(rtt)) {
+                self.queue_samples = self.queue_samples.saturating_add(1);
+            } else {
+                self.queue_samples = 0;
+            }
+        }
+        if self.queue_samples >= 2 {
+            self.full = true;
+        }
+        let (d, factor) = if self.full {
+            (self.recent.median(), 1.5)
+        } else if growing {
+            (d, 2.0)
+        } else {
+            (d, 1.5)
+        };
         let max_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
             if self.ctx.limits.can_force {
                 self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])
