@@ -472,6 +472,9 @@ impl AutoTuner {
                 return;
             }
         };
+        let round = self.recent.rate_over(now, acked, rtt);
+        // Once the pipe is full, over at least a round (see `meter`).
+        let rate = if self.full { round.unwrap_or(rate) } else { rate };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
         let d = self.cfg.share.report(self.stream_index, own);
@@ -484,8 +487,9 @@ impl AutoTuner {
         // TCP_INFINITE_SSTHRESH and ca_state Open: slow start has not ended.
         let in_slow_start = s.snd_ssthresh_segs >= 0x7fff_0000 && s.ca_state == 0;
         if !in_slow_start || self.est.estimate().rtt_inflated() {
-            self.full = true;
+            self.cfg.share.mark_full();
         }
+        self.full = self.full || self.cfg.share.is_full();
         // The unsent reserve follows the stream's rate as well (6 ms of it): a small one at
         // a high rate makes the writer refill the socket too often to keep up.
         let lowat = Bytes(
@@ -534,6 +538,9 @@ impl AutoTuner {
                 return;
             }
         };
+        let round = self.recent.rate_over(now, received, rtt);
+        // Once the pipe is full, over at least a round (see `meter`).
+        let rate = if self.full { round.unwrap_or(rate) } else { rate };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         let d = self.cfg.share.report(self.stream_index, own);
         let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);
@@ -551,8 +558,9 @@ impl AutoTuner {
             }
         }
         if self.queue_samples >= 2 {
-            self.full = true;
+            self.cfg.share.mark_full();
         }
+        self.full = self.full || self.cfg.share.is_full();
         let (d, factor) = if self.full {
             (self.recent.median(), 1.5)
         } else if growing {
