@@ -94,7 +94,11 @@ mod tests {
         assert_eq!(r.median(), 110);
         r.push(0);
         r.push(250);
-        assert_eq!(r.median(), 110, "a stall then the burst that fills the hole");
+        assert_eq!(
+            r.median(),
+            110,
+            "a stall then the burst that fills the hole"
+        );
     }
 
     #[test]

@@ -474,7 +474,11 @@ impl AutoTuner {
         };
         let round = self.recent.rate_over(now, acked, rtt);
         // Once the pipe is full, over at least a round (see `meter`).
-        let rate = if self.full { round.unwrap_or(rate) } else { rate };
+        let rate = if self.full {
+            round.unwrap_or(rate)
+        } else {
+            rate
+        };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
         let d = self.cfg.share.report(self.stream_index, own);
@@ -540,7 +544,11 @@ impl AutoTuner {
         };
         let round = self.recent.rate_over(now, received, rtt);
         // Once the pipe is full, over at least a round (see `meter`).
-        let rate = if self.full { round.unwrap_or(rate) } else { rate };
+        let rate = if self.full {
+            round.unwrap_or(rate)
+        } else {
+            rate
+        };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         let d = self.cfg.share.report(self.stream_index, own);
         let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);

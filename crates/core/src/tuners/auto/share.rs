@@ -98,6 +98,9 @@ mod tests {
         assert!(!t.is_full());
         s.mark_full();
         assert!(t.is_full());
-        assert!(!MeasureShare::new().is_full(), "another end's share is apart");
+        assert!(
+            !MeasureShare::new().is_full(),
+            "another end's share is apart"
+        );
     }
 }
