@@ -17,15 +17,24 @@
 //! Meanwhile each sender's buffer follows what its stream delivers (twice the bytes
 //! acknowledged per RTT, shared evenly by [`MeasureShare`], plus the unsent reserve: room
 //! for slow start to double, and 1.75 x once growth stops) and each receiver's window
-//! follows what arrives the same way, so neither end limits slow start nor holds more than
-//! the path delivers. When the aggregate delivery stops growing ([`crate::fullpipe`]) the
-//! client sends the rate to both ends ([`Tuner::handle_hint`]): every tuner settles to the
-//! plan (senders to their explicit size, receivers hand over to Dynamic Right-Sizing at the
-//! planned window), extra streams open if the plan needs more, and the rate is recorded in
-//! the path database for the next transfer. In the simulation this costs 3-19% of
-//! completion time against a plan known in advance; memory while measuring peaks at about
-//! 3 x BDP (the price of not knowing). With `--no-probe` (no in-band measurement) the
-//! tuner starts from Linux's defaults and works in band only (below).
+//! follows what arrives the same way, so neither end limits slow start. The room to double
+//! is what slow start needs, and only while it lasts: as soon as either end sees the pipe
+//! full (a queue in its RTT, or at the sender slow start over: [`meter`]), about a round
+//! after it fills and three rounds before the aggregate estimator can say so, the streams of
+//! that end size from what is delivered as the plan would (1.75 x in flight at the sender,
+//! a 1.5 x window at the receiver), from samples over at least a round whose median a
+//! burst (a hole filled by a retransmission) does not move. When the aggregate delivery
+//! stops growing ([`crate::fullpipe`]) the client sends the rate to both ends
+//! ([`Tuner::handle_hint`]): every tuner settles to the plan (senders to their explicit
+//! size, receivers hand over to Dynamic Right-Sizing at the planned window), extra streams
+//! open if the plan needs more and the rest of the transfer outlasts their slow start
+//! ([`AutoPlan::late_streams_help`]), and the rate is recorded in the path database for the
+//! next transfer. In the simulation (1 Gbit/s, 25-200 ms, 1-8 streams) this costs 0-12% of
+//! completion time against a plan known in advance, and memory peaks at 1.3-1.8 x BDP in
+//! `setsockopt` units (the receiver's window, set while slow start still doubles, is the
+//! larger end; it was 2.2-2.9 x while the buffers kept room to double until the estimator
+//! reported). With `--no-probe` (no in-band measurement) the tuner starts from Linux's
+//! defaults and works in band only (below).
 //!
 //! **A known path: careful resume.** When the database's rate was measured with a full
 //! pipe, is fresh, and the control connection's RTT matches the saved one within a quarter,
@@ -106,7 +115,10 @@
 //! over), a receiver whose every limit is below the window, or a transfer shorter than slow
 //! start. On a path never seen the in-band measurement needs 13-16 rounds (slow start, then
 //! three rounds without growth): on a 200 ms path a 128 MiB transfer is nearly over by
-//! then, and it is the measuring buffers that carried it. Below about 10 ms of RTT the
+//! then, and it is the measuring buffers that carried it. A receiver sees the queue only
+//! through `tcpi_rcv_rtt`, which includes it when TCP timestamps are on (Linux's default);
+//! without them it learns that the pipe is full from the client's hint, as before, and its
+//! window can reach twice the BDP. Below about 10 ms of RTT the
 //! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
 //! safer than buffers smaller than the scheduling latency.
 
@@ -442,10 +454,14 @@ impl AutoTuner {
     /// While the rate is measured: the send buffer follows what the stream delivers per
     /// minimum RTT (`d`). Slow start sends about twice `d` per round, and a locked buffer of
     /// `v` keeps about 1.4 v in flight (0.70 of `sk_sndbuf`, the measured model), so
-    /// `v = 2 d + reserve` never holds slow start back; once delivery grows less than a
-    /// quarter per RTT the pipe is full and `1.75 d` is enough. It only grows: at the peak it
-    /// holds about twice the stream's share of the BDP, the memory budget, until the plan
-    /// made from the measured rate settles it.
+    /// `v = 2 d + reserve` never holds slow start back (`1.75 d` while a sample grows less
+    /// than a quarter). Once the pipe is full (slow start over, or a queue in the RTT: see
+    /// [`meter`]; the first stream of this end to see it tells the others), the buffer holds
+    /// what the plan would for a share of `d`: `1.75 d` in flight plus the reserve, in
+    /// payload, with `d` the median of the last three samples taken over at least a round.
+    /// It only grows: it peaks near the end of slow start at about 1.1-1.4 x the stream's
+    /// share of the BDP in the simulation, until the plan made from the measured rate
+    /// settles it.
     ///
     /// The rate is this stream's own delivery whether or not the kernel marks it
     /// application-limited: a stream held back by its send buffer is marked so (it has less
@@ -524,7 +540,10 @@ impl AutoTuner {
     /// follows what the streams of this end receive per minimum RTT, measured over half an
     /// RTT (fresher than DRS's whole RTT: in slow start the rate at the end of an RTT is about
     /// twice its average), twice the average stream's while it grows by a quarter per half
-    /// RTT, 1.5 x once it stops. It only grows (an advertised window never shrinks).
+    /// RTT, 1.5 x otherwise. Once the pipe is full (the receive-side RTT shows a queue in two
+    /// samples in a row, or another stream of this end saw it), 1.5 x the median of the
+    /// last three samples taken over at least a round (see [`meter`]). It only grows (an
+    /// advertised window never shrinks).
     fn measure_window(&mut self, now: Time, s: &TcpSnapshot) {
         let Some(rtt) = self.ctx.hint.rtt.or_else(|| s.min_rtt()) else {
             return;

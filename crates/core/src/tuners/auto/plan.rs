@@ -25,8 +25,9 @@ pub enum SendPlan {
     Explicit(Bytes),
     /// The path's rate is being measured by the transfer itself: `SO_SNDBUF` starts at this
     /// value and follows what the stream delivers (twice its bytes per minimum RTT while
-    /// delivery grows, so that slow start is never held back; 1.75 x once it stops), until
-    /// the measured rate arrives ([`crate::Tuner::handle_hint`]) and the plan is made.
+    /// slow start grows it, so that slow start is never held back; once the pipe is full,
+    /// what the plan would hold for that delivery), until the measured rate arrives
+    /// ([`crate::Tuner::handle_hint`]) and the plan is made.
     Measuring(Bytes),
 }
 
