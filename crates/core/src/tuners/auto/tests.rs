@@ -760,3 +760,37 @@ fn streams_opened_late_help_only_if_the_rest_of_the_transfer_outlasts_their_slow
     assert!(help(Some(250_000_000)), "2 s left");
     assert!(help(None), "a transfer of a duration");
 }
+
+#[test]
+fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
+    // Linux may start a connection with the ssthresh it cached for the destination: slow
+    // start lasts while the congestion window is below it, and the room to double stays.
+    let mut c = ctx(Role::Sender, 100.0, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut t = AutoConfig::default().build(c);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let mut now = Time::ZERO;
+    let mut acked = 0u64;
+    let mut per_half_rtt = 10_000u64;
+    let mut last = 0;
+    for _ in 0..12 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        per_half_rtt = per_half_rtt * 141 / 100;
+        let s = TcpSnapshot {
+            snd_ssthresh_segs: 5_000,
+            ..measuring_snap(acked)
+        };
+        t.handle_snapshot(now, &s);
+        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+            last = v;
+        }
+    }
+    let d = 2 * per_half_rtt * 100 / 141;
+    let reserve = t.lowat().map_or(0, |l| l.0);
+    assert!(
+        (last as f64 - (2.0 * d as f64 + reserve as f64)).abs() < d as f64 * 0.25,
+        "about 2 x {d} + {reserve}: {last}"
+    );
+}
