@@ -456,7 +456,7 @@ impl AutoTuner {
     /// `v` keeps about 1.4 v in flight (0.70 of `sk_sndbuf`, the measured model), so
     /// `v = 2 d + reserve` never holds slow start back (`1.75 d` while a sample grows less
     /// than a quarter). Once the pipe is full (slow start over, or a queue in the RTT: see
-    /// [`meter`]; the first stream of this end to see it tells the others), the buffer holds
+    /// [`meter`]; the first stream of this end to see a queue tells the others), the buffer holds
     /// what the plan would for a share of `d`: `1.75 d` in flight plus the reserve, in
     /// payload, with `d` the median of the last three samples taken over at least a round.
     /// It only grows: it peaks near the end of slow start at about 1.1-1.4 x the stream's
@@ -509,11 +509,13 @@ impl AutoTuner {
         // shows a queue. (Waiting for a second sample with a queue, as the receiver does,
         // costs 2.5% of completion and 0.6 x BDP of send buffers at 100 ms in the simulation:
         // the sender's smoothed RTT is steadier than the receiver's estimate.)
+        // Only the queue is told to the other streams: it is the bottleneck's, while one
+        // stream's slow start may end early on its own (HyStart's ACK-train test).
         let slow_start_over = s.snd_cwnd_segs >= s.snd_ssthresh_segs;
-        if slow_start_over || self.est.estimate().rtt_inflated() {
+        if self.est.estimate().rtt_inflated() {
             self.cfg.share.mark_full();
         }
-        self.full = self.full || self.cfg.share.is_full();
+        self.full = self.full || slow_start_over || self.cfg.share.is_full();
         // The unsent reserve follows the stream's rate as well (6 ms of it): a small one at
         // a high rate makes the writer refill the socket too often to keep up.
         let lowat = Bytes(
