@@ -163,26 +163,27 @@ fn on_a_path_never_seen_auto_measures_in_band_and_comes_close_to_a_known_plan() 
                 measured.as_secs_f64() <= 17.0 * rtt / 1000.0,
                 "{rtt} ms x {p}: measured after {measured:?}"
             );
-            // What the user waits for: within a fifth of a plan made with the rate known
-            // before connecting (measured: 1.03 to 1.19), at least 0.9 of the best fixed
-            // buffer, and never much slower than the kernel (4 streams at 100 ms: 1.10).
+            // What the user waits for: within 15% of a plan made with the rate known
+            // before connecting (measured: 0.99 to 1.14), at least 0.9 of the best fixed
+            // buffer, and never much slower than the kernel (4 streams at 100 ms: 1.05).
             let w = o.completion.as_secs_f64();
             assert!(
-                w <= 1.2 * known.completion.as_secs_f64(),
+                w <= 1.15 * known.completion.as_secs_f64(),
                 "{rtt} ms x {p}: {w} s vs {:?} known",
                 known.completion
             );
             assert!(a.of_ideal >= 0.9, "{rtt} ms x {p}: {:.2}", a.of_ideal);
             assert!(
-                w <= 1.12 * kernel.completion.as_secs_f64(),
+                w <= 1.06 * kernel.completion.as_secs_f64(),
                 "{rtt} ms x {p}: {w} s vs kernel {:?}",
                 kernel.completion
             );
-            // The cost: while measuring, the buffers follow delivery with room to double,
-            // and the slow starts of the measuring streams overshoot together. Memory
-            // queued reaches 3 x BDP (the 2 x BDP goal holds only with a known rate).
+            // The cost: while slow start grows, the buffers follow delivery with room to
+            // double; once a queue shows they hold what the plan would for what is
+            // delivered. The memory the sender queues stays under 2 x BDP (1.46-1.77;
+            // `sim_new_path` checks the lab's figure, both ends in setsockopt units).
             let queued = o.peak_wmem_queued.0 as f64;
-            assert!(queued <= 3.2 * bdp(rtt), "{rtt} ms x {p}: queued {queued}");
+            assert!(queued <= 2.0 * bdp(rtt), "{rtt} ms x {p}: queued {queued}");
         }
         // One stream on a path one socket cannot hold: far better than the kernel.
         if rtt >= 50.0 {

@@ -343,7 +343,7 @@ impl<'a> Engine<'a> {
         self.measured_at = Some(self.now);
         self.hint.rate = Some(rate);
         self.hint.rate_in_band = false;
-        let planned = crate::tuners::auto::AutoPlan::compute(
+        let plan = crate::tuners::auto::AutoPlan::compute(
             &crate::tuners::auto::AutoConfig::default()
                 .peer_limits(Some(self.cfg.receiver_limits.clone())),
             &TunerContext {
@@ -353,13 +353,25 @@ impl<'a> Engine<'a> {
                 stream_index: 0,
                 streams: self.cfg.streams.max(1),
             },
-        )
-        .streams_total
-        .max(self.cfg.streams)
-        .min(self.cfg.max_streams.max(1));
+        );
+        let planned = plan
+            .streams_total
+            .max(self.cfg.streams)
+            .min(self.cfg.max_streams.max(1));
         // Streams beyond the plan's are kept: their congestion windows carry the pipe, and
         // retiring them would leave the rest to grow theirs back in congestion avoidance.
+        // More are opened only if the rest of the transfer outlasts their slow start.
         let open = self.streams.iter().filter(|s| !s.closed).count() as u32;
+        let total = self.cfg.messages * self.cfg.message_size.0;
+        let remaining = total.saturating_sub(delivered);
+        let help = crate::tuners::auto::AutoPlan::late_streams_help(
+            Some(remaining),
+            rate,
+            self.cfg.path.rtt,
+            plan.share.map_or(0, |b| b.0),
+            u64::from(self.cfg.path.mss),
+        );
+        let planned = if help { planned } else { planned.min(open) };
         if planned > open {
             self.open(planned - open);
         }

@@ -60,6 +60,9 @@ struct LocalPhase {
     tuning: PhaseTuning,
     spec: DriverSpec,
     main: bool,
+    /// Bytes the phase moves in all, when known (a number of messages, not a duration or
+    /// a copy's files).
+    total_bytes: Option<u64>,
 }
 
 /// The engine, as the session sees it.
@@ -397,6 +400,9 @@ impl<'a> Conversation<'a> {
             tuning,
             spec,
             main,
+            total_bytes: messages
+                .filter(|_| self.files.is_none())
+                .map(|m| m.saturating_mul(cfg.message_size)),
         });
         let hint = req.hint.clone();
         self.session.start_phase(Instant::now(), req);
@@ -563,9 +569,23 @@ impl<'a> Conversation<'a> {
                         resume: false,
                     };
                     let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
-                    let total = total
-                        .min(self.cfg.max_streams)
-                        .max(self.session.streams_requested());
+                    let open = self.session.streams_requested();
+                    // More streams only if the rest of the transfer outlasts their slow
+                    // start (MSS of a 1500-byte MTU: it only counts the doublings).
+                    let remaining = self.phase.as_ref().and_then(|p| {
+                        p.total_bytes
+                            .map(|t| t.saturating_sub(p.engine.delivered()))
+                    });
+                    let share = rtt.map_or(0, |r| m.rate.bdp(r).0 / u64::from(total.max(1)));
+                    let help = tcptune_core::tuners::auto::AutoPlan::late_streams_help(
+                        remaining,
+                        m.rate,
+                        rtt.unwrap_or_default(),
+                        share,
+                        1448,
+                    );
+                    let total = if help { total } else { open };
+                    let total = total.min(self.cfg.max_streams).max(open);
                     if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
                         self.session.note_reason(r);
                     }

@@ -17,15 +17,25 @@
 //! Meanwhile each sender's buffer follows what its stream delivers (twice the bytes
 //! acknowledged per RTT, shared evenly by [`MeasureShare`], plus the unsent reserve: room
 //! for slow start to double, and 1.75 x once growth stops) and each receiver's window
-//! follows what arrives the same way, so neither end limits slow start nor holds more than
-//! the path delivers. When the aggregate delivery stops growing ([`crate::fullpipe`]) the
-//! client sends the rate to both ends ([`Tuner::handle_hint`]): every tuner settles to the
-//! plan (senders to their explicit size, receivers hand over to Dynamic Right-Sizing at the
-//! planned window), extra streams open if the plan needs more, and the rate is recorded in
-//! the path database for the next transfer. In the simulation this costs 3-19% of
-//! completion time against a plan known in advance; memory while measuring peaks at about
-//! 3 x BDP (the price of not knowing). With `--no-probe` (no in-band measurement) the
-//! tuner starts from Linux's defaults and works in band only (below).
+//! follows what arrives the same way, so neither end limits slow start. The room to double
+//! is what slow start needs, and only while it lasts: as soon as either end sees the pipe
+//! full (a queue in its RTT, or at the sender slow start over: [`meter`]), about a round
+//! after it fills and three rounds before the aggregate estimator can say so, the streams of
+//! that end size from what is delivered as the plan would (1.75 x in flight at the sender,
+//! a 1.5 x window at the receiver), from samples over at least a round whose median a
+//! burst (a hole filled by a retransmission) does not move. When the aggregate delivery
+//! stops growing ([`crate::fullpipe`]) the client sends the rate to both ends
+//! ([`Tuner::handle_hint`]): every tuner settles to the plan (senders to their explicit
+//! size, receivers hand over to Dynamic Right-Sizing at the planned window), extra streams
+//! open if the plan needs more and the rest of the transfer outlasts their slow start
+//! ([`AutoPlan::late_streams_help`]), and the rate is recorded in the path database for the
+//! next transfer. In the simulation (1 Gbit/s, 25-200 ms, 1-8 streams) this costs 0-14% of
+//! completion time against a plan known in advance, and memory peaks at 1.3-1.75 x BDP in
+//! `setsockopt` units (the receiver's window, set while slow start still doubles, is the
+//! larger end; it was 2.2-2.9 x while the buffers kept room to double until the estimator
+//! reported); on the emulator (2026-11-26, 25 and 100 ms, medians of 5) 1.5-1.9 x. With
+//! `--no-probe` (no in-band measurement) the tuner starts from Linux's
+//! defaults and works in band only (below).
 //!
 //! **A known path: careful resume.** When the database has a fresh rate for the peer (measured
 //! with a full pipe, or a lower bound: a rate an earlier transfer delivered before its pipe
@@ -108,10 +118,14 @@
 //! over), a receiver whose every limit is below the window, or a transfer shorter than slow
 //! start. On a path never seen the in-band measurement needs 13-16 rounds (slow start, then
 //! three rounds without growth): on a 200 ms path a 128 MiB transfer is nearly over by
-//! then, and it is the measuring buffers that carried it. Below about 10 ms of RTT the
+//! then, and it is the measuring buffers that carried it. A receiver sees the queue only
+//! through `tcpi_rcv_rtt`, which includes it when TCP timestamps are on (Linux's default);
+//! without them it learns that the pipe is full from the client's hint, as before, and its
+//! window can reach twice the BDP. Below about 10 ms of RTT the
 //! kernel's autotuning holds more than 2 x BDP (a few MiB): cheap in absolute terms, and
 //! safer than buffers smaller than the scheduling latency.
 
+mod meter;
 mod plan;
 mod resume;
 mod share;
@@ -262,7 +276,9 @@ impl AutoConfig {
             ctx: ctx.clone(),
             measured: None,
             acked: None,
-            growing: true,
+            recent: meter::Recent::default(),
+            full: false,
+            min_rcv_rtt: None,
             window: 0,
             drs,
             role: ctx.role,
@@ -320,8 +336,12 @@ pub struct AutoTuner {
     measured: Option<(Time, u64)>,
     /// While measuring: bytes delivered at an earlier sample, and when.
     acked: Option<(Time, u64)>,
-    /// While measuring: whether delivery grew by a quarter over the last RTT.
-    growing: bool,
+    /// While measuring: the last delivery samples (see [`meter`]).
+    recent: meter::Recent,
+    /// While measuring: this end has seen the pipe full (a queue, or the end of slow start).
+    full: bool,
+    /// While measuring, at the receiver: the smallest receive-side RTT seen.
+    min_rcv_rtt: Option<Duration>,
     /// While measuring, at the receiver: the window advertised.
     window: u64,
     /// The receiver's right-sizing, when the plan sizes the receive buffer.
@@ -432,10 +452,14 @@ impl AutoTuner {
     /// While the rate is measured: the send buffer follows what the stream delivers per
     /// minimum RTT (`d`). Slow start sends about twice `d` per round, and a locked buffer of
     /// `v` keeps about 1.4 v in flight (0.70 of `sk_sndbuf`, the measured model), so
-    /// `v = 2 d + reserve` never holds slow start back; once delivery grows less than a
-    /// quarter per RTT the pipe is full and `1.75 d` is enough. It only grows: at the peak it
-    /// holds about twice the stream's share of the BDP, the memory budget, until the plan
-    /// made from the measured rate settles it.
+    /// `v = 2 d + reserve` never holds slow start back (`1.75 d` while a sample grows less
+    /// than a quarter). Once the pipe is full (slow start over, or a queue in the RTT: see
+    /// [`meter`]; the first stream of this end to see a queue tells the others), the buffer holds
+    /// what the plan would for a share of `d`: `1.75 d` in flight plus the reserve, in
+    /// payload, with `d` the median of the last three samples taken over at least a round.
+    /// It only grows: it peaks near the end of slow start at about 1.1-1.4 x the stream's
+    /// share of the BDP in the simulation, until the plan made from the measured rate
+    /// settles it.
     ///
     /// The rate is this stream's own delivery whether or not the kernel marks it
     /// application-limited: a stream held back by its send buffer is marked so (it has less
@@ -462,6 +486,13 @@ impl AutoTuner {
                 return;
             }
         };
+        let round = self.recent.rate_over(now, acked, rtt);
+        // Once the pipe is full, over at least a round (see `meter`).
+        let rate = if self.full {
+            round.unwrap_or(rate)
+        } else {
+            rate
+        };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
         let d = self.cfg.share.report(self.stream_index, own);
@@ -470,7 +501,18 @@ impl AutoTuner {
             None => true,
         };
         self.measured = Some((now, d));
-        self.growing = growing;
+        self.recent.push(d);
+        // The pipe is full once slow start is over (the kernel's test: the congestion
+        // window has reached ssthresh, which a loss or HyStart sets) or the smoothed RTT
+        // shows a queue. (Waiting for a second sample with a queue costs 2.5% of completion
+        // and 0.6 x BDP of send buffers at 100 ms in the simulation.)
+        // Only the queue is told to the other streams: it is the bottleneck's, while one
+        // stream's slow start may end early on its own (HyStart's ACK-train test).
+        let slow_start_over = s.snd_cwnd_segs >= s.snd_ssthresh_segs;
+        if self.est.estimate().rtt_inflated() {
+            self.cfg.share.mark_full();
+        }
+        self.full = self.full || slow_start_over || self.cfg.share.is_full();
         // The unsent reserve follows the stream's rate as well (6 ms of it): a small one at
         // a high rate makes the writer refill the socket too often to keep up.
         let lowat = Bytes(
@@ -481,9 +523,16 @@ impl AutoTuner {
             self.lowat = Some(lowat);
             self.out.push(Action::SetNotsentLowat(lowat));
         }
-        let factor = if growing { 2.0 } else { 1.75 };
         let reserve = self.lowat.map_or(0, |l| l.0);
-        let want = Bytes(scale(d, factor) + reserve).min(self.max_value);
+        let want = if self.full {
+            // The pipe is full: what the plan would hold for a share of the median sample
+            // (1.75 x it in flight plus the reserve, in payload).
+            linux::sndbuf_value_for_payload(scale(self.recent.median(), 1.75) + reserve)
+        } else {
+            let factor = if growing { 2.0 } else { 1.75 };
+            Bytes(scale(d, factor) + reserve)
+        }
+        .min(self.max_value);
         if want.0 > v.0 + v.0 / 8 {
             self.send = SendPlan::Measuring(want);
             self.out.push(Action::SetSndBuf(want));
@@ -494,7 +543,10 @@ impl AutoTuner {
     /// follows what the streams of this end receive per minimum RTT, measured over half an
     /// RTT (fresher than DRS's whole RTT: in slow start the rate at the end of an RTT is about
     /// twice its average), twice the average stream's while it grows by a quarter per half
-    /// RTT, 1.5 x once it stops. It only grows (an advertised window never shrinks).
+    /// RTT, 1.5 x otherwise. Once the pipe is full (the receive-side RTT shows a queue, or
+    /// another stream of this end saw one), 1.5 x the median of the
+    /// last three samples taken over at least a round (see [`meter`]). It only grows (an
+    /// advertised window never shrinks).
     fn measure_window(&mut self, now: Time, s: &TcpSnapshot) {
         let Some(rtt) = self.ctx.hint.rtt.or_else(|| s.min_rtt()) else {
             return;
@@ -512,12 +564,37 @@ impl AutoTuner {
                 return;
             }
         };
+        let round = self.recent.rate_over(now, received, rtt);
+        // Once the pipe is full, over at least a round (see `meter`).
+        let rate = if self.full {
+            round.unwrap_or(rate)
+        } else {
+            rate
+        };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         let d = self.cfg.share.report(self.stream_index, own);
         let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);
         self.measured = Some((now, d));
-        self.growing = growing;
-        let factor = if growing { 2.0 } else { 1.5 };
+        self.recent.push(d);
+        // A queue in the receive-side RTT: the pipe is full. (Waiting for a second sample
+        // with a queue left the emulator's 25 ms paths at 2.2-2.35 x BDP: a round at twice
+        // the delivery more.)
+        let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
+        if !rcv_rtt.is_zero() {
+            let min = self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt));
+            self.min_rcv_rtt = Some(min);
+            if meter::queue_shows(rcv_rtt, min.min(rtt)) {
+                self.cfg.share.mark_full();
+            }
+        }
+        self.full = self.full || self.cfg.share.is_full();
+        let (d, factor) = if self.full {
+            (self.recent.median(), 1.5)
+        } else if growing {
+            (d, 2.0)
+        } else {
+            (d, 1.5)
+        };
         let max_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
             if self.ctx.limits.can_force {
                 self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])

@@ -25,8 +25,9 @@ pub enum SendPlan {
     Explicit(Bytes),
     /// The path's rate is being measured by the transfer itself: `SO_SNDBUF` starts at this
     /// value and follows what the stream delivers (twice its bytes per minimum RTT while
-    /// delivery grows, so that slow start is never held back; 1.75 x once it stops), until
-    /// the measured rate arrives ([`crate::Tuner::handle_hint`]) and the plan is made.
+    /// slow start grows it, so that slow start is never held back; once the pipe is full,
+    /// what the plan would hold for that delivery), until the measured rate arrives
+    /// ([`crate::Tuner::handle_hint`]) and the plan is made.
     Measuring(Bytes),
 }
 
@@ -80,6 +81,30 @@ pub struct AutoPlan {
 }
 
 impl AutoPlan {
+    /// Whether streams opened now, with `remaining` bytes of the transfer still to deliver
+    /// at `rate` over a path of `rtt`, would carry any of it, for a plan whose streams each
+    /// hold `share` (segments of `mss`). A new stream carries its share only after a
+    /// handshake and a slow start from Linux's initial window of 10 segments (one round,
+    /// then one per doubling); a transfer that ends sooner is only slowed down by handing it
+    /// messages, and each of its buffers adds to the memory the transfer holds. Unknown
+    /// `remaining` (a transfer of a duration): they help.
+    pub fn late_streams_help(
+        remaining: Option<u64>,
+        rate: crate::units::Rate,
+        rtt: Duration,
+        share: u64,
+        mss: u64,
+    ) -> bool {
+        let Some(remaining) = remaining else {
+            return true;
+        };
+        let initial = 10 * mss.max(1);
+        let doublings = (share.max(initial) as f64 / initial as f64).log2().ceil();
+        let ramp = rtt.as_secs_f64() * (1.0 + doublings);
+        let left = remaining as f64 / (rate.bytes_per_sec().max(1) as f64);
+        left > ramp
+    }
+
     /// Whether the plan rests on a BDP that is not a lower bound.
     pub fn trusted(&self) -> bool {
         self.bdp.is_some() && !self.bdp_lower_bound

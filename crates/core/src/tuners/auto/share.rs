@@ -4,6 +4,10 @@
 //! uneven, shifting shares of it; sizing each for its own momentary share would let every
 //! stream's buffer reach the largest share it ever had, and the sum of those is more than the
 //! pipe. Sized from the average, the buffers together follow what the end delivers in all.
+//!
+//! They also share what one of them sees first: that the pipe is full (a queue). It is one
+//! bottleneck; a stream that has not noticed yet would otherwise keep the room to double
+//! that slow start needs, and the sum of the buffers with it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +15,13 @@ use std::sync::{Arc, Mutex};
 /// The streams of one transfer end (one per [`crate::TunerFactory`]), shared by their
 /// `auto` tuners.
 #[derive(Clone, Debug, Default)]
-pub struct MeasureShare(Arc<Mutex<HashMap<u32, u64>>>);
+pub struct MeasureShare(Arc<Mutex<Inner>>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    per_rtt: HashMap<u32, u64>,
+    full: bool,
+}
 
 impl MeasureShare {
     /// A share no stream has reported to.
@@ -19,7 +29,7 @@ impl MeasureShare {
         MeasureShare::default()
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<u32, u64>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         let mut g = match self.0.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -31,22 +41,32 @@ impl MeasureShare {
     /// over the streams that have reported (this one included).
     pub fn report(&self, stream: u32, per_rtt: u64) -> u64 {
         self.with(|m| {
-            m.insert(stream, per_rtt);
-            let n = m.len().max(1) as u64;
-            m.values().sum::<u64>() / n
+            m.per_rtt.insert(stream, per_rtt);
+            let n = m.per_rtt.len().max(1) as u64;
+            m.per_rtt.values().sum::<u64>() / n
         })
     }
 
     /// Stream `stream` closed (or measures no more).
     pub fn leave(&self, stream: u32) {
         self.with(|m| {
-            m.remove(&stream);
+            m.per_rtt.remove(&stream);
         });
     }
 
     /// What the streams deliver together per minimum RTT.
     pub fn total(&self) -> u64 {
-        self.with(|m| m.values().sum())
+        self.with(|m| m.per_rtt.values().sum())
+    }
+
+    /// A stream of this end saw the pipe full.
+    pub fn mark_full(&self) {
+        self.with(|m| m.full = true);
+    }
+
+    /// Whether a stream of this end has seen the pipe full.
+    pub fn is_full(&self) -> bool {
+        self.with(|m| m.full)
     }
 }
 
@@ -69,5 +89,18 @@ mod tests {
         assert_eq!(s.total(), 100);
         let t = s.clone();
         assert_eq!(t.report(2, 300), 200, "clones share the same streams");
+    }
+
+    #[test]
+    fn one_stream_seeing_the_pipe_full_tells_every_stream_of_its_end() {
+        let s = MeasureShare::new();
+        let t = s.clone();
+        assert!(!t.is_full());
+        s.mark_full();
+        assert!(t.is_full());
+        assert!(
+            !MeasureShare::new().is_full(),
+            "another end's share is apart"
+        );
     }
 }

@@ -650,3 +650,147 @@ fn a_resumed_known_path_paces_each_stream_at_its_share_then_lifts_the_cap() {
     });
     assert_eq!(r.resume(), None);
 }
+
+#[test]
+fn a_measuring_sender_that_sees_a_queue_stops_keeping_room_to_double() {
+    // Raised limits: the 4 MiB default maximum would hide the difference.
+    let mut c = ctx(Role::Sender, 100.0, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut t = AutoConfig::default().build(c);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let mut now = Time::ZERO;
+    let mut acked = 0u64;
+    let mut per_half_rtt = 10_000u64;
+    for _ in 0..12 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        per_half_rtt = per_half_rtt * 141 / 100;
+        t.handle_snapshot(now, &measuring_snap(acked));
+    }
+    let before = sndbufs(&actions(&mut t)).last().copied().unwrap_or(0);
+    // The next rounds still deliver more, but the RTT shows a queue: the pipe is full, and
+    // the buffer holds what the plan would for this delivery, not twice it.
+    let mut last = before;
+    for _ in 0..6 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        per_half_rtt = per_half_rtt * 141 / 100;
+        let s = TcpSnapshot {
+            rtt_us: 140_000,
+            ..measuring_snap(acked)
+        };
+        t.handle_snapshot(now, &s);
+        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+            last = v;
+        }
+    }
+    let d = 2 * per_half_rtt * 100 / 141;
+    let reserve = t.lowat().map_or(0, |l| l.0);
+    // The old rule, twice the delivery plus the reserve, would be here.
+    assert!(
+        (last as f64) < 1.25 * d as f64 + reserve as f64,
+        "{last} against {d} per RTT (reserve {reserve}), {before} before the queue"
+    );
+    assert!(last >= before, "never shrinks");
+}
+
+/// A receiver sample while measuring: `received` bytes so far, receive-side RTT `rtt_ms`.
+fn receiving_snap(received: u64, rtt_ms: u32) -> TcpSnapshot {
+    TcpSnapshot {
+        rcv_rtt_us: rtt_ms * 1000,
+        rcv_mss_bytes: 1448,
+        bytes_received: Some(received),
+        ..TcpSnapshot::empty()
+    }
+}
+
+fn clamps(a: &[Action]) -> Vec<u64> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::SetWindowClamp(b) => Some(b.0),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_pipes_receiver_window_ignores_the_burst_that_fills_a_hole() {
+    // Raised limits: the 4 MiB default maximum would hide the difference.
+    let mut c = ctx(Role::Receiver, 100.0, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut r = AutoConfig::default().build(c);
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    actions(&mut r);
+    // 10 MB per RTT (5 MB per half RTT), with a queue showing (130 ms against 100).
+    let mut now = Time::ZERO;
+    let mut received = 0u64;
+    for _ in 0..8 {
+        now += Duration::from_millis(50);
+        received += 5_000_000;
+        r.handle_snapshot(now, &receiving_snap(received, 130));
+    }
+    let window = clamps(&actions(&mut r)).last().copied().unwrap_or(0);
+    assert!(window <= 20_000_000, "twice 10 MB at most: {window}");
+    // A loss: nothing in order for half a round, then the hole filled at once.
+    now += Duration::from_millis(50);
+    r.handle_snapshot(now, &receiving_snap(received, 130));
+    now += Duration::from_millis(50);
+    received += 10_000_000;
+    r.handle_snapshot(now, &receiving_snap(received, 130));
+    for _ in 0..2 {
+        now += Duration::from_millis(50);
+        received += 5_000_000;
+        r.handle_snapshot(now, &receiving_snap(received, 130));
+    }
+    // The old rule took the burst as growth: twice 20 MB per RTT.
+    let after = clamps(&actions(&mut r));
+    assert!(after.is_empty(), "the window stays: {after:?}");
+}
+
+#[test]
+fn streams_opened_late_help_only_if_the_rest_of_the_transfer_outlasts_their_slow_start() {
+    let rtt = Duration::from_millis(200);
+    let rate = Rate::gbit(1);
+    // A share of 1.8 MB: a handshake and 7 doublings from 10 segments, 1.6 s.
+    let share = 1_800_000;
+    let help = |remaining| AutoPlan::late_streams_help(remaining, rate, rtt, share, 1448);
+    assert!(!help(Some(25_000_000)), "0.2 s left");
+    assert!(help(Some(250_000_000)), "2 s left");
+    assert!(help(None), "a transfer of a duration");
+}
+
+#[test]
+fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
+    // Linux may start a connection with the ssthresh it cached for the destination: slow
+    // start lasts while the congestion window is below it, and the room to double stays.
+    let mut c = ctx(Role::Sender, 100.0, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut t = AutoConfig::default().build(c);
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    actions(&mut t);
+    let mut now = Time::ZERO;
+    let mut acked = 0u64;
+    let mut per_half_rtt = 10_000u64;
+    let mut last = 0;
+    for _ in 0..12 {
+        now += Duration::from_millis(50);
+        acked += per_half_rtt;
+        per_half_rtt = per_half_rtt * 141 / 100;
+        let s = TcpSnapshot {
+            snd_ssthresh_segs: 5_000,
+            ..measuring_snap(acked)
+        };
+        t.handle_snapshot(now, &s);
+        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+            last = v;
+        }
+    }
+    let d = 2 * per_half_rtt * 100 / 141;
+    let reserve = t.lowat().map_or(0, |l| l.0);
+    assert!(
+        (last as f64 - (2.0 * d as f64 + reserve as f64)).abs() < d as f64 * 0.25,
+        "about 2 x {d} + {reserve}: {last}"
+    );
+}
