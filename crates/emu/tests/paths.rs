@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{can_run, median};
+use common::{can_run, handshake_ms};
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tcptune_emu::{path_addr, unique_name, PathConfig, Side, Topology, TopologyConfig};
 
 fn delay(ms: u64) -> PathConfig {
@@ -14,48 +14,6 @@ fn delay(ms: u64) -> PathConfig {
         delay: Duration::from_millis(ms),
         ..PathConfig::default()
     }
-}
-
-/// Median TCP handshake time from A to `target` over `n` connects, in ms.
-fn connect_rtt_ms(topo: &Topology, target: SocketAddr, n: usize) -> f64 {
-    let samples: Vec<f64> = (0..n)
-        .map(|_| {
-            let fd = topo
-                .socket(Side::A, libc::AF_INET, libc::SOCK_STREAM, 0)
-                .unwrap_or_else(|e| panic!("socket in A: {e}"));
-            let t0 = Instant::now();
-            let s = connect(fd, target);
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            assert!(s.is_ok(), "connect to {target}: {s:?}");
-            ms
-        })
-        .collect();
-    median(samples)
-}
-
-/// A blocking connect(2) of a socket made elsewhere.
-fn connect(fd: std::os::fd::OwnedFd, target: SocketAddr) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let SocketAddr::V4(v4) = target else {
-        return Err(std::io::Error::other("IPv4 only"));
-    };
-    // SAFETY: sockaddr_in is plain data; zeroed is valid, filled in below.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    sa.sin_family = libc::AF_INET as libc::sa_family_t;
-    sa.sin_port = v4.port().to_be();
-    sa.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-    // SAFETY: connect with a sockaddr_in and its size.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A listener on every address of side B (the backlog is drained by the kernel's accept
@@ -89,8 +47,8 @@ fn each_side_b_address_sees_its_own_paths_delay() {
     let (_listener, port) = listen_on_b(&topo);
     let slow = SocketAddr::new(IpAddr::V4(path_addr(0)), port);
     let fast = SocketAddr::new(IpAddr::V4(path_addr(1)), port);
-    assert_near("path 0 (198.19.0.1)", connect_rtt_ms(&topo, slow, 7), 20.0);
-    assert_near("path 1 (198.19.0.2)", connect_rtt_ms(&topo, fast, 7), 2.0);
+    assert_near("path 0 (198.19.0.1)", handshake_ms(&topo, slow, 7), 20.0);
+    assert_near("path 1 (198.19.0.2)", handshake_ms(&topo, fast, 7), 2.0);
     let stats = topo.down().unwrap_or_else(|e| panic!("down: {e}"));
     assert_eq!(stats.extra.len(), 1);
     let extra = &stats.extra[0];
@@ -111,7 +69,7 @@ fn delay_change_shows_in_the_next_handshakes() {
     let (_listener, port) = listen_on_b(&topo);
     let b0 = SocketAddr::new(IpAddr::V4(path_addr(0)), port);
     let b1 = SocketAddr::new(IpAddr::V4(path_addr(1)), port);
-    assert_near("path 0 before", connect_rtt_ms(&topo, b0, 5), 20.0);
+    assert_near("path 0 before", handshake_ms(&topo, b0, 5), 20.0);
     let control = topo.path_control();
     control
         .set(0, delay(2))
@@ -121,8 +79,8 @@ fn delay_change_shows_in_the_next_handshakes() {
         .unwrap_or_else(|e| panic!("set path 1: {e}"));
     // Picked up before the next packet is read; the handshake is the next packet.
     std::thread::sleep(Duration::from_millis(5));
-    assert_near("path 0 after", connect_rtt_ms(&topo, b0, 5), 4.0);
-    assert_near("path 1 after", connect_rtt_ms(&topo, b1, 5), 30.0);
+    assert_near("path 0 after", handshake_ms(&topo, b0, 5), 4.0);
+    assert_near("path 1 after", handshake_ms(&topo, b1, 5), 30.0);
     assert!(control.set(2, delay(1)).is_err(), "no path 2");
     assert!(topo.failures().is_empty(), "{:?}", topo.failures());
 }

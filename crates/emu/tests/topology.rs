@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::{can_run, median, rootless, wait_for};
+use common::{can_run, handshake_ms, rootless, wait_for};
 use std::net::SocketAddr;
 use std::path::Path as FsPath;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tcptune_emu::state;
 use tcptune_emu::{unique_name, EmuError, PathConfig, Side, Topology, TopologyConfig};
 
@@ -26,49 +26,11 @@ fn connect_rtt_ms(topo: &Topology, n: usize) -> f64 {
     let listener = listener.unwrap_or_else(|e| panic!("listen in B: {e}"));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let target = SocketAddr::new(b, port);
-    let samples: Vec<f64> = (0..n)
-        .map(|_| {
-            // The socket is made in A first (in rootless mode by a forked helper): only the
-            // handshake is timed.
-            let fd = topo
-                .socket(Side::A, libc::AF_INET, libc::SOCK_STREAM, 0)
-                .unwrap_or_else(|e| panic!("socket in A: {e}"));
-            let t0 = Instant::now();
-            let s = connect(fd, target);
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            assert!(s.is_ok(), "connect to {target}: {s:?}");
-            ms
-        })
-        .collect();
+    let ms = handshake_ms(topo, target, n);
     // Accept and drop the connections so the backlog does not fill.
     listener.set_nonblocking(true).ok();
     while listener.accept().is_ok() {}
-    median(samples)
-}
-
-/// A blocking connect(2) of a socket made elsewhere.
-fn connect(fd: std::os::fd::OwnedFd, target: SocketAddr) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let SocketAddr::V4(v4) = target else {
-        return Err(std::io::Error::other("IPv4 only"));
-    };
-    // SAFETY: sockaddr_in is plain data; zeroed is valid, filled in below.
-    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    sa.sin_family = libc::AF_INET as libc::sa_family_t;
-    sa.sin_port = v4.port().to_be();
-    sa.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-    // SAFETY: connect with a sockaddr_in and its size.
-    let r = unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    ms
 }
 
 fn check_rtt(delay_ms: u64) {

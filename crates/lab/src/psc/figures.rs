@@ -64,6 +64,29 @@ struct Lines<'a> {
     dashed: bool,
 }
 
+impl Lines<'static> {
+    /// Throughput in Mbit/s against the connections to each receiver, solid.
+    fn mbit(e: Experiment) -> Lines<'static> {
+        Lines {
+            e,
+            x_total: false,
+            scale: 1e6,
+            unit: "Mbit/s",
+            suffix: "",
+            dashed: false,
+        }
+    }
+
+    /// Memory in KiB, otherwise as [`Lines::mbit`].
+    fn kib(e: Experiment) -> Lines<'static> {
+        Lines {
+            scale: 1024.0,
+            unit: "KiB",
+            ..Lines::mbit(e)
+        }
+    }
+}
+
 /// One line per mode of `value`.
 fn lines(
     plan: &PscPlan,
@@ -125,19 +148,9 @@ fn mem_lines(plan: &PscPlan) -> Vec<Marker> {
 
 /// Figure 3: aggregate throughput to the remote receiver.
 pub fn figure3(plan: &PscPlan, agg: &PscAggregate) -> Chart {
-    let series = lines(
-        plan,
-        agg,
-        &Lines {
-            e: Experiment::Basic,
-            x_total: false,
-            scale: 1e6,
-            unit: "Mbit/s",
-            suffix: "",
-            dashed: false,
-        },
-        &|c| c.remote_bps,
-    );
+    let series = lines(plan, agg, &Lines::mbit(Experiment::Basic), &|c| {
+        c.remote_bps
+    });
     let mut c = chart(
         "Figure 3: aggregate throughput, remote path",
         "concurrent connections",
@@ -155,19 +168,9 @@ pub fn figure3(plan: &PscPlan, agg: &PscAggregate) -> Chart {
 
 /// Figure 4: peak send-buffer memory, remote path only.
 pub fn figure4(plan: &PscPlan, agg: &PscAggregate) -> Chart {
-    let series = lines(
-        plan,
-        agg,
-        &Lines {
-            e: Experiment::Basic,
-            x_total: false,
-            scale: 1024.0,
-            unit: "KiB",
-            suffix: "",
-            dashed: false,
-        },
-        &|c| c.peak_in_use,
-    );
+    let series = lines(plan, agg, &Lines::kib(Experiment::Basic), &|c| {
+        c.peak_in_use
+    });
     let mut c = chart(
         "Figure 4: peak send-queue memory",
         "concurrent connections",
@@ -185,12 +188,8 @@ pub fn figure7(plan: &PscPlan, agg: &PscAggregate) -> Chart {
         plan,
         agg,
         &Lines {
-            e: Experiment::Diverse,
-            x_total: false,
-            scale: 1e6,
-            unit: "Mbit/s",
             suffix: " remote",
-            dashed: false,
+            ..Lines::mbit(Experiment::Diverse)
         },
         &|c| c.remote_bps,
     );
@@ -198,12 +197,9 @@ pub fn figure7(plan: &PscPlan, agg: &PscAggregate) -> Chart {
         plan,
         agg,
         &Lines {
-            e: Experiment::Diverse,
-            x_total: false,
-            scale: 1e6,
-            unit: "Mbit/s",
             suffix: " local",
             dashed: true,
+            ..Lines::mbit(Experiment::Diverse)
         },
         &|c| c.local_bps,
     ));
@@ -236,12 +232,8 @@ pub fn figure8(plan: &PscPlan, agg: &PscAggregate) -> Chart {
         plan,
         agg,
         &Lines {
-            e: Experiment::Diverse,
             x_total: true,
-            scale: 1024.0,
-            unit: "KiB",
-            suffix: "",
-            dashed: false,
+            ..Lines::kib(Experiment::Diverse)
         },
         &|c| c.peak_in_use,
     );

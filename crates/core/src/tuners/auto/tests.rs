@@ -499,38 +499,64 @@ fn sndbufs(a: &[Action]) -> Vec<u64> {
         .collect()
 }
 
+/// Slow start fed to a measuring sender: a sample every half RTT (50 ms of a 100 ms path),
+/// delivery doubling every RTT.
+struct SlowStart {
+    now: Time,
+    acked: u64,
+    per_half_rtt: u64,
+}
+
+impl SlowStart {
+    fn new() -> SlowStart {
+        SlowStart {
+            now: Time::ZERO,
+            acked: 0,
+            per_half_rtt: 10_000,
+        }
+    }
+
+    /// Half an RTT more, seen through `snap(acked)`; the `SO_SNDBUF` values it set.
+    fn step(&mut self, t: &mut AutoTuner, snap: impl Fn(u64) -> TcpSnapshot) -> Vec<u64> {
+        self.now += Duration::from_millis(50);
+        self.acked += self.per_half_rtt;
+        self.per_half_rtt = self.per_half_rtt * 141 / 100;
+        t.handle_snapshot(self.now, &snap(self.acked));
+        sndbufs(&actions(t))
+    }
+
+    /// What the last half RTT delivered (`per_half_rtt / 1.41`), per RTT.
+    fn per_rtt(&self) -> u64 {
+        2 * self.per_half_rtt * 100 / 141
+    }
+}
+
 #[test]
 fn a_measuring_sender_stays_twice_its_delivery_ahead_and_never_shrinks() {
     let mut t = sender(100.0, None);
     t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
     actions(&mut t);
     // Slow start: delivery doubles every RTT (samples every half RTT).
-    let mut now = Time::ZERO;
-    let mut acked = 0u64;
-    let mut per_half_rtt = 10_000u64;
+    let mut ss = SlowStart::new();
     let mut last = 0;
     for _ in 0..14 {
-        now += Duration::from_millis(50);
-        acked += per_half_rtt;
-        per_half_rtt = per_half_rtt * 141 / 100;
-        t.handle_snapshot(now, &measuring_snap(acked));
-        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+        if let Some(&v) = ss.step(&mut t, measuring_snap).last() {
             assert!(v > last, "only grows");
             last = v;
         }
     }
-    // The last half RTT delivered `per_half_rtt / 1.41`: twice that per RTT, doubled, plus
-    // the reserve.
-    let d = 2 * per_half_rtt * 100 / 141;
+    // The last half RTT's delivery per RTT, doubled, plus the reserve.
+    let d = ss.per_rtt();
     let reserve = t.lowat().map_or(0, |l| l.0);
     assert!(
         (last as f64 - (2.0 * d as f64 + reserve as f64)).abs() < d as f64 * 0.25,
         "about 2 x {d} + {reserve}: {last}"
     );
     // The pipe is full: delivery stops growing; the buffer grows no more, nor shrinks.
+    let (mut now, mut acked) = (ss.now, ss.acked);
     for _ in 0..10 {
         now += Duration::from_millis(50);
-        acked += per_half_rtt;
+        acked += ss.per_half_rtt;
         t.handle_snapshot(now, &measuring_snap(acked));
     }
     let after = sndbufs(&actions(&mut t));
@@ -659,33 +685,26 @@ fn a_measuring_sender_that_sees_a_queue_stops_keeping_room_to_double() {
     let mut t = AutoConfig::default().build(c);
     t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
     actions(&mut t);
-    let mut now = Time::ZERO;
-    let mut acked = 0u64;
-    let mut per_half_rtt = 10_000u64;
+    let mut ss = SlowStart::new();
+    let mut before = 0;
     for _ in 0..12 {
-        now += Duration::from_millis(50);
-        acked += per_half_rtt;
-        per_half_rtt = per_half_rtt * 141 / 100;
-        t.handle_snapshot(now, &measuring_snap(acked));
+        if let Some(&v) = ss.step(&mut t, measuring_snap).last() {
+            before = v;
+        }
     }
-    let before = sndbufs(&actions(&mut t)).last().copied().unwrap_or(0);
     // The next rounds still deliver more, but the RTT shows a queue: the pipe is full, and
     // the buffer holds what the plan would for this delivery, not twice it.
+    let queued = |acked| TcpSnapshot {
+        rtt_us: 140_000,
+        ..measuring_snap(acked)
+    };
     let mut last = before;
     for _ in 0..6 {
-        now += Duration::from_millis(50);
-        acked += per_half_rtt;
-        per_half_rtt = per_half_rtt * 141 / 100;
-        let s = TcpSnapshot {
-            rtt_us: 140_000,
-            ..measuring_snap(acked)
-        };
-        t.handle_snapshot(now, &s);
-        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+        if let Some(&v) = ss.step(&mut t, queued).last() {
             last = v;
         }
     }
-    let d = 2 * per_half_rtt * 100 / 141;
+    let d = ss.per_rtt();
     let reserve = t.lowat().map_or(0, |l| l.0);
     // The old rule, twice the delivery plus the reserve, would be here.
     assert!(
@@ -770,24 +789,18 @@ fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
     let mut t = AutoConfig::default().build(c);
     t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
     actions(&mut t);
-    let mut now = Time::ZERO;
-    let mut acked = 0u64;
-    let mut per_half_rtt = 10_000u64;
+    let cached = |acked| TcpSnapshot {
+        snd_ssthresh_segs: 5_000,
+        ..measuring_snap(acked)
+    };
+    let mut ss = SlowStart::new();
     let mut last = 0;
     for _ in 0..12 {
-        now += Duration::from_millis(50);
-        acked += per_half_rtt;
-        per_half_rtt = per_half_rtt * 141 / 100;
-        let s = TcpSnapshot {
-            snd_ssthresh_segs: 5_000,
-            ..measuring_snap(acked)
-        };
-        t.handle_snapshot(now, &s);
-        if let Some(&v) = sndbufs(&actions(&mut t)).last() {
+        if let Some(&v) = ss.step(&mut t, cached).last() {
             last = v;
         }
     }
-    let d = 2 * per_half_rtt * 100 / 141;
+    let d = ss.per_rtt();
     let reserve = t.lowat().map_or(0, |l| l.0);
     assert!(
         (last as f64 - (2.0 * d as f64 + reserve as f64)).abs() < d as f64 * 0.25,
