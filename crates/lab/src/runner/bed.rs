@@ -63,6 +63,26 @@ struct Sending {
     err_path: PathBuf,
 }
 
+impl Sending {
+    /// Wait for the `send` to exit; killed at its deadline or when the lab is interrupted.
+    fn wait(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        match self.child.wait_until(Some(self.deadline), interrupted)? {
+            Waited::Exited(st) => Ok(st),
+            Waited::Interrupted => {
+                self.child.terminate()?;
+                bail!("interrupted");
+            }
+            Waited::Deadline => {
+                self.child.terminate()?;
+                bail!(
+                    "tcptune send still running {} s after its time limit; killed",
+                    RUN_SLACK.as_secs()
+                );
+            }
+        }
+    }
+}
+
 /// How long to wait for the server to listen.
 const SERVER_READY: Duration = Duration::from_secs(15);
 /// Slack over the run's own time cap before the runner kills `send`.
@@ -327,20 +347,7 @@ impl Bed {
         key: &CellKey,
         rep: u32,
     ) -> anyhow::Result<(RunRecord, Report)> {
-        let status = match s.child.wait_until(Some(s.deadline), interrupted)? {
-            Waited::Exited(st) => st,
-            Waited::Interrupted => {
-                s.child.terminate()?;
-                bail!("interrupted");
-            }
-            Waited::Deadline => {
-                s.child.terminate()?;
-                bail!(
-                    "tcptune send still running {} s after its time limit; killed",
-                    RUN_SLACK.as_secs()
-                );
-            }
-        };
+        let status = s.wait()?;
         let wall = s.started.elapsed().as_secs_f64();
         let stdout = std::fs::read_to_string(&s.out_path).unwrap_or_default();
         let stderr = std::fs::read_to_string(&s.err_path).unwrap_or_default();
@@ -380,29 +387,17 @@ impl Bed {
     }
 
     /// The transfer that records the path for a known-path run: the same command, its
-    /// output thrown away; it must succeed.
+    /// output in `logs/warm-up.out` and `.err` (not a record); it must succeed.
     fn warm_up(&mut self, args: &[String], max_time: Duration) -> anyhow::Result<()> {
-        let t0 = Instant::now();
-        let mut cmd = self.topo()?.command(Side::A, self.spec.tcptune.as_os_str());
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = process::spawn(&mut cmd, "the warm-up transfer on side A")?.grace(GRACE);
-        match child.wait_until(Some(t0 + max_time + RUN_SLACK), interrupted)? {
-            Waited::Exited(s) if s.success() => Ok(()),
-            Waited::Exited(s) => {
-                bail!("the warm-up transfer that records the path exited with {s}")
-            }
-            Waited::Interrupted => {
-                child.terminate()?;
-                bail!("interrupted");
-            }
-            Waited::Deadline => {
-                child.terminate()?;
-                bail!("the warm-up transfer that records the path did not end; killed");
-            }
+        let what = "the warm-up transfer that records the path";
+        let status = self
+            .start_send(args, "warm-up", max_time)?
+            .wait()
+            .context(what)?;
+        if !status.success() {
+            bail!("{what} exited with {status}");
         }
+        Ok(())
     }
 
     fn keep_failure(&self, key: &CellKey, rep: u32, stdout: &str, stderr: &str) {
