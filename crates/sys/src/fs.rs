@@ -81,6 +81,9 @@ pub struct Meta {
     pub allocated: u64,
     /// The file system's device.
     pub dev: u64,
+    /// Hard links to it (a partial file to be reused must have exactly one: a second link
+    /// would be a file someone else can read or that we would overwrite through it).
+    pub nlink: u64,
 }
 
 fn meta_of(st: &libc::stat) -> Meta {
@@ -98,6 +101,7 @@ fn meta_of(st: &libc::stat) -> Meta {
         mtime_ns: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
         allocated: u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512),
         dev: st.st_dev,
+        nlink: st.st_nlink,
     }
 }
 
@@ -149,10 +153,11 @@ impl AsFd for Dir {
 /// How [`Dir::open_beneath`] opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Read a file.
+    /// Read a regular file (opened without blocking, then checked: a FIFO or a device
+    /// someone placed there is refused instead of blocking the reader).
     Read,
-    /// Write an existing file or create it (mode 0600 until the copy sets the real mode);
-    /// never follows a symlink in the last component.
+    /// Write an existing regular file or create it (mode 0600 until the copy sets the real
+    /// mode); never follows a symlink in the last component; checked like `Read`.
     WriteCreate,
     /// A directory whose entries are listed or whose mode and times are set.
     Directory,
@@ -201,8 +206,10 @@ impl Dir {
         let c = cstr(path).map_err(|e| FsError::new(op, rel, e))?;
         let flags = libc::O_CLOEXEC
             | match mode {
-                OpenMode::Read => libc::O_RDONLY,
-                OpenMode::WriteCreate => libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW,
+                OpenMode::Read => libc::O_RDONLY | libc::O_NONBLOCK,
+                OpenMode::WriteCreate => {
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK
+                }
                 OpenMode::Directory => libc::O_RDONLY | libc::O_DIRECTORY,
                 OpenMode::DirectoryPath => libc::O_PATH | libc::O_DIRECTORY,
                 OpenMode::Look => libc::O_PATH | libc::O_NOFOLLOW,
@@ -231,7 +238,18 @@ impl Dir {
             };
             if r >= 0 {
                 // SAFETY: a fresh descriptor that nothing else owns.
-                return Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) });
+                let fd = unsafe { OwnedFd::from_raw_fd(r as RawFd) };
+                if matches!(mode, OpenMode::Read | OpenMode::WriteCreate) {
+                    let m = stat_fd(fd.as_fd()).map_err(|e| FsError::new("stat", rel, e))?;
+                    if m.kind != Kind::File {
+                        return Err(FsError::new(
+                            op,
+                            rel,
+                            io::Error::other("not a regular file"),
+                        ));
+                    }
+                }
+                return Ok(fd);
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
@@ -522,6 +540,28 @@ mod tests {
             Some(Kind::Symlink)
         );
         assert_eq!(d.look(Path::new("nope")).expect("look"), None);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_refused_at_once_instead_of_blocking_the_reader() {
+        let base = tmp("fifo");
+        let fifo = CString::new(base.join("pipe").as_os_str().as_bytes()).expect("path");
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::fs::create_dir(base.join("dir")).expect("dir");
+        let d = Dir::open(&base).expect("open");
+        for (name, mode) in [
+            ("pipe", OpenMode::Read),
+            ("pipe", OpenMode::WriteCreate),
+            ("dir", OpenMode::Read),
+        ] {
+            let e = d.open_beneath(Path::new(name), mode).expect_err(name);
+            assert!(
+                e.to_string().contains("not a regular file") || e.errno() == Some(libc::ENXIO),
+                "{name}: {e}"
+            );
+        }
         let _ = std::fs::remove_dir_all(&base);
     }
 

@@ -11,13 +11,14 @@
 
 use super::stream::{is_timeout, ThreadOut};
 use super::{nanos_since, Counters, EngineConfig, Event, Shared};
+use crate::files::budget::ManifestBudget;
 use crate::files::digest::{self, BlockHasher, Cv};
-use crate::files::queue::{Have, Item};
+use crate::files::queue::{Have, Item, ResendList};
 use crate::files::table::Received;
 use crate::files::walk::{self, Manifest};
 use crate::files::wire::{
-    Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD, HEADER_LEN,
-    ITEMS_PER_RECORD, MAX_JSON,
+    json_depth_within, Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD,
+    HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON, MAX_JSON_DEPTH,
 };
 use crate::files::work::{violation, FileWork, Run, Source, Spec};
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
@@ -185,6 +186,11 @@ impl Ctx<'_> {
         }
         let mut body = vec![0u8; len];
         self.read_exact(&mut body).map_err(closed_in_record)?;
+        if !json_depth_within(&body, MAX_JSON_DEPTH) {
+            return Err(self.fatal(violation(format!(
+                "a record nested deeper than {MAX_JSON_DEPTH}"
+            ))));
+        }
         serde_json::from_slice(&body).map_err(|e| {
             let msg = crate::server::escape(&e.to_string(), 200);
             self.fatal(violation(msg))
@@ -352,12 +358,16 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
             }
         };
         c.send_record(&ToReceiver::End { round, records })?;
-        let mut resend = Vec::new();
+        let mut resend = ResendList::default();
         loop {
             match c.recv_frame()? {
                 ToSender::Planning { .. } => c.work.touch(1),
                 ToSender::Resend { blocks, last } => {
-                    resend.extend(blocks);
+                    let added = match &*c.work.lock() {
+                        Run::Send(s) => resend.add(&s.queue, &blocks, last, ITEMS_PER_RECORD),
+                        _ => return Err(Halt::Stop),
+                    };
+                    added.map_err(|e| c.fatal(violation(e)))?;
                     if last {
                         break;
                     }
@@ -394,11 +404,11 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
                 FailKind::Integrity,
                 format!(
                     "{} block(s) still failed their checksum after {MAX_ROUNDS} rounds",
-                    resend.len()
+                    resend.blocks().len()
                 ),
             )));
         }
-        if let Err(e) = s.queue.resend(&resend) {
+        if let Err(e) = s.queue.resend(resend.blocks()) {
             drop(g);
             return Err(c.fatal(violation(e)));
         }
@@ -745,13 +755,14 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
     let Some(Spec::Recv {
         dest,
         resume,
-        max_entries,
+        limits,
         ..
     }) = c.work.take_spec()
     else {
         return Err(c.fatal(FileFailure::protocol("a copy without a destination")));
     };
-    // The manifest.
+    // The manifest: every record and entry admitted before it is read or kept.
+    let mut budget = ManifestBudget::new(limits);
     let mut entries = Vec::new();
     loop {
         let Some(h) = c.header()? else {
@@ -762,16 +773,12 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
         if h.tag != Tag::Json {
             return Err(c.fatal(violation("a block before the plan")));
         }
+        budget
+            .admit_record(u64::from(h.len))
+            .map_err(|f| c.fatal(f))?;
         match c.json::<ToReceiver>(h.len as usize)? {
             ToReceiver::Manifest { entries: more } => {
-                if (entries.len() + more.len()) as u64 > max_entries {
-                    return Err(c.fatal(FileFailure::new(
-                        FailKind::Refused,
-                        format!(
-                            "more than {max_entries} files and directories in one copy (the receiver's limit; split the copy)"
-                        ),
-                    )));
-                }
+                budget.admit_entries(&more).map_err(|f| c.fatal(f))?;
                 entries.extend(more);
                 c.work.touch(1);
             }
@@ -942,7 +949,7 @@ fn recv_block(c: &mut Ctx<'_>, h: &Header, buf: &mut [u8]) -> Result<(), Halt> {
 /// failed, or finish.
 fn end_round(c: &mut Ctx<'_>, records: u64) -> Result<(), Halt> {
     let mut alive = Instant::now();
-    let (resend, entries, targets) = loop {
+    let (resend, entries, targets, created) = loop {
         let g = c.work.lock();
         let Run::Recv(run) = &*g else {
             return Err(Halt::Stop);
@@ -956,6 +963,7 @@ fn end_round(c: &mut Ctx<'_>, records: u64) -> Result<(), Halt> {
                 run.table.resend_list(),
                 run.entries.clone(),
                 run.targets.clone(),
+                run.created_dirs.clone(),
             );
         }
         let g = c.work.wait(g, Duration::from_millis(200));
@@ -970,7 +978,7 @@ fn end_round(c: &mut Ctx<'_>, records: u64) -> Result<(), Halt> {
     };
     if resend.is_empty() {
         c.work
-            .finish_dirs(&entries, &targets)
+            .finish_dirs(&entries, &targets, &created)
             .map_err(|f| c.fatal(f))?;
         let (files, digest) = {
             let mut g = c.work.lock();

@@ -14,6 +14,7 @@
 //! println!("{} files, {} bytes carried", report.files, report.transferred_bytes);
 //! ```
 
+use super::budget::CopyLimits;
 use super::plan::DestSpec;
 use super::walk::{self, WalkLimits};
 use super::work::{FileWork, Source, Spec};
@@ -66,6 +67,11 @@ pub struct CopyConfig {
     pub fsync: bool,
     /// Most files and directories this end sends or accepts.
     pub max_files: u64,
+    /// Largest file this end accepts in a pull (default: no bound but the free space).
+    pub max_file_size: u64,
+    /// Most bytes of manifest records this end accepts in a pull (the memory a server's
+    /// manifest may take here; default 1 GiB).
+    pub max_manifest_bytes: u64,
 }
 
 impl CopyConfig {
@@ -78,6 +84,8 @@ impl CopyConfig {
             resume: true,
             fsync: false,
             max_files: 10_000_000,
+            max_file_size: u64::MAX,
+            max_manifest_bytes: 1 << 30,
         }
     }
 
@@ -253,7 +261,12 @@ pub fn copy(
                     dest: d,
                     resume: cfg.resume,
                     fsync: cfg.fsync,
-                    max_entries: cfg.max_files,
+                    limits: CopyLimits {
+                        max_entries: cfg.max_files,
+                        max_file_size: cfg.max_file_size,
+                        max_total_bytes: u64::MAX,
+                        max_manifest_bytes: cfg.max_manifest_bytes,
+                    },
                 },
                 FileJob {
                     sources: sources.clone(),

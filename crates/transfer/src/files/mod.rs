@@ -39,6 +39,7 @@
 //!   destination the same way and checks that the top-level names are the ones it asked
 //!   for, so neither end can make the other write outside where it was told.
 
+pub mod budget;
 pub mod copy;
 pub mod digest;
 pub(crate) mod plan;
@@ -48,6 +49,7 @@ pub(crate) mod walk;
 pub(crate) mod wire;
 pub(crate) mod work;
 
+pub use budget::{CopyLimits, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_MANIFEST_BYTES};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io;

@@ -51,13 +51,15 @@ fn refuse(msg: String) -> FileFailure {
 }
 
 /// Check a manifest from the peer: every path made of names that may be created, a
-/// directory before what it holds, top-level names unique (and the expected ones). Returns
-/// the top-level entries (name and kind).
+/// directory before what it holds, every path once (a file listed twice would be hashed
+/// and written twice), top-level names as expected. Returns the top-level entries (name and
+/// kind). Linear in the manifest: a set of the paths seen, not a search per entry.
 pub(crate) fn check_manifest(
     entries: &[Entry],
     expect: Option<&[String]>,
 ) -> Result<Vec<(String, EntryKind)>, FileFailure> {
     let mut dirs: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
     let mut tops: Vec<(String, EntryKind)> = Vec::new();
     for e in entries {
         if e.path.len() > MAX_PATH {
@@ -76,10 +78,13 @@ pub(crate) fn check_manifest(
         if e.kind == EntryKind::Dir && e.size != 0 {
             return Err(refuse("a directory with a size".into()));
         }
+        if !seen.insert(&e.path) {
+            return Err(refuse(format!(
+                "the path '{}' twice in the manifest",
+                crate::server::escape(&e.path, 200)
+            )));
+        }
         if parts.len() == 1 {
-            if tops.iter().any(|(n, _)| n == parts[0]) {
-                return Err(refuse(format!("the top-level name '{}' twice", parts[0])));
-            }
             tops.push((parts[0].to_string(), e.kind));
         } else {
             let parent = &e.path[..e.path.len() - parts[parts.len() - 1].len() - 1];
@@ -90,8 +95,8 @@ pub(crate) fn check_manifest(
                 )));
             }
         }
-        if e.kind == EntryKind::Dir && !dirs.insert(&e.path) {
-            return Err(refuse("a directory listed twice".into()));
+        if e.kind == EntryKind::Dir {
+            dirs.insert(&e.path);
         }
     }
     if let Some(expect) = expect {
@@ -198,6 +203,8 @@ pub(crate) struct Planned {
     pub(crate) plan: Vec<PlanFile>,
     /// Bytes the sender still has to carry (at most).
     pub(crate) need_bytes: u64,
+    /// The directories this copy created.
+    pub(crate) created_dirs: HashSet<u32>,
 }
 
 /// Hash the blocks of an open file of `size` bytes; holes (never written) are `None`.
@@ -231,7 +238,10 @@ fn hash_blocks(
                 .read_at(&mut buf[..want], off + at)
                 .map_err(|e| FileFailure::io(format_args!("read {shown}"), &e))?;
             if got == 0 {
-                break; // shrank meanwhile: the checksum will not match
+                return Err(FileFailure::new(
+                    FailKind::Io,
+                    format!("{shown}: the file shrank while it was hashed"),
+                ));
             }
             h.update(&buf[..got]);
             at += got as u64;
@@ -271,15 +281,23 @@ pub(crate) fn plan(
         dest.must_be_dir,
         shown,
     )?;
+    let targets: Vec<PathBuf> = entries
+        .iter()
+        .map(|e| target(layout, &dest.base, &e.path))
+        .collect();
+    // Before anything is created, hashed or kept per block: does it fit?
+    check_space(dest, layout, |avail| {
+        estimate_need(root, entries, &targets, resume, avail)
+    })?;
     let mut table = RecvTable::new(entries);
-    let mut targets = Vec::with_capacity(entries.len());
     let mut plan = Vec::new();
+    let mut created_dirs = HashSet::new();
     let mut need = 0u64;
     let mut buf = vec![0u8; 1 << 20];
     for (id, e) in entries.iter().enumerate() {
         let id = id as u32;
-        let t = target(layout, &dest.base, &e.path);
-        let (parent, name) = split(&t);
+        let t = &targets[id as usize];
+        let (parent, name) = split(t);
         let shown_t = if layout == Layout::Into {
             format!("{}/{}", shown.trim_end_matches('/'), e.path)
         } else {
@@ -289,7 +307,7 @@ pub(crate) fn plan(
             }
         };
         let existing = root
-            .look(&t)
+            .look(t)
             .map_err(|err| FileFailure::fs(&err, &shown_t))?;
         match e.kind {
             EntryKind::Dir => match existing.map(|m| m.kind) {
@@ -306,6 +324,7 @@ pub(crate) fn plan(
                         .map_err(|err| FileFailure::fs(&err, &shown_t))?;
                     p.mkdir_at(&name, 0o700)
                         .map_err(|err| FileFailure::fs(&err, &shown_t))?;
+                    created_dirs.insert(id);
                 }
             },
             EntryKind::File => {
@@ -323,7 +342,7 @@ pub(crate) fn plan(
                     {
                         let _ = m;
                         let f = File::from(
-                            root.open_beneath(&t, OpenMode::Read)
+                            root.open_beneath(t, OpenMode::Read)
                                 .map_err(|err| FileFailure::fs(&err, &shown_t))?,
                         );
                         let cvs = hash_blocks(&f, e.size, false, &mut buf, checked, &shown_t)?;
@@ -339,7 +358,7 @@ pub(crate) fn plan(
                     } else if let Some(m) = root
                         .look(&temp)
                         .map_err(|err| FileFailure::fs(&err, &shown_t))?
-                        .filter(|m| m.kind == Kind::File)
+                        .filter(|m| m.kind == Kind::File && m.nlink == 1)
                     {
                         if m.size == e.size {
                             let f = File::from(
@@ -380,35 +399,88 @@ pub(crate) fn plan(
                 }
             }
         }
-        targets.push(t);
     }
-    // The space the rest needs, on the destination's device.
-    let space_dir = match layout {
-        Layout::Into => dest.base.clone(),
-        Layout::Rename => split(&dest.base).0,
-    };
-    if std::env::var(NO_SPACE_CHECK_ENV).map_or(true, |v| v != "1") {
-        if let Ok(d) = root.dir_beneath(&space_dir) {
-            if let Ok(avail) = d.available_bytes() {
-                if need > avail {
-                    return Err(FileFailure::new(
-                        FailKind::NoSpace,
-                        format!(
-                            "not enough space at {shown}: {} to write, {} available",
-                            tcptune_core::Bytes(need),
-                            tcptune_core::Bytes(avail)
-                        ),
-                    ));
-                }
-            }
-        }
-    }
+    // What the rest needs now that earlier runs' files are hashed.
+    check_space(dest, layout, |_| Ok(need))?;
     Ok(Planned {
         table,
         targets,
         plan,
         need_bytes: need,
+        created_dirs,
     })
+}
+
+/// Refuse a copy whose data does not fit on the destination's device. `need` is asked only
+/// with the space available.
+fn check_space(
+    dest: &DestSpec,
+    layout: Layout,
+    need: impl FnOnce(u64) -> Result<u64, FileFailure>,
+) -> Result<(), FileFailure> {
+    if std::env::var(NO_SPACE_CHECK_ENV).is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    let space_dir = match layout {
+        Layout::Into => dest.base.clone(),
+        Layout::Rename => split(&dest.base).0,
+    };
+    let Some(avail) = dest
+        .root
+        .dir_beneath(&space_dir)
+        .ok()
+        .and_then(|d| d.available_bytes().ok())
+    else {
+        return Ok(());
+    };
+    let need = need(avail)?;
+    if need > avail {
+        return Err(FileFailure::new(
+            FailKind::NoSpace,
+            format!(
+                "not enough space at {}: {} to write, {} available",
+                dest.shown,
+                tcptune_core::Bytes(need),
+                tcptune_core::Bytes(avail)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// At most what a copy will write, before anything is hashed: every file's size, less
+/// a complete target of the same size and time (resume skips it when it matches) and
+/// what a partial file of the same size holds already. Stats only, and only when the total
+/// does not fit in `avail` outright; no file is read.
+fn estimate_need(
+    root: &Dir,
+    entries: &[Entry],
+    targets: &[PathBuf],
+    resume: bool,
+    avail: u64,
+) -> Result<u64, FileFailure> {
+    let total: u64 = entries.iter().map(|e| e.size).fold(0, u64::saturating_add);
+    if !resume || total <= avail {
+        return Ok(total);
+    }
+    let mut need = 0u64;
+    for (e, t) in entries.iter().zip(targets) {
+        if e.kind != EntryKind::File || e.size == 0 {
+            continue;
+        }
+        let look = |p: &Path| root.look(p).ok().flatten().filter(|m| m.kind == Kind::File);
+        let there = look(t).filter(|m| m.size == e.size && same_time(m, e));
+        let part = || {
+            let (parent, name) = split(t);
+            look(&parent.join(temp_name(&name))).filter(|m| m.size == e.size)
+        };
+        need = need.saturating_add(match (there, part()) {
+            (Some(_), _) => 0,
+            (None, Some(p)) => e.size.saturating_sub(p.allocated),
+            (None, None) => e.size,
+        });
+    }
+    Ok(need)
 }
 
 /// An empty file: created, given its mode and time, and renamed into place at once.
@@ -475,6 +547,17 @@ mod tests {
             vec![e("t", EntryKind::Dir, 0), e("t//x", EntryKind::File, 1)],
             vec![e("t/x", EntryKind::File, 1)],
             vec![e("a", EntryKind::File, 1), e("a", EntryKind::File, 1)],
+            vec![
+                e("d", EntryKind::Dir, 0),
+                e("d/big", EntryKind::File, 1),
+                e("d/big", EntryKind::File, 1),
+            ],
+            vec![
+                e("d", EntryKind::Dir, 0),
+                e("d/x", EntryKind::Dir, 0),
+                e("d/x", EntryKind::File, 1),
+            ],
+            vec![e("d", EntryKind::Dir, 0), e("d", EntryKind::Dir, 0)],
             vec![e("a\0b", EntryKind::File, 1)],
             vec![e("d", EntryKind::Dir, 5)],
         ] {
@@ -482,6 +565,20 @@ mod tests {
         }
         let e2 = check_manifest(&ok, Some(&["other".into()])).expect_err("names");
         assert_eq!(e2.kind, FailKind::Refused);
+    }
+
+    #[test]
+    fn a_file_listed_many_times_is_refused_in_linear_time() {
+        // 'd/big' 250,000 times would be hashed 250,000 times; it is refused at the second.
+        let mut m = vec![e("d", EntryKind::Dir, 0)];
+        m.extend((0..250_000).map(|_| e("d/big", EntryKind::File, 1 << 30)));
+        let f = check_manifest(&m, None).expect_err("duplicate");
+        assert!(f.message.contains("'d/big' twice"), "{}", f.message);
+        // 250,000 distinct top-level names pass (no search per entry).
+        let m: Vec<Entry> = (0..250_000)
+            .map(|i| e(&format!("f{i}"), EntryKind::File, 1))
+            .collect();
+        assert_eq!(check_manifest(&m, None).expect("distinct").len(), 250_000);
     }
 
     #[test]
@@ -494,6 +591,7 @@ mod tests {
             mtime_ns: 0,
             allocated: 0,
             dev: 0,
+            nlink: 1,
         };
         let file = Meta {
             kind: Kind::File,

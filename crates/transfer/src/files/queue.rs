@@ -37,6 +37,55 @@ pub(crate) struct Have {
     pub(crate) blocks: HashMap<(u32, u64), Cv>,
 }
 
+/// A round's list of blocks to send again, as it comes in records from the receiver: it
+/// names only blocks that exist, each once, so it never holds more than the manifest's
+/// blocks however many records a receiver sends.
+#[derive(Debug, Default)]
+pub(crate) struct ResendList {
+    blocks: Vec<(u32, u64)>,
+    seen: std::collections::HashSet<(u32, u64)>,
+}
+
+impl ResendList {
+    /// One record of the list (`last` ends it); `Err` names the violation.
+    pub(crate) fn add(
+        &mut self,
+        queue: &SendQueue,
+        more: &[(u32, u64)],
+        last: bool,
+        per_record: usize,
+    ) -> Result<(), String> {
+        if more.len() > per_record {
+            return Err(format!(
+                "a resend record of {} blocks (at most {per_record})",
+                more.len()
+            ));
+        }
+        if more.is_empty() && !last {
+            return Err("an empty resend record that does not end the list".into());
+        }
+        for &(file, block) in more {
+            if !queue.exists(file, block) {
+                return Err(format!(
+                    "a resend of block {block} of entry {file}, which does not exist"
+                ));
+            }
+            if !self.seen.insert((file, block)) {
+                return Err(format!(
+                    "block {block} of entry {file} twice in one resend list"
+                ));
+            }
+        }
+        self.blocks.extend_from_slice(more);
+        Ok(())
+    }
+
+    /// The blocks, in the order asked.
+    pub(crate) fn blocks(&self) -> &[(u32, u64)] {
+        &self.blocks
+    }
+}
+
 /// The sender's queue. See the module documentation.
 #[derive(Debug)]
 pub(crate) struct SendQueue {
@@ -183,15 +232,18 @@ impl SendQueue {
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
+    /// Whether block `block` of entry `file` exists.
+    fn exists(&self, file: u32, block: u64) -> bool {
+        self.cvs
+            .get(file as usize)
+            .is_some_and(|v| (block as usize) < v.len())
+    }
+
     /// The receiver wants these blocks again (they failed their checksum); unknown ones
     /// are refused.
     pub(crate) fn resend(&mut self, blocks: &[(u32, u64)]) -> Result<(), String> {
         for &(file, block) in blocks {
-            let known = self
-                .cvs
-                .get(file as usize)
-                .is_some_and(|v| (block as usize) < v.len());
-            if !known {
+            if !self.exists(file, block) {
                 return Err(format!(
                     "a resend of block {block} of entry {file}, which does not exist"
                 ));
@@ -318,5 +370,28 @@ mod tests {
         assert!(q.resend(&[(1, 3)]).is_err());
         assert!(q.resend(&[(40, 0)]).is_err());
         assert_eq!(q.resent_blocks, 1);
+    }
+
+    #[test]
+    fn a_resend_list_names_each_existing_block_once_whatever_the_receiver_sends() {
+        let q = SendQueue::new(&manifest(), &Have::default());
+        let mut l = ResendList::default();
+        l.add(&q, &[(1, 0), (1, 2)], false, 2).expect("known blocks");
+        // The attack: records full of [0,0] with last: false, forever. The second is refused.
+        assert!(l.add(&q, &[(1, 0)], false, 2).is_err(), "a block twice");
+        assert!(l.add(&q, &[], false, 2).is_err(), "an empty record that is not last");
+        assert!(l.add(&q, &[(1, 1), (3, 0), (1, 1)], true, 2).is_err(), "over a record");
+        assert!(l.add(&q, &[(3, 1)], true, 2).is_err(), "no such block");
+        assert!(l.add(&q, &[(0, 0)], true, 2).is_err(), "a directory has no block");
+        l.add(&q, &[(3, 0)], true, 2).expect("last");
+        assert_eq!(l.blocks(), &[(1, 0), (1, 2), (3, 0)]);
+        // At most every block of the manifest, however many records.
+        let mut l = ResendList::default();
+        let all = [(1, 0), (1, 1), (1, 2), (3, 0)];
+        for b in all {
+            l.add(&q, &[b], false, 1).expect("each once");
+        }
+        assert!(all.iter().all(|b| l.add(&q, &[*b], false, 1).is_err()));
+        assert_eq!(l.blocks().len(), 4);
     }
 }

@@ -14,7 +14,7 @@
 use super::digest::{file_digest, Cv, TreeDigest};
 use super::wire::{Header, Tag};
 use super::{Entry, EntryKind, BLOCK_SIZE};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// What a record did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,11 @@ pub(crate) enum Received {
 #[derive(Debug)]
 struct RecvFile {
     size: u64,
-    verified: Vec<Option<Cv>>,
+    /// Blocks in the file.
+    blocks: u64,
+    /// Checksums of the blocks verified so far: it grows with what arrives, never with
+    /// what a manifest claims (a size of 2^64 costs nothing until its blocks come).
+    verified: BTreeMap<u64, Cv>,
     remaining: u64,
     have: HashMap<u64, Cv>,
     present: Option<Cv>,
@@ -60,7 +64,8 @@ impl RecvTable {
                     let n = e.blocks();
                     RecvFile {
                         size: e.size,
-                        verified: vec![None; n as usize],
+                        blocks: n,
+                        verified: BTreeMap::new(),
                         remaining: n,
                         have: HashMap::new(),
                         present: None,
@@ -187,10 +192,13 @@ impl RecvTable {
         let Some(f) = self.files.get_mut(id as usize).and_then(Option::as_mut) else {
             return Received::Mismatch;
         };
-        if f.done || f.verified[block as usize].is_some() {
+        if block >= f.blocks {
+            return Received::Mismatch;
+        }
+        if f.done || f.verified.contains_key(&block) {
             return Received::Duplicate;
         }
-        f.verified[block as usize] = Some(cv);
+        f.verified.insert(block, cv);
         f.remaining -= 1;
         let complete = f.remaining == 0;
         if complete {
@@ -281,11 +289,11 @@ impl RecvTable {
             if f.done {
                 continue;
             }
-            for (b, v) in f.verified.iter().enumerate() {
-                if v.is_none() {
-                    out.push((id as u32, b as u64));
-                }
-            }
+            out.extend(
+                (0..f.blocks)
+                    .filter(|b| !f.verified.contains_key(b))
+                    .map(|b| (id as u32, b)),
+            );
         }
         out
     }
@@ -299,8 +307,11 @@ impl RecvTable {
         if let Some(d) = f.confirmed {
             return Some(d);
         }
-        let cvs: Option<Vec<Cv>> = f.verified.iter().copied().collect();
-        cvs.map(|c| file_digest(&c))
+        if f.verified.len() as u64 != f.blocks {
+            return None;
+        }
+        let cvs: Vec<Cv> = f.verified.values().copied().collect();
+        Some(file_digest(&cvs))
     }
 
     /// Whether file `id` was (partly) there from an earlier run.
@@ -352,6 +363,26 @@ mod tests {
             len,
             round: 0,
         }
+    }
+
+    #[test]
+    fn a_manifest_size_of_u64_max_costs_nothing_until_blocks_arrive() {
+        // This allocated size / 4 MiB checksums at once (145 TB) and aborted the process.
+        let mut m = entries();
+        m[1].size = u64::MAX;
+        let mut t = RecvTable::new(&m);
+        let last = u64::MAX / BLOCK_SIZE * BLOCK_SIZE;
+        assert_eq!(
+            t.check(&hdr(Tag::Block, 1, last, (u64::MAX - last) as u32)),
+            Ok((1, u64::MAX / BLOCK_SIZE))
+        );
+        let cv = [7u8; 32];
+        assert_eq!(
+            t.on_block(1, 0, cv, cv, BLOCK_SIZE),
+            Received::Verified { complete: false }
+        );
+        assert_eq!(t.on_block(1, 0, cv, cv, BLOCK_SIZE), Received::Duplicate);
+        assert_eq!(t.digest(1), None);
     }
 
     #[test]

@@ -27,10 +27,42 @@ pub(crate) const HEADER_LEN: usize = 24;
 pub(crate) const CV_LEN: usize = 32;
 /// Largest JSON record either way.
 pub(crate) const MAX_JSON: usize = 4 << 20;
+/// Deepest nesting of arrays and objects in a JSON record (the deepest record, a plan,
+/// nests 4): checked before the parser, whose recursion runs on a data thread's small stack.
+pub(crate) const MAX_JSON_DEPTH: usize = 8;
 /// Manifest entries per record.
 pub(crate) const ENTRIES_PER_RECORD: usize = 2000;
 /// Plan files or resend blocks per record.
 pub(crate) const ITEMS_PER_RECORD: usize = 8000;
+
+/// Whether `body` nests arrays and objects at most `max` deep (a linear scan that skips
+/// strings; it does not validate: the parser does that next).
+pub(crate) fn json_depth_within(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
 
 /// The kind of a record from the sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +189,24 @@ mod tests {
         let mut b = h.encode();
         b[2] = 1;
         assert!(Header::decode(&b).is_err());
+    }
+
+    #[test]
+    fn deep_json_is_refused_before_parsing_and_strings_do_not_count() {
+        let plan = ToSender::Plan {
+            files: vec![PlanFile {
+                id: 1,
+                present: None,
+                have: vec![(0, "ab".into())],
+            }],
+        };
+        let body = serde_json::to_vec(&plan).expect("json");
+        assert!(json_depth_within(&body, MAX_JSON_DEPTH));
+        assert!(!json_depth_within(&body, 3));
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(!json_depth_within(deep.as_bytes(), MAX_JSON_DEPTH));
+        let quoted = br#"{"path":"[[[[[[[[[[[[ \" {{{{{{{{{{"}"#;
+        assert!(json_depth_within(quoted, 1));
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! and the plan and publishes the run ([`FileWork::start_sending`],
 //! [`FileWork::start_receiving`]); every stream's thread then takes work from it.
 
+use super::budget::CopyLimits;
 use super::digest::{self, Cv};
 use super::plan::{split, temp_name, DestSpec, Planned};
 use super::queue::{Have, SendQueue};
 use super::table::RecvTable;
 use super::walk::{Manifest, WalkLimits};
 use super::{CopiedFile, Entry, EntryKind, FailKind, FileFailure, FilesSide};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -49,7 +50,8 @@ pub(crate) enum Spec {
         dest: DestSpec,
         resume: bool,
         fsync: bool,
-        max_entries: u64,
+        /// What the sender's manifest may claim.
+        limits: CopyLimits,
     },
 }
 
@@ -63,6 +65,8 @@ pub(crate) struct SendRun {
 pub(crate) struct RecvRun {
     pub(crate) entries: Arc<Vec<Entry>>,
     pub(crate) targets: Arc<Vec<PathBuf>>,
+    /// The directories this copy created (only those get the sender's modes and times).
+    pub(crate) created_dirs: Arc<HashSet<u32>>,
     pub(crate) table: RecvTable,
     open: HashMap<u32, Arc<File>>,
     order: VecDeque<u32>,
@@ -248,14 +252,15 @@ impl FileWork {
     pub(crate) fn start_receiving(&self, entries: Vec<Entry>, planned: Planned) {
         let files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
         self.files_total.store(files, Ordering::Relaxed);
-        self.bytes_total
-            .store(entries.iter().map(|e| e.size).sum(), Ordering::Relaxed);
+        let bytes = entries.iter().map(|e| e.size).fold(0, u64::saturating_add);
+        self.bytes_total.store(bytes, Ordering::Relaxed);
         self.to_carry.store(planned.need_bytes, Ordering::Relaxed);
         self.files_done
             .store(planned.table.files_done, Ordering::Relaxed);
         *self.lock() = Run::Recv(Box::new(RecvRun {
             entries: Arc::new(entries),
             targets: Arc::new(planned.targets),
+            created_dirs: Arc::new(planned.created_dirs),
             table: planned.table,
             open: HashMap::new(),
             order: VecDeque::new(),
@@ -307,6 +312,15 @@ impl FileWork {
         }
         let meta = fs::stat_fd(fd.as_fd())
             .map_err(|err| FileFailure::io(format_args!("stat {shown}"), &err))?;
+        if meta.nlink != 1 {
+            return Err(FileFailure::new(
+                FailKind::Refused,
+                format!(
+                    "the partial file of {shown} has {} links: not written through (remove it)",
+                    meta.nlink
+                ),
+            ));
+        }
         if meta.size != e.size {
             io("set the size of", fs::set_len(fd.as_fd(), e.size))?;
         }
@@ -365,15 +379,9 @@ impl FileWork {
         };
         let (parent, name) = split(t);
         if f.present && f.file.is_none() {
-            let fd = dest
-                .root
-                .open_beneath(t, OpenMode::Read)
-                .map_err(|err| FileFailure::fs(&err, &shown))?;
-            io("chmod", fs::set_mode(fd.as_fd(), e.mode & 0o777))?;
-            return io(
-                "set the time of",
-                fs::set_mtime(fd.as_fd(), e.mtime_s, e.mtime_ns),
-            );
+            // Found identical (same size, time and digest): it was there before this copy,
+            // so it keeps its own mode; its time is the sender's already.
+            return Ok(());
         }
         let temp = temp_name(&name);
         let owned;
@@ -403,15 +411,18 @@ impl FileWork {
             .map_err(|err| FileFailure::fs(&err, &shown))
     }
 
-    /// Every file is in place: directories get their modes and times, deepest first.
+    /// Every file is in place: the directories this copy created get their modes and
+    /// times, deepest first (a directory that was there keeps its own: a peer's mode is
+    /// applied only to what this copy made).
     pub(crate) fn finish_dirs(
         &self,
         entries: &[Entry],
         targets: &[PathBuf],
+        created: &HashSet<u32>,
     ) -> Result<(), FileFailure> {
         let dest = self.dest()?;
         for (id, e) in entries.iter().enumerate().rev() {
-            if e.kind != EntryKind::Dir {
+            if e.kind != EntryKind::Dir || !created.contains(&(id as u32)) {
                 continue;
             }
             let shown = self.shown(entries, id as u32);

@@ -6,6 +6,7 @@ use super::metrics::RecordResult;
 use super::paths::{PathDbWorker, RecordOutcome, Reply};
 use super::{BudgetShare, ServerConfig, ServerError, ServerEvent, ServerStats, Shutdown};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::files::budget::CopyLimits;
 use crate::files::plan::DestSpec;
 use crate::files::walk::WalkLimits;
 use crate::files::work::{FileWork, Source as FileSource, Spec};
@@ -782,7 +783,8 @@ impl Driver {
             return None;
         }
         let root = self.share.clone()?;
-        let max_files = self.config.files.as_ref().map_or(0, |f| f.max_files);
+        let share = self.config.files.as_ref()?;
+        let max_files = share.max_files;
         let work_spec = match role {
             Role::Sender => Spec::Send {
                 source: FileSource::Share {
@@ -807,7 +809,12 @@ impl Driver {
                     },
                     resume: job.resume,
                     fsync: job.fsync,
-                    max_entries: max_files,
+                    limits: CopyLimits {
+                        max_entries: max_files,
+                        max_file_size: share.max_file_size,
+                        max_total_bytes: self.config.limits.max_total_bytes,
+                        max_manifest_bytes: share.max_manifest_bytes,
+                    },
                 }
             }
         };

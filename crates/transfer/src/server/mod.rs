@@ -230,6 +230,10 @@ pub struct FileShare {
     pub read_only: bool,
     /// Most files and directories in one copy (each costs the receiver some memory).
     pub max_files: u64,
+    /// Largest file a client may push (`--max-file-size`).
+    pub max_file_size: u64,
+    /// Most bytes of a pushed copy's manifest (`--max-manifest`): the memory it may take.
+    pub max_manifest_bytes: u64,
 }
 
 impl FileShare {
@@ -239,6 +243,8 @@ impl FileShare {
             root: root.into(),
             read_only: false,
             max_files: DEFAULT_MAX_FILES,
+            max_file_size: crate::files::DEFAULT_MAX_FILE_SIZE,
+            max_manifest_bytes: crate::files::DEFAULT_MAX_MANIFEST_BYTES,
         }
     }
 }
@@ -356,10 +362,12 @@ pub fn describe_limits(cfg: &ServerConfig) -> String {
         if cfg.secret.is_some() { ", shared secret required" } else { "" }
     ) + &match &cfg.files {
         Some(f) => format!(
-            "; sharing {}{} (at most {} files per copy)",
+            "; sharing {}{} (at most {} files per copy, {} per file, {} of manifest)",
             f.root.display(),
             if f.read_only { " read-only" } else { "" },
-            f.max_files
+            f.max_files,
+            tcptune_core::Bytes(f.max_file_size),
+            tcptune_core::Bytes(f.max_manifest_bytes)
         ),
         None => String::new(),
     }

@@ -1,0 +1,378 @@
+//! A file server under attack by a client that speaks the copy protocol (what `tcptune cp`
+//! sends, with one field changed): each attack ends only its own session with one line that
+//! names the budget, the server keeps running, and honest copies from the attacker's address
+//! and from another one complete meanwhile.
+//!
+//! These attacks once aborted the whole server (a manifest size of 2^64 - 1 allocated
+//! 145 TB of checksums) or grew it without bound (4 MB manifest records; resend records full
+//! of one block). The memory each may take is bounded by the budgets they hit
+//! (`files::budget`, the resend list), measured in `bench/hostile_files.sh`; a test process's
+//! RSS is not asserted here.
+
+mod common;
+
+use common::TestServer;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tcptune_core::{PathHint, TuneMode};
+use tcptune_transfer::files::copy::{copy, CopyConfig, Direction};
+use tcptune_transfer::files::{FileJob, DEFAULT_MAX_MANIFEST_BYTES};
+use tcptune_transfer::proto::{
+    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
+};
+use tcptune_transfer::server::{FileShare, ServerConfig};
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let d = std::env::temp_dir().join(format!(
+            "tcptune-hostile-files-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        Tmp(d)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn loopback(n: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, n])
+}
+
+fn connect_from(from: IpAddr, to: SocketAddr) -> TcpStream {
+    let fd = tcptune_sys::net::tcp_socket(&to).expect("socket");
+    tcptune_sys::net::bind(&fd, &SocketAddr::new(from, 0)).expect("bind");
+    tcptune_sys::net::connect(fd, &to, Duration::from_secs(5)).expect("connect")
+}
+
+/// A server sharing `root` with the defaults of `tcptune serve --root`.
+fn server(root: &Path) -> TestServer {
+    TestServer::start(ServerConfig {
+        files: Some(FileShare::new(root)),
+        ..ServerConfig::default()
+    })
+}
+
+fn job(pull: bool) -> FileJob {
+    FileJob {
+        sources: if pull { vec!["big".into()] } else { vec![] },
+        dest: (!pull).then(|| "in/".to_string()),
+        recursive: true,
+        resume: true,
+        fsync: false,
+    }
+}
+
+/// The attacker's session, opened by hand up to its main phase's one data stream.
+struct Raw {
+    ctrl: TcpStream,
+    reader: FrameReader,
+    data: TcpStream,
+}
+
+impl Raw {
+    fn open(addr: SocketAddr, from: IpAddr, token: u8, job: FileJob) -> Raw {
+        let pull = job.dest.is_none();
+        let mut ctrl = connect_from(from, addr);
+        let params = TestParams {
+            tune: TuneMode::Kernel,
+            streams: 1,
+            message_size: 1 << 20,
+            messages: 0,
+            duration_ms: None,
+            max_time_ms: None,
+            reverse: pull,
+            samples: false,
+            congestion: None,
+            seed: 7,
+            corrupt_message: None,
+            files: Some(job),
+        };
+        let msgs = [
+            ClientMsg::Hello {
+                protocol: PROTOCOL_VERSION,
+                version: "hostile".into(),
+                token: Some(Token([token; 16])),
+                auth: None,
+            },
+            ClientMsg::Setup { params },
+            ClientMsg::StartPhase {
+                seq: 0,
+                phase: Phase::Main,
+                hint: PathHint::default(),
+                streams: 1,
+            },
+        ];
+        for m in &msgs {
+            proto::write_msg(&mut ctrl, m).expect("control message");
+        }
+        let mut reader = FrameReader::new(proto::MAX_SERVER_FRAME);
+        match next(&mut ctrl, &mut reader, Duration::from_secs(10)) {
+            Some(ServerMsg::Accepted { .. }) => {}
+            other => panic!("expected the session to be accepted, got {other:?}"),
+        }
+        let mut data = connect_from(from, addr);
+        let hello = DataHello {
+            token: Token([token; 16]),
+            seq: 0,
+            stream: 0,
+        };
+        data.write_all(&hello.encode()).expect("data hello");
+        Raw { ctrl, reader, data }
+    }
+
+    /// A JSON record of the sender (the 24-byte header, then the body).
+    fn record(&mut self, body: &[u8]) -> std::io::Result<()> {
+        let mut h = [0u8; 24];
+        h[0] = 4;
+        h[16..20].copy_from_slice(&(body.len() as u32).to_be_bytes());
+        self.data.write_all(&h)?;
+        self.data.write_all(body)
+    }
+
+    /// A frame of the receiver (a 4-byte length, then JSON).
+    fn frame(&mut self, body: &str) -> std::io::Result<()> {
+        self.data.write_all(&(body.len() as u32).to_be_bytes())?;
+        self.data.write_all(body.as_bytes())
+    }
+
+    /// The line the server ended the session with: its `FileFailed` or `Abort` reason.
+    fn refusal(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match next(&mut self.ctrl, &mut self.reader, Duration::from_secs(1)) {
+                Some(ServerMsg::FileFailed { failure }) => return failure.message,
+                Some(ServerMsg::Abort { reason, .. }) => return reason,
+                _ => {}
+            }
+        }
+        panic!("the server never refused the attack");
+    }
+}
+
+fn next(s: &mut TcpStream, r: &mut FrameReader, wait: Duration) -> Option<ServerMsg> {
+    s.set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    r.recv_until(s, Instant::now() + wait).ok().flatten()
+}
+
+fn entry(path: &str, size: u64, mtime_s: i64) -> serde_json::Value {
+    serde_json::json!({
+        "path": path, "kind": if size == u64::MAX - 1 { "dir" } else { "file" },
+        "size": if size == u64::MAX - 1 { 0 } else { size }, "mode": 0o644, "mtime_s": mtime_s,
+    })
+}
+
+fn manifest(entries: Vec<serde_json::Value>) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "type": "manifest", "entries": entries }))
+        .expect("json")
+}
+
+const DIR: u64 = u64::MAX - 1;
+
+/// Honest pushes from the attacker's address and from another one, while `attack` runs;
+/// both must complete. Returns the attack's result.
+fn meanwhile<T: Send>(server: &TestServer, attacker: IpAddr, attack: impl FnOnce() -> T + Send) -> T {
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let src = Tmp::new(&format!("src-{}-{run}", server.addr.port()));
+    std::fs::create_dir_all(src.0.join("tree/sub")).expect("mkdir");
+    std::fs::write(src.0.join("tree/a"), vec![7u8; 300_000]).expect("write");
+    std::fs::write(src.0.join("tree/sub/b"), b"honest").expect("write");
+    thread::scope(|s| {
+        let a = s.spawn(attack);
+        let honest: Vec<_> = [attacker, loopback(2)]
+            .into_iter()
+            .enumerate()
+            .map(|(i, from)| {
+                let src = src.0.clone();
+                s.spawn(move || {
+                    let mut c = server.client();
+                    c.bind = Some(from);
+                    c.tune = TuneMode::Kernel;
+                    c.streams = 2;
+                    c.max_streams = 2;
+                    let mut cfg = CopyConfig::new(
+                        c,
+                        Direction::Push {
+                            sources: vec![src.join("tree")],
+                            dest: format!("honest-{i}/{run}"),
+                        },
+                    );
+                    cfg.recursive = true;
+                    copy(&cfg, None)
+                })
+            })
+            .collect();
+        for (i, h) in honest.into_iter().enumerate() {
+            let r = h.join().expect("honest thread");
+            let r = r.unwrap_or_else(|e| panic!("honest copy {i} failed during the attack: {e}"));
+            assert_eq!(r.files, 2, "honest copy {i}");
+            assert!(r.tree_digest.is_some(), "honest copy {i}");
+        }
+        a.join().expect("attack thread")
+    })
+}
+
+fn share(test: &str) -> Tmp {
+    let root = Tmp::new(test);
+    for i in 0..2 {
+        std::fs::create_dir_all(root.0.join(format!("honest-{i}"))).expect("mkdir");
+    }
+    std::fs::create_dir_all(root.0.join("in")).expect("mkdir");
+    root
+}
+
+#[test]
+fn a_manifest_entry_of_size_u64_max_is_refused_naming_max_file_size_and_the_server_lives() {
+    let root = share("u64max");
+    let server = server(&root.0);
+    let attacker = loopback(101);
+    let line = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 1, job(false));
+        let body = manifest(vec![entry("c1big", u64::MAX, 0)]);
+        let _ = raw.record(&body);
+        raw.refusal()
+    });
+    assert!(
+        line.contains(&format!(
+            "c1big: size 18446744073709551615 exceeds --max-file-size {}",
+            tcptune_core::Bytes(1 << 40)
+        )),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+    // 2^48 is over the limit too; a size at the limit is refused by the free space before
+    // anything is allocated or created for it.
+    for (token, size, want) in [(2, 1u64 << 48, "--max-file-size"), (3, 1 << 40, "space")] {
+        let mut raw = Raw::open(server.addr, attacker, token, job(false));
+        let _ = raw.record(&manifest(vec![entry("huge", size, 0)]));
+        let _ = raw.record(br#"{"type":"manifest_end","warnings":[]}"#);
+        let line = raw.refusal();
+        assert!(line.contains(want), "{size}: {line}");
+    }
+    assert!(!root.0.join("in/huge").exists() && !root.0.join("in/.huge.tcptune-part").exists());
+    let stats = server.stop();
+    assert!(stats.sessions_failed >= 3, "{stats:?}");
+}
+
+#[test]
+fn manifest_records_past_the_manifest_budget_end_that_session_only() {
+    let root = share("manifest");
+    let server = server(&root.0);
+    let attacker = loopback(102);
+    // 1 MiB paths: the first record is refused for its path.
+    let line = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 4, job(false));
+        let long = "p".repeat(1 << 20);
+        for _ in 0..3 {
+            if raw.record(&manifest(vec![entry(&long, 1, 0)])).is_err() {
+                break;
+            }
+        }
+        raw.refusal()
+    });
+    assert!(line.contains("a manifest path of 1048576 bytes"), "{line}");
+    // 4 MB records of legal paths, 500 of them (2 GB): refused once the budget is spent.
+    let line = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 5, job(false));
+        thread::scope(|s| {
+            let w = s.spawn(move || {
+                for r in 0..500 {
+                    let entries = (0..1000)
+                        .map(|i| entry(&format!("r{r}/{i:04}{}", "q".repeat(4000)), 1, 0))
+                        .collect();
+                    if raw.record(&manifest(entries)).is_err() {
+                        break;
+                    }
+                }
+                raw.refusal()
+            });
+            w.join().expect("writer")
+        })
+    });
+    assert!(line.contains("--max-manifest"), "{line}");
+    assert!(
+        line.contains(&format!(
+            "{}",
+            tcptune_core::Bytes(DEFAULT_MAX_MANIFEST_BYTES)
+        )),
+        "{line}"
+    );
+    server.stop();
+}
+
+#[test]
+fn a_pull_whose_receiver_repeats_one_block_in_endless_resend_records_is_refused() {
+    let root = share("resend");
+    std::fs::write(root.0.join("big"), vec![3u8; 1 << 20]).expect("write");
+    let server = server(&root.0);
+    let attacker = loopback(103);
+    let line = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 6, job(true));
+        // Drain whatever the server sends on the data stream (manifest, blocks, end).
+        let mut drain = raw.data.try_clone().expect("clone");
+        let drainer = thread::spawn(move || {
+            let mut b = vec![0u8; 1 << 16];
+            drain
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .expect("timeout");
+            while matches!(drain.read(&mut b), Ok(n) if n > 0) {}
+        });
+        let _ = raw.frame(r#"{"type":"plan","files":[]}"#);
+        let _ = raw.frame(r#"{"type":"plan_end"}"#);
+        let blocks = vec!["[0,0]"; 8000].join(",");
+        let flood = format!(r#"{{"type":"resend","blocks":[{blocks}],"last":false}}"#);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for _ in 0..2000 {
+            if raw.frame(&flood).is_err() || Instant::now() > deadline {
+                break;
+            }
+        }
+        let line = raw.refusal();
+        drop(raw);
+        let _ = drainer.join();
+        line
+    });
+    assert!(line.contains("block 0 of entry 0 twice in one resend list"), "{line}");
+    server.stop();
+}
+
+#[test]
+fn a_file_listed_many_times_is_refused_before_it_is_hashed_even_once() {
+    let root = share("dup");
+    std::fs::create_dir_all(root.0.join("in/d")).expect("mkdir");
+    let big = root.0.join("in/d/big");
+    std::fs::write(&big, vec![5u8; 8 << 20]).expect("write");
+    let mtime = std::fs::metadata(&big)
+        .and_then(|m| m.modified())
+        .map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default())
+        .unwrap_or_else(|_| SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default());
+    let server = server(&root.0);
+    let attacker = loopback(104);
+    let line = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 7, job(false));
+        // What a pull's manifest shows of d/big (size, time), listed 2,000 times.
+        let mut entries = vec![entry("d", DIR, 0)];
+        let mut e = entry("d/big", 8 << 20, mtime.as_secs() as i64);
+        e["mtime_ns"] = serde_json::json!(mtime.subsec_nanos());
+        entries.extend(std::iter::repeat_n(e, 2000));
+        let _ = raw.record(&manifest(entries));
+        let _ = raw.record(br#"{"type":"manifest_end","warnings":[]}"#);
+        raw.refusal()
+    });
+    assert!(line.contains("'d/big' twice"), "{line}");
+    // The share's file is untouched (not rewritten, its mode not changed).
+    assert_eq!(std::fs::read(&big).expect("read").len(), 8 << 20);
+    server.stop();
+}
