@@ -25,7 +25,8 @@ use tcptune_transfer::proto::{
 };
 use tcptune_transfer::server::{FileShare, ServerConfig};
 
-struct Tmp(PathBuf);
+/// A directory removed on drop (unless it is the external server's share).
+struct Tmp(PathBuf, bool);
 
 impl Tmp {
     fn new(name: &str) -> Tmp {
@@ -35,13 +36,15 @@ impl Tmp {
         ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("mkdir");
-        Tmp(d)
+        Tmp(d, true)
     }
 }
 
 impl Drop for Tmp {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if self.1 {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -55,12 +58,52 @@ fn connect_from(from: IpAddr, to: SocketAddr) -> TcpStream {
     tcptune_sys::net::connect(fd, &to, Duration::from_secs(5)).expect("connect")
 }
 
-/// A server sharing `root` with the defaults of `tcptune serve --root`.
-fn server(root: &Path) -> TestServer {
-    TestServer::start(ServerConfig {
-        files: Some(FileShare::new(root)),
-        ..ServerConfig::default()
-    })
+/// The server under attack: by default one in this process sharing `root` with the
+/// defaults of `tcptune serve --root`; with `TCPTUNE_HOSTILE_TARGET=ADDR` and
+/// `TCPTUNE_HOSTILE_ROOT=DIR` a running `tcptune serve --root DIR` (bench/hostile_files.sh
+/// measures its memory that way).
+struct Target {
+    addr: SocketAddr,
+    local: Option<TestServer>,
+}
+
+impl Target {
+    fn client(&self) -> tcptune_transfer::client::ClientConfig {
+        match &self.local {
+            Some(s) => s.client(),
+            None => tcptune_transfer::client::ClientConfig::new(self.addr.to_string()),
+        }
+    }
+
+    /// Sessions that failed, for a server of this process.
+    fn stop(self) -> Option<u64> {
+        self.local.map(|s| s.stop().sessions_failed)
+    }
+}
+
+fn external() -> Option<(SocketAddr, PathBuf)> {
+    let addr = std::env::var("TCPTUNE_HOSTILE_TARGET").ok()?;
+    let root = std::env::var("TCPTUNE_HOSTILE_ROOT").ok()?;
+    Some((
+        addr.parse().expect("TCPTUNE_HOSTILE_TARGET=IP:PORT"),
+        root.into(),
+    ))
+}
+
+fn server(root: &Path) -> Target {
+    match external() {
+        Some((addr, _)) => Target { addr, local: None },
+        None => {
+            let s = TestServer::start(ServerConfig {
+                files: Some(FileShare::new(root)),
+                ..ServerConfig::default()
+            });
+            Target {
+                addr: s.addr,
+                local: Some(s),
+            }
+        }
+    }
 }
 
 fn job(pull: bool) -> FileJob {
@@ -182,7 +225,7 @@ const DIR: u64 = u64::MAX - 1;
 
 /// Honest pushes from the attacker's address and from another one, while `attack` runs;
 /// both must complete. Returns the attack's result.
-fn meanwhile<T: Send>(server: &TestServer, attacker: IpAddr, attack: impl FnOnce() -> T + Send) -> T {
+fn meanwhile<T: Send>(server: &Target, attacker: IpAddr, attack: impl FnOnce() -> T + Send) -> T {
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let src = Tmp::new(&format!("src-{}-{run}", server.addr.port()));
@@ -225,7 +268,11 @@ fn meanwhile<T: Send>(server: &TestServer, attacker: IpAddr, attack: impl FnOnce
 }
 
 fn share(test: &str) -> Tmp {
-    let root = Tmp::new(test);
+    let root = match external() {
+        // The external server shares this directory itself (run one test at a time).
+        Some((_, root)) => Tmp(root, false),
+        None => Tmp::new(test),
+    };
     for i in 0..2 {
         std::fs::create_dir_all(root.0.join(format!("honest-{i}"))).expect("mkdir");
     }
@@ -262,8 +309,9 @@ fn a_manifest_entry_of_size_u64_max_is_refused_naming_max_file_size_and_the_serv
         assert!(line.contains(want), "{size}: {line}");
     }
     assert!(!root.0.join("in/huge").exists() && !root.0.join("in/.huge.tcptune-part").exists());
-    let stats = server.stop();
-    assert!(stats.sessions_failed >= 3, "{stats:?}");
+    if let Some(failed) = server.stop() {
+        assert!(failed >= 3, "{failed} sessions failed");
+    }
 }
 
 #[test]
@@ -344,7 +392,10 @@ fn a_pull_whose_receiver_repeats_one_block_in_endless_resend_records_is_refused(
         let _ = drainer.join();
         line
     });
-    assert!(line.contains("block 0 of entry 0 twice in one resend list"), "{line}");
+    assert!(
+        line.contains("block 0 of entry 0 twice in one resend list"),
+        "{line}"
+    );
     server.stop();
 }
 
@@ -357,7 +408,11 @@ fn a_file_listed_many_times_is_refused_before_it_is_hashed_even_once() {
     let mtime = std::fs::metadata(&big)
         .and_then(|m| m.modified())
         .map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default())
-        .unwrap_or_else(|_| SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default());
+        .unwrap_or_else(|_| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+        });
     let server = server(&root.0);
     let attacker = loopback(104);
     let line = meanwhile(&server, attacker, || {

@@ -111,6 +111,15 @@ pub(crate) struct Opts {
     /// Most files and directories in one copy (each costs the server some memory).
     #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_FILES)]
     max_files: u64,
+    /// Largest file a client may push; a manifest that names a larger one is refused
+    /// before anything is allocated for it.
+    #[arg(long, value_name = "SIZE", default_value = "1TiB", requires = "root", value_parser = args::size(Bytes(1), Bytes(u64::MAX)))]
+    max_file_size: Bytes,
+    /// Most bytes of a pushed copy's manifest (its paths, sizes and times as sent): what a
+    /// client's list of files may take in the server's memory (about as much again once
+    /// parsed); a longer list is refused.
+    #[arg(long, value_name = "SIZE", default_value = "40MiB", requires = "root", value_parser = args::size(Bytes::kib(64), Bytes::mib(64 * 1024)))]
+    max_manifest: Bytes,
     /// Exit after the first session.
     #[arg(short = '1', long)]
     one_off: bool,
@@ -638,6 +647,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         let mut share = server::FileShare::new(root.clone());
         share.read_only = opts.read_only;
         share.max_files = opts.max_files.max(1);
+        share.max_file_size = opts.max_file_size.0;
+        share.max_manifest_bytes = opts.max_manifest.0;
         cfg.files = Some(share);
     }
     let sink = match &opts.logfile {

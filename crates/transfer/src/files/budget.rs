@@ -204,7 +204,9 @@ mod tests {
             .admit_entries(&[file("a", 1), file("b", 1), file("c", 1), file("d", 1)])
             .is_err());
         let mut b = ManifestBudget::new(limits());
-        assert!(b.admit_entries(&[file(&"p".repeat(MAX_PATH + 1), 1)]).is_err());
+        assert!(b
+            .admit_entries(&[file(&"p".repeat(MAX_PATH + 1), 1)])
+            .is_err());
         let mut dir = file("d", 5);
         dir.kind = EntryKind::Dir;
         assert_eq!(

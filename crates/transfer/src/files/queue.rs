@@ -376,13 +376,23 @@ mod tests {
     fn a_resend_list_names_each_existing_block_once_whatever_the_receiver_sends() {
         let q = SendQueue::new(&manifest(), &Have::default());
         let mut l = ResendList::default();
-        l.add(&q, &[(1, 0), (1, 2)], false, 2).expect("known blocks");
+        l.add(&q, &[(1, 0), (1, 2)], false, 2)
+            .expect("known blocks");
         // The attack: records full of [0,0] with last: false, forever. The second is refused.
         assert!(l.add(&q, &[(1, 0)], false, 2).is_err(), "a block twice");
-        assert!(l.add(&q, &[], false, 2).is_err(), "an empty record that is not last");
-        assert!(l.add(&q, &[(1, 1), (3, 0), (1, 1)], true, 2).is_err(), "over a record");
+        assert!(
+            l.add(&q, &[], false, 2).is_err(),
+            "an empty record that is not last"
+        );
+        assert!(
+            l.add(&q, &[(1, 1), (3, 0), (1, 1)], true, 2).is_err(),
+            "over a record"
+        );
         assert!(l.add(&q, &[(3, 1)], true, 2).is_err(), "no such block");
-        assert!(l.add(&q, &[(0, 0)], true, 2).is_err(), "a directory has no block");
+        assert!(
+            l.add(&q, &[(0, 0)], true, 2).is_err(),
+            "a directory has no block"
+        );
         l.add(&q, &[(3, 0)], true, 2).expect("last");
         assert_eq!(l.blocks(), &[(1, 0), (1, 2), (3, 0)]);
         // At most every block of the manifest, however many records.
