@@ -11,14 +11,14 @@
 
 use super::stream::{is_timeout, ThreadOut};
 use super::{nanos_since, Counters, EngineConfig, Event, Shared};
-use crate::files::budget::ManifestBudget;
 use crate::files::digest::{self, BlockHasher, Cv};
+use crate::files::manifest_in::{ManifestIn, ManifestStep};
 use crate::files::queue::{Have, Item, ResendList};
 use crate::files::table::Received;
 use crate::files::walk::{self, Manifest};
 use crate::files::wire::{
-    json_depth_within, Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD,
-    HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON, MAX_JSON_DEPTH,
+    parse_record, Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD,
+    HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON,
 };
 use crate::files::work::{violation, FileWork, Run, Source, Spec};
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
@@ -186,15 +186,7 @@ impl Ctx<'_> {
         }
         let mut body = vec![0u8; len];
         self.read_exact(&mut body).map_err(closed_in_record)?;
-        if !json_depth_within(&body, MAX_JSON_DEPTH) {
-            return Err(self.fatal(violation(format!(
-                "a record nested deeper than {MAX_JSON_DEPTH}"
-            ))));
-        }
-        serde_json::from_slice(&body).map_err(|e| {
-            let msg = crate::server::escape(&e.to_string(), 200);
-            self.fatal(violation(msg))
-        })
+        parse_record(&body).map_err(|f| self.fatal(f))
     }
 
     /// A JSON record to the receiver (any stream).
@@ -762,33 +754,24 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
         return Err(c.fatal(FileFailure::protocol("a copy without a destination")));
     };
     // The manifest: every record and entry admitted before it is read or kept.
-    let mut budget = ManifestBudget::new(limits);
-    let mut entries = Vec::new();
-    loop {
+    let mut manifest = ManifestIn::new(limits);
+    let entries = loop {
         let Some(h) = c.header()? else {
             return Err(Halt::Stream(
                 "the sender closed the stream before its manifest".into(),
             ));
         };
-        if h.tag != Tag::Json {
-            return Err(c.fatal(violation("a block before the plan")));
-        }
-        budget
-            .admit_record(u64::from(h.len))
-            .map_err(|f| c.fatal(f))?;
-        match c.json::<ToReceiver>(h.len as usize)? {
-            ToReceiver::Manifest { entries: more } => {
-                budget.admit_entries(&more).map_err(|f| c.fatal(f))?;
-                entries.extend(more);
-                c.work.touch(1);
-            }
-            ToReceiver::ManifestEnd { warnings } => {
+        let len = manifest.admit(&h).map_err(|f| c.fatal(f))?;
+        let mut body = vec![0u8; len];
+        c.read_exact(&mut body).map_err(closed_in_record)?;
+        match manifest.on_body(&body).map_err(|f| c.fatal(f))? {
+            ManifestStep::More => c.work.touch(1),
+            ManifestStep::Done { entries, warnings } => {
                 c.work.add_warnings(&warnings);
-                break;
+                break entries;
             }
-            other => return Err(c.fatal(violation(format!("{other:?} in the manifest")))),
         }
-    }
+    };
     // The plan, with keep-alives while earlier runs' files are hashed.
     let mut last = Instant::now();
     let mut checked = 0u64;

@@ -42,6 +42,9 @@
 pub mod budget;
 pub mod copy;
 pub mod digest;
+#[cfg(test)]
+mod fuzz;
+pub(crate) mod manifest_in;
 pub(crate) mod plan;
 pub(crate) mod queue;
 pub(crate) mod table;

@@ -18,7 +18,8 @@
 //! [`ToSender`] each. Numbers are big-endian. Every length is checked against the manifest
 //! (a block's) or a bound ([`MAX_JSON`]) before anything is read or allocated.
 
-use super::Entry;
+use super::work::violation;
+use super::{Entry, FileFailure};
 use serde::{Deserialize, Serialize};
 
 /// Length of a record header.
@@ -62,6 +63,17 @@ pub(crate) fn json_depth_within(body: &[u8], max: usize) -> bool {
         }
     }
     true
+}
+
+/// Parse a JSON record or frame body: its nesting checked first (the parser recurses on a
+/// data thread's small stack), a parse error escaped for the logs.
+pub(crate) fn parse_record<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, FileFailure> {
+    if !json_depth_within(body, MAX_JSON_DEPTH) {
+        return Err(violation(format!(
+            "a record nested deeper than {MAX_JSON_DEPTH}"
+        )));
+    }
+    serde_json::from_slice(body).map_err(|e| violation(crate::server::escape(&e.to_string(), 200)))
 }
 
 /// The kind of a record from the sender.
