@@ -4,9 +4,9 @@
 use super::conversation::Conversation;
 use super::measure::{self, PathDbUse, Plan, Source};
 use super::{resolve, validate, ClientConfig, ClientError, ProgressFn};
-use crate::assemble::{assemble, Assembly, Verdict};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
+use crate::report::assemble::{assemble, Assembly, Verdict};
 use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report};
 use crate::session::client::{ClientPlan, InBand};
 use std::io;

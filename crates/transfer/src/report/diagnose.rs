@@ -6,55 +6,10 @@
 //! `2 * min(v, net.core.wmem_max)` (`SO_RCVBUF`: `rmem_max`) unless the process forces it
 //! with `SO_*BUFFORCE` (`--force-buffers` as root); about half of what it stores carries data.
 
-use crate::report::{Report, StreamDetail};
-use serde::{Deserialize, Serialize};
+pub use super::{Adjustment, Diagnosis};
+use super::{Report, StreamDetail};
 use std::collections::BTreeMap;
 use tcptune_core::{Action, Bytes, HostLimits, TuneMode};
-
-/// A buffer request the kernel did not take as asked, said once per end and value.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Adjustment {
-    /// `"sender"` or `"receiver"`.
-    pub end: String,
-    /// `"local"` (the host running `send`) or `"server"`.
-    pub host: String,
-    /// `SO_SNDBUF` or `SO_RCVBUF`.
-    pub option: String,
-    /// What was asked, per stream, bytes.
-    pub asked_bytes: u64,
-    /// What the kernel holds, per stream, bytes.
-    pub kernel_bytes: u64,
-    /// Streams this applies to.
-    pub streams: u32,
-    /// `"capped"` (a system maximum), `"doubled"` (the kernel's bookkeeping share) or
-    /// `"raised"` (the driver applied more than asked: see `note`).
-    pub kind: String,
-    /// The sysctl that capped it (`net.core.wmem_max`), if one did.
-    pub limit: Option<String>,
-    /// Its value, bytes.
-    pub limit_bytes: Option<u64>,
-    /// The exact fix, if there is one.
-    pub fix: Option<String>,
-    /// The whole story in one sentence.
-    pub note: String,
-}
-
-/// What limited a transfer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Diagnosis {
-    /// `"receive_window"`, `"send_buffer"`, `"slow_reader"`, `"congestion"` or `"none"`.
-    pub limiter: String,
-    /// For buffers: `"application"` (the tuning mode set the buffer and locked it),
-    /// `"system_maximum"` (a sysctl capped it) or `"autotuning"` (the kernel's own limit,
-    /// `tcp_rmem`/`tcp_wmem` max); otherwise `null`.
-    pub cause: Option<String>,
-    /// Share of the sender's busy time limited by the receive window, percent.
-    pub rwnd_limited_pct: Option<f64>,
-    /// Share of the sender's busy time limited by its send buffer, percent.
-    pub sndbuf_limited_pct: Option<f64>,
-    /// One sentence: what limited it and what to do.
-    pub summary: String,
-}
 
 /// Fill `end.tcptune.adjustments` and `end.tcptune.diagnosis`.
 pub(crate) fn annotate(r: &mut Report) {

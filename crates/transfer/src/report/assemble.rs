@@ -387,7 +387,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             Verdict::Failed(e) => format!("transfer failed: {e}"),
         }),
     };
-    crate::diagnose::annotate(&mut report);
+    super::diagnose::annotate(&mut report);
     (report, verdict)
 }
 
