@@ -26,6 +26,51 @@ fn host_of(sender_end: bool, reverse: bool) -> &'static str {
     }
 }
 
+/// One end's buffer option, as the adjustments name it.
+struct EndBuffer {
+    /// `"sender"` or `"receiver"`.
+    end: &'static str,
+    /// `"local"` or `"server"`.
+    host: &'static str,
+    /// `SO_SNDBUF` or `SO_RCVBUF`.
+    option: &'static str,
+    /// The sysctl that caps it, and its value.
+    sysctl: &'static str,
+    max: u64,
+}
+
+impl EndBuffer {
+    fn new(sender_end: bool, reverse: bool, limits: &HostLimits) -> Self {
+        let host = host_of(sender_end, reverse);
+        if sender_end {
+            EndBuffer {
+                end: "sender",
+                host,
+                option: "SO_SNDBUF",
+                sysctl: "net.core.wmem_max",
+                max: limits.wmem_max.0,
+            }
+        } else {
+            EndBuffer {
+                end: "receiver",
+                host,
+                option: "SO_RCVBUF",
+                sysctl: "net.core.rmem_max",
+                max: limits.rmem_max.0,
+            }
+        }
+    }
+
+    /// How the sentences name the host.
+    fn on(&self) -> &'static str {
+        if self.host == "local" {
+            "this host"
+        } else {
+            "the server"
+        }
+    }
+}
+
 /// The adjustments of one end.
 fn end_adjustments(
     sender_end: bool,
@@ -34,23 +79,23 @@ fn end_adjustments(
     mode: Option<&TuneMode>,
     streams: &[StreamDetail],
 ) -> Vec<Adjustment> {
-    let (option, sysctl, max, end) = if sender_end {
-        (
-            "SO_SNDBUF",
-            "net.core.wmem_max",
-            limits.wmem_max.0,
-            "sender",
-        )
-    } else {
-        (
-            "SO_RCVBUF",
-            "net.core.rmem_max",
-            limits.rmem_max.0,
-            "receiver",
-        )
-    };
-    let host = host_of(sender_end, reverse);
-    // (asked, held, note) -> streams
+    let b = EndBuffer::new(sender_end, reverse, limits);
+    let fixed_mode = matches!(mode, Some(TuneMode::Fixed(_) | TuneMode::None));
+    requests(sender_end, mode, streams)
+        .into_iter()
+        .filter_map(|((asked, held, note), n)| {
+            adjustment(&b, limits, fixed_mode, asked, held, note, n)
+        })
+        .collect()
+}
+
+/// Every (asked, held, note) buffer request of one end, with the number of streams it was
+/// made on.
+fn requests(
+    sender_end: bool,
+    mode: Option<&TuneMode>,
+    streams: &[StreamDetail],
+) -> BTreeMap<(u64, u64, Option<String>), u32> {
     let mut seen: BTreeMap<(u64, u64, Option<String>), u32> = BTreeMap::new();
     for d in streams {
         let side = if sender_end { &d.sender } else { &d.receiver };
@@ -82,71 +127,66 @@ fn end_adjustments(
             }
         }
     }
-    let fixed_mode = matches!(mode, Some(TuneMode::Fixed(_) | TuneMode::None));
-    let mut out = Vec::new();
-    for ((asked, held, note), n) in seen {
-        let (a, h) = (Bytes(asked).human(), Bytes(held).human());
-        let on = if host == "local" {
-            "this host"
+    seen
+}
+
+/// What one request says, if the kernel did not take it as asked: raised by the driver,
+/// capped by a sysctl, doubled, or less than asked for no known reason.
+fn adjustment(
+    b: &EndBuffer,
+    limits: &HostLimits,
+    fixed_mode: bool,
+    asked: u64,
+    held: u64,
+    note: Option<String>,
+    n: u32,
+) -> Option<Adjustment> {
+    let (a, h) = (Bytes(asked).human(), Bytes(held).human());
+    let (end, option, sysctl, on) = (b.end, b.option, b.sysctl, b.on());
+    let base = base(end, b.host, option, asked, held, n);
+    let adj = if let Some(note) = note {
+        Adjustment {
+            kind: "raised".into(),
+            note: format!("{end} {option}: asked {a}, {note}"),
+            ..base
+        }
+    } else if held < asked.saturating_mul(2) && !limits.can_force && asked > b.max {
+        let force = if b.host == "local" {
+            "run send with --force-buffers as root"
         } else {
-            "the server"
+            "start the server with --force-buffers as root"
         };
-        let adj = if let Some(note) = note {
-            Adjustment {
-                kind: "raised".into(),
-                limit: None,
-                limit_bytes: None,
-                fix: None,
-                note: format!("{end} {option}: asked {a}, {note}"),
-                ..base(end, host, option, asked, held, n)
-            }
-        } else if held < asked.saturating_mul(2) && !limits.can_force && asked > max {
-            let force = if host == "local" {
-                "run send with --force-buffers as root"
-            } else {
-                "start the server with --force-buffers as root"
-            };
-            Adjustment {
-                kind: "capped".into(),
-                limit: Some(sysctl.into()),
-                limit_bytes: Some(max),
-                fix: Some(format!(
-                    "sysctl -w {sysctl}={asked} on {on}, or {force}"
-                )),
-                note: format!(
-                    "{end} {option} on {on}: asked {a} per stream, the kernel holds {h}: capped by {sysctl} = {} (the kernel doubles what it accepts)",
-                    Bytes(max).human()
-                ),
-                ..base(end, host, option, asked, held, n)
-            }
-        } else if held >= asked.saturating_mul(2) && fixed_mode {
-            Adjustment {
-                kind: "doubled".into(),
-                limit: None,
-                limit_bytes: None,
-                fix: None,
-                note: format!(
-                    "{end} {option} on {on}: asked {a} per stream, the kernel holds {h}: it doubles the size for its bookkeeping, and about half carries data"
-                ),
-                ..base(end, host, option, asked, held, n)
-            }
-        } else if held < asked.saturating_mul(2) {
-            Adjustment {
-                kind: "capped".into(),
-                limit: None,
-                limit_bytes: None,
-                fix: None,
-                note: format!(
-                    "{end} {option} on {on}: asked {a} per stream, the kernel holds {h} (less than asked, for no limit tcptune knows)"
-                ),
-                ..base(end, host, option, asked, held, n)
-            }
-        } else {
-            continue;
-        };
-        out.push(adj);
-    }
-    out
+        Adjustment {
+            kind: "capped".into(),
+            limit: Some(sysctl.into()),
+            limit_bytes: Some(b.max),
+            fix: Some(format!("sysctl -w {sysctl}={asked} on {on}, or {force}")),
+            note: format!(
+                "{end} {option} on {on}: asked {a} per stream, the kernel holds {h}: capped by {sysctl} = {} (the kernel doubles what it accepts)",
+                Bytes(b.max).human()
+            ),
+            ..base
+        }
+    } else if held >= asked.saturating_mul(2) && fixed_mode {
+        Adjustment {
+            kind: "doubled".into(),
+            note: format!(
+                "{end} {option} on {on}: asked {a} per stream, the kernel holds {h}: it doubles the size for its bookkeeping, and about half carries data"
+            ),
+            ..base
+        }
+    } else if held < asked.saturating_mul(2) {
+        Adjustment {
+            kind: "capped".into(),
+            note: format!(
+                "{end} {option} on {on}: asked {a} per stream, the kernel holds {h} (less than asked, for no limit tcptune knows)"
+            ),
+            ..base
+        }
+    } else {
+        return None;
+    };
+    Some(adj)
 }
 
 fn base(end: &str, host: &str, option: &str, asked: u64, held: u64, n: u32) -> Adjustment {
@@ -182,129 +222,60 @@ pub fn adjustments(r: &Report) -> Vec<Adjustment> {
     out
 }
 
+/// What the diagnosis reads from the streams: the sender's limited times summed, the
+/// largest buffers either end held.
+#[derive(Default)]
+struct Totals {
+    busy_us: u64,
+    rwnd_limited_us: u64,
+    sndbuf_limited_us: u64,
+    retransmits: u64,
+    rcvbuf_peak: u64,
+    rmem_peak: u64,
+    sndbuf_peak: u64,
+}
+
+impl Totals {
+    fn of(streams: &[StreamDetail]) -> Self {
+        let mut s = Totals::default();
+        for d in streams {
+            s.busy_us += d.sender.stats.busy_time_us;
+            s.rwnd_limited_us += d.sender.stats.rwnd_limited_us;
+            s.sndbuf_limited_us += d.sender.stats.sndbuf_limited_us;
+            s.retransmits += d.sender.stats.retransmits;
+            s.rcvbuf_peak = s.rcvbuf_peak.max(d.receiver.stats.peak_rcvbuf_bytes);
+            s.rmem_peak = s.rmem_peak.max(d.receiver.stats.peak_rmem_alloc_bytes);
+            s.sndbuf_peak = s.sndbuf_peak.max(d.sender.stats.peak_sndbuf_bytes);
+        }
+        s
+    }
+
+    /// `v` as a share of the busy time, percent (none without busy time).
+    fn pct(&self, v: u64) -> Option<f64> {
+        (self.busy_us > 0).then(|| (v as f64 / self.busy_us as f64 * 100.0).min(100.0))
+    }
+}
+
+/// A limiter, its cause and the sentence that says it.
+type Finding = (&'static str, Option<&'static str>, String);
+
 /// What limited the transfer.
 pub fn diagnose(r: &Report) -> Diagnosis {
-    let t = &r.start.tcptune;
-    let e = &r.end.tcptune;
-    let mode: Option<TuneMode> = t.tune.parse().ok();
-    let (mut busy, mut rwnd, mut sndbuf, mut retrans) = (0u64, 0u64, 0u64, 0u64);
-    let (mut rcvbuf_peak, mut rmem_peak, mut sndbuf_peak) = (0u64, 0u64, 0u64);
-    for d in &e.streams {
-        busy += d.sender.stats.busy_time_us;
-        rwnd += d.sender.stats.rwnd_limited_us;
-        sndbuf += d.sender.stats.sndbuf_limited_us;
-        retrans += d.sender.stats.retransmits;
-        rcvbuf_peak = rcvbuf_peak.max(d.receiver.stats.peak_rcvbuf_bytes);
-        rmem_peak = rmem_peak.max(d.receiver.stats.peak_rmem_alloc_bytes);
-        sndbuf_peak = sndbuf_peak.max(d.sender.stats.peak_sndbuf_bytes);
-    }
-    let pct = |v: u64| (busy > 0).then(|| (v as f64 / busy as f64 * 100.0).min(100.0));
-    let (rwnd_pct, sndbuf_pct) = (pct(rwnd), pct(sndbuf));
-    let locks_rcv = matches!(
-        mode,
-        Some(
-            TuneMode::None
-                | TuneMode::Fixed(_)
-                | TuneMode::Manual(_)
-                | TuneMode::Probe
-                | TuneMode::Psc
-                | TuneMode::Drs
-        )
-    );
-    let locks_snd = matches!(
-        mode,
-        Some(TuneMode::None | TuneMode::Fixed(_) | TuneMode::Manual(_) | TuneMode::Probe)
-    );
-    let capped = |end: &str| {
-        e.adjustments
-            .iter()
-            .find(|a| a.end == end && a.kind == "capped" && a.limit.is_some())
-    };
-    let tune = mode.as_ref().map_or(t.tune.clone(), TuneMode::describe);
+    let mode: Option<TuneMode> = r.start.tcptune.tune.parse().ok();
+    let s = Totals::of(&r.end.tcptune.streams);
+    let (rwnd_pct, sndbuf_pct) = (s.pct(s.rwnd_limited_us), s.pct(s.sndbuf_limited_us));
     let limited = |v: Option<f64>| v.unwrap_or(0.0) >= 10.0;
     let (limiter, cause, summary) = if limited(rwnd_pct) && rwnd_pct >= sndbuf_pct {
-        if rcvbuf_peak > 0 && rmem_peak * 10 >= rcvbuf_peak * 8 && !locks_rcv {
-            (
-                "slow_reader",
-                None,
-                format!(
-                    "limited by a slow reader: the receiving application left its {} buffer full (the window closed {:.0}% of the time); read faster or use more streams",
-                    Bytes(rcvbuf_peak).human(),
-                    rwnd_pct.unwrap_or(0.0)
-                ),
-            )
-        } else if let Some(a) = capped("receiver") {
-            (
-                "receive_window",
-                Some("system_maximum"),
-                format!(
-                    "buffer-limited: the receive window ({:.0}% of the time), the receiver's buffer capped by {}; fix: {}",
-                    rwnd_pct.unwrap_or(0.0),
-                    a.limit.as_deref().unwrap_or("a system maximum"),
-                    a.fix.as_deref().unwrap_or("raise it")
-                ),
-            )
-        } else if locks_rcv {
-            (
-                "receive_window",
-                Some("application"),
-                format!(
-                    "buffer-limited: the receive window ({:.0}% of the time); --tune {tune} set the receive buffer to {} and locked it: use a larger size, --tune auto, or more streams (-P)",
-                    rwnd_pct.unwrap_or(0.0),
-                    Bytes(rcvbuf_peak).human()
-                ),
-            )
-        } else {
-            let max = t.receiver_limits.tcp_rmem[2];
-            (
-                "receive_window",
-                Some("autotuning"),
-                format!(
-                    "buffer-limited: the receive window ({:.0}% of the time); receive autotuning grows to net.ipv4.tcp_rmem max = {} on the receiver: raise it, or use more streams (-P)",
-                    rwnd_pct.unwrap_or(0.0),
-                    max.human()
-                ),
-            )
-        }
+        receive_window(r, mode.as_ref(), &s, rwnd_pct.unwrap_or(0.0))
     } else if limited(sndbuf_pct) {
-        if let Some(a) = capped("sender") {
-            (
-                "send_buffer",
-                Some("system_maximum"),
-                format!(
-                    "buffer-limited: the send buffer ({:.0}% of the time), capped by {}; fix: {}",
-                    sndbuf_pct.unwrap_or(0.0),
-                    a.limit.as_deref().unwrap_or("a system maximum"),
-                    a.fix.as_deref().unwrap_or("raise it")
-                ),
-            )
-        } else if locks_snd {
-            (
-                "send_buffer",
-                Some("application"),
-                format!(
-                    "buffer-limited: the send buffer ({:.0}% of the time); --tune {tune} set it to {} and locked it: use a larger size, --tune auto, or more streams (-P)",
-                    sndbuf_pct.unwrap_or(0.0),
-                    Bytes(sndbuf_peak).human()
-                ),
-            )
-        } else {
-            (
-                "send_buffer",
-                Some("autotuning"),
-                format!(
-                    "buffer-limited: the send buffer ({:.0}% of the time); send autotuning grows to net.ipv4.tcp_wmem max = {} on the sender: raise it, or use more streams (-P)",
-                    sndbuf_pct.unwrap_or(0.0),
-                    t.sender_limits.tcp_wmem[2].human()
-                ),
-            )
-        }
-    } else if retrans > 0 {
+        send_buffer(r, mode.as_ref(), &s, sndbuf_pct.unwrap_or(0.0))
+    } else if s.retransmits > 0 {
         (
             "congestion",
             None,
             format!(
-                "limited by the network: {retrans} segment(s) retransmitted and the buffers were rarely full (congestion or loss on the path)"
+                "limited by the network: {} segment(s) retransmitted and the buffers were rarely full (congestion or loss on the path)",
+                s.retransmits
             ),
         )
     } else {
@@ -320,6 +291,114 @@ pub fn diagnose(r: &Report) -> Diagnosis {
         rwnd_limited_pct: rwnd_pct,
         sndbuf_limited_pct: sndbuf_pct,
         summary,
+    }
+}
+
+/// The capping adjustment of one end (`"sender"` or `"receiver"`) that names its sysctl.
+fn capped<'r>(r: &'r Report, end: &str) -> Option<&'r Adjustment> {
+    r.end
+        .tcptune
+        .adjustments
+        .iter()
+        .find(|a| a.end == end && a.kind == "capped" && a.limit.is_some())
+}
+
+/// The `--tune` mode as the sentences name it.
+fn tune_name(r: &Report, mode: Option<&TuneMode>) -> String {
+    mode.map_or(r.start.tcptune.tune.clone(), TuneMode::describe)
+}
+
+/// The receive window limited the transfer `pct` percent of the time: a slow reader, a
+/// system maximum, the tuning mode's locked buffer, or receive autotuning's limit.
+fn receive_window(r: &Report, mode: Option<&TuneMode>, s: &Totals, pct: f64) -> Finding {
+    let locks_rcv = matches!(
+        mode,
+        Some(
+            TuneMode::None
+                | TuneMode::Fixed(_)
+                | TuneMode::Manual(_)
+                | TuneMode::Probe
+                | TuneMode::Psc
+                | TuneMode::Drs
+        )
+    );
+    if s.rcvbuf_peak > 0 && s.rmem_peak * 10 >= s.rcvbuf_peak * 8 && !locks_rcv {
+        (
+            "slow_reader",
+            None,
+            format!(
+                "limited by a slow reader: the receiving application left its {} buffer full (the window closed {pct:.0}% of the time); read faster or use more streams",
+                Bytes(s.rcvbuf_peak).human(),
+            ),
+        )
+    } else if let Some(a) = capped(r, "receiver") {
+        (
+            "receive_window",
+            Some("system_maximum"),
+            format!(
+                "buffer-limited: the receive window ({pct:.0}% of the time), the receiver's buffer capped by {}; fix: {}",
+                a.limit.as_deref().unwrap_or("a system maximum"),
+                a.fix.as_deref().unwrap_or("raise it")
+            ),
+        )
+    } else if locks_rcv {
+        (
+            "receive_window",
+            Some("application"),
+            format!(
+                "buffer-limited: the receive window ({pct:.0}% of the time); --tune {} set the receive buffer to {} and locked it: use a larger size, --tune auto, or more streams (-P)",
+                tune_name(r, mode),
+                Bytes(s.rcvbuf_peak).human()
+            ),
+        )
+    } else {
+        (
+            "receive_window",
+            Some("autotuning"),
+            format!(
+                "buffer-limited: the receive window ({pct:.0}% of the time); receive autotuning grows to net.ipv4.tcp_rmem max = {} on the receiver: raise it, or use more streams (-P)",
+                r.start.tcptune.receiver_limits.tcp_rmem[2].human()
+            ),
+        )
+    }
+}
+
+/// The send buffer limited the transfer `pct` percent of the time: a system maximum, the
+/// tuning mode's locked buffer, or send autotuning's limit.
+fn send_buffer(r: &Report, mode: Option<&TuneMode>, s: &Totals, pct: f64) -> Finding {
+    let locks_snd = matches!(
+        mode,
+        Some(TuneMode::None | TuneMode::Fixed(_) | TuneMode::Manual(_) | TuneMode::Probe)
+    );
+    if let Some(a) = capped(r, "sender") {
+        (
+            "send_buffer",
+            Some("system_maximum"),
+            format!(
+                "buffer-limited: the send buffer ({pct:.0}% of the time), capped by {}; fix: {}",
+                a.limit.as_deref().unwrap_or("a system maximum"),
+                a.fix.as_deref().unwrap_or("raise it")
+            ),
+        )
+    } else if locks_snd {
+        (
+            "send_buffer",
+            Some("application"),
+            format!(
+                "buffer-limited: the send buffer ({pct:.0}% of the time); --tune {} set it to {} and locked it: use a larger size, --tune auto, or more streams (-P)",
+                tune_name(r, mode),
+                Bytes(s.sndbuf_peak).human()
+            ),
+        )
+    } else {
+        (
+            "send_buffer",
+            Some("autotuning"),
+            format!(
+                "buffer-limited: the send buffer ({pct:.0}% of the time); send autotuning grows to net.ipv4.tcp_wmem max = {} on the sender: raise it, or use more streams (-P)",
+                r.start.tcptune.sender_limits.tcp_wmem[2].human()
+            ),
+        )
     }
 }
 
