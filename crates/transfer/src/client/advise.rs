@@ -378,12 +378,11 @@ fn start_measuring(
         record_series: false,
         epoch,
     };
-    let tuning = PhaseTuning::Probe;
     let poll = Poll::new().map_err(|e| (0, format!("creating an event loop: {e}")))?;
     let mut opening = Vec::new();
     for index in 0..spec.streams {
         let fail = |e: String| (index, e);
-        let mut driver = dspec.driver(&tuning, index, spec.streams);
+        let mut driver = dspec.driver(&PhaseTuning::Probe, index, spec.streams);
         let fd =
             prepared_socket(&addr, &mut driver, &dspec, None).map_err(|e| fail(e.to_string()))?;
         if let Some(ip) = cfg.bind {
@@ -417,37 +416,50 @@ fn start_measuring(
             let Some((mut stream, driver)) = opening.get_mut(index).and_then(Option::take) else {
                 continue;
             };
-            let index = index as u32;
             let _ = poll.registry().deregister(&mut stream);
-            let failed = match stream.take_error() {
-                Ok(Some(e)) | Err(e) => Some(e.to_string()),
-                Ok(None) => stream.peer_addr().err().map(|e| e.to_string()),
-            };
-            if let Some(why) = failed {
-                return Err((index, format!("connect {addr}: {why}")));
-            }
-            // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
-            let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
-            let hello = DataHello {
-                token,
-                seq: spec.seq,
-                stream: index,
-            }
-            .encode();
-            stream
-                .set_nonblocking(false)
-                .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))
-                .and_then(|()| stream.write_all(&hello))
-                .map_err(|e| (index, format!("sending its hello: {e}")))?;
+            let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)?;
             engine
-                .add_stream(index, stream, driver)
-                .map_err(|e| (index, format!("starting its thread: {e}")))?;
+                .add_stream(index as u32, stream, driver)
+                .map_err(|e| (index as u32, format!("starting its thread: {e}")))?;
             left -= 1;
         }
     }
     Ok(Measuring {
         engine: Some(engine),
     })
+}
+
+/// A measurement stream whose connect finished: unless it failed, a blocking stream that
+/// has sent its hello.
+fn connected(
+    stream: MioStream,
+    addr: SocketAddr,
+    cfg: &AdviseConfig,
+    token: Token,
+    seq: u32,
+    index: u32,
+) -> Result<TcpStream, (u32, String)> {
+    let failed = match stream.take_error() {
+        Ok(Some(e)) | Err(e) => Some(e.to_string()),
+        Ok(None) => stream.peer_addr().err().map(|e| e.to_string()),
+    };
+    if let Some(why) = failed {
+        return Err((index, format!("connect {addr}: {why}")));
+    }
+    // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
+    let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+    let hello = DataHello {
+        token,
+        seq,
+        stream: index,
+    }
+    .encode();
+    stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))
+        .and_then(|()| stream.write_all(&hello))
+        .map_err(|e| (index, format!("sending its hello: {e}")))?;
+    Ok(stream)
 }
 
 fn error(f: Failure, addr: SocketAddr, heard: bool) -> ClientError {

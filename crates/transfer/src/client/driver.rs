@@ -8,7 +8,7 @@ use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
 use crate::report::assemble::{assemble, Assembly, Verdict};
 use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report, ResumeReport};
-use crate::session::client::{ClientPlan, InBand};
+use crate::session::client::{ClientPlan, InBand, ServerInfo};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -89,14 +89,8 @@ pub(crate) fn run_with(
     let remote_files = remote.files.clone();
     record_transfer(&mut db, &hint, &main, &remote);
     let measurement = finish_measurement(measurement, &mut db, &main, source);
-    let remote_limits = server
-        .as_ref()
-        .map_or_else(HostLimits::linux_defaults, |s| s.host_limits.clone());
-    let (sender_limits, receiver_limits) = if cfg.reverse {
-        (remote_limits, conv.local_limits.clone())
-    } else {
-        (conv.local_limits.clone(), remote_limits)
-    };
+    let (sender_limits, receiver_limits) =
+        end_limits(cfg.reverse, &conv.local_limits, server.as_ref());
     let round_trips = round_trips(
         session_start,
         Instant::now(),
@@ -138,6 +132,21 @@ pub(crate) fn run_with(
         streams_reason: main.outcome.streams_reason.clone(),
     });
     judged(report, verdict).map(|r| (r, remote_files))
+}
+
+/// The sender's and the receiver's buffer limits: this host's, and the server's as it said
+/// them (Linux's defaults when it did not).
+fn end_limits(
+    reverse: bool,
+    local: &HostLimits,
+    server: Option<&ServerInfo>,
+) -> (HostLimits, HostLimits) {
+    let remote = server.map_or_else(HostLimits::linux_defaults, |s| s.host_limits.clone());
+    if reverse {
+        (remote, local.clone())
+    } else {
+        (local.clone(), remote)
+    }
 }
 
 /// This host's buffer limits, and whether it may force buffers past them
