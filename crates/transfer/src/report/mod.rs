@@ -18,7 +18,7 @@
 //! key as a failed test (reading nothing else): `error` is therefore absent unless the run
 //! failed. A run that failed before any report existed (no connection) prints a
 //! [`FailureReport`], iperf3's shape for that case.
-
+//!
 //! # How the report is made
 //!
 //! * `assemble` builds the report step by step from both ends' results
@@ -28,7 +28,8 @@
 //! * [`human`] formats a report for people; `serde` is how the report spells the core
 //!   types it carries.
 //!
-//! The types sit here, below all four: nothing here uses them.
+//! The types sit here, below `assemble`, `diagnose` and `human`, which use them; the types
+//! use only `serde`'s spellings, never the modules above them.
 
 pub(crate) mod assemble;
 pub mod diagnose;
