@@ -10,7 +10,8 @@
 //!   (`tcptune send`).
 //! * [`proto`] is the wire protocol (framing, messages, data-connection hello);
 //!   [`auth`] the optional shared-secret authentication.
-//! * [`human`] formats a report for people.
+//! * [`report`] is the report: its types, how it is assembled from both ends' results,
+//!   what it says about itself ([`diagnose`]) and how it reads for people ([`human`]).
 //! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the client's use of the
 //!   database of per-path measurements ([`tcptune_pathdb`]) that spares it on known paths.
 //!
@@ -18,22 +19,21 @@
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
 pub mod advice;
-mod assemble;
 pub mod auth;
 pub mod client;
-pub mod diagnose;
 mod engine;
 pub mod files;
-pub mod human;
 pub mod pathdb;
 mod pattern;
 mod phase;
 pub mod probe;
 pub mod proto;
 pub mod report;
-mod report_serde;
 pub mod server;
 pub mod session;
 
 pub use engine::{SideResult, StreamSide};
 pub use phase::PrepareError;
+/// The report's spelling of the core types, under the name the file copy's report uses.
+pub(crate) use report::serde as report_serde;
+pub use report::{diagnose, human};

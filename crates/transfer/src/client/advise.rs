@@ -106,7 +106,8 @@ impl Drop for Measuring {
     }
 }
 
-/// Ask `cfg.server` for advice.
+/// Ask `cfg.server` for advice: connect, carry the session's decisions out and feed it
+/// the server's messages until the answer is in, then derive the advice again here.
 pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
     let t0 = Instant::now();
     if cfg.max_streams == 0 {
@@ -119,139 +120,22 @@ pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
         op: "reading this host's buffer limits".into(),
         source: io::Error::other(e),
     })?;
-    let force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
-    limits.can_force = force;
-    let fd =
-        tcptune_sys::net::tcp_socket(&addr).map_err(|source| ClientError::Connect { source })?;
-    if let Some(ip) = cfg.bind {
-        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
-    }
-    let mut ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
-        .map_err(|source| ClientError::Connect { source })?;
-    let local = |op: &str| {
-        let op = op.to_string();
-        move |source: io::Error| ClientError::Local { op, source }
+    limits.can_force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
+    let (ctrl, control_rtt) = connect_control(cfg, addr)?;
+    let plan = advise_plan(cfg, &limits)?;
+    let mut asking = Asking {
+        answer: None,
+        measuring: None,
+        reader: FrameReader::new(MAX_SERVER_FRAME),
+        token: plan.token,
+        session: AdviseClient::new(Instant::now(), plan),
+        ctrl,
+        cfg,
+        addr,
+        limits: &limits,
+        control_rtt,
     };
-    ctrl.set_nonblocking(false)
-        .map_err(local("a blocking control connection"))?;
-    ctrl.set_nodelay(true)
-        .map_err(local("TCP_NODELAY on the control connection"))?;
-    ctrl.set_write_timeout(Some(cfg.connect_timeout))
-        .map_err(local("a write timeout on the control connection"))?;
-    let control_rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
-        .ok()
-        .and_then(|s| s.min_rtt().or(s.rtt()));
-    let mut token = [0u8; 16];
-    tcptune_sys::os::random_bytes(&mut token).map_err(local("getrandom (session token)"))?;
-    let auth = match &cfg.secret {
-        Some(secret) => {
-            let mut nonce = [0u8; 32];
-            tcptune_sys::os::random_bytes(&mut nonce).map_err(local("getrandom (auth nonce)"))?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            Some((secret.clone(), nonce, now))
-        }
-        None => None,
-    };
-    let plan = AdvisePlan {
-        token: Token(token),
-        auth,
-        request: AdviseRequest {
-            direction: cfg.direction,
-            limits: Some(limits.clone()),
-            max_streams: cfg.max_streams,
-            fresh: cfg.fresh,
-        },
-        connect_timeout: cfg.connect_timeout,
-    };
-    let mut session = AdviseClient::new(Instant::now(), plan);
-    let mut reader = FrameReader::new(MAX_SERVER_FRAME);
-    let mut measuring: Option<Measuring> = None;
-    let mut answer: Option<Box<Advice>> = None;
-    let control = |source| ClientError::Control { addr, source };
-    loop {
-        while let Some(out) = session.poll_output() {
-            match out {
-                AdviseOutput::Send(m) => {
-                    let frame = proto::encode(&m).map_err(control)?;
-                    if let Err(e) = ctrl.write_all(&frame) {
-                        if answer.is_some() {
-                            // Bye is a courtesy: the server ends the session on EOF too.
-                            break;
-                        }
-                        return Err(control(e.into()));
-                    }
-                }
-                AdviseOutput::Measure(spec) => {
-                    match start_measuring(cfg, addr, &limits, control_rtt, Token(token), &spec) {
-                        Ok(m) => measuring = Some(m),
-                        Err((index, why)) => {
-                            session.handle_stream_failed(Instant::now(), index, why)
-                        }
-                    }
-                }
-                AdviseOutput::Done(a) => answer = Some(a),
-                AdviseOutput::Failed(f) => return Err(error(f, addr, session.heard())),
-            }
-        }
-        if answer.is_some() {
-            break;
-        }
-        let now = Instant::now();
-        let wait = session
-            .poll_timeout()
-            .map_or(Duration::from_millis(100), |t| {
-                t.saturating_duration_since(now)
-            })
-            .clamp(Duration::from_millis(1), Duration::from_millis(100));
-        ctrl.set_read_timeout(Some(wait))
-            .map_err(local("a read timeout on the control connection"))?;
-        match reader.fill(&mut ctrl) {
-            Ok(_) => {}
-            Err(proto::ProtoError::Closed) => session.handle_closed(Instant::now()),
-            Err(e) if !session.heard() => {
-                return Err(ClientError::NotTcptune {
-                    addr,
-                    detail: e.to_string(),
-                })
-            }
-            Err(e) => return Err(control(e)),
-        }
-        loop {
-            let body = match reader.take_frame() {
-                Ok(Some(b)) => b,
-                Ok(None) => break,
-                Err(e) if !session.heard() => {
-                    return Err(ClientError::NotTcptune {
-                        addr,
-                        detail: e.to_string(),
-                    })
-                }
-                Err(e) => return Err(control(e)),
-            };
-            match proto::decode::<ServerMsg>(&body) {
-                Ok(m) => session.handle_msg(Instant::now(), m),
-                Err(e) if !session.heard() => {
-                    return Err(ClientError::NotTcptune {
-                        addr,
-                        detail: e.to_string(),
-                    })
-                }
-                Err(e) => return Err(ClientError::Protocol(e.to_string())),
-            }
-        }
-        let now = Instant::now();
-        if session.poll_timeout().is_some_and(|t| t <= now) {
-            session.handle_timeout(now);
-        }
-    }
-    // The answer is in: the measurement ends here too (the server ended its side).
-    drop(measuring.take());
-    let Some(server_advice) = answer else {
-        return Err(ClientError::Protocol("no answer".into()));
-    };
+    let server_advice = asking.run()?;
     let server_limits = bounded_limits(server_advice.server_limits.clone());
     let advice = derive(
         cfg.direction,
@@ -267,6 +151,192 @@ pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
         control_rtt,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// An error of this host's, saying what was being attempted.
+fn local(op: &str) -> impl FnOnce(io::Error) -> ClientError {
+    let op = op.to_string();
+    move |source: io::Error| ClientError::Local { op, source }
+}
+
+/// The control connection, blocking with a write timeout, and its RTT.
+fn connect_control(
+    cfg: &AdviseConfig,
+    addr: SocketAddr,
+) -> Result<(TcpStream, Option<Duration>), ClientError> {
+    let fd =
+        tcptune_sys::net::tcp_socket(&addr).map_err(|source| ClientError::Connect { source })?;
+    if let Some(ip) = cfg.bind {
+        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+    }
+    let ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
+        .map_err(|source| ClientError::Connect { source })?;
+    ctrl.set_nonblocking(false)
+        .map_err(local("a blocking control connection"))?;
+    ctrl.set_nodelay(true)
+        .map_err(local("TCP_NODELAY on the control connection"))?;
+    ctrl.set_write_timeout(Some(cfg.connect_timeout))
+        .map_err(local("a write timeout on the control connection"))?;
+    let control_rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
+        .ok()
+        .and_then(|s| s.min_rtt().or(s.rtt()));
+    Ok((ctrl, control_rtt))
+}
+
+/// The session's plan, with a fresh random token (and nonce, with a shared secret).
+fn advise_plan(cfg: &AdviseConfig, limits: &HostLimits) -> Result<AdvisePlan, ClientError> {
+    let mut token = [0u8; 16];
+    tcptune_sys::os::random_bytes(&mut token).map_err(local("getrandom (session token)"))?;
+    let auth = match &cfg.secret {
+        Some(secret) => {
+            let mut nonce = [0u8; 32];
+            tcptune_sys::os::random_bytes(&mut nonce).map_err(local("getrandom (auth nonce)"))?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Some((secret.clone(), nonce, now))
+        }
+        None => None,
+    };
+    Ok(AdvisePlan {
+        token: Token(token),
+        auth,
+        request: AdviseRequest {
+            direction: cfg.direction,
+            limits: Some(limits.clone()),
+            max_streams: cfg.max_streams,
+            fresh: cfg.fresh,
+        },
+        connect_timeout: cfg.connect_timeout,
+    })
+}
+
+/// How long to wait for the server at `now`: until the session's deadline, between 1 and
+/// 100 ms (a read timeout of zero would block forever).
+fn read_wait(now: Instant, deadline: Option<Instant>) -> Duration {
+    deadline
+        .map_or(Duration::from_millis(100), |t| {
+            t.saturating_duration_since(now)
+        })
+        .clamp(Duration::from_millis(1), Duration::from_millis(100))
+}
+
+/// One advice session's driver: the [`AdviseClient`] decides, this does the I/O. Call
+/// [`Asking::run`] once.
+struct Asking<'a> {
+    // (Fields drop in this order: the measurement ends before the control connection.)
+    answer: Option<Box<Advice>>,
+    measuring: Option<Measuring>,
+    reader: FrameReader,
+    session: AdviseClient,
+    ctrl: TcpStream,
+    cfg: &'a AdviseConfig,
+    addr: SocketAddr,
+    limits: &'a HostLimits,
+    control_rtt: Option<Duration>,
+    token: Token,
+}
+
+impl Asking<'_> {
+    /// Until the answer is in: carry the session's outputs out, read the server, and give
+    /// the session its timeouts.
+    fn run(&mut self) -> Result<Box<Advice>, ClientError> {
+        loop {
+            self.carry_out()?;
+            if self.answer.is_some() {
+                break;
+            }
+            let wait = read_wait(Instant::now(), self.session.poll_timeout());
+            self.read(wait)?;
+            let now = Instant::now();
+            if self.session.poll_timeout().is_some_and(|t| t <= now) {
+                self.session.handle_timeout(now);
+            }
+        }
+        // The answer is in: the measurement ends here too (the server ended its side).
+        drop(self.measuring.take());
+        self.answer
+            .take()
+            .ok_or_else(|| ClientError::Protocol("no answer".into()))
+    }
+
+    fn control(&self, source: proto::ProtoError) -> ClientError {
+        ClientError::Control {
+            addr: self.addr,
+            source,
+        }
+    }
+
+    /// What the server sent that is not tcptune's protocol, before it said anything that is,
+    /// means it is not a tcptune server.
+    fn garbled(&self, detail: String, otherwise: ClientError) -> ClientError {
+        if self.session.heard() {
+            otherwise
+        } else {
+            ClientError::NotTcptune {
+                addr: self.addr,
+                detail,
+            }
+        }
+    }
+
+    /// Carry the session's outputs out: messages, the measurement's streams, the answer.
+    fn carry_out(&mut self) -> Result<(), ClientError> {
+        while let Some(out) = self.session.poll_output() {
+            match out {
+                AdviseOutput::Send(m) => {
+                    let frame = proto::encode(&m).map_err(|e| self.control(e))?;
+                    if let Err(e) = self.ctrl.write_all(&frame) {
+                        if self.answer.is_some() {
+                            // Bye is a courtesy: the server ends the session on EOF too.
+                            return Ok(());
+                        }
+                        return Err(self.control(e.into()));
+                    }
+                }
+                AdviseOutput::Measure(spec) => {
+                    let (cfg, addr, limits) = (self.cfg, self.addr, self.limits);
+                    match start_measuring(cfg, addr, limits, self.control_rtt, self.token, &spec) {
+                        Ok(m) => self.measuring = Some(m),
+                        Err((index, why)) => {
+                            self.session
+                                .handle_stream_failed(Instant::now(), index, why)
+                        }
+                    }
+                }
+                AdviseOutput::Done(a) => self.answer = Some(a),
+                AdviseOutput::Failed(f) => return Err(error(f, self.addr, self.session.heard())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Read what the server sent within `wait` and hand every whole message to the session.
+    fn read(&mut self, wait: Duration) -> Result<(), ClientError> {
+        self.ctrl
+            .set_read_timeout(Some(wait))
+            .map_err(local("a read timeout on the control connection"))?;
+        match self.reader.fill(&mut self.ctrl) {
+            Ok(_) => {}
+            Err(proto::ProtoError::Closed) => self.session.handle_closed(Instant::now()),
+            Err(e) => return Err(self.garbled(e.to_string(), self.control(e))),
+        }
+        loop {
+            let body = match self.reader.take_frame() {
+                Ok(Some(b)) => b,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.garbled(e.to_string(), self.control(e))),
+            };
+            match proto::decode::<ServerMsg>(&body) {
+                Ok(m) => self.session.handle_msg(Instant::now(), m),
+                Err(e) => {
+                    let otherwise = ClientError::Protocol(e.to_string());
+                    return Err(self.garbled(e.to_string(), otherwise));
+                }
+            }
+        }
+    }
 }
 
 /// Open the measurement's streams (all at once: their slow starts overlap, as the server
@@ -308,12 +378,11 @@ fn start_measuring(
         record_series: false,
         epoch,
     };
-    let tuning = PhaseTuning::Probe;
     let poll = Poll::new().map_err(|e| (0, format!("creating an event loop: {e}")))?;
     let mut opening = Vec::new();
     for index in 0..spec.streams {
         let fail = |e: String| (index, e);
-        let mut driver = dspec.driver(&tuning, index, spec.streams);
+        let mut driver = dspec.driver(&PhaseTuning::Probe, index, spec.streams);
         let fd =
             prepared_socket(&addr, &mut driver, &dspec, None).map_err(|e| fail(e.to_string()))?;
         if let Some(ip) = cfg.bind {
@@ -347,37 +416,50 @@ fn start_measuring(
             let Some((mut stream, driver)) = opening.get_mut(index).and_then(Option::take) else {
                 continue;
             };
-            let index = index as u32;
             let _ = poll.registry().deregister(&mut stream);
-            let failed = match stream.take_error() {
-                Ok(Some(e)) | Err(e) => Some(e.to_string()),
-                Ok(None) => stream.peer_addr().err().map(|e| e.to_string()),
-            };
-            if let Some(why) = failed {
-                return Err((index, format!("connect {addr}: {why}")));
-            }
-            // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
-            let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
-            let hello = DataHello {
-                token,
-                seq: spec.seq,
-                stream: index,
-            }
-            .encode();
-            stream
-                .set_nonblocking(false)
-                .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))
-                .and_then(|()| stream.write_all(&hello))
-                .map_err(|e| (index, format!("sending its hello: {e}")))?;
+            let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)?;
             engine
-                .add_stream(index, stream, driver)
-                .map_err(|e| (index, format!("starting its thread: {e}")))?;
+                .add_stream(index as u32, stream, driver)
+                .map_err(|e| (index as u32, format!("starting its thread: {e}")))?;
             left -= 1;
         }
     }
     Ok(Measuring {
         engine: Some(engine),
     })
+}
+
+/// A measurement stream whose connect finished: unless it failed, a blocking stream that
+/// has sent its hello.
+fn connected(
+    stream: MioStream,
+    addr: SocketAddr,
+    cfg: &AdviseConfig,
+    token: Token,
+    seq: u32,
+    index: u32,
+) -> Result<TcpStream, (u32, String)> {
+    let failed = match stream.take_error() {
+        Ok(Some(e)) | Err(e) => Some(e.to_string()),
+        Ok(None) => stream.peer_addr().err().map(|e| e.to_string()),
+    };
+    if let Some(why) = failed {
+        return Err((index, format!("connect {addr}: {why}")));
+    }
+    // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
+    let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+    let hello = DataHello {
+        token,
+        seq,
+        stream: index,
+    }
+    .encode();
+    stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))
+        .and_then(|()| stream.write_all(&hello))
+        .map_err(|e| (index, format!("sending its hello: {e}")))?;
+    Ok(stream)
 }
 
 fn error(f: Failure, addr: SocketAddr, heard: bool) -> ClientError {
@@ -407,5 +489,21 @@ fn error(f: Failure, addr: SocketAddr, heard: bool) -> ClientError {
             addr,
             source: proto::ProtoError::Closed,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_waits_until_the_deadline_between_1_and_100_ms() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(read_wait(now, Some(now + ms(30))), ms(30));
+        assert_eq!(read_wait(now, Some(now + ms(5000))), ms(100));
+        assert_eq!(read_wait(now, None), ms(100));
+        // A deadline now or past still waits 1 ms: a zero read timeout would block.
+        assert_eq!(read_wait(now + ms(10), Some(now)), ms(1));
     }
 }

@@ -65,6 +65,32 @@ struct LocalPhase {
     total_bytes: Option<u64>,
 }
 
+/// What the progress callback has been shown of the running phase.
+struct Shown {
+    /// When it was last called.
+    last: Instant,
+    /// Intervals it has been given.
+    intervals: usize,
+    /// Bytes the phase moves in all, for the message workload.
+    total_bytes: Option<u64>,
+}
+
+/// How long the loop may wait for events at `now`: until the session's deadline (100 ms
+/// without one), and no longer than the progress display or a look at the cancel flag
+/// (which a signal handler cannot wake the loop for) allow.
+fn poll_wait(now: Instant, deadline: Option<Instant>, progress: bool, cancel: bool) -> Duration {
+    let mut wait = deadline.map_or(Duration::from_millis(100), |t| {
+        t.saturating_duration_since(now)
+    });
+    if progress {
+        wait = wait.min(PROGRESS_EVERY);
+    }
+    if cancel {
+        wait = wait.min(CANCEL_EVERY);
+    }
+    wait
+}
+
 /// The engine, as the session sees it.
 struct EngineObs<'a>(&'a Engine);
 
@@ -344,12 +370,67 @@ impl<'a> Conversation<'a> {
         }
     }
 
-    /// Run one phase to its end.
+    /// Run one phase to its end: start the local side, then carry the session's outputs
+    /// out, wait for events, feed them to the session and show progress until the session
+    /// says the phase is done.
     fn run_phase(
         &mut self,
         req: PhaseRequest,
         mut progress: Option<ProgressFn<'_>>,
     ) -> Result<(SideResult, Vec<Interval>, PhaseOutcome), ClientError> {
+        let main = req.goal == Goal::Main;
+        let epoch = Instant::now();
+        let messages = (main && self.cfg.duration.is_none()).then_some(self.cfg.messages);
+        self.phase = Some(self.local_phase(&req, epoch, messages));
+        let hint = req.hint.clone();
+        self.session.start_phase(Instant::now(), req);
+        let mut shown = Shown {
+            last: Instant::now(),
+            intervals: 0,
+            total_bytes: messages.map(|m| m.saturating_mul(self.cfg.message_size)),
+        };
+        let mut interrupted = false;
+        loop {
+            if let Some(outcome) = self.carry_out(&mut Some(&hint))? {
+                let (local, intervals) = self.finish_phase(main)?;
+                if let Some(cb) = progress.as_mut() {
+                    // The last, partial interval is only known now.
+                    let rest = intervals.get(shown.intervals..).unwrap_or_default();
+                    if !rest.is_empty() {
+                        cb(&Progress {
+                            phase: if main { "transfer" } else { "probe" },
+                            elapsed: epoch.elapsed(),
+                            bytes: local.streams.iter().map(|s| s.bytes).sum(),
+                            total_bytes: shown.total_bytes,
+                            streams: local.streams.len() as u32,
+                            intervals: rest.to_vec(),
+                        });
+                    }
+                }
+                return Ok((local, intervals, outcome));
+            }
+            let now = Instant::now();
+            if !interrupted && self.cfg.cancel.as_ref().is_some_and(Cancel::is_triggered) {
+                interrupted = true;
+                self.session.handle_interrupt(now);
+                continue;
+            }
+            let wait = poll_wait(
+                now,
+                self.session.poll_timeout(),
+                progress.is_some(),
+                self.cfg.cancel.is_some(),
+            );
+            self.wait_and_dispatch(wait)?;
+            self.feed_engine();
+            if let Some(cb) = progress.as_mut() {
+                self.show_progress(cb, &mut shown);
+            }
+        }
+    }
+
+    /// The local side of a phase: its engine, its tuning and how its streams are driven.
+    fn local_phase(&self, req: &PhaseRequest, epoch: Instant, messages: Option<u64>) -> LocalPhase {
         let main = req.goal == Goal::Main;
         let cfg = self.cfg;
         let role = if cfg.reverse {
@@ -357,8 +438,6 @@ impl<'a> Conversation<'a> {
         } else {
             Role::Sender
         };
-        let epoch = Instant::now();
-        let messages = (main && cfg.duration.is_none()).then_some(cfg.messages);
         let waker = self.waker.clone();
         let notify: Notify = Arc::new(move || {
             let _ = waker.wake();
@@ -394,7 +473,7 @@ impl<'a> Conversation<'a> {
             record_series: main && cfg.samples,
             epoch,
         };
-        self.phase = Some(LocalPhase {
+        LocalPhase {
             seq: 0,
             engine,
             tuning,
@@ -403,126 +482,99 @@ impl<'a> Conversation<'a> {
             total_bytes: messages
                 .filter(|_| self.files.is_none())
                 .map(|m| m.saturating_mul(cfg.message_size)),
-        });
-        let hint = req.hint.clone();
-        self.session.start_phase(Instant::now(), req);
-        let total_bytes = messages.map(|m| m.saturating_mul(cfg.message_size));
-        let mut last_progress = Instant::now();
-        let mut intervals_shown = 0usize;
-        let mut interrupted = false;
-        loop {
-            if let Some(outcome) = self.carry_out(&mut Some(&hint))? {
-                let Some(p) = self.phase.take() else {
-                    return Err(ClientError::Protocol("a phase ended twice".into()));
-                };
-                let (mut local, intervals) = p.engine.finish();
-                if let (true, Some(w)) = (main, &self.files) {
-                    local.files = Some(w.summary());
-                }
-                if let Some(cb) = progress.as_mut() {
-                    // The last, partial interval is only known now.
-                    let rest = intervals.get(intervals_shown..).unwrap_or_default();
-                    if !rest.is_empty() {
-                        cb(&Progress {
-                            phase: if main { "transfer" } else { "probe" },
-                            elapsed: epoch.elapsed(),
-                            bytes: local.streams.iter().map(|s| s.bytes).sum(),
-                            total_bytes,
-                            streams: local.streams.len() as u32,
-                            intervals: rest.to_vec(),
-                        });
-                    }
-                }
-                return Ok((local, intervals, outcome));
-            }
-            let now = Instant::now();
-            if !interrupted && self.cfg.cancel.as_ref().is_some_and(Cancel::is_triggered) {
-                interrupted = true;
-                self.session.handle_interrupt(now);
-                continue;
-            }
-            let mut wait = self
-                .session
-                .poll_timeout()
-                .map_or(Duration::from_millis(100), |t| {
-                    t.saturating_duration_since(now)
+        }
+    }
+
+    /// The phase is over: this end's results and intervals (and a copy's file summary).
+    fn finish_phase(&mut self, main: bool) -> Result<(SideResult, Vec<Interval>), ClientError> {
+        let Some(p) = self.phase.take() else {
+            return Err(ClientError::Protocol("a phase ended twice".into()));
+        };
+        let (mut local, intervals) = p.engine.finish();
+        if let (true, Some(w)) = (main, &self.files) {
+            local.files = Some(w.summary());
+        }
+        Ok((local, intervals))
+    }
+
+    /// Wait up to `wait` for events, then handle them: the control connection's reads and
+    /// writes, and data connections that finished opening.
+    fn wait_and_dispatch(&mut self, wait: Duration) -> Result<(), ClientError> {
+        if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(ClientError::Local {
+                    op: "wait for events".into(),
+                    source: e,
                 });
-            if progress.is_some() {
-                wait = wait.min(PROGRESS_EVERY);
             }
-            if self.cfg.cancel.is_some() {
-                // A signal handler cannot wake the loop: look at the flag often.
-                wait = wait.min(CANCEL_EVERY);
-            }
-            if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(ClientError::Local {
-                        op: "wait for events".into(),
-                        source: e,
-                    });
-                }
-            }
-            let ready: Vec<(usize, bool, bool)> = self
-                .events
-                .iter()
-                .map(|e| {
-                    (
-                        e.token().0,
-                        e.is_readable() || e.is_read_closed() || e.is_error(),
-                        e.is_writable() || e.is_error(),
-                    )
-                })
-                .collect();
-            for (token, readable, writable) in ready {
-                match MioToken(token) {
-                    CTRL => {
-                        if readable {
-                            self.read_ctrl()?;
-                        }
-                        if writable {
-                            self.flush()?;
-                        }
+        }
+        let ready: Vec<(usize, bool, bool)> = self
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    e.token().0,
+                    e.is_readable() || e.is_read_closed() || e.is_error(),
+                    e.is_writable() || e.is_error(),
+                )
+            })
+            .collect();
+        for (token, readable, writable) in ready {
+            match MioToken(token) {
+                CTRL => {
+                    if readable {
+                        self.read_ctrl()?;
                     }
-                    WAKER => {}
-                    _ if writable => self.stream_ready(token),
-                    _ => {}
+                    if writable {
+                        self.flush()?;
+                    }
                 }
+                WAKER => {}
+                _ if writable => self.stream_ready(token),
+                _ => {}
             }
-            // Engine events.
+        }
+        Ok(())
+    }
+
+    /// Give the session the engine's events, and its timeout when it is due.
+    fn feed_engine(&mut self) {
+        if let Some(p) = &self.phase {
+            let mut evs = Vec::new();
+            while let Some(ev) = p.engine.poll_event() {
+                evs.push(ev);
+            }
+            for ev in evs {
+                self.session.handle_engine(Instant::now(), ev);
+            }
+        }
+        let now = Instant::now();
+        if self.session.poll_timeout().is_some_and(|t| t <= now) {
             if let Some(p) = &self.phase {
-                let mut evs = Vec::new();
-                while let Some(ev) = p.engine.poll_event() {
-                    evs.push(ev);
-                }
-                for ev in evs {
-                    self.session.handle_engine(Instant::now(), ev);
-                }
+                let mut obs = EngineObs(&p.engine);
+                self.session.handle_timeout(now, &mut obs);
             }
-            let now = Instant::now();
-            if self.session.poll_timeout().is_some_and(|t| t <= now) {
-                if let Some(p) = &self.phase {
-                    let mut obs = EngineObs(&p.engine);
-                    self.session.handle_timeout(now, &mut obs);
-                }
-            }
-            if let (Some(cb), Some(p)) = (progress.as_mut(), &self.phase) {
-                let mut fresh = Vec::new();
-                while let Some(iv) = p.engine.poll_interval() {
-                    fresh.push(iv);
-                }
-                if !fresh.is_empty() || last_progress.elapsed() >= PROGRESS_EVERY {
-                    last_progress = Instant::now();
-                    intervals_shown += fresh.len();
-                    cb(&Progress {
-                        phase: if p.main { "transfer" } else { "probe" },
-                        elapsed: p.engine.started().map_or(Duration::ZERO, |s| s.elapsed()),
-                        bytes: p.engine.bytes(),
-                        total_bytes,
-                        streams: p.engine.streams(),
-                        intervals: fresh,
-                    });
-                }
-            }
+        }
+    }
+
+    /// Call the progress callback with fresh intervals, or every [`PROGRESS_EVERY`].
+    fn show_progress(&self, cb: &mut ProgressFn<'_>, shown: &mut Shown) {
+        let Some(p) = &self.phase else { return };
+        let mut fresh = Vec::new();
+        while let Some(iv) = p.engine.poll_interval() {
+            fresh.push(iv);
+        }
+        if !fresh.is_empty() || shown.last.elapsed() >= PROGRESS_EVERY {
+            shown.last = Instant::now();
+            shown.intervals += fresh.len();
+            cb(&Progress {
+                phase: if p.main { "transfer" } else { "probe" },
+                elapsed: p.engine.started().map_or(Duration::ZERO, |s| s.elapsed()),
+                bytes: p.engine.bytes(),
+                total_bytes: shown.total_bytes,
+                streams: p.engine.streams(),
+                intervals: fresh,
+            });
         }
     }
 
@@ -557,41 +609,7 @@ impl<'a> Conversation<'a> {
                         }
                     }
                 }
-                ClientOutput::Measured(m) => {
-                    // Plan again with the measured rate: the streams it needs (the ones open
-                    // are kept: their windows carry the pipe), and every tuner settles.
-                    let rtt = self.phase.as_ref().and_then(|p| p.spec.hint.rtt);
-                    let hint = PathHint {
-                        rtt,
-                        rate: Some(m.rate),
-                        rate_is_lower_bound: false,
-                        rate_in_band: false,
-                        resume: false,
-                    };
-                    let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
-                    let open = self.session.streams_requested();
-                    // More streams only if the rest of the transfer outlasts their slow
-                    // start (MSS of a 1500-byte MTU: it only counts the doublings).
-                    let remaining = self.phase.as_ref().and_then(|p| {
-                        p.total_bytes
-                            .map(|t| t.saturating_sub(p.engine.delivered()))
-                    });
-                    let share = rtt.map_or(0, |r| m.rate.bdp(r).0 / u64::from(total.max(1)));
-                    let help = tcptune_core::tuners::auto::AutoPlan::late_streams_help(
-                        remaining,
-                        m.rate,
-                        rtt.unwrap_or_default(),
-                        share,
-                        1448,
-                    );
-                    let total = if help { total } else { open };
-                    let total = total.min(self.cfg.max_streams).max(open);
-                    if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
-                        self.session.note_reason(r);
-                    }
-                    self.session.settle(Instant::now(), hint, total);
-                    self.measured = Some(m);
-                }
+                ClientOutput::Measured(m) => self.on_measured(m),
                 ClientOutput::LocalHint { hint, streams } => {
                     if let Some(p) = &mut self.phase {
                         p.engine.hint(&hint, streams);
@@ -617,27 +635,69 @@ impl<'a> Conversation<'a> {
                     return Err(self.error(f));
                 }
             }
-            if !self.seen_server {
-                if let Some(info) = self.session.server().cloned() {
-                    self.seen_server = true;
-                    self.server = Some(info);
-                    // With the server's limits known, the plan may want more streams.
-                    if let (Some(h), Some(p)) = (hint.as_ref(), &self.phase) {
-                        if p.main {
-                            let initial = self.cfg.streams;
-                            let (total, reason) = self.planned_streams(h, initial);
-                            if total > self.session.streams_requested() {
-                                self.session.raise_target(
-                                    total.min(self.cfg.max_streams),
-                                    reason.unwrap_or_default(),
-                                );
-                            }
+            self.on_server_known(*hint);
+        }
+        Ok(None)
+    }
+
+    /// The main phase measured the path's rate in band: plan again with it (the streams it
+    /// needs: the ones open are kept, their windows carry the pipe), and every tuner
+    /// settles.
+    fn on_measured(&mut self, m: Measured) {
+        let rtt = self.phase.as_ref().and_then(|p| p.spec.hint.rtt);
+        let hint = PathHint {
+            rtt,
+            rate: Some(m.rate),
+            rate_is_lower_bound: false,
+            rate_in_band: false,
+            resume: false,
+        };
+        let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
+        let open = self.session.streams_requested();
+        // More streams only if the rest of the transfer outlasts their slow
+        // start (MSS of a 1500-byte MTU: it only counts the doublings).
+        let remaining = self.phase.as_ref().and_then(|p| {
+            p.total_bytes
+                .map(|t| t.saturating_sub(p.engine.delivered()))
+        });
+        let share = rtt.map_or(0, |r| m.rate.bdp(r).0 / u64::from(total.max(1)));
+        let help = tcptune_core::tuners::auto::AutoPlan::late_streams_help(
+            remaining,
+            m.rate,
+            rtt.unwrap_or_default(),
+            share,
+            1448,
+        );
+        let total = if help { total } else { open };
+        let total = total.min(self.cfg.max_streams).max(open);
+        if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
+            self.session.note_reason(r);
+        }
+        self.session.settle(Instant::now(), hint, total);
+        self.measured = Some(m);
+    }
+
+    /// The first time the server's answer is known: with its limits known, the plan may
+    /// want more streams.
+    fn on_server_known(&mut self, hint: Option<&PathHint>) {
+        if !self.seen_server {
+            if let Some(info) = self.session.server().cloned() {
+                self.seen_server = true;
+                self.server = Some(info);
+                if let (Some(h), Some(p)) = (hint, &self.phase) {
+                    if p.main {
+                        let initial = self.cfg.streams;
+                        let (total, reason) = self.planned_streams(h, initial);
+                        if total > self.session.streams_requested() {
+                            self.session.raise_target(
+                                total.min(self.cfg.max_streams),
+                                reason.unwrap_or_default(),
+                            );
                         }
                     }
                 }
             }
         }
-        Ok(None)
     }
 
     fn error(&self, f: Failure) -> ClientError {
@@ -850,5 +910,35 @@ impl Drop for Conversation<'_> {
         if let Some(p) = self.phase.take() {
             p.engine.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_waits_until_the_deadline_or_100_ms_without_one() {
+        let now = Instant::now();
+        let soon = now + Duration::from_millis(30);
+        assert_eq!(
+            poll_wait(now, Some(soon), false, false),
+            Duration::from_millis(30)
+        );
+        assert_eq!(
+            poll_wait(now, None, false, false),
+            Duration::from_millis(100)
+        );
+        // A deadline already passed means no wait at all.
+        assert_eq!(poll_wait(soon, Some(now), true, true), Duration::ZERO);
+    }
+
+    #[test]
+    fn progress_and_a_cancel_flag_shorten_the_wait() {
+        let now = Instant::now();
+        let late = now + Duration::from_secs(5);
+        assert_eq!(poll_wait(now, Some(late), true, false), PROGRESS_EVERY);
+        assert_eq!(poll_wait(now, Some(late), false, true), CANCEL_EVERY);
+        assert_eq!(poll_wait(now, None, true, true), CANCEL_EVERY);
     }
 }

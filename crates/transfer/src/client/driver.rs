@@ -1,14 +1,14 @@
 //! `run`: resolve, connect, decide how to learn the path's rate, run the phases through a
 //! [`Conversation`], record what was measured, and assemble the report.
 
-use super::conversation::Conversation;
+use super::conversation::{Conversation, MainResult};
 use super::measure::{self, PathDbUse, Plan, Source};
 use super::{resolve, validate, ClientConfig, ClientError, ProgressFn};
-use crate::assemble::{assemble, Assembly, Verdict};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
-use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report};
-use crate::session::client::{ClientPlan, InBand};
+use crate::report::assemble::{assemble, Assembly, Verdict};
+use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report, ResumeReport};
+use crate::session::client::{ClientPlan, InBand, ServerInfo};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -27,6 +27,10 @@ pub(crate) struct CopyJob {
 }
 
 /// Run a transfer, or with `copy` a copy of files; the server's file summary comes along.
+///
+/// The steps: this host's limits, the control connection (its handshake gives the RTT), the
+/// session's parameters, how to learn the path's rate (and a probe if that is the way), the
+/// main phase, what it measured into the path database, and the report.
 pub(crate) fn run_with(
     cfg: &ClientConfig,
     progress: Option<ProgressFn<'_>>,
@@ -35,85 +39,9 @@ pub(crate) fn run_with(
     let session_start = Instant::now();
     validate(cfg)?;
     let addr = resolve(cfg)?;
-    let local = |op: &str| {
-        let op = op.to_string();
-        move |source: io::Error| ClientError::Local { op, source }
-    };
-    let mut local_limits =
-        tcptune_sys::sysctl::read_host_limits().map_err(|e| ClientError::Local {
-            op: "reading this host's buffer limits".into(),
-            source: io::Error::other(e),
-        })?;
-    let force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
-    local_limits.can_force = force;
-
-    // The control connection: its handshake is the first round trip, and TCP_INFO then
-    // holds the path's RTT.
-    let fd =
-        tcptune_sys::net::tcp_socket(&addr).map_err(|source| ClientError::Connect { source })?;
-    if let Some(ip) = cfg.bind {
-        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
-    }
-    let ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
-        .map_err(|source| ClientError::Connect { source })?;
-    ctrl.set_nodelay(true)
-        .map_err(local("TCP_NODELAY on the control connection"))?;
-    let rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
-        .ok()
-        .and_then(|s| s.min_rtt().or(s.rtt()));
-    let mut hint = PathHint {
-        rtt,
-        ..PathHint::default()
-    };
-
-    let random = |op: &str, buf: &mut [u8]| {
-        tcptune_sys::os::random_bytes(buf).map_err(|source| ClientError::Local {
-            op: op.to_string(),
-            source,
-        })
-    };
-    let mut token = [0u8; 16];
-    random("getrandom (session token)", &mut token)?;
-    let mut seed = [0u8; 8];
-    random("getrandom (data seed)", &mut seed)?;
-    let auth = match &cfg.secret {
-        Some(secret) => {
-            let mut nonce = [0u8; 32];
-            random("getrandom (auth nonce)", &mut nonce)?;
-            Some((secret.clone(), nonce, measure::unix_now() as u64))
-        }
-        None => None,
-    };
-    let params = TestParams {
-        tune: cfg.tune.clone(),
-        streams: cfg.streams,
-        message_size: cfg.message_size,
-        messages: if cfg.duration.is_some() || copy.is_some() {
-            0
-        } else {
-            cfg.messages
-        },
-        duration_ms: cfg.duration.map(|d| d.as_millis().max(1) as u64),
-        max_time_ms: cfg.max_time.map(|d| d.as_millis().max(1) as u64),
-        reverse: cfg.reverse,
-        samples: cfg.samples,
-        congestion: cfg.congestion.clone(),
-        seed: u64::from_ne_bytes(seed),
-        corrupt_message: cfg.corrupt_message,
-        files: copy.as_ref().map(|c| c.job.clone()),
-    };
-    let plan = ClientPlan {
-        params: params.clone(),
-        token: Token(token),
-        auth,
-        max_streams: cfg.max_streams,
-        connect_timeout: cfg.connect_timeout,
-        idle_timeout: cfg.idle_timeout,
-        duration: cfg.duration,
-        max_time: cfg.max_time,
-        sender: !cfg.reverse,
-    };
+    let (local_limits, force) = local_limits(cfg)?;
+    let (ctrl, mut hint) = connect_control(cfg, &addr)?;
+    let (params, plan, token) = session_plan(cfg, copy.as_ref().map(|c| c.job.clone()))?;
 
     // What the path's rate is: given, a fresh database entry, a probe, or nothing.
     let measure_start = Instant::now();
@@ -123,43 +51,14 @@ pub(crate) fn run_with(
     if let Some(c) = &copy {
         conv.set_files(c.work.clone());
     }
-    let (mut source, in_band) = match decision {
-        Plan::Known {
-            source,
-            check: true,
-            ..
-        } => (source, hint.rate.map_or(InBand::Off, InBand::Check)),
-        Plan::Known { source, .. } => (source, InBand::Off),
-        Plan::AtLeast { .. } => (Source::PathDb, InBand::Measure),
-        Plan::InBand => (Source::InBand, InBand::Measure),
-        _ => (Source::None, InBand::Off),
-    };
+    let (mut source, in_band) = rate_source(&decision, &hint);
     // Careful resume: a fresh full-pipe entry confirmed by the RTT now starts at its rate.
     let resume = resume_intent(cfg, &decision, &hint);
-    let mut probe_report = None;
-    let mut probe_seconds = None;
+    let (mut probe_seconds, mut probe_report) = (None, None);
     if let Plan::Probe = decision {
-        let result = conv.probe(&hint)?;
+        let (seconds, report) = probe(&mut conv, &mut hint, &mut db)?;
         source = Source::Probe;
-        probe_seconds = Some(result.wall.as_secs_f64());
-        probe_report = Some(ProbeReport {
-            streams: result.plan.streams,
-            round_seconds: result.plan.round.as_secs_f64(),
-            rounds: result.outcome.rounds,
-            sending_seconds: result.outcome.elapsed.as_secs_f64(),
-            full_pipe: result.outcome.full_pipe,
-            rate_bps: result.rate().map(|r| r.0),
-        });
-        if let Some(rate) = result.rate() {
-            hint.rate = Some(rate);
-            hint.rate_is_lower_bound = result.lower_bound();
-            db.record(
-                &hint,
-                crate::pathdb::Source::Probe,
-                rate,
-                !result.lower_bound(),
-            );
-        }
+        (probe_seconds, probe_report) = (Some(seconds), Some(report));
     }
     let measurement = MeasurementReport {
         source: source.name().to_string(),
@@ -177,16 +76,7 @@ pub(crate) fn run_with(
     let wall0 = Instant::now();
     let main = conv.main(&hint, in_band, resume.as_ref().ok().copied(), progress)?;
     hint.resume = main.resume.as_ref().is_some_and(|r| r.used);
-    let resume_report = match resume {
-        Ok(_) => main.resume.clone(),
-        Err(why_not) => why_not.map(|why| crate::report::ResumeReport {
-            used: false,
-            initcwnd_segs: None,
-            pacing_bps: None,
-            route: None,
-            why_not: Some(why),
-        }),
-    };
+    let resume_report = resume_report(resume, &main);
     let cpu = tcptune_sys::os::process_cpu()
         .unwrap_or_default()
         .since(&cpu0);
@@ -194,46 +84,13 @@ pub(crate) fn run_with(
     conv.bye();
     let server = conv.server.clone();
 
-    // What the transfer measured in band is the path's rate (a full pipe); otherwise what
-    // it delivered is a lower bound on it.
     let delivered = main.outcome.delivery.rate;
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
     let remote_files = remote.files.clone();
-    let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
-    let clean = receiver_ok(&main.local) && receiver_ok(&remote);
-    match (&main.measured, delivered) {
-        (Some(m), _) if clean => {
-            db.record(&hint, crate::pathdb::Source::Transfer, m.rate, true);
-        }
-        (None, Some(rate)) if clean => {
-            db.record(&hint, crate::pathdb::Source::Transfer, rate, false);
-        }
-        _ => {}
-    }
-    let measurement = MeasurementReport {
-        path_db: db.report(),
-        in_band: main.measured.as_ref().map(|m| InBandReport {
-            rate_bps: m.rate.0,
-            after_seconds: m.after.as_secs_f64(),
-            rounds: m.rounds,
-            corrects_bps: m.corrects.map(|r| r.0),
-        }),
-        seconds: if main.measured.is_some() && source == Source::InBand {
-            // Measuring in band costs no time of its own: it is part of the transfer.
-            0.0
-        } else {
-            measurement.seconds
-        },
-        ..measurement
-    };
-    let remote_limits = server
-        .as_ref()
-        .map_or_else(HostLimits::linux_defaults, |s| s.host_limits.clone());
-    let (sender_limits, receiver_limits) = if cfg.reverse {
-        (remote_limits, conv.local_limits.clone())
-    } else {
-        (conv.local_limits.clone(), remote_limits)
-    };
+    record_transfer(&mut db, &hint, &main, &remote);
+    let measurement = finish_measurement(measurement, &mut db, &main, source);
+    let (sender_limits, receiver_limits) =
+        end_limits(cfg.reverse, &conv.local_limits, server.as_ref());
     let round_trips = round_trips(
         session_start,
         Instant::now(),
@@ -274,8 +131,233 @@ pub(crate) fn run_with(
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
     });
+    judged(report, verdict).map(|r| (r, remote_files))
+}
+
+/// The sender's and the receiver's buffer limits: this host's, and the server's as it said
+/// them (Linux's defaults when it did not).
+fn end_limits(
+    reverse: bool,
+    local: &HostLimits,
+    server: Option<&ServerInfo>,
+) -> (HostLimits, HostLimits) {
+    let remote = server.map_or_else(HostLimits::linux_defaults, |s| s.host_limits.clone());
+    if reverse {
+        (remote, local.clone())
+    } else {
+        (local.clone(), remote)
+    }
+}
+
+/// This host's buffer limits, and whether it may force buffers past them
+/// (`--force-buffers` with `CAP_NET_ADMIN`).
+fn local_limits(cfg: &ClientConfig) -> Result<(HostLimits, bool), ClientError> {
+    let mut limits = tcptune_sys::sysctl::read_host_limits().map_err(|e| ClientError::Local {
+        op: "reading this host's buffer limits".into(),
+        source: io::Error::other(e),
+    })?;
+    let force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
+    limits.can_force = force;
+    Ok((limits, force))
+}
+
+/// The control connection: its handshake is the first round trip, and TCP_INFO then holds
+/// the path's RTT, the first thing known of the path.
+fn connect_control(
+    cfg: &ClientConfig,
+    addr: &SocketAddr,
+) -> Result<(std::net::TcpStream, PathHint), ClientError> {
+    let fd =
+        tcptune_sys::net::tcp_socket(addr).map_err(|source| ClientError::Connect { source })?;
+    if let Some(ip) = cfg.bind {
+        tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
+            .map_err(|e| ClientError::Config(e.to_string()))?;
+    }
+    let ctrl = tcptune_sys::net::connect(fd, addr, cfg.connect_timeout)
+        .map_err(|source| ClientError::Connect { source })?;
+    ctrl.set_nodelay(true)
+        .map_err(|source| ClientError::Local {
+            op: "TCP_NODELAY on the control connection".into(),
+            source,
+        })?;
+    let rtt = tcptune_sys::sockopt::tcp_info(ctrl.as_fd())
+        .ok()
+        .and_then(|s| s.min_rtt().or(s.rtt()));
+    let hint = PathHint {
+        rtt,
+        ..PathHint::default()
+    };
+    Ok((ctrl, hint))
+}
+
+/// The session's parameters and plan, with fresh random session token, data seed and (with
+/// a shared secret) authentication nonce; the token comes back for the report.
+fn session_plan(
+    cfg: &ClientConfig,
+    files: Option<crate::files::FileJob>,
+) -> Result<(TestParams, ClientPlan, [u8; 16]), ClientError> {
+    let random = |op: &str, buf: &mut [u8]| {
+        tcptune_sys::os::random_bytes(buf).map_err(|source| ClientError::Local {
+            op: op.to_string(),
+            source,
+        })
+    };
+    let mut token = [0u8; 16];
+    random("getrandom (session token)", &mut token)?;
+    let mut seed = [0u8; 8];
+    random("getrandom (data seed)", &mut seed)?;
+    let auth = match &cfg.secret {
+        Some(secret) => {
+            let mut nonce = [0u8; 32];
+            random("getrandom (auth nonce)", &mut nonce)?;
+            Some((secret.clone(), nonce, measure::unix_now() as u64))
+        }
+        None => None,
+    };
+    let params = test_params(cfg, u64::from_ne_bytes(seed), files);
+    let plan = ClientPlan {
+        params: params.clone(),
+        token: Token(token),
+        auth,
+        max_streams: cfg.max_streams,
+        connect_timeout: cfg.connect_timeout,
+        idle_timeout: cfg.idle_timeout,
+        duration: cfg.duration,
+        max_time: cfg.max_time,
+        sender: !cfg.reverse,
+    };
+    Ok((params, plan, token))
+}
+
+/// The test the server is asked for. A copy moves files, not messages.
+fn test_params(cfg: &ClientConfig, seed: u64, files: Option<crate::files::FileJob>) -> TestParams {
+    TestParams {
+        tune: cfg.tune.clone(),
+        streams: cfg.streams,
+        message_size: cfg.message_size,
+        messages: if cfg.duration.is_some() || files.is_some() {
+            0
+        } else {
+            cfg.messages
+        },
+        duration_ms: cfg.duration.map(|d| d.as_millis().max(1) as u64),
+        max_time_ms: cfg.max_time.map(|d| d.as_millis().max(1) as u64),
+        reverse: cfg.reverse,
+        samples: cfg.samples,
+        congestion: cfg.congestion.clone(),
+        seed,
+        corrupt_message: cfg.corrupt_message,
+        files,
+    }
+}
+
+/// Where the path's rate comes from before any probe, and what the main phase measures in
+/// band: a known rate is checked when asked, an unknown one measured.
+fn rate_source(decision: &Plan, hint: &PathHint) -> (Source, InBand) {
+    match decision {
+        Plan::Known {
+            source,
+            check: true,
+            ..
+        } => (*source, hint.rate.map_or(InBand::Off, InBand::Check)),
+        Plan::Known { source, .. } => (*source, InBand::Off),
+        Plan::AtLeast { .. } => (Source::PathDb, InBand::Measure),
+        Plan::InBand => (Source::InBand, InBand::Measure),
+        _ => (Source::None, InBand::Off),
+    }
+}
+
+/// Probe the path before the transfer: its rate goes into the hint and the path database.
+/// Returns the probe's wall time, seconds, and its report.
+fn probe(
+    conv: &mut Conversation<'_>,
+    hint: &mut PathHint,
+    db: &mut PathDbUse,
+) -> Result<(f64, ProbeReport), ClientError> {
+    let result = conv.probe(hint)?;
+    let report = ProbeReport {
+        streams: result.plan.streams,
+        round_seconds: result.plan.round.as_secs_f64(),
+        rounds: result.outcome.rounds,
+        sending_seconds: result.outcome.elapsed.as_secs_f64(),
+        full_pipe: result.outcome.full_pipe,
+        rate_bps: result.rate().map(|r| r.0),
+    };
+    if let Some(rate) = result.rate() {
+        hint.rate = Some(rate);
+        hint.rate_is_lower_bound = result.lower_bound();
+        db.record(
+            hint,
+            crate::pathdb::Source::Probe,
+            rate,
+            !result.lower_bound(),
+        );
+    }
+    Ok((result.wall.as_secs_f64(), report))
+}
+
+/// What the report says of careful resume: what the main phase did, or why it did not.
+fn resume_report(
+    intent: Result<(tcptune_core::Rate, std::time::Duration), Option<String>>,
+    main: &MainResult,
+) -> Option<ResumeReport> {
+    match intent {
+        Ok(_) => main.resume.clone(),
+        Err(why_not) => why_not.map(|why| ResumeReport {
+            used: false,
+            initcwnd_segs: None,
+            pacing_bps: None,
+            route: None,
+            why_not: Some(why),
+        }),
+    }
+}
+
+/// Tell the path database what a clean transfer learned: what it measured in band is the
+/// path's rate (a full pipe); otherwise what it delivered is a lower bound on it.
+fn record_transfer(db: &mut PathDbUse, hint: &PathHint, main: &MainResult, remote: &SideResult) {
+    let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
+    let clean = receiver_ok(&main.local) && receiver_ok(remote);
+    match (&main.measured, main.outcome.delivery.rate) {
+        (Some(m), _) if clean => {
+            db.record(hint, crate::pathdb::Source::Transfer, m.rate, true);
+        }
+        (None, Some(rate)) if clean => {
+            db.record(hint, crate::pathdb::Source::Transfer, rate, false);
+        }
+        _ => {}
+    }
+}
+
+/// The measurement's report once the transfer is over: the path database's use and what
+/// was measured in band (which costs no time of its own: it is part of the transfer).
+fn finish_measurement(
+    before: MeasurementReport,
+    db: &mut PathDbUse,
+    main: &MainResult,
+    source: Source,
+) -> MeasurementReport {
+    MeasurementReport {
+        path_db: db.report(),
+        in_band: main.measured.as_ref().map(|m| InBandReport {
+            rate_bps: m.rate.0,
+            after_seconds: m.after.as_secs_f64(),
+            rounds: m.rounds,
+            corrects_bps: m.corrects.map(|r| r.0),
+        }),
+        seconds: if main.measured.is_some() && source == Source::InBand {
+            0.0
+        } else {
+            before.seconds
+        },
+        ..before
+    }
+}
+
+/// The report, or the error that carries it when the run was judged failed.
+fn judged(report: Report, verdict: Result<(), Verdict>) -> Result<Report, ClientError> {
     match verdict {
-        Ok(()) => Ok((report, remote_files)),
+        Ok(()) => Ok(report),
         Err(Verdict::Integrity(reason)) => Err(ClientError::Integrity {
             reason,
             report: Some(Box::new(report)),

@@ -91,6 +91,10 @@ struct SamplerEntry {
     last_retrans: u64,
 }
 
+/// The sampler thread: each turn samples every stream whose tuner is due, folds the
+/// streams' buffers into the peaks, cuts an interval when one is due, and waits for the
+/// next due time or a command. `Finish` (or the engine going away) ends it after one last
+/// turn that closes every stream.
 pub(super) fn sampler_main(
     rx: Receiver<SamplerCmd>,
     intervals_tx: Sender<Interval>,
@@ -106,69 +110,19 @@ pub(super) fn sampler_main(
     };
     let sender = cfg.role == Role::Sender;
     let mut entries: Vec<SamplerEntry> = Vec::new();
-    let mut intervals = Vec::new();
-    let mut next_interval: Option<Instant> = None;
-    let mut interval_start: Option<Instant> = None;
+    let mut cutter = Cutter::new(cfg);
     let mut finishing = false;
     let mut peaks = TotalPeaks::default();
     loop {
         let now = Instant::now();
         let t = to_time(now);
-        for e in &mut entries {
-            let Some(s) = &e.stream else { continue };
-            if e.counters.done.load(Ordering::Acquire) {
-                e.driver.close(t, Some(s.as_fd()));
-                e.stream = None;
-            } else if t >= e.driver.next_due() {
-                if e.driver.sample(t, s.as_fd()).is_err() {
-                    e.driver.close(t, None);
-                    e.stream = None;
-                } else if let Some(snap) = e.driver.last_snapshot() {
-                    let v = if sender {
-                        snap.bytes_acked
-                    } else {
-                        snap.bytes_received
-                    };
-                    e.counters
-                        .tcp_bytes
-                        .store(v.unwrap_or(0), Ordering::Relaxed);
-                }
-            }
-            for req in e.driver.take_stream_requests() {
-                shared.post(Event::MoreStreams(req));
-            }
-        }
-        // What all open streams hold together, each as last sampled (at most one sampling
-        // interval old): the memory the host had to provide at once.
-        let open = entries.iter().filter(|e| e.stream.is_some());
-        let mut now_total = TotalPeaks::default();
-        for snap in open.filter_map(|e| e.driver.last_snapshot()) {
-            let v = |x: Option<u32>| u64::from(x.unwrap_or(0));
-            now_total.sndbuf_bytes += v(snap.sndbuf_bytes);
-            now_total.rcvbuf_bytes += v(snap.rcvbuf_bytes);
-            now_total.wmem_queued_bytes += v(snap.wmem_queued_bytes);
-            now_total.rmem_alloc_bytes += v(snap.rmem_alloc_bytes);
-        }
-        peaks.fold(&now_total);
+        sample_due(&mut entries, t, sender, shared);
+        peaks.fold(&open_total(&entries));
         // Intervals, once the transfer started.
-        if let (Some(every), Some(t0)) = (cfg.interval, t0.lock().ok().and_then(|g| *g)) {
-            let start = *interval_start.get_or_insert(t0);
-            let due = *next_interval.get_or_insert(t0 + every);
-            // The last interval ends with the last byte, not when the phase is wrapped up.
-            let last_io = entries
-                .iter()
-                .map(|e| e.counters.last_io_ns.load(Ordering::Relaxed))
-                .max()
-                .unwrap_or(0);
-            let last_io = cfg.epoch + Duration::from_nanos(last_io);
-            if now >= due || (finishing && last_io > start + Duration::from_millis(1)) {
-                let end = if finishing { last_io.min(due) } else { due };
-                let iv = make_interval(&mut entries, start, end, t0, sender);
-                let _ = intervals_tx.send(iv.clone());
-                intervals.push(iv);
-                interval_start = Some(end);
-                next_interval = Some(end + every);
-            }
+        let started = t0.lock().ok().and_then(|g| *g);
+        if let Some(iv) = cutter.cut(&mut entries, now, started, finishing) {
+            let _ = intervals_tx.send(iv.clone());
+            cutter.intervals.push(iv);
         }
         if finishing {
             for e in &mut entries {
@@ -182,7 +136,7 @@ pub(super) fn sampler_main(
         for e in entries.iter().filter(|e| e.stream.is_some()) {
             wait = wait.min(e.driver.next_due().saturating_since(t));
         }
-        if let Some(due) = next_interval {
+        if let Some(due) = cutter.next {
             wait = wait.min(due.saturating_duration_since(now));
         }
         match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
@@ -213,9 +167,112 @@ pub(super) fn sampler_main(
     }
     SamplerOut {
         drivers: entries.into_iter().map(|e| (e.index, e.driver)).collect(),
-        intervals,
+        intervals: cutter.intervals,
         cpu: thread_cpu().unwrap_or_default().since(&cpu0),
         peaks,
+    }
+}
+
+/// Sample every open stream whose tuner is due at `t` (closing the ones whose data thread
+/// is done or whose socket fails), tell its data thread the TCP byte count, and post the
+/// tuners' requests for more streams.
+fn sample_due(entries: &mut [SamplerEntry], t: Time, sender: bool, shared: &Shared) {
+    for e in entries {
+        let Some(s) = &e.stream else { continue };
+        if e.counters.done.load(Ordering::Acquire) {
+            e.driver.close(t, Some(s.as_fd()));
+            e.stream = None;
+        } else if t >= e.driver.next_due() {
+            if e.driver.sample(t, s.as_fd()).is_err() {
+                e.driver.close(t, None);
+                e.stream = None;
+            } else if let Some(snap) = e.driver.last_snapshot() {
+                let v = if sender {
+                    snap.bytes_acked
+                } else {
+                    snap.bytes_received
+                };
+                e.counters
+                    .tcp_bytes
+                    .store(v.unwrap_or(0), Ordering::Relaxed);
+            }
+        }
+        for req in e.driver.take_stream_requests() {
+            shared.post(Event::MoreStreams(req));
+        }
+    }
+}
+
+/// What all open streams hold together, each as last sampled (at most one sampling
+/// interval old): the memory the host had to provide at once.
+fn open_total(entries: &[SamplerEntry]) -> TotalPeaks {
+    let open = entries.iter().filter(|e| e.stream.is_some());
+    let mut total = TotalPeaks::default();
+    for snap in open.filter_map(|e| e.driver.last_snapshot()) {
+        let v = |x: Option<u32>| u64::from(x.unwrap_or(0));
+        total.sndbuf_bytes += v(snap.sndbuf_bytes);
+        total.rcvbuf_bytes += v(snap.rcvbuf_bytes);
+        total.wmem_queued_bytes += v(snap.wmem_queued_bytes);
+        total.rmem_alloc_bytes += v(snap.rmem_alloc_bytes);
+    }
+    total
+}
+
+/// Where the intervals are cut: every `every` from when the transfer started.
+struct Cutter {
+    /// `--interval`, if intervals are wanted.
+    every: Option<Duration>,
+    /// The engine's epoch, that the data threads' last-I/O times count from.
+    epoch: Instant,
+    sender: bool,
+    /// When the next one is due.
+    next: Option<Instant>,
+    /// Where the running one started.
+    start: Option<Instant>,
+    /// The intervals cut so far.
+    intervals: Vec<Interval>,
+}
+
+impl Cutter {
+    fn new(cfg: &EngineConfig) -> Cutter {
+        Cutter {
+            every: cfg.interval,
+            epoch: cfg.epoch,
+            sender: cfg.role == Role::Sender,
+            next: None,
+            start: None,
+            intervals: Vec::new(),
+        }
+    }
+
+    /// The interval that ends now, if one does, once the transfer started at `t0`; when
+    /// `finishing`, the last one, which ends with the last byte, not when the phase is
+    /// wrapped up.
+    fn cut(
+        &mut self,
+        entries: &mut [SamplerEntry],
+        now: Instant,
+        t0: Option<Instant>,
+        finishing: bool,
+    ) -> Option<Interval> {
+        let (every, t0) = (self.every?, t0?);
+        let start = *self.start.get_or_insert(t0);
+        let due = *self.next.get_or_insert(t0 + every);
+        let last_io = entries
+            .iter()
+            .map(|e| e.counters.last_io_ns.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        let last_io = self.epoch + Duration::from_nanos(last_io);
+        if now >= due || (finishing && last_io > start + Duration::from_millis(1)) {
+            let end = if finishing { last_io.min(due) } else { due };
+            let iv = make_interval(entries, start, end, t0, self.sender);
+            self.start = Some(end);
+            self.next = Some(end + every);
+            Some(iv)
+        } else {
+            None
+        }
     }
 }
 

@@ -37,6 +37,9 @@ pub(super) fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// A sending stream's thread: write messages (numbers shared by all streams) until they
+/// run out, the engine stops or retires the stream, or the connection fails; then shut
+/// the write side and wait for the receiver to close.
 pub(super) fn send_loop(
     stream: &TcpStream,
     shared: &Shared,
@@ -45,13 +48,18 @@ pub(super) fn send_loop(
     cfg: &EngineConfig,
     index: u32,
 ) -> ThreadOut {
-    let mut out = ThreadOut::default();
     let cpu0 = thread_cpu().unwrap_or_default();
-    let size = pattern.message_size();
-    let mut w = stream;
-    let mut last_progress = Instant::now();
-    let mut last_tcp = 0u64;
-    'messages: loop {
+    let mut s = Sending {
+        stream,
+        shared,
+        pattern,
+        counters,
+        cfg,
+        out: ThreadOut::default(),
+        last_progress: Instant::now(),
+        last_tcp: 0,
+    };
+    loop {
         if shared.stop.load(Ordering::Relaxed) || counters.retire.load(Ordering::Relaxed) {
             break;
         }
@@ -59,37 +67,53 @@ pub(super) fn send_loop(
         if cfg.messages.is_some_and(|total| m >= total) {
             break;
         }
+        if !s.write_message(m) {
+            break;
+        }
+        s.out.messages += 1;
+    }
+    let mut out = s.out;
+    let _ = stream.shutdown(Shutdown::Write);
+    // Wait for the receiver to close its side: then every byte was delivered and the last
+    // TCP_INFO sample is final. The controller hears now that nothing more will be written
+    // (a client then ends the phase a round trip sooner).
+    if out.error.is_none() {
+        shared.post(Event::StreamWritten(index));
+        wait_for_close(stream, shared, cfg.idle_timeout);
+    }
+    out.cpu = thread_cpu().unwrap_or_default().since(&cpu0);
+    out
+}
+
+/// A sending stream's state.
+struct Sending<'a> {
+    stream: &'a TcpStream,
+    shared: &'a Shared,
+    pattern: &'a Pattern,
+    counters: &'a Counters,
+    cfg: &'a EngineConfig,
+    out: ThreadOut,
+    /// The last time this stream wrote, or TCP saw its bytes acknowledged.
+    last_progress: Instant,
+    /// The stream's TCP byte count as last seen.
+    last_tcp: u64,
+}
+
+impl Sending<'_> {
+    /// Write message `m` whole: `false` when the stream must stop first (the engine
+    /// stopped or aborted, or the connection failed: said in `out.error`).
+    fn write_message(&mut self, m: u64) -> bool {
+        let size = self.pattern.message_size();
         let header = Pattern::header(m);
-        let corrupt_at = (cfg.corrupt == Some(m)).then_some(size / 2);
+        let corrupt_at = (self.cfg.corrupt == Some(m)).then_some(size / 2);
         let total = HEADER_LEN as u64 + size;
         let mut pos = 0u64;
         while pos < total {
-            if shared.stop.load(Ordering::Relaxed) {
-                break 'messages;
+            if self.shared.stop.load(Ordering::Relaxed) {
+                return false;
             }
             let payload_pos = pos.saturating_sub(HEADER_LEN as u64);
-            // Up to IO_CHUNK bytes of payload in one writev: the template period is short
-            // (it stays in the receiver's L1 cache), so a write takes several slices of it.
-            let mut pieces: [Cow<'_, [u8]>; MAX_PIECES] = Default::default();
-            let mut npieces = 0;
-            let mut at = payload_pos;
-            let end = (payload_pos + IO_CHUNK as u64).min(size);
-            while at < end && npieces < MAX_PIECES {
-                let c = pattern.chunk(m, at, (end - at) as usize);
-                if c.is_empty() {
-                    break;
-                }
-                pieces[npieces] = match corrupt_at {
-                    Some(x) if x >= at && x < at + c.len() as u64 => {
-                        let mut v = c.to_vec();
-                        v[(x - at) as usize] ^= 0x01;
-                        Cow::Owned(v)
-                    }
-                    _ => Cow::Borrowed(c),
-                };
-                at += c.len() as u64;
-                npieces += 1;
-            }
+            let (pieces, npieces) = payload_pieces(self.pattern, m, payload_pos, corrupt_at);
             let mut iov: [IoSlice<'_>; MAX_PIECES + 1] = [IoSlice::new(&[]); MAX_PIECES + 1];
             let mut niov = 0;
             if pos < HEADER_LEN as u64 {
@@ -103,80 +127,121 @@ pub(super) fn send_loop(
             // The first write counts from its call: a blocking write returns only once the
             // send buffer took it all, which on a new connection takes round trips.
             let called = Instant::now();
-            let r = w.write_vectored(&iov[..niov]);
-            match r {
+            let mut w = self.stream;
+            match w.write_vectored(&iov[..niov]) {
                 Ok(0) => {
-                    out.error = Some("the connection accepted no more data".into());
-                    break 'messages;
+                    self.out.error = Some("the connection accepted no more data".into());
+                    return false;
                 }
                 Ok(n) => {
-                    let now = Instant::now();
-                    out.first.get_or_insert(called);
-                    out.last = Some(now);
-                    last_progress = now;
-                    let before = pos;
+                    self.wrote(called, pos, n);
                     pos += n as u64;
-                    let payload = pos.saturating_sub(HEADER_LEN as u64)
-                        - before.saturating_sub(HEADER_LEN as u64);
-                    out.bytes += payload;
-                    counters.bytes.store(out.bytes, Ordering::Relaxed);
-                    counters
-                        .last_io_ns
-                        .store(nanos_since(now, cfg.epoch), Ordering::Relaxed);
                 }
                 Err(e) if is_timeout(&e) => {
-                    if shared.abort.load(Ordering::Relaxed) {
-                        break 'messages;
-                    }
-                    let tcp = counters.tcp_bytes.load(Ordering::Relaxed);
-                    if tcp != last_tcp {
-                        last_tcp = tcp;
-                        last_progress = Instant::now();
-                    }
-                    if last_progress.elapsed() > cfg.idle_timeout {
-                        out.error = Some(format!(
-                            "no progress for {:.0}s: the receiver stopped reading",
-                            cfg.idle_timeout.as_secs_f64()
-                        ));
-                        break 'messages;
+                    if !self.still_progressing() {
+                        return false;
                     }
                 }
                 Err(e) => {
-                    if !shared.abort.load(Ordering::Relaxed) {
-                        out.error = Some(format!("write: {e}"));
+                    if !self.shared.abort.load(Ordering::Relaxed) {
+                        self.out.error = Some(format!("write: {e}"));
                     }
-                    break 'messages;
+                    return false;
                 }
             }
         }
-        if pos == total {
-            out.messages += 1;
-        }
+        true
     }
-    let _ = stream.shutdown(Shutdown::Write);
-    // Wait for the receiver to close its side: then every byte was delivered and the last
-    // TCP_INFO sample is final. The controller hears now that nothing more will be written
-    // (a client then ends the phase a round trip sooner).
-    if out.error.is_none() {
-        shared.post(Event::StreamWritten(index));
-        let mut b = [0u8; 64];
-        let mut r = stream;
-        let waited = Instant::now();
-        loop {
-            match r.read(&mut b) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if is_timeout(&e) => {
-                    if shared.abort.load(Ordering::Relaxed) || waited.elapsed() > cfg.idle_timeout {
-                        break;
-                    }
-                }
-                Err(_) => break,
+
+    /// A write called at `called` took `n` bytes of a message from `pos`: count its payload.
+    fn wrote(&mut self, called: Instant, pos: u64, n: usize) {
+        let now = Instant::now();
+        self.out.first.get_or_insert(called);
+        self.out.last = Some(now);
+        self.last_progress = now;
+        let payload = (pos + n as u64).saturating_sub(HEADER_LEN as u64)
+            - pos.saturating_sub(HEADER_LEN as u64);
+        self.out.bytes += payload;
+        self.counters.bytes.store(self.out.bytes, Ordering::Relaxed);
+        self.counters
+            .last_io_ns
+            .store(nanos_since(now, self.cfg.epoch), Ordering::Relaxed);
+    }
+
+    /// A write timed out: whether to keep trying. Not after an abort, nor when neither a
+    /// write nor TCP made progress for the idle timeout (the receiver stopped reading:
+    /// said in `out.error`).
+    fn still_progressing(&mut self) -> bool {
+        if self.shared.abort.load(Ordering::Relaxed) {
+            return false;
+        }
+        let tcp = self.counters.tcp_bytes.load(Ordering::Relaxed);
+        if tcp != self.last_tcp {
+            self.last_tcp = tcp;
+            self.last_progress = Instant::now();
+        }
+        if self.last_progress.elapsed() > self.cfg.idle_timeout {
+            self.out.error = Some(format!(
+                "no progress for {:.0}s: the receiver stopped reading",
+                self.cfg.idle_timeout.as_secs_f64()
+            ));
+            return false;
+        }
+        true
+    }
+}
+
+/// The payload of one write of message `m` from `payload_pos`: up to [`IO_CHUNK`] bytes,
+/// as slices of the pattern's template (its period is short, so it stays in the receiver's
+/// L1 cache, and a write takes several slices of it), with the byte at `corrupt_at`
+/// flipped. Returns the slices and how many there are.
+fn payload_pieces(
+    pattern: &Pattern,
+    m: u64,
+    payload_pos: u64,
+    corrupt_at: Option<u64>,
+) -> ([Cow<'_, [u8]>; MAX_PIECES], usize) {
+    let mut pieces: [Cow<'_, [u8]>; MAX_PIECES] = Default::default();
+    let mut npieces = 0;
+    let mut at = payload_pos;
+    let end = (payload_pos + IO_CHUNK as u64).min(pattern.message_size());
+    while at < end && npieces < MAX_PIECES {
+        let c = pattern.chunk(m, at, (end - at) as usize);
+        if c.is_empty() {
+            break;
+        }
+        pieces[npieces] = match corrupt_at {
+            Some(x) if x >= at && x < at + c.len() as u64 => {
+                let mut v = c.to_vec();
+                v[(x - at) as usize] ^= 0x01;
+                Cow::Owned(v)
             }
+            _ => Cow::Borrowed(c),
+        };
+        at += c.len() as u64;
+        npieces += 1;
+    }
+    (pieces, npieces)
+}
+
+/// After the write side is shut: read until the receiver closes its side, the engine
+/// aborts or `idle_timeout` passes.
+fn wait_for_close(stream: &TcpStream, shared: &Shared, idle_timeout: Duration) {
+    let mut b = [0u8; 64];
+    let mut r = stream;
+    let waited = Instant::now();
+    loop {
+        match r.read(&mut b) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => {
+                if shared.abort.load(Ordering::Relaxed) || waited.elapsed() > idle_timeout {
+                    break;
+                }
+            }
+            Err(_) => break,
         }
     }
-    out.cpu = thread_cpu().unwrap_or_default().since(&cpu0);
-    out
 }
 
 pub(super) fn recv_loop(
@@ -286,5 +351,30 @@ mod tests {
         let r = tail_rate(&m, Time::from_millis(1000), 10_000_000).expect("rate");
         assert!((r - 80e6).abs() < 1e6, "{r}");
         assert_eq!(tail_rate(&Decimated::new(8), Time::ZERO, 0), None);
+    }
+
+    #[test]
+    fn a_write_carries_up_to_a_chunk_of_the_pattern_with_the_corrupt_byte_flipped() {
+        let size = 3 * IO_CHUNK as u64;
+        let p = Pattern::new(7, size);
+        let whole = |pieces: &[Cow<'_, [u8]>]| pieces.concat();
+        let (pieces, n) = payload_pieces(&p, 3, 1000, None);
+        let clean = whole(&pieces[..n]);
+        assert_eq!(clean.len(), IO_CHUNK);
+        let mut expected = Vec::new();
+        while expected.len() < IO_CHUNK {
+            let at = 1000 + expected.len() as u64;
+            expected.extend_from_slice(p.chunk(3, at, IO_CHUNK - expected.len()));
+        }
+        assert_eq!(clean, expected);
+        // The corrupt byte is flipped in place and nothing else changes.
+        let (pieces, n) = payload_pieces(&p, 3, 1000, Some(1000 + 20_000));
+        let bad = whole(&pieces[..n]);
+        let diff: Vec<usize> = (0..bad.len()).filter(|&i| bad[i] != clean[i]).collect();
+        assert_eq!(diff, vec![20_000]);
+        assert_eq!(bad[20_000], clean[20_000] ^ 0x01);
+        // The last write of a message stops at its end.
+        let (pieces, n) = payload_pieces(&p, 3, size - 10, None);
+        assert_eq!(whole(&pieces[..n]).len(), 10);
     }
 }

@@ -21,13 +21,13 @@ use mio::net::{TcpListener as MioListener, TcpStream as MioStream};
 use mio::{Events, Interest, Poll, Token as MioToken, Waker};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
+use std::net::{IpAddr, TcpListener};
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tcptune_core::pathdb::Direction;
+use tcptune_core::pathdb::{Direction, Measurement};
 use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
 use tcptune_pathdb::Source;
@@ -112,30 +112,8 @@ pub fn run(
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io("create a waker"))?);
     let nofile = tcptune_sys::os::raise_nofile_limit().unwrap_or(1024);
     let force = config.force_buffers && tcptune_sys::os::has_cap_net_admin();
-    let ecfg = EndpointConfig {
-        limits: config.limits.clone(),
-        max_sessions: config.max_sessions,
-        max_sessions_per_addr: config.max_sessions_per_addr.max(1),
-        max_pending: config.max_pending.max(1),
-        max_pending_per_addr: config.max_pending_per_addr.max(1),
-        first_frame_timeout: config.first_frame_timeout,
-        handshake_timeout: config.handshake_timeout,
-        idle_timeout: config.idle_timeout,
-        secret: config.secret.clone(),
-        fd_budget: nofile.saturating_sub(FD_RESERVE).max(8),
-        files: config.files.as_ref().map(|f| ShareRules {
-            read_only: f.read_only,
-        }),
-    };
-    let share = match &config.files {
-        Some(f) => Some(Arc::new(Dir::open(&f.root).map_err(|e| {
-            ServerError::Io {
-                op: "open the shared directory (--root)",
-                source: e.source,
-            }
-        })?)),
-        None => None,
-    };
+    let ecfg = endpoint_config(&config, nofile);
+    let share = open_share(&config)?;
     let nonces = Box::new(|| {
         let mut n = [0u8; 32];
         // getrandom does not fail on Linux once the pool is initialized; a zero challenge
@@ -143,7 +121,7 @@ pub fn run(
         let _ = tcptune_sys::os::random_bytes(&mut n);
         n
     });
-    let mut host_read = Instant::now();
+    let host_read = Instant::now();
     let mut endpoint = Endpoint::new(ecfg, host_info(force), nonces);
     let (tx, rx) = mpsc::channel::<Finished>();
     let paths = match &config.path_db {
@@ -173,84 +151,49 @@ pub fn run(
         paths,
         lookup_rtts: HashMap::new(),
         counted_at: Instant::now(),
+        host_read,
+        finished_sessions: 0,
     };
     let mut events = Events::with_capacity(1024);
-    let mut finished_sessions = 0u64;
-    loop {
-        if shutdown.is_triggered() {
-            break;
-        }
-        if d.config.one_off
-            && finished_sessions > 0
-            && endpoint.sessions() == 0
-            && d.conns.values().all(|c| c.out.len() == c.sent)
-        {
-            break;
-        }
-        let now = Instant::now();
-        let wait = endpoint
-            .poll_timeout()
-            .map_or(TICK, |t| t.saturating_duration_since(now).min(TICK));
-        if let Err(e) = d.poll.poll(&mut events, Some(wait)) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(ServerError::Io {
-                    op: "wait for events",
-                    source: e,
-                });
-            }
-        }
-        if host_read.elapsed() > Duration::from_secs(1) {
-            endpoint.set_host(host_info(force));
-            host_read = Instant::now();
-        }
-        let mut accept = false;
-        for ev in events.iter() {
-            match ev.token() {
-                LISTENER => accept = true,
-                WAKER => {}
-                MioToken(t) => {
-                    let conn = t as ConnId;
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        d.read(&mut endpoint, conn);
-                    }
-                    if ev.is_writable() {
-                        d.flush(&mut endpoint, conn);
-                    }
-                }
-            }
-            d.carry_out(&mut endpoint, &mut finished_sessions);
-        }
-        if accept || d.accept_paused.is_some_and(|t| Instant::now() >= t) {
-            d.accept(&mut listener, &mut endpoint);
-            d.carry_out(&mut endpoint, &mut finished_sessions);
-        }
-        d.collect_engines(&rx, &mut endpoint);
-        d.carry_out(&mut endpoint, &mut finished_sessions);
-        d.collect_paths(&mut endpoint);
-        d.carry_out(&mut endpoint, &mut finished_sessions);
-        let now = Instant::now();
-        if endpoint.poll_timeout().is_some_and(|t| t <= now) {
-            let phases = &d.phases;
-            endpoint.on_timeout(now, &|sid| {
-                phases.get(&sid).map(|p| {
-                    let (delivered, min_rtt) = p.engine.path_view();
-                    Observation {
-                        progress: p.engine.progress(),
-                        delivered,
-                        min_rtt,
-                    }
-                })
-            });
-            d.carry_out(&mut endpoint, &mut finished_sessions);
-        }
-        d.count(&endpoint);
-        d.reap_lingering();
-        d.log_budget();
+    while !shutdown.is_triggered() && !d.one_off_done(&endpoint) {
+        d.turn(&mut endpoint, &mut listener, &mut events, &rx)?;
     }
     for (_, p) in d.phases.drain() {
         p.engine.abort();
     }
     Ok(endpoint.stats())
+}
+
+/// The endpoint's rules, from the server's configuration and the descriptors it may open.
+fn endpoint_config(config: &ServerConfig, nofile: u64) -> EndpointConfig {
+    EndpointConfig {
+        limits: config.limits.clone(),
+        max_sessions: config.max_sessions,
+        max_sessions_per_addr: config.max_sessions_per_addr.max(1),
+        max_pending: config.max_pending.max(1),
+        max_pending_per_addr: config.max_pending_per_addr.max(1),
+        first_frame_timeout: config.first_frame_timeout,
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
+        secret: config.secret.clone(),
+        fd_budget: nofile.saturating_sub(FD_RESERVE).max(8),
+        files: config.files.as_ref().map(|f| ShareRules {
+            read_only: f.read_only,
+        }),
+    }
+}
+
+/// The shared directory (`--root`), if the server shares one.
+fn open_share(config: &ServerConfig) -> Result<Option<Arc<Dir>>, ServerError> {
+    match &config.files {
+        Some(f) => Ok(Some(Arc::new(Dir::open(&f.root).map_err(|e| {
+            ServerError::Io {
+                op: "open the shared directory (--root)",
+                source: e.source,
+            }
+        })?))),
+        None => Ok(None),
+    }
 }
 
 /// The host's limits and congestion controls, as sessions are offered them.
@@ -306,9 +249,95 @@ struct Driver {
     /// The control connection's RTT of each advice session waiting for the database.
     lookup_rtts: HashMap<SessionId, Option<Duration>>,
     counted_at: Instant,
+    /// When the host's limits were last read for the endpoint.
+    host_read: Instant,
+    /// Sessions that ended (`one_off` stops after the first).
+    finished_sessions: u64,
 }
 
 impl Driver {
+    /// With `one_off`, whether the one session ended and everything sent to its client
+    /// left.
+    fn one_off_done(&self, endpoint: &Endpoint) -> bool {
+        self.config.one_off
+            && self.finished_sessions > 0
+            && endpoint.sessions() == 0
+            && self.conns.values().all(|c| c.out.len() == c.sent)
+    }
+
+    /// One turn of the loop: wait for events (at most [`TICK`]), hand them to the endpoint,
+    /// accept, collect the engines' and the path database's results, give the endpoint
+    /// its timeout when due, carrying out what it asks after each; then count, reap
+    /// lingering connections and log the budget.
+    fn turn(
+        &mut self,
+        endpoint: &mut Endpoint,
+        listener: &mut MioListener,
+        events: &mut Events,
+        rx: &Receiver<Finished>,
+    ) -> Result<(), ServerError> {
+        let now = Instant::now();
+        let wait = endpoint
+            .poll_timeout()
+            .map_or(TICK, |t| t.saturating_duration_since(now).min(TICK));
+        if let Err(e) = self.poll.poll(events, Some(wait)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(ServerError::Io {
+                    op: "wait for events",
+                    source: e,
+                });
+            }
+        }
+        if self.host_read.elapsed() > Duration::from_secs(1) {
+            endpoint.set_host(host_info(self.force));
+            self.host_read = Instant::now();
+        }
+        let mut accept = false;
+        for ev in events.iter() {
+            match ev.token() {
+                LISTENER => accept = true,
+                WAKER => {}
+                MioToken(t) => {
+                    let conn = t as ConnId;
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        self.read(endpoint, conn);
+                    }
+                    if ev.is_writable() {
+                        self.flush(endpoint, conn);
+                    }
+                }
+            }
+            self.carry_out(endpoint);
+        }
+        if accept || self.accept_paused.is_some_and(|t| Instant::now() >= t) {
+            self.accept(listener, endpoint);
+            self.carry_out(endpoint);
+        }
+        self.collect_engines(rx, endpoint);
+        self.carry_out(endpoint);
+        self.collect_paths(endpoint);
+        self.carry_out(endpoint);
+        let now = Instant::now();
+        if endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            let phases = &self.phases;
+            endpoint.on_timeout(now, &|sid| {
+                phases.get(&sid).map(|p| {
+                    let (delivered, min_rtt) = p.engine.path_view();
+                    Observation {
+                        progress: p.engine.progress(),
+                        delivered,
+                        min_rtt,
+                    }
+                })
+            });
+            self.carry_out(endpoint);
+        }
+        self.count(endpoint);
+        self.reap_lingering();
+        self.log_budget();
+        Ok(())
+    }
+
     /// Log the budget's shares when streams joined or left it, and every few seconds while
     /// any holds a share.
     fn log_budget(&mut self) {
@@ -554,37 +583,12 @@ impl Driver {
         }
     }
 
-    fn carry_out(&mut self, endpoint: &mut Endpoint, finished: &mut u64) {
+    /// Carry out what the endpoint asks, until it asks nothing more.
+    fn carry_out(&mut self, endpoint: &mut Endpoint) {
         while let Some(ev) = endpoint.poll_event() {
             match ev {
-                EndpointEvent::Send { conn, frame } => {
-                    let Some(c) = self.conns.get_mut(&conn) else {
-                        continue;
-                    };
-                    if c.out.len() - c.sent + frame.len() > MAX_OUT {
-                        c.out.clear();
-                        c.sent = 0;
-                        endpoint.on_write_failed(Instant::now(), conn);
-                        continue;
-                    }
-                    c.out.extend_from_slice(&frame);
-                    self.flush(endpoint, conn);
-                }
-                EndpointEvent::Close { conn } => {
-                    let lingering = self.lingering;
-                    let Some(c) = self.conns.get_mut(&conn) else {
-                        continue;
-                    };
-                    if lingering >= MAX_LINGERING {
-                        self.drop_conn(conn);
-                        continue;
-                    }
-                    if c.close_at.is_none() {
-                        c.close_at = Some(Instant::now() + LINGER);
-                        self.lingering += 1;
-                    }
-                    self.flush(endpoint, conn);
-                }
+                EndpointEvent::Send { conn, frame } => self.send(endpoint, conn, &frame),
+                EndpointEvent::Close { conn } => self.close(endpoint, conn),
                 EndpointEvent::StartEngine {
                     session,
                     label,
@@ -624,24 +628,7 @@ impl Driver {
                     }
                 }
                 EndpointEvent::FinishEngine { session, seq } => {
-                    if let Some(mut p) = self.phases.remove(&session) {
-                        p.count(self.config.metrics.as_deref());
-                        let (tx, waker) = (self.tx.clone(), self.waker.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name("tcptune-finish".into())
-                            .spawn(move || {
-                                let (mut r, _) = p.engine.finish();
-                                if let Some(w) = &p.files {
-                                    r.files = Some(w.summary());
-                                }
-                                let _ = tx.send(Finished(session, seq, Box::new(r)));
-                                let _ = waker.wake();
-                            });
-                        if let Err(e) = spawned {
-                            let reason = format!("starting a thread to end the phase: {e}");
-                            endpoint.on_session_error(Instant::now(), session, reason);
-                        }
-                    }
+                    self.finish_engine(endpoint, session, seq)
                 }
                 EndpointEvent::SessionGone { session } => {
                     if let Some(mut p) = self.phases.remove(&session) {
@@ -649,7 +636,7 @@ impl Driver {
                         p.count(self.config.metrics.as_deref());
                     }
                     self.lookup_rtts.remove(&session);
-                    *finished += 1;
+                    self.finished_sessions += 1;
                 }
                 EndpointEvent::Log(ev) => {
                     if let Some(log) = &self.config.log {
@@ -661,48 +648,126 @@ impl Driver {
                     conn,
                     peer,
                     direction,
-                } => {
-                    let rtt = self.conns.get(&conn).and_then(|c| {
-                        tcptune_sys::sockopt::tcp_info(c.stream.as_fd())
-                            .ok()
-                            .and_then(|t| t.min_rtt().or(t.rtt()))
-                    });
-                    let asked = match (&self.paths, rtt) {
-                        (Some(w), Some(r)) => w.lookup(session, peer, direction, r),
-                        _ => false,
-                    };
-                    if asked {
-                        self.lookup_rtts.insert(session, rtt);
-                    } else {
-                        // No database, no RTT to look up with, or a full queue: nothing
-                        // known (the session measures, within its limits).
-                        endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now_f64());
-                    }
-                }
+                } => self.lookup(endpoint, session, conn, peer, direction),
                 EndpointEvent::Record {
                     peer,
                     direction,
-                    mut measurement,
+                    measurement,
                     advice,
-                } => {
-                    let Some(w) = &self.paths else { continue };
-                    measurement.at_unix_s = unix_now_f64();
-                    let source = if advice {
-                        Source::Advise
-                    } else {
-                        Source::Server
-                    };
-                    if !w.record(peer, direction, measurement, source) {
-                        if let Some(m) = &self.config.metrics {
-                            m.record(RecordResult::Busy);
-                        }
-                    }
-                }
+                } => self.record(peer, direction, measurement, advice),
                 EndpointEvent::Monitor(ev) => {
                     if let Some(m) = &self.config.metrics {
                         m.monitor(&ev);
                     }
                 }
+            }
+        }
+    }
+
+    /// Queue a frame on a connection and write what it can; a peer that lets more than
+    /// [`MAX_OUT`] wait is not reading, and its connection fails.
+    fn send(&mut self, endpoint: &mut Endpoint, conn: ConnId, frame: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.out.len() - c.sent + frame.len() > MAX_OUT {
+            c.out.clear();
+            c.sent = 0;
+            endpoint.on_write_failed(Instant::now(), conn);
+            return;
+        }
+        c.out.extend_from_slice(frame);
+        self.flush(endpoint, conn);
+    }
+
+    /// Close a connection: it lingers to flush (see [`Conn::close_at`]) unless too many do.
+    fn close(&mut self, endpoint: &mut Endpoint, conn: ConnId) {
+        let lingering = self.lingering;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if lingering >= MAX_LINGERING {
+            self.drop_conn(conn);
+            return;
+        }
+        if c.close_at.is_none() {
+            c.close_at = Some(Instant::now() + LINGER);
+            self.lingering += 1;
+        }
+        self.flush(endpoint, conn);
+    }
+
+    /// End a phase's engine on a thread of its own (joining its streams may take a
+    /// moment); its result comes back through [`Driver::collect_engines`].
+    fn finish_engine(&mut self, endpoint: &mut Endpoint, session: SessionId, seq: u32) {
+        let Some(mut p) = self.phases.remove(&session) else {
+            return;
+        };
+        p.count(self.config.metrics.as_deref());
+        let (tx, waker) = (self.tx.clone(), self.waker.clone());
+        let spawned = std::thread::Builder::new()
+            .name("tcptune-finish".into())
+            .spawn(move || {
+                let (mut r, _) = p.engine.finish();
+                if let Some(w) = &p.files {
+                    r.files = Some(w.summary());
+                }
+                let _ = tx.send(Finished(session, seq, Box::new(r)));
+                let _ = waker.wake();
+            });
+        if let Err(e) = spawned {
+            let reason = format!("starting a thread to end the phase: {e}");
+            endpoint.on_session_error(Instant::now(), session, reason);
+        }
+    }
+
+    /// Ask the path database about a client's path, with the RTT of its control
+    /// connection; without a database, an RTT or room in its queue, nothing is known.
+    fn lookup(
+        &mut self,
+        endpoint: &mut Endpoint,
+        session: SessionId,
+        conn: ConnId,
+        peer: IpAddr,
+        direction: Direction,
+    ) {
+        let rtt = self.conns.get(&conn).and_then(|c| {
+            tcptune_sys::sockopt::tcp_info(c.stream.as_fd())
+                .ok()
+                .and_then(|t| t.min_rtt().or(t.rtt()))
+        });
+        let asked = match (&self.paths, rtt) {
+            (Some(w), Some(r)) => w.lookup(session, peer, direction, r),
+            _ => false,
+        };
+        if asked {
+            self.lookup_rtts.insert(session, rtt);
+        } else {
+            // No database, no RTT to look up with, or a full queue: nothing known (the
+            // session measures, within its limits).
+            endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now_f64());
+        }
+    }
+
+    /// Hand a measurement of a client's path to the path database's thread (counted as
+    /// busy when its queue is full).
+    fn record(
+        &mut self,
+        peer: IpAddr,
+        direction: Direction,
+        mut measurement: Measurement,
+        advice: bool,
+    ) {
+        let Some(w) = &self.paths else { return };
+        measurement.at_unix_s = unix_now_f64();
+        let source = if advice {
+            Source::Advise
+        } else {
+            Source::Server
+        };
+        if !w.record(peer, direction, measurement, source) {
+            if let Some(m) = &self.config.metrics {
+                m.record(RecordResult::Busy);
             }
         }
     }

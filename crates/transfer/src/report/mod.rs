@@ -18,8 +18,25 @@
 //! key as a failed test (reading nothing else): `error` is therefore absent unless the run
 //! failed. A run that failed before any report existed (no connection) prints a
 //! [`FailureReport`], iperf3's shape for that case.
+//!
+//! # How the report is made
+//!
+//! * `assemble` builds the report step by step from both ends' results
+//!   and judges the run (complete, capped, short, corrupted or failed).
+//! * [`diagnose`] is a pure function of a finished report: the buffer requests the kernel
+//!   did not take as asked ([`Adjustment`]) and what limited the transfer ([`Diagnosis`]).
+//! * [`human`] formats a report for people; `serde` is how the report spells the core
+//!   types it carries.
+//!
+//! The types sit here, below `assemble`, `diagnose` and `human`, which use them; the types
+//! use only `serde`'s spellings, never the modules above them.
 
-use serde::{Deserialize, Serialize};
+pub(crate) mod assemble;
+pub mod diagnose;
+pub mod human;
+pub(crate) mod serde;
+
+use ::serde::{Deserialize, Serialize};
 pub use tcptune_core::SampleRecord;
 use tcptune_core::{Action, HostLimits, PathHint, StreamStats};
 
@@ -261,14 +278,14 @@ pub struct StartTcptune {
     pub max_time_s: Option<f64>,
     /// What was measured about the path before the transfer (control-connection RTT, probe):
     /// `{"rtt_us", "rate_bps", "rate_is_lower_bound"}`.
-    #[serde(with = "crate::report_serde::path_hint")]
+    #[serde(with = "crate::report::serde::path_hint")]
     pub path_hint: PathHint,
     /// Buffer limits of the sending host (`rmem_max_bytes`, `wmem_max_bytes`,
     /// `tcp_rmem_bytes`, `tcp_wmem_bytes`, `moderate_rcvbuf`, `can_force`).
-    #[serde(with = "crate::report_serde::limits")]
+    #[serde(with = "crate::report::serde::limits")]
     pub sender_limits: HostLimits,
     /// Buffer limits of the receiving host.
-    #[serde(with = "crate::report_serde::limits")]
+    #[serde(with = "crate::report::serde::limits")]
     pub receiver_limits: HostLimits,
     /// Congestion control in use.
     pub congestion: String,
@@ -420,10 +437,10 @@ pub struct IntervalStream {
     /// Throughput in the interval.
     pub bits_per_second: f64,
     /// Retransmitted segments in the interval (sender side).
-    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
+    #[serde(deserialize_with = "crate::report::serde::null_as_zero")]
     pub retransmits: u64,
     /// Congestion window at the end of the interval, bytes (sender side).
-    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
+    #[serde(deserialize_with = "crate::report::serde::null_as_zero")]
     pub snd_cwnd: u64,
     /// Smoothed RTT at the end of the interval, microseconds.
     pub rtt: u64,
@@ -490,7 +507,7 @@ pub struct IntervalSum {
     /// Throughput in the interval over all streams.
     pub bits_per_second: f64,
     /// Retransmitted segments in the interval.
-    #[serde(deserialize_with = "crate::report_serde::null_as_zero")]
+    #[serde(deserialize_with = "crate::report::serde::null_as_zero")]
     pub retransmits: u64,
     /// Always false.
     pub omitted: bool,
@@ -704,10 +721,55 @@ pub struct EndTcptune {
     /// Every buffer request the kernel did not take as asked (capped by a system maximum,
     /// doubled, raised), once per end and value, with the limit and the fix.
     #[serde(default)]
-    pub adjustments: Vec<crate::diagnose::Adjustment>,
+    pub adjustments: Vec<Adjustment>,
     /// What limited the transfer, in a word and a sentence.
     #[serde(default)]
-    pub diagnosis: Option<crate::diagnose::Diagnosis>,
+    pub diagnosis: Option<Diagnosis>,
+}
+
+/// A buffer request the kernel did not take as asked, said once per end and value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Adjustment {
+    /// `"sender"` or `"receiver"`.
+    pub end: String,
+    /// `"local"` (the host running `send`) or `"server"`.
+    pub host: String,
+    /// `SO_SNDBUF` or `SO_RCVBUF`.
+    pub option: String,
+    /// What was asked, per stream, bytes.
+    pub asked_bytes: u64,
+    /// What the kernel holds, per stream, bytes.
+    pub kernel_bytes: u64,
+    /// Streams this applies to.
+    pub streams: u32,
+    /// `"capped"` (a system maximum), `"doubled"` (the kernel's bookkeeping share) or
+    /// `"raised"` (the driver applied more than asked: see `note`).
+    pub kind: String,
+    /// The sysctl that capped it (`net.core.wmem_max`), if one did.
+    pub limit: Option<String>,
+    /// Its value, bytes.
+    pub limit_bytes: Option<u64>,
+    /// The exact fix, if there is one.
+    pub fix: Option<String>,
+    /// The whole story in one sentence.
+    pub note: String,
+}
+
+/// What limited a transfer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// `"receive_window"`, `"send_buffer"`, `"slow_reader"`, `"congestion"` or `"none"`.
+    pub limiter: String,
+    /// For buffers: `"application"` (the tuning mode set the buffer and locked it),
+    /// `"system_maximum"` (a sysctl capped it) or `"autotuning"` (the kernel's own limit,
+    /// `tcp_rmem`/`tcp_wmem` max); otherwise `null`.
+    pub cause: Option<String>,
+    /// Share of the sender's busy time limited by the receive window, percent.
+    pub rwnd_limited_pct: Option<f64>,
+    /// Share of the sender's busy time limited by its send buffer, percent.
+    pub sndbuf_limited_pct: Option<f64>,
+    /// One sentence: what limited it and what to do.
+    pub summary: String,
 }
 
 /// What one stream did, seen from both ends.
@@ -770,7 +832,7 @@ pub struct ChangeRecord {
     pub t_s: f64,
     /// What the tuner asked for: `{"action": "set_snd_buf", "value_bytes": N}`, or
     /// `{"action": "open_streams", "count": N, "reason": "..."}`.
-    #[serde(with = "crate::report_serde::action")]
+    #[serde(with = "crate::report::serde::action")]
     pub action: Action,
     /// The value the kernel holds afterwards (e.g. `SO_SNDBUF` read back), if applicable.
     #[serde(rename = "effective_bytes", alias = "effective")]

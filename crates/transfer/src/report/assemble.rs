@@ -1,14 +1,14 @@
 //! Turning both ends' results into the [`Report`], and judging the run: complete,
 //! capped, short, corrupted or failed.
 
+use super::{
+    Connected, ConnectingTo, CpuUtilization, End, EndStream, EndTcptune, Interval,
+    MeasurementReport, Report, ResumeReport, SideDetail, Start, StartTcptune, StreamDetail,
+    StreamSum, Sum, TestStart, Timestamp, SCHEMA_VERSION,
+};
 use crate::client::ClientConfig;
 use crate::engine::{SideResult, StreamSide};
 use crate::proto::TestParams;
-use crate::report::{
-    Connected, ConnectingTo, CpuUtilization, End, EndStream, EndTcptune, Interval, Report,
-    SideDetail, Start, StartTcptune, StreamDetail, StreamSum, Sum, TestStart, Timestamp,
-    SCHEMA_VERSION,
-};
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tcptune_core::{HostLimits, PathHint, TuneMode};
@@ -22,7 +22,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) session_hex: &'a str,
     pub(crate) hint: &'a PathHint,
     pub(crate) probe_seconds: Option<f64>,
-    pub(crate) measurement: Option<crate::report::MeasurementReport>,
+    pub(crate) measurement: Option<MeasurementReport>,
     pub(crate) setup_seconds: Option<f64>,
     pub(crate) session_seconds: Option<f64>,
     pub(crate) round_trips: (Option<f64>, Option<f64>),
@@ -37,7 +37,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) host_wall: Duration,
     /// Whether the server asked for the shared secret (unknown without its answer).
     pub(crate) server_requires_secret: Option<bool>,
-    pub(crate) resume: Option<crate::report::ResumeReport>,
+    pub(crate) resume: Option<ResumeReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -129,15 +129,54 @@ fn stream_sum(s: Option<&StreamSide>, socket: u32, sender: bool) -> StreamSum {
     }
 }
 
-/// Build the report and judge the run.
+/// Build the report and judge the run, step by step: pair both ends' streams, sum them,
+/// judge the run, then fill `start` and `end`, and let the report diagnose itself.
 pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
-    let reverse = a.params.reverse;
-    let (snd, rcv) = if reverse {
+    let (snd, rcv) = if a.params.reverse {
         (a.remote, a.local)
     } else {
         (a.local, a.remote)
     };
-    let n = a.local.streams.len().max(a.remote.streams.len());
+    let (end_streams, details) = pair_streams(snd, rcv, a.local, a.remote);
+    let (sum_sent, sum_received) = sums(snd, rcv, &details);
+    let cpu = cpu_utilization(&a);
+    let (complete, verdict) = judge(&a, snd, rcv);
+    let error = verdict.as_ref().err().map(|v| match v {
+        Verdict::Integrity(e) => format!("integrity failure: {e}"),
+        Verdict::Failed(e) => format!("transfer failed: {e}"),
+    });
+    let tcptune_end = end_tcptune(&a, snd, rcv, details, complete, verdict.as_ref().err());
+    let sender_tcp_congestion = snd.congestion.clone();
+    let receiver_tcp_congestion = rcv.congestion.clone();
+    let (start, intervals) = start(a);
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        start,
+        intervals,
+        end: End {
+            streams: end_streams,
+            sum_sent,
+            sum_received,
+            cpu_utilization_percent: cpu,
+            sender_tcp_congestion,
+            receiver_tcp_congestion,
+            tcptune: tcptune_end,
+        },
+        error,
+    };
+    super::diagnose::annotate(&mut report);
+    (report, verdict)
+}
+
+/// Each stream number of either end, with the sender's and the receiver's view of it: the
+/// iperf3 sums of `end.streams` and the details of `end.tcptune.streams`.
+fn pair_streams(
+    snd: &SideResult,
+    rcv: &SideResult,
+    local: &SideResult,
+    remote: &SideResult,
+) -> (Vec<EndStream>, Vec<StreamDetail>) {
+    let n = local.streams.len().max(remote.streams.len());
     let find = |side: &SideResult, i: u32| side.streams.iter().find(|s| s.stream == i).cloned();
     let mut end_streams = Vec::new();
     let mut details = Vec::new();
@@ -148,7 +187,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             sender: stream_sum(s.as_ref(), i, true),
             receiver: stream_sum(r.as_ref(), i, false),
         });
-        let opened = find(a.local, i).map_or(0.0, |x| x.opened_at_s.max(0.0));
+        let opened = find(local, i).map_or(0.0, |x| x.opened_at_s.max(0.0));
         details.push(StreamDetail {
             socket: i,
             opened_at_s: opened,
@@ -157,9 +196,13 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
             receiver: r.map(|r| r.detail).unwrap_or_else(SideDetail::default),
         });
     }
+    (end_streams, details)
+}
+
+/// `end.sum_sent` and `end.sum_received`: each end's bytes over its own first-to-last span.
+fn sums(snd: &SideResult, rcv: &SideResult, details: &[StreamDetail]) -> (Sum, Sum) {
     let sent_bytes: u64 = snd.streams.iter().map(|s| s.bytes).sum();
     let recv_bytes: u64 = rcv.streams.iter().map(|s| s.bytes).sum();
-    let recv_messages: u64 = rcv.streams.iter().map(|s| s.messages).sum();
     let (sf, sl) = span(&snd.streams);
     let (rf, rl) = span(&rcv.streams);
     let retrans: u64 = details.iter().map(|d| d.sender.stats.retransmits).sum();
@@ -181,28 +224,75 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         retransmits: None,
         sender: false,
     };
+    (sum_sent, sum_received)
+}
+
+/// `end.cpu_utilization_percent`: this host's and the server's CPU over their wall times.
+fn cpu_utilization(a: &Assembly<'_>) -> CpuUtilization {
     let wall = a.host_wall.as_secs_f64();
-    let cpu = CpuUtilization {
+    CpuUtilization {
         host_total: pct(a.host_cpu.total().as_secs_f64(), wall),
         host_user: pct(a.host_cpu.user.as_secs_f64(), wall),
         host_system: pct(a.host_cpu.system.as_secs_f64(), wall),
         remote_total: pct(a.remote.cpu_user_s + a.remote.cpu_system_s, a.remote.wall_s),
         remote_user: pct(a.remote.cpu_user_s, a.remote.wall_s),
         remote_system: pct(a.remote.cpu_system_s, a.remote.wall_s),
-    };
+    }
+}
 
-    // Judgement. At the cap or an interrupt both ends tore their streams down at once: the
-    // resets that causes are not failures, and fewer bytes than asked are expected.
+/// The judgement: whether the run is complete, and what is wrong with it if anything. At
+/// the cap or an interrupt both ends tore their streams down at once: the resets that
+/// causes are not failures, and fewer bytes than asked are expected.
+fn judge(a: &Assembly<'_>, snd: &SideResult, rcv: &SideResult) -> (bool, Result<(), Verdict>) {
     let stopped_early = a.capped || a.interrupted;
     let total_messages = a.params.messages;
     let duration_workload = a.params.duration_ms.is_some();
+    let sent_bytes: u64 = snd.streams.iter().map(|s| s.bytes).sum();
+    let recv_bytes: u64 = rcv.streams.iter().map(|s| s.bytes).sum();
+    let recv_messages: u64 = rcv.streams.iter().map(|s| s.messages).sum();
     let integrity = a
         .local
         .integrity_error
         .clone()
         .or_else(|| a.remote.integrity_error.clone());
-    let stream_errors: Vec<String> = snd
-        .streams
+    let stream_errors = stream_errors(snd, rcv);
+    let partial: u64 = rcv.streams.iter().map(|s| s.partial_bytes).sum();
+    let because = || {
+        if stream_errors.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", stream_errors.join("; "))
+        }
+    };
+    if let Some(e) = integrity {
+        (false, Err(Verdict::Integrity(e)))
+    } else if recv_bytes > sent_bytes || (!stopped_early && sent_bytes != recv_bytes) {
+        let e = format!(
+            "short transfer: {sent_bytes} bytes sent but {recv_bytes} verified at the receiver{}",
+            because()
+        );
+        (false, Err(Verdict::Integrity(e)))
+    } else if !duration_workload
+        && !stopped_early
+        && (recv_messages != total_messages || partial > 0)
+    {
+        let e = format!(
+            "short transfer: {recv_messages} of {total_messages} messages arrived{}",
+            because()
+        );
+        (false, Err(Verdict::Integrity(e)))
+    } else if !stream_errors.is_empty() && !stopped_early {
+        // (At the cap both ends tear their streams down at once; the resets that causes
+        // are not failures: the throughput is from the bytes verified until then.)
+        (false, Err(Verdict::Failed(stream_errors.join("; "))))
+    } else {
+        (!stopped_early, Ok(()))
+    }
+}
+
+/// Every stream's error, sender's first, each said with its end and stream.
+fn stream_errors(snd: &SideResult, rcv: &SideResult) -> Vec<String> {
+    snd.streams
         .iter()
         .chain(rcv.streams.iter())
         .filter_map(|s| {
@@ -214,54 +304,28 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 )
             })
         })
-        .collect();
-    let partial: u64 = rcv.streams.iter().map(|s| s.partial_bytes).sum();
-    let complete;
-    let verdict = if let Some(e) = integrity {
-        complete = false;
-        Err(Verdict::Integrity(e))
-    } else if recv_bytes > sent_bytes || (!stopped_early && sent_bytes != recv_bytes) {
-        complete = false;
-        Err(Verdict::Integrity(format!(
-            "short transfer: {sent_bytes} bytes sent but {recv_bytes} verified at the receiver{}",
-            if stream_errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", stream_errors.join("; "))
-            }
-        )))
-    } else if !duration_workload
-        && !stopped_early
-        && (recv_messages != total_messages || partial > 0)
-    {
-        complete = false;
-        Err(Verdict::Integrity(format!(
-            "short transfer: {recv_messages} of {total_messages} messages arrived{}",
-            if stream_errors.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", stream_errors.join("; "))
-            }
-        )))
-    } else if !stream_errors.is_empty() && !stopped_early {
-        // (At the cap both ends tear their streams down at once; the resets that causes
-        // are not failures: the throughput is from the bytes verified until then.)
-        complete = false;
-        Err(Verdict::Failed(stream_errors.join("; ")))
-    } else {
-        complete = !stopped_early;
-        Ok(())
-    };
+        .collect()
+}
 
+/// `end.tcptune`, without the adjustments and diagnosis (the report adds those itself).
+fn end_tcptune(
+    a: &Assembly<'_>,
+    snd: &SideResult,
+    rcv: &SideResult,
+    details: Vec<StreamDetail>,
+    complete: bool,
+    failure: Option<&Verdict>,
+) -> EndTcptune {
+    let n = details.len() as u32;
     let sum_over = |f: &dyn Fn(&StreamDetail) -> u64| details.iter().map(f).sum::<u64>();
-    let tcptune_end = EndTcptune {
+    EndTcptune {
         tune: a.params.tune.to_string(),
         complete,
         capped: a.capped,
         interrupted: a.interrupted,
         streams_requested: a.params.streams,
-        streams_used: n as u32,
-        streams_reason: if n as u32 > a.params.streams {
+        streams_used: n,
+        streams_reason: if n > a.params.streams {
             a.streams_reason.clone()
         } else {
             None
@@ -272,21 +336,93 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
         peak_rmem_alloc_bytes: sum_over(&|d| d.receiver.stats.peak_rmem_alloc_bytes),
         peak_sndbuf_total_bytes: snd.peaks.sndbuf_bytes,
         peak_rcvbuf_total_bytes: rcv.peaks.rcvbuf_bytes,
+        messages_received: rcv.streams.iter().map(|s| s.messages).sum(),
         streams: details,
-        messages_received: recv_messages,
         setup_seconds: a.setup_seconds,
         session_seconds: a.session_seconds,
         setup_round_trips: a.round_trips.0,
         finish_round_trips: a.round_trips.1,
         delivery_rate_max_bps: a.delivery_rate_max_bps,
-        error: verdict.as_ref().err().map(|v| match v {
+        error: failure.map(|v| match v {
             Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
         }),
         adjustments: Vec::new(),
         diagnosis: None,
+    }
+}
+
+/// `start`, and the intervals: the last step, which takes what is left of the assembly.
+fn start(a: Assembly<'_>) -> (Start, Vec<Interval>) {
+    let start = Start {
+        connected: connected(a.local),
+        version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
+        system_info: tcptune_sys::os::system_info(),
+        timestamp: Timestamp::from_unix(started_at(a.session_seconds)),
+        connecting_to: ConnectingTo {
+            host: host_part(&a.cfg.server),
+            port: a.addr.port(),
+        },
+        cookie: a.session_hex.to_string(),
+        tcp_mss_default: first_stream_mss(a.local),
+        sock_bufsize: match &a.params.tune {
+            TuneMode::Fixed(b) => b.0,
+            TuneMode::None => TuneMode::UNTUNED_BUFFER.0,
+            _ => 0,
+        },
+        test_start: test_start(a.params),
+        tcptune: StartTcptune {
+            tune: a.params.tune.to_string(),
+            workload: if a.params.duration_ms.is_some() {
+                "duration"
+            } else {
+                "messages"
+            }
+            .into(),
+            messages: if a.params.duration_ms.is_some() {
+                0
+            } else {
+                a.params.messages
+            },
+            message_size: a.params.message_size,
+            duration_s: a.params.duration_ms.map(|d| d as f64 / 1000.0),
+            max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
+            path_hint: a.hint.clone(),
+            sender_limits: a.sender_limits,
+            receiver_limits: a.receiver_limits,
+            congestion: a.congestion,
+            probe_seconds: a.probe_seconds,
+            measurement: a.measurement,
+            server_requires_secret: a.server_requires_secret,
+            resume: a.resume,
+        },
     };
-    let connected = a
-        .local
+    (start, a.intervals)
+}
+
+/// `start.test_start`, iperf3's description of the test.
+fn test_start(p: &TestParams) -> TestStart {
+    let duration_workload = p.duration_ms.is_some();
+    TestStart {
+        protocol: "TCP".into(),
+        num_streams: p.streams,
+        blksize: p.message_size,
+        omit: 0,
+        duration: p.duration_ms.map_or(0, |d| d.div_ceil(1000)),
+        bytes: if duration_workload {
+            0
+        } else {
+            p.messages.saturating_mul(p.message_size)
+        },
+        blocks: if duration_workload { 0 } else { p.messages },
+        reverse: u32::from(p.reverse),
+        tos: 0,
+        target_bitrate: 0,
+    }
+}
+
+/// `start.connected`: this end's streams, with their addresses.
+fn connected(local: &SideResult) -> Vec<Connected> {
+    local
         .streams
         .iter()
         .map(|s| {
@@ -300,95 +436,17 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
                 remote_port: rp,
             }
         })
-        .collect();
-    // The session started `session_seconds` before now.
-    let started = SystemTime::now()
+        .collect()
+}
+
+/// When the session started, Unix seconds: `session_seconds` before now.
+fn started_at(session_seconds: Option<f64>) -> u64 {
+    SystemTime::now()
         .checked_sub(Duration::from_secs_f64(
-            a.session_seconds.unwrap_or(0.0).clamp(0.0, 1e9),
+            session_seconds.unwrap_or(0.0).clamp(0.0, 1e9),
         ))
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
-    let mut report = Report {
-        schema_version: SCHEMA_VERSION,
-        start: Start {
-            connected,
-            version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
-            system_info: tcptune_sys::os::system_info(),
-            timestamp: Timestamp::from_unix(started),
-            connecting_to: ConnectingTo {
-                host: host_part(&a.cfg.server),
-                port: a.addr.port(),
-            },
-            cookie: a.session_hex.to_string(),
-            tcp_mss_default: first_stream_mss(a.local),
-            sock_bufsize: match &a.params.tune {
-                TuneMode::Fixed(b) => b.0,
-                TuneMode::None => TuneMode::UNTUNED_BUFFER.0,
-                _ => 0,
-            },
-            test_start: TestStart {
-                protocol: "TCP".into(),
-                num_streams: a.params.streams,
-                blksize: a.params.message_size,
-                omit: 0,
-                duration: a.params.duration_ms.map_or(0, |d| d.div_ceil(1000)),
-                bytes: if duration_workload {
-                    0
-                } else {
-                    a.params.messages.saturating_mul(a.params.message_size)
-                },
-                blocks: if duration_workload {
-                    0
-                } else {
-                    a.params.messages
-                },
-                reverse: u32::from(reverse),
-                tos: 0,
-                target_bitrate: 0,
-            },
-            tcptune: StartTcptune {
-                tune: a.params.tune.to_string(),
-                workload: if duration_workload {
-                    "duration"
-                } else {
-                    "messages"
-                }
-                .into(),
-                messages: if duration_workload {
-                    0
-                } else {
-                    a.params.messages
-                },
-                message_size: a.params.message_size,
-                duration_s: a.params.duration_ms.map(|d| d as f64 / 1000.0),
-                max_time_s: a.params.max_time_ms.map(|m| m as f64 / 1000.0),
-                path_hint: a.hint.clone(),
-                sender_limits: a.sender_limits,
-                receiver_limits: a.receiver_limits,
-                congestion: a.congestion,
-                probe_seconds: a.probe_seconds,
-                measurement: a.measurement,
-                server_requires_secret: a.server_requires_secret,
-                resume: a.resume.clone(),
-            },
-        },
-        intervals: a.intervals,
-        end: End {
-            streams: end_streams,
-            sum_sent,
-            sum_received,
-            cpu_utilization_percent: cpu,
-            sender_tcp_congestion: snd.congestion.clone(),
-            receiver_tcp_congestion: rcv.congestion.clone(),
-            tcptune: tcptune_end,
-        },
-        error: verdict.as_ref().err().map(|v| match v {
-            Verdict::Integrity(e) => format!("integrity failure: {e}"),
-            Verdict::Failed(e) => format!("transfer failed: {e}"),
-        }),
-    };
-    crate::diagnose::annotate(&mut report);
-    (report, verdict)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The MSS of this end's first stream: its largest congestion window in bytes over the same

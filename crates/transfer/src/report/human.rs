@@ -1,7 +1,7 @@
 //! A report for people, laid out like iperf3's output plus what tcptune knows about the
 //! buffers.
 
-use crate::report::{Interval, Report};
+use super::{End, EndTcptune, Interval, Report, StartTcptune};
 use std::fmt::Write;
 use tcptune_core::{format_duration, human_bps, human_duration, Bytes, TuneMode};
 
@@ -148,7 +148,7 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
 }
 
 /// Where the path's rate came from, in words (empty when nothing was measured).
-fn rate_source(t: &crate::report::StartTcptune) -> String {
+fn rate_source(t: &StartTcptune) -> String {
     let Some(m) = &t.measurement else {
         return t
             .probe_seconds
@@ -200,7 +200,6 @@ fn age(s: f64) -> String {
 /// them out when they were already shown live).
 pub fn summary_with(r: &Report, intervals: bool) -> String {
     let mut o = String::new();
-    let t = &r.start.tcptune;
     write_preamble(&mut o, r, intervals);
     if intervals && !r.intervals.is_empty() {
         let _ = writeln!(o, "{}", interval_header());
@@ -210,12 +209,20 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
             }
         }
     }
+    write_streams(&mut o, &r.end);
+    write_resources(&mut o, r);
+    write_findings(&mut o, &r.end.tcptune);
+    let _ = writeln!(o, "{}", verdict(r));
+    o
+}
+
+/// The table of streams and the two `[SUM]` lines.
+fn write_streams(o: &mut String, e: &End) {
     let _ = writeln!(o, "- - - - - - - - - - - - - - - - - - - - - - - - -");
     let _ = writeln!(
         o,
         "[ ID] Received     Bitrate         Retr  RTT min/avg/max       SndBuf peak  RcvBuf peak  rwnd-lim sndbuf-lim"
     );
-    let e = &r.end;
     for (es, d) in e.streams.iter().zip(&e.tcptune.streams) {
         let busy = es.sender.seconds;
         let _ = writeln!(
@@ -254,6 +261,12 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
         rate(e.sum_received.bits_per_second),
         e.sum_received.seconds
     );
+}
+
+/// What the transfer cost: buffers, CPU, where the time went, and the path database's
+/// warnings.
+fn write_resources(o: &mut String, r: &Report) {
+    let (t, e) = (&r.start.tcptune, &r.end);
     let tt = &e.tcptune;
     let _ = writeln!(
         o,
@@ -281,6 +294,10 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
             let _ = writeln!(o, "Warning: {w}");
         }
     }
+}
+
+/// What the report says about itself: adjustments, the limiter, and added streams.
+fn write_findings(o: &mut String, tt: &EndTcptune) {
     for a in &tt.adjustments {
         let _ = writeln!(
             o,
@@ -310,7 +327,13 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
                 .map_or(String::new(), |r| format!(" ({r})"))
         );
     }
-    let verdict = if let Some(err) = &r.error {
+}
+
+/// The last line: failed, interrupted, capped or complete.
+fn verdict(r: &Report) -> String {
+    let (t, e) = (&r.start.tcptune, &r.end);
+    let tt = &e.tcptune;
+    if let Some(err) = &r.error {
         format!("FAILED: {err}")
     } else if tt.interrupted {
         format!(
@@ -336,7 +359,5 @@ pub fn summary_with(r: &Report, intervals: bool) -> String {
             "complete: {} messages, every byte verified",
             tt.messages_received
         )
-    };
-    let _ = writeln!(o, "{verdict}");
-    o
+    }
 }
