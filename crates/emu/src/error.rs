@@ -118,3 +118,9 @@ impl EmuError {
         EmuError::sys(what, std::io::Error::last_os_error())
     }
 }
+
+impl From<tcptune_sys::net::NetError> for EmuError {
+    fn from(e: tcptune_sys::net::NetError) -> EmuError {
+        EmuError::sys(e.op, e.source)
+    }
+}

@@ -15,7 +15,7 @@
 use crate::config::GLOBAL_NET_SYSCTLS;
 use crate::error::EmuError;
 use crate::process::ProcessId;
-use crate::state::{StateLock, STATE_DIR};
+use crate::statedir::{StateLock, STATE_DIR};
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::fs;

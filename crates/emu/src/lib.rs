@@ -57,6 +57,7 @@
 //! # Ok::<(), tcptune_emu::EmuError>(())
 //! ```
 
+mod addr;
 pub mod capacity;
 pub mod config;
 pub mod daemon;
@@ -68,13 +69,14 @@ pub mod paths;
 pub mod process;
 pub mod stage;
 pub mod state;
+mod statedir;
 pub mod stats;
 
 mod error;
 mod namespace;
+mod ns;
 mod nsexec;
 mod rootless;
-mod sock;
 mod sys;
 mod topology;
 mod worker;
@@ -84,9 +86,9 @@ pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig, MAX_
 pub use error::EmuError;
 pub use mode::{Mode, ModeChoice};
 pub use namespace::Namespace;
+pub use ns::NsId;
 pub use path::Path;
 pub use paths::{path_addr, path_index, Paths};
-pub use rootless::NsId;
 pub use state::{OwnerKind, RootlessRecord, TopologyRecord};
 pub use stats::{DirStats, Drops, EmuStats, LatenessSummary, PathStats};
 pub use topology::{unique_name, PathControl, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};

@@ -1,13 +1,12 @@
 //! The thin Linux layer: TUN devices, network namespaces, `ip`, processes.
 
 use crate::error::EmuError;
+use crate::ns::{NsId, NsRef};
 use crate::process;
-use crate::rootless::{NsId, NsRef};
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -101,28 +100,7 @@ pub(crate) fn ip_in(
 ) -> Result<(), EmuError> {
     let mut cmd = Command::new("ip");
     cmd.args(args);
-    let (user, net) = (ns.user.clone(), ns.net.clone());
-    let pass = pass.to_vec();
-    // SAFETY: the hook runs between fork and exec and only calls setns(2) and fcntl(2),
-    // which are async-signal-safe, on descriptors the closure keeps open.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(u) = &user {
-                if libc::setns(u.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for &fd in &pass {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    ns.enter_on_exec(&mut cmd, pass);
     run_ip(&mut cmd, args, stdin).map_err(|e| match e {
         EmuError::Command { what, detail } => EmuError::Command {
             what: format!("{what} (in {})", ns.label),

@@ -102,7 +102,7 @@ pub fn bind(fd: &OwnedFd, addr: &SocketAddr) -> Result<(), NetError> {
 pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListener, NetError> {
     let one: libc::c_int = 1;
     // SAFETY: valid pointer to an int. SO_REUSEADDR lets a restarted server rebind at once.
-    unsafe {
+    let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
@@ -111,6 +111,11 @@ pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListene
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+    if r != 0 {
+        return Err(NetError::last(format!(
+            "setsockopt SO_REUSEADDR on a socket for {addr}"
+        )));
+    }
     bind(&fd, addr)?;
     // SAFETY: plain syscall on an owned fd.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
@@ -154,69 +159,47 @@ pub fn connect_start(fd: OwnedFd, addr: &SocketAddr) -> Result<TcpStream, NetErr
 /// Connect `fd` to `addr`, giving up after `timeout`.
 pub fn connect(fd: OwnedFd, addr: &SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
     let op = || format!("connect {addr}");
-    // SAFETY: we own fd; the TcpStream takes it over (and closes it on error paths).
-    let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
-    stream
-        .set_nonblocking(true)
-        .map_err(|source| NetError { op: op(), source })?;
-    let (ss, len) = sockaddr(addr);
-    // SAFETY: ss valid for len bytes.
-    let r = unsafe {
-        libc::connect(
-            stream.as_raw_fd(),
-            (&ss as *const libc::sockaddr_storage).cast(),
-            len,
-        )
+    let stream = connect_start(fd, addr)?;
+    let mut p = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
     };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
             return Err(NetError {
                 op: op(),
                 source: e,
             });
         }
-        let mut p = libc::pollfd {
-            fd: stream.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut p, 1, ms) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(NetError {
-                    op: op(),
-                    source: e,
-                });
-            }
-            if n == 0 {
-                return Err(NetError {
-                    op: op(),
-                    source: io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no answer within {:.1}s", timeout.as_secs_f64()),
-                    ),
-                });
-            }
-            break;
-        }
-        if let Some(e) = stream
-            .take_error()
-            .map_err(|source| NetError { op: op(), source })?
-        {
+        if n == 0 {
             return Err(NetError {
                 op: op(),
-                source: e,
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:.1}s", timeout.as_secs_f64()),
+                ),
             });
         }
+        break;
+    }
+    if let Some(e) = stream
+        .take_error()
+        .map_err(|source| NetError { op: op(), source })?
+    {
+        return Err(NetError {
+            op: op(),
+            source: e,
+        });
     }
     stream
         .set_nonblocking(false)
