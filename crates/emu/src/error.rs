@@ -81,7 +81,7 @@ pub enum EmuError {
     },
     /// Starting, waiting for or stopping a process failed.
     #[error(transparent)]
-    Process(#[from] crate::process::ProcessError),
+    Process(#[from] tcptune_sys::process::ProcessError),
     /// The topology belongs to another program.
     #[error("topology '{name}' belongs to {owner}; stop that program to take it down")]
     NotOwned {

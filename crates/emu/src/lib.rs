@@ -14,9 +14,9 @@
 //!   topology's own and veth pairs with packet sockets stand in for the TUN devices (what
 //!   that mode cannot do: [`Mode::summary`]). [`Namespace`] is a bare rootless namespace.
 //!
-//! * [`process`] supervises the programs run around the emulator (children that die with
-//!   their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed readiness
-//!   message): `tcptune emu`, the lab and the tests share it.
+//! * Programs run around the emulator are supervised by [`tcptune_sys::process`] (children
+//!   that die with their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed
+//!   readiness message): `tcptune emu`, the lab and the tests share it.
 //!
 //! * [`state`] keeps a record per topology under `/run/tcptune/` (a directory of the user's
 //!   own in rootless mode: [`state::state_dir`]) (owner pid and start time,
@@ -66,7 +66,6 @@ pub mod mode;
 pub mod packet;
 pub mod path;
 pub mod paths;
-pub mod process;
 pub mod stage;
 pub mod state;
 mod statedir;

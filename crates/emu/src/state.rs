@@ -19,7 +19,6 @@ use crate::config::{PathConfig, Side};
 use crate::error::EmuError;
 use crate::host::{self, Cleanup};
 use crate::ns::{command_in, NsId, NsRef};
-use crate::process::ProcessId;
 use crate::statedir::StateLock;
 pub use crate::statedir::{ensure_state_dir, state_dir, STATE_DIR};
 use crate::stats::EmuStats;
@@ -32,6 +31,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
+use tcptune_sys::process::ProcessId;
 
 /// Version of the record layout.
 pub const RECORD_SCHEMA_VERSION: u32 = 1;

@@ -2,7 +2,6 @@
 
 use crate::error::EmuError;
 use crate::ns::{NsId, NsRef};
-use crate::process;
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
@@ -10,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use tcptune_sys::process;
 
 /// Where `ip netns` keeps named namespaces.
 pub(crate) const NETNS_DIR: &str = "/run/netns";

@@ -137,7 +137,7 @@ impl Topology {
             name: name.clone(),
             owner_kind: opts.owner,
             owner_pid: pid,
-            owner_start: crate::process::start_time(pid).unwrap_or(0),
+            owner_start: tcptune_sys::process::start_time(pid).unwrap_or(0),
             netns: netns.clone(),
             addrs: [IpAddr::V4(ADDR_A), IpAddr::V4(ADDR_B)],
             path: cfg.path.clone(),
