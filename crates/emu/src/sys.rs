@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tcptune_sys::process;
+use tcptune_sys::sysctl::SysctlError;
 
 /// Where `ip netns` keeps named namespaces.
 pub(crate) const NETNS_DIR: &str = "/run/netns";
@@ -225,23 +226,39 @@ pub(crate) fn kill_ns_processes(id: NsId, label: &str, grace: Duration) -> Resul
     Ok(())
 }
 
-/// Read a sysctl of the calling thread's network namespace (global ones from anywhere).
+/// Read a sysctl of the calling thread's network namespace (global ones from anywhere),
+/// without the trailing newline.
 pub(crate) fn read_sysctl(key: &str) -> Result<String, EmuError> {
-    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
-    fs::read_to_string(&path).map_err(|e| EmuError::sys(format!("reading sysctl {key}"), e))
+    tcptune_sys::sysctl::read_sysctl(key).map_err(sysctl_error)
 }
 
 /// Write a sysctl of the calling thread's network namespace.
 pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
-    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
-    fs::write(&path, value).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EPERM) {
-            sysctl_hint(key)
-        } else {
-            ""
-        };
-        EmuError::sys(format!("writing sysctl {key}={value}{hint}"), e)
-    })
+    tcptune_sys::sysctl::write_sysctl(key, value).map_err(sysctl_error)
+}
+
+/// The emulator's error for a sysctl that could not be read or written ("writing sysctl
+/// KEY=VALUE: ...", with [`sysctl_hint`] added to an EPERM).
+fn sysctl_error(e: SysctlError) -> EmuError {
+    match e {
+        SysctlError::Read { key, source, .. } => {
+            EmuError::sys(format!("reading sysctl {key}"), source)
+        }
+        SysctlError::Write {
+            key, value, source, ..
+        } => {
+            let hint = if source.raw_os_error() == Some(libc::EPERM) {
+                sysctl_hint(&key)
+            } else {
+                ""
+            };
+            EmuError::sys(format!("writing sysctl {key}={value}{hint}"), source)
+        }
+        e @ (SysctlError::BadKey(_) | SysctlError::Parse { .. }) => EmuError::sys(
+            e.to_string(),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        ),
+    }
 }
 
 /// What to add to an EPERM from writing sysctl `key` in a namespace.
