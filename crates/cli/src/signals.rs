@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
-use tcptune_emu::process::signals;
+use tcptune_sys::process::signals;
 
 /// The stop signal that fired the flag, 0 if none.
 static FIRED_BY: AtomicI32 = AtomicI32::new(0);

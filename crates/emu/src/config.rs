@@ -405,7 +405,7 @@ impl TopologyConfig {
             s.push_str(&format!(
                 "; path {} to {}: {}",
                 i + 1,
-                crate::path_addr(i + 1),
+                crate::addr::path_addr(i + 1),
                 p.describe()
             ));
         }

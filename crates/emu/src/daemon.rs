@@ -9,14 +9,14 @@
 use crate::config::{Side, TopologyConfig};
 use crate::error::EmuError;
 use crate::mode::Mode;
-use crate::process::daemon::{start_daemon, Daemon, Notifier};
-use crate::process::{signals, ProcessError};
 use crate::state::{self, OwnerKind};
 use crate::topology::{Topology, UpOptions};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::process::Command;
 use std::time::Duration;
+use tcptune_sys::process::daemon::{start_daemon, Daemon, Notifier};
+use tcptune_sys::process::{signals, ProcessError};
 
 /// What the starter hands to its daemon (as JSON on the command line).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -81,7 +81,7 @@ pub enum EmuError {
     },
     /// Starting, waiting for or stopping a process failed.
     #[error(transparent)]
-    Process(#[from] crate::process::ProcessError),
+    Process(#[from] tcptune_sys::process::ProcessError),
     /// The topology belongs to another program.
     #[error("topology '{name}' belongs to {owner}; stop that program to take it down")]
     NotOwned {
@@ -116,5 +116,11 @@ impl EmuError {
 
     pub(crate) fn last_os(what: impl Into<String>) -> EmuError {
         EmuError::sys(what, std::io::Error::last_os_error())
+    }
+}
+
+impl From<tcptune_sys::net::NetError> for EmuError {
+    fn from(e: tcptune_sys::net::NetError) -> EmuError {
+        EmuError::sys(e.op, e.source)
     }
 }

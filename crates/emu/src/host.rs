@@ -14,12 +14,12 @@
 
 use crate::config::GLOBAL_NET_SYSCTLS;
 use crate::error::EmuError;
-use crate::process::ProcessId;
-use crate::state::{StateLock, STATE_DIR};
+use crate::statedir::{StateLock, STATE_DIR};
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::PathBuf;
+use tcptune_sys::process::ProcessId;
 
 /// Version of the journal layout.
 pub const JOURNAL_SCHEMA_VERSION: u32 = 1;

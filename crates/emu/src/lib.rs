@@ -14,9 +14,9 @@
 //!   topology's own and veth pairs with packet sockets stand in for the TUN devices (what
 //!   that mode cannot do: [`Mode::summary`]). [`Namespace`] is a bare rootless namespace.
 //!
-//! * [`process`] supervises the programs run around the emulator (children that die with
-//!   their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed readiness
-//!   message): `tcptune emu`, the lab and the tests share it.
+//! * Programs run around the emulator are supervised by [`tcptune_sys::process`] (children
+//!   that die with their parent, SIGTERM-grace-SIGKILL, stop signals, a daemon with a typed
+//!   readiness message): `tcptune emu`, the lab and the tests share it.
 //!
 //! * [`state`] keeps a record per topology under `/run/tcptune/` (a directory of the user's
 //!   own in rootless mode: [`state::state_dir`]) (owner pid and start time,
@@ -57,6 +57,7 @@
 //! # Ok::<(), tcptune_emu::EmuError>(())
 //! ```
 
+mod addr;
 pub mod capacity;
 pub mod config;
 pub mod daemon;
@@ -65,16 +66,16 @@ pub mod mode;
 pub mod packet;
 pub mod path;
 pub mod paths;
-pub mod process;
 pub mod stage;
 pub mod state;
+mod statedir;
 pub mod stats;
 
 mod error;
 mod namespace;
+mod ns;
 mod nsexec;
 mod rootless;
-mod sock;
 mod sys;
 mod topology;
 mod worker;
@@ -84,9 +85,9 @@ pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig, MAX_
 pub use error::EmuError;
 pub use mode::{Mode, ModeChoice};
 pub use namespace::Namespace;
+pub use ns::NsId;
 pub use path::Path;
 pub use paths::{path_addr, path_index, Paths};
-pub use rootless::NsId;
 pub use state::{OwnerKind, RootlessRecord, TopologyRecord};
 pub use stats::{DirStats, Drops, EmuStats, LatenessSummary, PathStats};
 pub use topology::{unique_name, PathControl, Topology, UpOptions, ADDR_A, ADDR_B, TUN_NAME};

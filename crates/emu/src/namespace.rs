@@ -4,7 +4,8 @@
 //! dumps) and may not be root.
 
 use crate::error::EmuError;
-use crate::rootless::{NsId, NsRef, Rootless};
+use crate::ns::{command_in, NsId, NsRef};
+use crate::rootless::Rootless;
 use crate::sys;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -77,7 +78,7 @@ impl Namespace {
 
     /// A command that runs `program` inside (as root of the user namespace).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut cmd = crate::state::command_in(
+        let mut cmd = command_in(
             &self.ns,
             IpAddr::from([0, 0, 0, 0]),
             IpAddr::from([0, 0, 0, 0]),

@@ -1,23 +1,14 @@
 //! Several paths through one pair of devices: side B has one address per path, and each
 //! packet takes the path its side-B address selects ([`path_index`]).
 
+pub use crate::addr::path_addr;
+use crate::addr::PATH_NET;
 use crate::config::{ConfigError, PathConfig};
 use crate::packet::Packet;
 use crate::path::Path;
 use crate::stats::DirStats;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 use tcptune_core::Time;
-
-/// The first three octets of side B's path addresses (198.19.0.0/24).
-const PATH_NET: [u8; 3] = [198, 19, 0];
-
-/// Side B's address reached through path `index` (0 is the topology's first path):
-/// 198.19.0.1, 198.19.0.2, ... (`index` below 254).
-pub fn path_addr(index: usize) -> Ipv4Addr {
-    let last = u8::try_from(index + 1).unwrap_or(u8::MAX);
-    Ipv4Addr::new(PATH_NET[0], PATH_NET[1], PATH_NET[2], last)
-}
 
 /// The path an IP packet takes in direction `direction` (0 = A→B: by its destination, 1 =
 /// B→A: by its source) when there are `count` paths. Anything that is not an IPv4 packet
@@ -157,6 +148,7 @@ impl Paths {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn ipv4(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
         let mut ip = vec![0u8; 40];
@@ -170,7 +162,7 @@ mod tests {
 
     #[test]
     fn path_addr_counts_up_from_side_b_first_address() {
-        assert_eq!(path_addr(0), crate::ADDR_B);
+        assert_eq!(path_addr(0), crate::addr::ADDR_B);
         assert_eq!(path_addr(1), Ipv4Addr::new(198, 19, 0, 2));
         assert_eq!(path_addr(8), Ipv4Addr::new(198, 19, 0, 9));
     }

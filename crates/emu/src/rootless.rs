@@ -6,7 +6,7 @@
 //! side, no ARP) and `tta`/`ttb` in `E`, where a packet socket with virtio-net headers reads
 //! what the side sends (GSO super-packets included) and writes what the path delivers to it.
 //! The owner's emulator threads use those sockets exactly as they use TUN devices in root
-//! mode; only the 14-byte Ethernet header differs ([`crate::worker::Framing`]).
+//! mode; only the 14-byte Ethernet header differs (the worker's `Framing`).
 //!
 //! Everything that needs the namespaces' privileges runs in a forked helper
 //! ([`nsexec`](crate::nsexec)) or in `ip` started inside them; the descriptors come back to
@@ -15,13 +15,12 @@
 
 use crate::error::EmuError;
 use crate::mode;
+use crate::ns::NsRef;
 use crate::nsexec::{Op, Script};
 use crate::sys;
-use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
 /// The veth ends in the emulator's namespace, for side A and side B.
@@ -56,62 +55,12 @@ fn mac_text(m: [u8; 6]) -> String {
         .join(":")
 }
 
-/// Identifies a namespace: the device and inode of its nsfs file (what `/proc/PID/ns/net`
-/// of every process inside resolves to).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NsId {
-    /// `st_dev`.
-    pub dev: u64,
-    /// `st_ino`.
-    pub ino: u64,
-}
-
-impl NsId {
-    /// The namespace a descriptor refers to.
-    pub(crate) fn of_fd(fd: &OwnedFd, label: &str) -> Result<NsId, EmuError> {
-        // SAFETY: fstat into a zeroed stat struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above, on a descriptor we hold.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(EmuError::last_os(format!(
-                "fstat network namespace {label}"
-            )));
-        }
-        Ok(NsId {
-            dev: st.st_dev,
-            ino: st.st_ino,
-        })
-    }
-
-    /// The namespace a path (`/run/netns/NAME`, `/proc/PID/ns/net`) refers to.
-    pub(crate) fn of_path(path: &std::path::Path) -> Option<NsId> {
-        std::fs::metadata(path).ok().map(|m| NsId {
-            dev: m.dev(),
-            ino: m.ino(),
-        })
-    }
-}
-
-/// A network namespace to run things in, and the user namespace that owns it when that is
-/// not the host's (rootless mode).
-#[derive(Clone, Debug)]
-pub(crate) struct NsRef {
-    pub(crate) user: Option<Arc<OwnedFd>>,
-    pub(crate) net: Arc<OwnedFd>,
-    /// For messages: `tt-NAME-a`.
-    pub(crate) label: String,
-}
-
 impl NsRef {
     /// A helper script that starts by joining this namespace.
     pub(crate) fn script(&self) -> Script {
         let mut s = Script::new();
         s.enter(self.user.as_deref(), &self.net, &self.label);
         s
-    }
-
-    pub(crate) fn id(&self) -> Result<NsId, EmuError> {
-        NsId::of_fd(&self.net, &self.label)
     }
 
     /// Open `path` inside the namespace (a `/proc/thread-self/net/...` file).
@@ -266,7 +215,7 @@ impl Rootless {
                 "link add {end} address {} mtu {mtu} type veth peer name {} address {} mtu {mtu} netns /proc/self/fd/{}\n\
                  link set dev {end} arp off up\n",
                 mac_text(mac(i, false)),
-                crate::topology::TUN_NAME,
+                crate::addr::TUN_NAME,
                 mac_text(mac(i, true)),
                 side.net.as_raw_fd(),
             ));
@@ -275,13 +224,13 @@ impl Rootless {
         self.emu.ip_batch(&cmds, &pass)?;
         for (i, side) in self.sides.iter().enumerate() {
             let (me, peer) = (addrs[i], addrs[1 - i]);
-            let dev = crate::topology::TUN_NAME;
+            let dev = crate::addr::TUN_NAME;
             let mut cmds = format!(
                 "link set lo up\n\
                  link set dev {dev} arp off up\n\
                  addr add {me}/32 peer {peer}/32 dev {dev}\n"
             );
-            cmds.push_str(&crate::topology::extra_addr_cmds(i, addrs[0], extra_b));
+            cmds.push_str(&crate::addr::extra_addr_cmds(i, addrs[0], extra_b));
             side.ip_batch(&cmds, &[])?;
         }
         let mut sockets = Vec::new();

@@ -18,43 +18,26 @@
 use crate::config::{PathConfig, Side};
 use crate::error::EmuError;
 use crate::host::{self, Cleanup};
-use crate::process::ProcessId;
-use crate::rootless::{NsId, NsRef};
+use crate::ns::{command_in, NsId, NsRef};
+use crate::statedir::StateLock;
+pub use crate::statedir::{ensure_state_dir, state_dir, STATE_DIR};
 use crate::stats::EmuStats;
 use crate::sys;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
+use tcptune_sys::process::ProcessId;
 
 /// Version of the record layout.
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
-/// Where root's records live (and the journal of the host's global sysctls).
-pub const STATE_DIR: &str = "/run/tcptune";
-
 /// `ioctl(NS_GET_USERNS)`: the user namespace that owns a namespace.
 const NS_GET_USERNS: libc::c_ulong = 0xb701;
-
-/// Where this process's records live: [`STATE_DIR`] for root; for anyone else
-/// `$XDG_RUNTIME_DIR/tcptune`, or `tcptune-UID` in the temporary directory.
-pub fn state_dir() -> PathBuf {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if uid == 0 {
-        return PathBuf::from(STATE_DIR);
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(d) if d.is_absolute() => d.join("tcptune"),
-        _ => std::env::temp_dir().join(format!("tcptune-{uid}")),
-    }
-}
 
 /// Where a rootless topology's namespaces are: the owner's descriptors of side A's and
 /// side B's network namespaces (`/proc/OWNER/fd/N`), and which namespaces they must be.
@@ -213,36 +196,6 @@ impl TopologyRecord {
     }
 }
 
-/// A command that enters the namespace `ns` between fork and exec (its user namespace
-/// first, if it has one).
-pub(crate) fn command_in(
-    ns: &NsRef,
-    me: IpAddr,
-    peer: IpAddr,
-    program: impl AsRef<std::ffi::OsStr>,
-) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.env("TCPTUNE_SELF", me.to_string())
-        .env("TCPTUNE_PEER", peer.to_string());
-    let (user, net) = (ns.user.clone(), ns.net.clone());
-    // SAFETY: the hook only calls setns(2), which is async-signal-safe, on descriptors kept
-    // open by the Arcs the closure owns.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(u) = &user {
-                if libc::setns(u.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd
-}
-
 /// The record file of `name`.
 pub fn record_path(name: &str) -> PathBuf {
     state_dir().join(format!("{name}.json"))
@@ -256,61 +209,6 @@ pub fn stats_path(name: &str) -> PathBuf {
 /// The log file of an `emu up` daemon.
 pub fn log_path(name: &str) -> PathBuf {
     state_dir().join(format!("{name}.log"))
-}
-
-/// Create the state directory and return it; one that is not root's must be a directory
-/// of this user's that nobody else may write (it is under a shared temporary directory).
-pub fn ensure_state_dir() -> Result<PathBuf, EmuError> {
-    ensure_dir()?;
-    Ok(state_dir())
-}
-
-fn ensure_dir() -> Result<(), EmuError> {
-    let dir = state_dir();
-    if dir == std::path::Path::new(STATE_DIR) {
-        return fs::create_dir_all(&dir)
-            .map_err(|e| EmuError::sys(format!("creating {}", dir.display()), e));
-    }
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(EmuError::sys(format!("creating {}", dir.display()), e)),
-    }
-    let meta = fs::symlink_metadata(&dir)
-        .map_err(|e| EmuError::sys(format!("checking {}", dir.display()), e))?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
-        return Err(EmuError::State {
-            path: dir.display().to_string(),
-            detail: format!(
-                "not a directory of uid {uid} that only it may write; remove it or set \
-                 XDG_RUNTIME_DIR"
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Holds `/run/tcptune/.lock` (an exclusive flock) while alive.
-pub(crate) struct StateLock(#[allow(dead_code)] fs::File);
-
-impl StateLock {
-    pub(crate) fn acquire() -> Result<StateLock, EmuError> {
-        ensure_dir()?;
-        let path = state_dir().join(".lock");
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| EmuError::sys(format!("opening {}", path.display()), e))?;
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(EmuError::last_os(format!("flock {}", path.display())));
-        }
-        Ok(StateLock(f))
-    }
 }
 
 /// Every record (or the error reading it), sorted by name.
@@ -347,7 +245,7 @@ pub fn load(name: &str) -> Result<TopologyRecord, EmuError> {
 /// Write `record` as the owner of its name; fails if the name is held by a live owner or
 /// its namespaces exist without a record. Call with the [`StateLock`] held.
 pub(crate) fn claim(record: &TopologyRecord) -> Result<(), EmuError> {
-    ensure_dir()?;
+    ensure_state_dir()?;
     let path = record_path(&record.name);
     if let Ok(old) = load(&record.name) {
         if old.owner_alive() {

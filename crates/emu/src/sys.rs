@@ -1,16 +1,16 @@
 //! The thin Linux layer: TUN devices, network namespaces, `ip`, processes.
 
 use crate::error::EmuError;
-use crate::process;
-use crate::rootless::{NsId, NsRef};
+use crate::ns::{NsId, NsRef};
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use tcptune_sys::process;
+use tcptune_sys::sysctl::SysctlError;
 
 /// Where `ip netns` keeps named namespaces.
 pub(crate) const NETNS_DIR: &str = "/run/netns";
@@ -101,28 +101,7 @@ pub(crate) fn ip_in(
 ) -> Result<(), EmuError> {
     let mut cmd = Command::new("ip");
     cmd.args(args);
-    let (user, net) = (ns.user.clone(), ns.net.clone());
-    let pass = pass.to_vec();
-    // SAFETY: the hook runs between fork and exec and only calls setns(2) and fcntl(2),
-    // which are async-signal-safe, on descriptors the closure keeps open.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(u) = &user {
-                if libc::setns(u.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            for &fd in &pass {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    ns.enter_on_exec(&mut cmd, pass);
     run_ip(&mut cmd, args, stdin).map_err(|e| match e {
         EmuError::Command { what, detail } => EmuError::Command {
             what: format!("{what} (in {})", ns.label),
@@ -247,23 +226,39 @@ pub(crate) fn kill_ns_processes(id: NsId, label: &str, grace: Duration) -> Resul
     Ok(())
 }
 
-/// Read a sysctl of the calling thread's network namespace (global ones from anywhere).
+/// Read a sysctl of the calling thread's network namespace (global ones from anywhere),
+/// without the trailing newline.
 pub(crate) fn read_sysctl(key: &str) -> Result<String, EmuError> {
-    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
-    fs::read_to_string(&path).map_err(|e| EmuError::sys(format!("reading sysctl {key}"), e))
+    tcptune_sys::sysctl::read_sysctl(key).map_err(sysctl_error)
 }
 
 /// Write a sysctl of the calling thread's network namespace.
 pub(crate) fn write_sysctl(key: &str, value: &str) -> Result<(), EmuError> {
-    let path = PathBuf::from("/proc/sys").join(key.replace('.', "/"));
-    fs::write(&path, value).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EPERM) {
-            sysctl_hint(key)
-        } else {
-            ""
-        };
-        EmuError::sys(format!("writing sysctl {key}={value}{hint}"), e)
-    })
+    tcptune_sys::sysctl::write_sysctl(key, value).map_err(sysctl_error)
+}
+
+/// The emulator's error for a sysctl that could not be read or written ("writing sysctl
+/// KEY=VALUE: ...", with [`sysctl_hint`] added to an EPERM).
+fn sysctl_error(e: SysctlError) -> EmuError {
+    match e {
+        SysctlError::Read { key, source, .. } => {
+            EmuError::sys(format!("reading sysctl {key}"), source)
+        }
+        SysctlError::Write {
+            key, value, source, ..
+        } => {
+            let hint = if source.raw_os_error() == Some(libc::EPERM) {
+                sysctl_hint(&key)
+            } else {
+                ""
+            };
+            EmuError::sys(format!("writing sysctl {key}={value}{hint}"), source)
+        }
+        e @ (SysctlError::BadKey(_) | SysctlError::Parse { .. }) => EmuError::sys(
+            e.to_string(),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        ),
+    }
 }
 
 /// What to add to an EPERM from writing sysctl `key` in a namespace.

@@ -71,11 +71,8 @@ impl Shared {
         };
         let mut buf = vec![0u8; 16 * 1024];
         let n = f.read_at(&mut buf, 0).unwrap_or(0);
-        let device = parse_tx_dropped(
-            &String::from_utf8_lossy(&buf[..n]),
-            crate::topology::TUN_NAME,
-        )
-        .unwrap_or(0);
+        let device = parse_tx_dropped(&String::from_utf8_lossy(&buf[..n]), crate::addr::TUN_NAME)
+            .unwrap_or(0);
         drop(files);
         device + self.packet_socket_drops(dir)
     }

@@ -7,7 +7,7 @@ mod common;
 use common::{can_run, wait_for};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use tcptune_emu::process::{self, Ended, ProcessId};
+use tcptune_sys::process::{self, Ended, ProcessId};
 
 /// Not a test on its own: the parent process of `children_die_with_a_parent_killed_by_sigkill`.
 /// Starts a supervised `sleep`, prints its pid, and waits to be killed.

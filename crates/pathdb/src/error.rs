@@ -1,6 +1,6 @@
 //! What can go wrong opening and using the database, and what is only worth a warning.
 
-use crate::store::BUSY_TIMEOUT;
+use crate::lock::BUSY_TIMEOUT;
 use std::fmt;
 use std::path::PathBuf;
 

@@ -75,6 +75,7 @@ mod types;
 
 pub use error::{OpenError, StoreError, Warning};
 pub use location::{default_location, Location, ENV_VAR, FILE_NAME, LEGACY_FILE_NAME};
+pub use lock::BUSY_TIMEOUT;
 pub use schema::SCHEMA_VERSION;
-pub use store::{PathStore, Recorded, BUSY_TIMEOUT, HISTORY_PER_PATH};
+pub use store::{PathStore, Recorded, HISTORY_PER_PATH};
 pub use types::{Source, StoredEntry, StoredMeasurement};

@@ -2,11 +2,13 @@
 //! cannot cover: replacing the database file itself (moving a damaged one aside, converting
 //! a JSON file in place).
 
-use crate::store::BUSY_TIMEOUT;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// Longest wait for another process's transaction (SQLite's busy timeout) or lock file.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why the lock could not be taken.
 #[derive(Debug)]

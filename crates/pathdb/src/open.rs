@@ -5,9 +5,10 @@
 use crate::error::{is_busy, is_corruption, OpenError, Warning};
 use crate::legacy::{self, FileKind};
 use crate::location::Location;
+use crate::lock::BUSY_TIMEOUT;
 use crate::lock::{FileLock, LockError};
 use crate::schema::{self, MigrateError, SCHEMA_VERSION};
-use crate::store::{PathStore, BUSY_TIMEOUT};
+use crate::store::PathStore;
 use crate::types::{direction_name, Source};
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -55,9 +56,31 @@ fn lock_error(path: &Path, e: LockError) -> OpenError {
     }
 }
 
+impl PathStore {
+    /// Open the database at `path` (see [`Location::resolve`] for `.json` names), creating
+    /// it, migrating it, importing the old JSON database once, and moving a damaged file
+    /// aside: see the crate documentation.
+    pub fn open(path: &Path) -> Result<PathStore, OpenError> {
+        match open_at(path, true)? {
+            Some(s) => Ok(s),
+            None => Err(OpenError::Io {
+                path: path.to_path_buf(),
+                what: "creating it",
+                source: std::io::ErrorKind::NotFound.into(),
+            }),
+        }
+    }
+
+    /// Like [`PathStore::open`], but `None` when there is no database (nor an old JSON one)
+    /// at `path`, instead of creating one: for commands that only read.
+    pub fn open_existing(path: &Path) -> Result<Option<PathStore>, OpenError> {
+        open_at(path, false)
+    }
+}
+
 /// Open (and with `create`, create) the database at `given`; `None` when `create` is false
 /// and there is neither a database nor an old JSON file.
-pub(crate) fn open(given: &Path, create: bool) -> Result<Option<PathStore>, OpenError> {
+fn open_at(given: &Path, create: bool) -> Result<Option<PathStore>, OpenError> {
     let loc = Location::resolve(given);
     let db = loc.database.clone();
     let mut warnings = Vec::new();

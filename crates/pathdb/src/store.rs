@@ -1,6 +1,6 @@
 //! [`PathStore`]: lookups, recording, listing and forgetting, each in one transaction.
 
-use crate::error::{is_busy, is_corruption, OpenError, StoreError, Warning};
+use crate::error::{is_busy, is_corruption, StoreError, Warning};
 use crate::location::Location;
 use crate::types::{direction_from, direction_name, Source, StoredEntry, StoredMeasurement};
 use rusqlite::{params, params_from_iter, Connection, Row, ToSql, TransactionBehavior};
@@ -11,9 +11,6 @@ use tcptune_core::pathdb::{
     rtt_bucket, Direction, Known, Measurement, PathDb, PathDbPolicy, PathEntry, RecordBounds, Room,
     PATH_DB_SCHEMA_VERSION,
 };
-
-/// Longest wait for another process's transaction (SQLite's busy timeout).
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Measurements kept per path (the newest), for `tcptune paths show`.
 pub const HISTORY_PER_PATH: usize = 32;
@@ -137,26 +134,6 @@ fn key(e: &PathEntry) -> (&str, Direction, i32) {
 }
 
 impl PathStore {
-    /// Open the database at `path` (see [`Location::resolve`] for `.json` names), creating
-    /// it, migrating it, importing the old JSON database once, and moving a damaged file
-    /// aside: see the crate documentation.
-    pub fn open(path: &Path) -> Result<PathStore, OpenError> {
-        match crate::open::open(path, true)? {
-            Some(s) => Ok(s),
-            None => Err(OpenError::Io {
-                path: path.to_path_buf(),
-                what: "creating it",
-                source: std::io::ErrorKind::NotFound.into(),
-            }),
-        }
-    }
-
-    /// Like [`PathStore::open`], but `None` when there is no database (nor an old JSON one)
-    /// at `path`, instead of creating one: for commands that only read.
-    pub fn open_existing(path: &Path) -> Result<Option<PathStore>, OpenError> {
-        crate::open::open(path, false)
-    }
-
     pub(crate) fn new(conn: Connection, location: Location, warnings: Vec<Warning>) -> Self {
         PathStore {
             conn,

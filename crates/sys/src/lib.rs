@@ -7,7 +7,8 @@
 //! * [`driver`]: running a tuner on one socket (sample, feed, apply, record).
 //! * [`sysctl`]: sysctls and buffer limits of the current network namespace.
 //! * [`net`]: sockets configured before `connect()`/`listen()`.
-//! * [`os`]: CPU time, random bytes, waiting on a socket, host description.
+//! * [`os`]: CPU time, random bytes, the wall clock, waiting on a socket, host description.
+//! * [`process`]: supervising child processes and daemons, stopping processes, stop signals.
 //! * [`fs`]: files beneath a directory handle (`openat2` with `RESOLVE_BENEATH`) and the
 //!   metadata, modes, times and free space a file copy needs.
 //! * [`route`]: a per-destination route with a large initial window (careful resume).
@@ -16,6 +17,7 @@ pub mod driver;
 pub mod fs;
 pub mod net;
 pub mod os;
+pub mod process;
 pub mod route;
 pub mod sockopt;
 pub mod sysctl;

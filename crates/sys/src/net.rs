@@ -6,7 +6,7 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::time::Duration;
 
@@ -97,20 +97,37 @@ pub fn bind(fd: &OwnedFd, addr: &SocketAddr) -> Result<(), NetError> {
     Ok(())
 }
 
-/// Bind `fd` to `addr` and listen. Options set on `fd` before are inherited by accepted
-/// sockets.
-pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListener, NetError> {
-    let one: libc::c_int = 1;
-    // SAFETY: valid pointer to an int. SO_REUSEADDR lets a restarted server rebind at once.
-    unsafe {
+/// `setsockopt(fd, level, name, value)` for an `int` option; `what` names it in the error.
+fn set_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+    what: impl FnOnce() -> String,
+) -> Result<(), NetError> {
+    // SAFETY: valid pointer to an int of the size given.
+    let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEADDR,
-            (&one as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+    if r != 0 {
+        return Err(NetError::last(what()));
+    }
+    Ok(())
+}
+
+/// Bind `fd` to `addr` and listen. Options set on `fd` before are inherited by accepted
+/// sockets.
+pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListener, NetError> {
+    // SO_REUSEADDR lets a restarted server rebind at once.
+    set_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1, || {
+        format!("setsockopt SO_REUSEADDR on a socket for {addr}")
+    })?;
     bind(&fd, addr)?;
     // SAFETY: plain syscall on an owned fd.
     if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
@@ -118,6 +135,26 @@ pub fn listen(fd: OwnedFd, addr: &SocketAddr, backlog: i32) -> Result<TcpListene
     }
     // SAFETY: we own fd and hand it to the listener.
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
+}
+
+/// Listen on every address, `[::]:port`: IPv6 only when `v6only`, else IPv4 too (as
+/// IPv4-mapped addresses). Where the host has no IPv6 the error is `EAFNOSUPPORT`.
+pub fn listen_any_v6(port: u16, v6only: bool, backlog: i32) -> Result<TcpListener, NetError> {
+    let addr = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
+    let fd = tcp_socket(&addr)?;
+    set_int(
+        &fd,
+        libc::IPPROTO_IPV6,
+        libc::IPV6_V6ONLY,
+        libc::c_int::from(v6only),
+        || {
+            format!(
+                "setsockopt IPV6_V6ONLY={} on a socket for {addr}",
+                u8::from(v6only)
+            )
+        },
+    )?;
+    listen(fd, &addr, backlog)
 }
 
 /// Start connecting `fd` to `addr` without waiting: the returned stream is non-blocking and
@@ -154,69 +191,47 @@ pub fn connect_start(fd: OwnedFd, addr: &SocketAddr) -> Result<TcpStream, NetErr
 /// Connect `fd` to `addr`, giving up after `timeout`.
 pub fn connect(fd: OwnedFd, addr: &SocketAddr, timeout: Duration) -> Result<TcpStream, NetError> {
     let op = || format!("connect {addr}");
-    // SAFETY: we own fd; the TcpStream takes it over (and closes it on error paths).
-    let stream = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
-    stream
-        .set_nonblocking(true)
-        .map_err(|source| NetError { op: op(), source })?;
-    let (ss, len) = sockaddr(addr);
-    // SAFETY: ss valid for len bytes.
-    let r = unsafe {
-        libc::connect(
-            stream.as_raw_fd(),
-            (&ss as *const libc::sockaddr_storage).cast(),
-            len,
-        )
+    let stream = connect_start(fd, addr)?;
+    let mut p = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
     };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
             return Err(NetError {
                 op: op(),
                 source: e,
             });
         }
-        let mut p = libc::pollfd {
-            fd: stream.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut p, 1, ms) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(NetError {
-                    op: op(),
-                    source: e,
-                });
-            }
-            if n == 0 {
-                return Err(NetError {
-                    op: op(),
-                    source: io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no answer within {:.1}s", timeout.as_secs_f64()),
-                    ),
-                });
-            }
-            break;
-        }
-        if let Some(e) = stream
-            .take_error()
-            .map_err(|source| NetError { op: op(), source })?
-        {
+        if n == 0 {
             return Err(NetError {
                 op: op(),
-                source: e,
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:.1}s", timeout.as_secs_f64()),
+                ),
             });
         }
+        break;
+    }
+    if let Some(e) = stream
+        .take_error()
+        .map_err(|source| NetError { op: op(), source })?
+    {
+        return Err(NetError {
+            op: op(),
+            source: e,
+        });
     }
     stream
         .set_nonblocking(false)
@@ -249,6 +264,33 @@ mod tests {
         let mut b = [0u8; 2];
         s.read_exact(&mut b).expect("read");
         assert_eq!(&b, b"hi");
+    }
+
+    #[test]
+    fn a_dual_stack_listener_takes_ipv4_and_a_v6only_one_does_not() {
+        let l = match listen_any_v6(0, false, 4) {
+            Ok(l) => l,
+            // A host without IPv6 says so, and that is the one acceptable failure.
+            Err(e) if e.source.raw_os_error() == Some(libc::EAFNOSUPPORT) => return,
+            Err(e) => panic!("{e}"),
+        };
+        let port = l.local_addr().expect("addr").port();
+        let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let c = connect(
+            tcp_socket(&v4).expect("socket"),
+            &v4,
+            Duration::from_secs(5),
+        );
+        assert!(c.is_ok(), "{c:?}");
+        let only = listen_any_v6(0, true, 4).expect("v6only listener");
+        let port = only.local_addr().expect("addr").port();
+        let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let c = connect(
+            tcp_socket(&v4).expect("socket"),
+            &v4,
+            Duration::from_secs(5),
+        );
+        assert!(c.is_err(), "an IPv6-only listener took an IPv4 connection");
     }
 
     #[test]

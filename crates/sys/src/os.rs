@@ -67,6 +67,21 @@ pub fn thread_cpu() -> io::Result<CpuTimes> {
     rusage(libc::RUSAGE_THREAD)
 }
 
+/// Seconds since the Unix epoch by the wall clock (0.0 if the clock is before 1970): the
+/// time stamps of records and of the path database.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Whole seconds since the Unix epoch by the wall clock (0 if the clock is before 1970).
+pub fn unix_now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Fill `buf` with random bytes from the kernel (`getrandom`).
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
     let mut done = 0;

@@ -13,7 +13,7 @@
 //! * [`ChildGuard`]: a supervised child (it dies with the test process, even on SIGKILL),
 //!   stopped and reaped on drop.
 //!
-//! Stopping processes is `tcptune_emu::process`'s job, the one implementation shared with
+//! Stopping processes is `tcptune_sys::process`'s job, the one implementation shared with
 //! the `tcptune` command and the lab. This crate depends on `tcptune-emu` for it; the emu
 //! crate takes this one as a dev-dependency only, a cycle Cargo allows (the emu crate's own
 //! unit tests do not use the test kit, so only one build of it meets the kit's).
@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tcptune_emu::process::{self, Supervised};
+use tcptune_sys::process::{self, Supervised};
 
 /// Whether this is a CI run (`CI=true`), where tests must not skip.
 pub fn ci() -> bool {

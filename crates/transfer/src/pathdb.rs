@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
 pub use tcptune_pathdb::{default_location, Location, PathStore, Source, ENV_VAR};
+use tcptune_sys::os::unix_now;
 
 /// The path database for one transfer, and what it contributed (for the report).
 #[derive(Debug)]
@@ -117,12 +118,6 @@ impl PathDbSession {
     pub(crate) fn into_report(self) -> PathDbReport {
         self.report
     }
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::pathdb::Direction;
 use tcptune_core::{human_bps, human_duration, Bytes, HostLimits};
+use tcptune_sys::os::unix_now;
 use tcptune_transfer::advice::{Advice, Host, Sockopt, Sysctl};
 use tcptune_transfer::auth::Secret;
 use tcptune_transfer::client::advise::{advise, AdviceResult, AdviseConfig};
@@ -157,12 +158,6 @@ struct AdviseDoc<'a> {
     seconds: f64,
 }
 
-fn now_unix() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 fn doc(r: &AdviceResult) -> AdviseDoc<'_> {
     let a = &r.advice;
     let p = &a.path;
@@ -192,7 +187,7 @@ fn doc(r: &AdviceResult) -> AdviseDoc<'_> {
         },
         measured_at: super::serve::rfc3339(at as u64, ((at.fract()) * 1000.0) as u32),
         measured_at_unix_s: at,
-        age_s: (now_unix() - at).max(0.0),
+        age_s: (unix_now() - at).max(0.0),
         source: p.source.as_str(),
         samples: p.samples,
         measurement: p.measure_streams.map(|streams| MeasurementDoc {
@@ -229,7 +224,7 @@ fn text(r: &AdviceResult) -> String {
             human_duration(Duration::from_secs_f64(secs.min(1e9)))
         ),
         _ => {
-            let age = (now_unix() - p.measured_at_unix_s).max(0.0);
+            let age = (unix_now() - p.measured_at_unix_s).max(0.0);
             format!(
                 "the server's path database: {} sample(s), {} old",
                 p.samples,

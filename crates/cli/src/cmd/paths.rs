@@ -11,6 +11,7 @@ use std::time::Duration;
 use tcptune_core::pathdb::{rtt_bucket_range, Direction, PathDbPolicy};
 use tcptune_doctor::sizing::{human_duration, human_rate};
 use tcptune_pathdb::{PathStore, Source, StoredEntry, StoredMeasurement};
+use tcptune_sys::os::unix_now;
 
 /// Version of the JSON written by `paths --json`, `paths show --json`, `paths forget --json`
 /// and each line of `paths export`.
@@ -322,12 +323,6 @@ fn addresses_of(host: &str) -> anyhow::Result<Vec<String>> {
     Ok(ips)
 }
 
-fn now_unix_s() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 fn location(opts: &Opts) -> anyhow::Result<PathBuf> {
     opts.path_db
         .clone()
@@ -373,7 +368,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         .display()
         .to_string();
     let policy = PathDbPolicy::default();
-    let now = now_unix_s();
+    let now = unix_now();
     let mut store = open(&path)?;
     let mut entries = || -> anyhow::Result<Vec<StoredEntry>> {
         match store.as_mut() {

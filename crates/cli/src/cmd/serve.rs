@@ -8,7 +8,6 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -507,54 +506,6 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
     sink.line(&format!("{} {text}", line.time));
 }
 
-/// A listening socket for `[::]` that also takes IPv4 (`v6only` false) or not.
-fn listen_v6_any(port: u16, v6only: bool) -> std::io::Result<TcpListener> {
-    // SAFETY: plain socket calls on a descriptor this function owns; every pointer is to a
-    // live local of the right size.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let owned = OwnedFd::from_raw_fd(fd);
-        let set = |level, name, v: libc::c_int| {
-            let r = libc::setsockopt(
-                owned.as_raw_fd(),
-                level,
-                name,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-            if r < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        };
-        set(
-            libc::IPPROTO_IPV6,
-            libc::IPV6_V6ONLY,
-            libc::c_int::from(v6only),
-        )?;
-        set(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-        let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
-        sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-        sa.sin6_port = port.to_be();
-        if libc::bind(
-            owned.as_raw_fd(),
-            (&sa as *const libc::sockaddr_in6).cast(),
-            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        if libc::listen(owned.as_raw_fd(), 1024) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(TcpListener::from(owned))
-    }
-}
-
 /// The listener `opts` asks for, and a note when IPv6 is not available here.
 fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
     let in_use = |addr: String, e: std::io::Error| {
@@ -588,7 +539,7 @@ fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
             .map_err(|e| in_use(v4.to_string(), e));
     }
     let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), opts.port);
-    match listen_v6_any(opts.port, opts.ipv6) {
+    match tcptune_sys::net::listen_any_v6(opts.port, opts.ipv6, 1024).map_err(|e| e.source) {
         Ok(l) => Ok((l, None)),
         Err(e) if !opts.ipv6 && e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
             let l = TcpListener::bind(v4).map_err(|e| in_use(v4.to_string(), e))?;

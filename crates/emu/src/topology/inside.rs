@@ -9,6 +9,7 @@ use crate::sys;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
+use tcptune_sys::net;
 
 impl Topology {
     /// A socket created inside `side`'s namespace (`ty` may include `SOCK_NONBLOCK`;
@@ -44,17 +45,14 @@ impl Topology {
     /// B's [`path_addr`](crate::path_addr)`(i)`), or `0.0.0.0` for all of them.
     pub fn tcp_listener_at(&self, side: Side, addr: SocketAddr) -> Result<TcpListener, EmuError> {
         let fd = self.socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)?;
-        crate::sock::reuse_addr(&fd, addr)?;
-        crate::sock::bind(&fd, addr)?;
-        crate::sock::listen(&fd, addr)?;
-        Ok(TcpListener::from(fd))
+        Ok(net::listen(fd, &addr, 1024)?)
     }
 
     /// A UDP socket bound to `side`'s address and `port` (0: any), inside its namespace.
     pub fn udp_socket(&self, side: Side, port: u16) -> Result<UdpSocket, EmuError> {
         let addr = SocketAddr::new(self.addr(side), port);
         let fd = self.socket(side, libc::AF_INET, libc::SOCK_DGRAM, 0)?;
-        crate::sock::bind(&fd, addr)?;
+        net::bind(&fd, &addr)?;
         Ok(UdpSocket::from(fd))
     }
 
@@ -67,7 +65,7 @@ impl Topology {
         timeout: Duration,
     ) -> Result<TcpStream, EmuError> {
         let fd = self.socket(side, libc::AF_INET, libc::SOCK_STREAM, 0)?;
-        crate::sock::connect_timeout(fd, target, timeout)
+        Ok(net::connect(fd, &target, timeout)?)
     }
 
     /// Set a sysctl in `side`'s namespace (global sysctls such as net.core.rmem_max are

@@ -1,14 +1,15 @@
 //! [`Topology`]: two namespaces joined by the emulated path, as a guard.
 
+use crate::addr::{extra_addr_cmds, path_addr};
 use crate::config::{PathConfig, Side, TopologyConfig};
 use crate::error::EmuError;
 use crate::mode::{self, Facts, Mode, ModeChoice};
+use crate::ns::{command_in, NsRef};
 use crate::path::DEFAULT_MAX_BURST;
-use crate::paths::{path_addr, Paths};
-use crate::rootless::{self, NsRef, Rootless};
-use crate::state::{
-    self, OwnerKind, RootlessRecord, StateLock, TopologyRecord, RECORD_SCHEMA_VERSION,
-};
+use crate::paths::Paths;
+use crate::rootless::{self, Rootless};
+use crate::state::{self, OwnerKind, RootlessRecord, TopologyRecord, RECORD_SCHEMA_VERSION};
+use crate::statedir::StateLock;
 use crate::stats::{EmuStats, PathStats, STATS_SCHEMA_VERSION};
 use crate::sys;
 use crate::worker::{Framing, Shared, Worker};
@@ -16,7 +17,7 @@ use crate::worker::{Framing, Shared, Worker};
 mod control;
 mod inside;
 pub use control::PathControl;
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,12 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tcptune_core::Time;
 
-/// Side A's address inside its namespace (198.18.0.0/15 is reserved for benchmarking).
-pub const ADDR_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
-/// Side B's address inside its namespace.
-pub const ADDR_B: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
-/// Name of the TUN device inside each namespace.
-pub const TUN_NAME: &str = "tt0";
+pub use crate::addr::{ADDR_A, ADDR_B, TUN_NAME};
 
 /// How the driver runs (the defaults are what the benchmarks measured best).
 #[derive(Clone, Debug)]
@@ -141,7 +137,7 @@ impl Topology {
             name: name.clone(),
             owner_kind: opts.owner,
             owner_pid: pid,
-            owner_start: crate::process::start_time(pid).unwrap_or(0),
+            owner_start: tcptune_sys::process::start_time(pid).unwrap_or(0),
             netns: netns.clone(),
             addrs: [IpAddr::V4(ADDR_A), IpAddr::V4(ADDR_B)],
             path: cfg.path.clone(),
@@ -376,7 +372,7 @@ impl Topology {
         };
         let sock = |side: Side, addr: IpAddr| -> Result<UdpSocket, EmuError> {
             let fd = self.socket(side, libc::AF_INET, libc::SOCK_DGRAM, 0)?;
-            crate::sock::bind(&fd, std::net::SocketAddr::new(addr, 0))?;
+            tcptune_sys::net::bind(&fd, &std::net::SocketAddr::new(addr, 0))?;
             let s = UdpSocket::from(fd);
             s.set_read_timeout(Some(per_try))
                 .map_err(|e| EmuError::sys("setting the probe timeout", e))?;
@@ -465,7 +461,7 @@ impl Topology {
         side: Side,
         program: impl AsRef<std::ffi::OsStr>,
     ) -> std::process::Command {
-        state::command_in(
+        command_in(
             &self.ns[side.index()],
             self.addr(side),
             self.addr(side.peer()),
@@ -627,21 +623,6 @@ impl Topology {
             None => Ok(stats),
         }
     }
-}
-
-/// The `ip -batch` lines that give side B (`side` 1) the extra paths' addresses, or side A
-/// (`side` 0, address `addr_a`) routes to them.
-pub(crate) fn extra_addr_cmds(side: usize, addr_a: IpAddr, extra_b: &[IpAddr]) -> String {
-    extra_b
-        .iter()
-        .map(|b| {
-            if side == 1 {
-                format!("addr add {b}/32 dev {TUN_NAME}\n")
-            } else {
-                format!("route add {b}/32 dev {TUN_NAME} src {addr_a}\n")
-            }
-        })
-        .collect()
 }
 
 fn snapshot(shared: &Shared, name: &str, path: &str, started: Instant) -> EmuStats {

@@ -1,6 +1,6 @@
 //! One emulated path with a `tcptune serve` on side B: the only code in the lab that touches
 //! the emulator and child processes. Both children (`serve`, `send`) are supervised
-//! (`tcptune_emu::process`): they die with the lab, even if it is killed with SIGKILL.
+//! (`tcptune_sys::process`): they die with the lab, even if it is killed with SIGKILL.
 //! The scenario cells (a competing transfer, a path that changes) are run by [`scenario`].
 
 mod scenario;
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tcptune_core::Rate;
-use tcptune_emu::process::{self, Supervised, Waited};
 use tcptune_emu::{EmuStats, PathConfig, QueueLimit, Side, Topology, TopologyConfig};
+use tcptune_sys::process::{self, Supervised, Waited};
 use tcptune_transfer::report::Report;
 
 /// What to bring up.

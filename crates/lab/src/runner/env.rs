@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Kernel release (`/proc/sys/kernel/osrelease`).
 pub fn kernel_release() -> String {
@@ -33,11 +32,7 @@ pub fn binary_version(bin: &Path) -> String {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
+pub use tcptune_sys::os::unix_now;
 
 /// `YYYYMMDD-HHMMSS` (UTC) of a Unix time.
 pub fn utc_stamp(unix_s: u64) -> String {

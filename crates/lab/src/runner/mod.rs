@@ -13,7 +13,7 @@
 //! `results.jsonl` as soon as it finishes. At the end (also after an error or Ctrl-C) the
 //! global sysctls are restored, `meta.json` is completed and every report is built.
 //!
-//! Crash safety: the children (`serve`, `send`) are supervised (`tcptune_emu::process`) and
+//! Crash safety: the children (`serve`, `send`) are supervised (`tcptune_sys::process`) and
 //! die with the lab, even when it is killed with SIGKILL; the global sysctls' original values
 //! are journaled before they are raised (`tcptune_emu::host`). The next lab (or
 //! `tcptune lab --cleanup`, [`cleanup`]) puts back what a dead lab left raised before it
@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use tcptune_core::{Bytes, Rate};
 use tcptune_emu::host::{Cleanup, RestoreAction};
 use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
-use tcptune_emu::process::signals;
+use tcptune_sys::process::signals;
 
 /// Whether a stop signal (Ctrl-C, SIGTERM, SIGHUP) asked the lab to stop.
 pub(crate) fn interrupted() -> bool {

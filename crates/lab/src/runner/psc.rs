@@ -33,8 +33,8 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use tcptune_core::Rate;
 use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
-use tcptune_emu::process::{self, signals, Supervised};
 use tcptune_emu::{path_addr, PathConfig, QueueLimit, Side, Topology, TopologyConfig};
+use tcptune_sys::process::{self, signals, Supervised};
 use tcptune_transfer::report::Report;
 
 /// How to run PSC's experiments.

@@ -192,9 +192,7 @@ fn advise_plan(cfg: &AdviseConfig, limits: &HostLimits) -> Result<AdvisePlan, Cl
         Some(secret) => {
             let mut nonce = [0u8; 32];
             tcptune_sys::os::random_bytes(&mut nonce).map_err(local("getrandom (auth nonce)"))?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            let now = tcptune_sys::os::unix_now_secs();
             Some((secret.clone(), nonce, now))
         }
         None => None,

@@ -210,7 +210,7 @@ fn session_plan(
         Some(secret) => {
             let mut nonce = [0u8; 32];
             random("getrandom (auth nonce)", &mut nonce)?;
-            Some((secret.clone(), nonce, measure::unix_now() as u64))
+            Some((secret.clone(), nonce, tcptune_sys::os::unix_now_secs()))
         }
         None => None,
     };

@@ -158,9 +158,3 @@ pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint
         _ => Plan::Without,
     }
 }
-
-pub(crate) fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}

@@ -32,6 +32,7 @@ use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
 use tcptune_pathdb::Source;
 use tcptune_sys::fs::Dir;
+use tcptune_sys::os::{unix_now, unix_now_secs};
 
 const LISTENER: MioToken = MioToken(0);
 const WAKER: MioToken = MioToken(1);
@@ -397,7 +398,7 @@ impl Driver {
                     // The RTT was read when the lookup was asked for.
                     let rtt = known.as_ref().map(|k| k.min_rtt);
                     let rtt = self.lookup_rtts.remove(&session).flatten().or(rtt);
-                    endpoint.on_lookup(Instant::now(), session, rtt, known, unix_now_f64());
+                    endpoint.on_lookup(Instant::now(), session, rtt, known, unix_now());
                 }
                 Reply::Recorded(o) => {
                     if let Some(m) = &self.config.metrics {
@@ -477,7 +478,7 @@ impl Driver {
                     endpoint.on_closed(Instant::now(), conn);
                     return;
                 }
-                Ok(n) => endpoint.on_bytes(Instant::now(), unix_now(), conn, &buf[..n]),
+                Ok(n) => endpoint.on_bytes(Instant::now(), unix_now_secs(), conn, &buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -745,7 +746,7 @@ impl Driver {
         } else {
             // No database, no RTT to look up with, or a full queue: nothing known (the
             // session measures, within its limits).
-            endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now_f64());
+            endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now());
         }
     }
 
@@ -759,7 +760,7 @@ impl Driver {
         advice: bool,
     ) {
         let Some(w) = &self.paths else { return };
-        measurement.at_unix_s = unix_now_f64();
+        measurement.at_unix_s = unix_now();
         let source = if advice {
             Source::Advise
         } else {
@@ -906,16 +907,4 @@ impl Driver {
         .map_err(io::Error::other)?;
         p.engine.add_stream(index, stream, driver)
     }
-}
-
-fn unix_now_f64() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

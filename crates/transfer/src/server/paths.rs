@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::{Direction, Measurement, PathDbPolicy, RecordBounds};
 use tcptune_pathdb::{PathStore, Recorded, Source};
+use tcptune_sys::os::unix_now;
 
 /// Requests waiting for the database at most.
 const QUEUE: usize = 64;
@@ -154,12 +155,6 @@ impl Drop for PathDbWorker {
             let _ = t.join();
         }
     }
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn work(

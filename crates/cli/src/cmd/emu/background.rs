@@ -7,9 +7,9 @@ use serde::Serialize;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 use tcptune_emu::daemon::{self, DaemonSpec};
-use tcptune_emu::process::{Ended, ProcessError, ProcessId};
 use tcptune_emu::state::{self, OwnerKind};
 use tcptune_emu::{capacity_warning, EmuError, EmuStats, Mode};
+use tcptune_sys::process::{Ended, ProcessError, ProcessId};
 
 /// SIGTERM to SIGKILL for an `emu up` daemon (it takes its path down in between).
 const DAEMON_GRACE: Duration = Duration::from_secs(10);

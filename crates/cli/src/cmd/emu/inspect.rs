@@ -8,9 +8,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::format_duration;
-use tcptune_emu::process::{self, signals};
 use tcptune_emu::state::{self, OwnerKind, TopologyRecord};
 use tcptune_emu::{EmuStats, Mode, Side};
+use tcptune_sys::process::{self, signals};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct ExecOpts {

@@ -13,9 +13,9 @@ use std::os::fd::AsFd;
 use std::process::{ExitCode, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tcptune_emu::process::{self, output, signals, Supervised, Waited};
 use tcptune_emu::state::OwnerKind;
 use tcptune_emu::{capacity_warning, unique_name, EmuStats, Mode, Side, Topology};
+use tcptune_sys::process::{self, output, signals, Supervised, Waited};
 
 /// How the --server command's output lines are marked on stderr.
 const SERVER_PREFIX: &str = "[server] ";

@@ -1,5 +1,5 @@
-//! Process supervision for everything that runs programs around the emulator (`tcptune emu`,
-//! the lab, the test kit): the one implementation of
+//! Process supervision for everything that runs programs (`tcptune emu`, `send`, the lab,
+//! the emulator's namespaces, the test kit): the one implementation of
 //!
 //! * **stopping processes** ([`terminate()`], decided by the pure [`Termination`]): SIGTERM,
 //!   a grace period, SIGKILL, reaping; for a child, a process named by pid and start time
@@ -17,7 +17,7 @@
 //! ```no_run
 //! use std::process::Command;
 //! use std::time::{Duration, Instant};
-//! use tcptune_emu::process::{self, signals, Waited};
+//! use tcptune_sys::process::{self, signals, Waited};
 //!
 //! signals::catch_stop_signals()?;                   // 1. before starting anything
 //! let mut server = process::spawn(Command::new("sleep").arg("60"), "the server")?
@@ -29,7 +29,7 @@
 //!     Waited::Deadline | Waited::Interrupted => { client.terminate()?; }
 //! }
 //! server.terminate()?;                              // 3. SIGTERM, grace, SIGKILL, reap
-//! # Ok::<(), tcptune_emu::process::ProcessError>(())
+//! # Ok::<(), tcptune_sys::process::ProcessError>(())
 //! ```
 
 mod child;
