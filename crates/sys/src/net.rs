@@ -271,25 +271,26 @@ mod tests {
         let l = match listen_any_v6(0, false, 4) {
             Ok(l) => l,
             // A host without IPv6 says so, and that is the one acceptable failure.
-            Err(e) if e.source.raw_os_error() == Some(libc::EAFNOSUPPORT) => return,
+            Err(e) if e.source.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+                eprintln!("skipping: this host has no IPv6 ({e})");
+                return;
+            }
             Err(e) => panic!("{e}"),
         };
-        let port = l.local_addr().expect("addr").port();
-        let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let c = connect(
-            tcp_socket(&v4).expect("socket"),
-            &v4,
-            Duration::from_secs(5),
-        );
+        // A connection to 127.0.0.1 on the port `l` listens on.
+        let connect_v4 = |l: &TcpListener| {
+            let port = l.local_addr().expect("addr").port();
+            let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+            connect(
+                tcp_socket(&v4).expect("socket"),
+                &v4,
+                Duration::from_secs(5),
+            )
+        };
+        let c = connect_v4(&l);
         assert!(c.is_ok(), "{c:?}");
         let only = listen_any_v6(0, true, 4).expect("v6only listener");
-        let port = only.local_addr().expect("addr").port();
-        let v4: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let c = connect(
-            tcp_socket(&v4).expect("socket"),
-            &v4,
-            Duration::from_secs(5),
-        );
+        let c = connect_v4(&only);
         assert!(c.is_err(), "an IPv6-only listener took an IPv4 connection");
     }
 
