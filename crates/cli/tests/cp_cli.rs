@@ -150,6 +150,9 @@ fn diff(a: &Path, b: &Path) {
 
 #[test]
 fn random_trees_round_trip_both_ways() {
+    if !tcptune_testkit::require_program("random_trees_round_trip_both_ways", "diff") {
+        return;
+    }
     let t = Tmp::new("trees");
     let share = t.0.join("share");
     std::fs::create_dir_all(&share).expect("mkdir");

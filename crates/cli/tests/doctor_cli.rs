@@ -151,7 +151,10 @@ fn tcptune_in(ns: &Netns, args: &[&str]) -> Output {
 
 /// A namespace of the test's own: named as root, in a user namespace otherwise.
 fn root() -> bool {
-    tcptune_testkit::require("doctor_cli (namespaces)", &[Need::Netns])
+    tcptune_testkit::require(
+        "doctor_cli (namespaces)",
+        &[Need::Netns, Need::Program("sysctl")],
+    )
 }
 
 /// Run `ip ARGS` inside `ns` (root there in both modes).

@@ -20,6 +20,11 @@ fn can_run(test: &str) -> bool {
     tcptune_testkit::require(test, &[Need::Emulator])
 }
 
+/// The emulator runs here and `ping` is installed (the command run across the path).
+fn can_run_ping(test: &str) -> bool {
+    tcptune_testkit::require(test, &[Need::Emulator, Need::Program("ping")])
+}
+
 fn rootless() -> bool {
     tcptune_testkit::emulator_mode() == Some(tcptune_emu::Mode::Rootless)
 }
@@ -57,7 +62,7 @@ impl Drop for DownOnDrop {
 
 #[test]
 fn run_passes_peer_address_and_exit_code_and_cleans_up() {
-    if !can_run("run_passes_peer_address_and_exit_code_and_cleans_up") {
+    if !can_run_ping("run_passes_peer_address_and_exit_code_and_cleans_up") {
         return;
     }
     let n = name("r");
@@ -140,7 +145,7 @@ fn run_keeps_cmd_stdout_parseable_while_the_server_talks() {
 
 #[test]
 fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
-    if !can_run("run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr") {
+    if !can_run_ping("run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr") {
         return;
     }
     let out = run(tcptune().args([
@@ -175,7 +180,7 @@ fn run_json_puts_the_report_on_stdout_and_cmd_output_on_stderr() {
 
 #[test]
 fn run_extra_path_reaches_side_bs_second_address_over_its_own_path() {
-    if !can_run("run_extra_path_reaches_side_bs_second_address_over_its_own_path") {
+    if !can_run_ping("run_extra_path_reaches_side_bs_second_address_over_its_own_path") {
         return;
     }
     // Pings to 198.19.0.2 cross the extra path only: its counters see them, path 0's none.
@@ -248,7 +253,7 @@ fn server_log_takes_the_server_output_off_stderr() {
 
 #[test]
 fn up_exec_status_down_cycle() {
-    if !can_run("up_exec_status_down_cycle") {
+    if !can_run_ping("up_exec_status_down_cycle") {
         return;
     }
     let n = name("u");
@@ -421,7 +426,8 @@ fn interrupted_run_tears_down_and_exits_130() {
 
 #[test]
 fn without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless() {
-    if !can_run_as_root("without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless") {
+    let test = "without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless";
+    if !can_run_as_root(test) || !tcptune_testkit::require_program(test, "setpriv") {
         return;
     }
     // Drop CAP_NET_ADMIN and CAP_SYS_ADMIN from a root process with util-linux's setpriv.
@@ -439,10 +445,7 @@ fn without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless() {
             .env("TCPTUNE_EMU_MODE", mode)
             .output()
     };
-    let Ok(out) = without_caps("root") else {
-        eprintln!("skipping: setpriv (util-linux) not available");
-        return;
-    };
+    let out = without_caps("root").unwrap_or_else(|e| panic!("setpriv: {e}"));
     assert_eq!(out.status.code(), Some(5), "stderr: {}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("needs root"),
@@ -465,7 +468,7 @@ fn without_net_admin_capability_root_mode_exits_5_and_auto_goes_rootless() {
 fn rootless_mode_can_be_forced_and_says_what_it_cannot_do() {
     if !tcptune_testkit::require(
         "rootless_mode_can_be_forced_and_says_what_it_cannot_do",
-        &[Need::UserNs],
+        &[Need::UserNs, Need::Program("ping")],
     ) {
         return;
     }

@@ -335,10 +335,14 @@ fn serve_exit_statuses_follow_the_table() {
 
 #[test]
 fn privileged_commands_exit_5_for_an_unprivileged_user() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/usr/bin/setpriv").exists() {
-        assert!(!tcptune_testkit::ci(), "CI=true runs as root with setpriv");
-        eprintln!("skipping: needs root (to become nobody) and setpriv");
+    // Root, to become nobody with util-linux's setpriv.
+    if !tcptune_testkit::require(
+        "privileged_commands_exit_5_for_an_unprivileged_user",
+        &[
+            tcptune_testkit::Need::Root,
+            tcptune_testkit::Need::Program("setpriv"),
+        ],
+    ) {
         return;
     }
     let as_nobody = |args: &[&str]| {

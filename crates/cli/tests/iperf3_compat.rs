@@ -38,25 +38,6 @@ else:
     }))
 "#;
 
-/// Whether `python3` can import `module`; outside CI a missing one skips the test with a
-/// reason, under `CI=true` it fails it (the testkit's rule).
-fn require_python_module(test: &str, module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            !tcptune_testkit::ci(),
-            "{test}: CI=true but python3 cannot import {module} (pip install {module})"
-        );
-        eprintln!("skipping {test}: python3 cannot import {module} (pip install {module})");
-    }
-    ok
-}
-
 /// Feed `report` to `iperf3.TestResult`.
 fn read_with_iperf3_package(report: &[u8]) -> Value {
     let mut child = Command::new("python3")
@@ -116,7 +97,7 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn iperf3_package_reads_a_send_report() {
-    if !require_python_module("iperf3_package_reads_a_send_report", "iperf3") {
+    if !tcptune_testkit::require_python_module("iperf3_package_reads_a_send_report", "iperf3") {
         return;
     }
     let (mut server, port) = serve_once();
@@ -177,7 +158,10 @@ fn iperf3_package_reads_a_send_report() {
 
 #[test]
 fn iperf3_package_sees_the_error_of_a_failed_send() {
-    if !require_python_module("iperf3_package_sees_the_error_of_a_failed_send", "iperf3") {
+    if !tcptune_testkit::require_python_module(
+        "iperf3_package_sees_the_error_of_a_failed_send",
+        "iperf3",
+    ) {
         return;
     }
     // A port nobody listens on: bind one, note it, close it.

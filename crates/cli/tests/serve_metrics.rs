@@ -29,25 +29,6 @@ classic = sorted({f.name for f in prometheus(text)})
 print(json.dumps({"families": families, "classic": classic}))
 "#;
 
-fn require_python_module(test: &str, module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            !tcptune_testkit::ci(),
-            "{test}: CI=true but python3 cannot import {module} (pip install prometheus-client)"
-        );
-        eprintln!(
-            "skipping {test}: python3 cannot import {module} (pip install prometheus-client)"
-        );
-    }
-    ok
-}
-
 /// Kills and reaps the server on drop.
 struct Serve(Child);
 impl Drop for Serve {
@@ -109,7 +90,7 @@ fn value(v: &Value, family: &str, labels: &[(&str, &str)], suffix: &str) -> f64 
 #[test]
 fn serve_metrics_count_sessions_bytes_and_refusals_for_prometheus() {
     let test = "serve_metrics_count_sessions_bytes_and_refusals_for_prometheus";
-    if !require_python_module(test, "prometheus_client") {
+    if !tcptune_testkit::require_python_module(test, "prometheus_client") {
         return;
     }
     let mut child = Command::new(BIN)

@@ -14,7 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_tcptune");
 fn each_end_tunes_with_its_own_namespaces_limits() {
     if !tcptune_testkit::require(
         "each_end_tunes_with_its_own_namespaces_limits",
-        &[Need::Netns],
+        &[Need::Netns, Need::Program("sysctl"), Need::Program("ss")],
     ) {
         return;
     }

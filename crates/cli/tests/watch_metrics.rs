@@ -26,25 +26,6 @@ classic = sorted({f.name for f in prometheus(text)})
 print(json.dumps({"families": families, "classic": classic}))
 "#;
 
-fn require_python_module(test: &str, module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            !tcptune_testkit::ci(),
-            "{test}: CI=true but python3 cannot import {module} (pip install prometheus-client)"
-        );
-        eprintln!(
-            "skipping {test}: python3 cannot import {module} (pip install prometheus-client)"
-        );
-    }
-    ok
-}
-
 /// Kills and reaps the child on drop.
 struct Watch(Child);
 impl Drop for Watch {
@@ -105,7 +86,7 @@ fn parse(body: &str) -> Value {
 
 #[test]
 fn metrics_are_served_and_read_by_prometheus_parsers() {
-    if !require_python_module(
+    if !tcptune_testkit::require_python_module(
         "metrics_are_served_and_read_by_prometheus_parsers",
         "prometheus_client",
     ) {

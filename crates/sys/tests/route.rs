@@ -45,7 +45,7 @@ fn ip(args: &[&str]) {
 fn the_route_gives_the_initial_window_and_goes_when_dropped() {
     if !tcptune_testkit::require(
         "the_route_gives_the_initial_window_and_goes_when_dropped",
-        &[Need::Root],
+        &[Need::Root, Need::Program("ip")],
     ) {
         return;
     }
@@ -73,7 +73,10 @@ fn the_route_gives_the_initial_window_and_goes_when_dropped() {
 
 #[test]
 fn an_existing_host_route_is_put_back_exactly() {
-    if !tcptune_testkit::require("an_existing_host_route_is_put_back_exactly", &[Need::Root]) {
+    if !tcptune_testkit::require(
+        "an_existing_host_route_is_put_back_exactly",
+        &[Need::Root, Need::Program("ip")],
+    ) {
         return;
     }
     let (a, _b) = Netns::veth_pair("rx");
@@ -129,7 +132,7 @@ fn an_existing_host_route_is_put_back_exactly() {
 fn a_crashed_owners_route_is_restored_by_the_next_run() {
     if !tcptune_testkit::require(
         "a_crashed_owners_route_is_restored_by_the_next_run",
-        &[Need::Root],
+        &[Need::Root, Need::Program("ip")],
     ) {
         return;
     }

@@ -2,7 +2,11 @@
 //!
 //! * [`require`]: the one rule for tests that need root, TUN devices, user namespaces or a
 //!   program: outside CI they skip and say why; under `CI=true` a missing requirement fails
-//!   the test. [`Need::Emulator`] passes as root and, in the emulator's rootless mode, as
+//!   the test. A test that runs an outside program, itself or through the command under
+//!   test (`emu run -- ping`), names it with [`Need::Program`] (or [`require_program`]);
+//!   one that feeds python3 a module with [`Need::PythonModule`]. The skip line names the
+//!   package that installs it, from [`PROGRAMS`] and [`PYTHON_MODULES`], the lists that
+//!   `.ci/run` installs (a unit test below checks that it installs every one). [`Need::Emulator`] passes as root and, in the emulator's rootless mode, as
 //!   anyone where user namespaces are allowed. CI runs the emulator's and the lab's tests a
 //!   second time as an unprivileged user with `TCPTUNE_CI_ROOTLESS=true` ([`ci_rootless`]):
 //!   there tests that need root skip (they ran as root), and every other one must run.
@@ -59,30 +63,99 @@ pub enum Need {
     /// A [`Netns`] of the test's own: as root a named one, otherwise one in a user namespace
     /// (what [`Need::UserNs`] checks).
     Netns,
-    /// A program on `PATH` (`iperf3`, `ss`, ...).
+    /// A program on `PATH` (`ping`, `iperf3`, `ss`, ...). It must be listed in [`PROGRAMS`]
+    /// with the Debian package that installs it (the skip line names the package; `.ci/run`
+    /// installs it): an unlisted program fails the test wherever it runs.
     Program(&'static str),
+    /// A module `python3` can import (`iperf3`, `prometheus_client`), listed in
+    /// [`PYTHON_MODULES`] with the pip package that installs it; needs `python3` itself
+    /// first.
+    PythonModule(&'static str),
+}
+
+/// Every outside program a test runs, itself or through the command under test, with the
+/// Debian package that installs it. `.ci/run` installs each (its `TEST_PROGRAMS` holds the
+/// same `program:package` pairs, checked by a unit test here).
+pub const PROGRAMS: &[(&str, &str)] = &[
+    ("ping", "iputils-ping"),
+    ("iperf3", "iperf3"),
+    ("ip", "iproute2"),
+    ("ss", "iproute2"),
+    ("setpriv", "util-linux"),
+    ("unshare", "util-linux"),
+    ("nsenter", "util-linux"),
+    ("diff", "diffutils"),
+    ("sysctl", "procps"),
+    ("python3", "python3"),
+];
+
+/// Every python3 module a test imports (real consumers of tcptune's output), with the pip
+/// package that installs it (`.ci/run` installs each).
+pub const PYTHON_MODULES: &[(&str, &str)] = &[
+    ("iperf3", "iperf3"),
+    ("prometheus_client", "prometheus-client"),
+];
+
+/// The package that installs `name` according to `list`; a name missing from the list is a
+/// mistake in the test (CI would not install it), so it panics wherever the test runs.
+fn package_of(list: &[(&str, &'static str)], name: &str, list_name: &str) -> &'static str {
+    list.iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, package)| *package)
+        .unwrap_or_else(|| {
+            panic!(
+                "testkit: {name} is not in {list_name}: add it with its package (and to .ci/run)"
+            )
+        })
 }
 
 impl Need {
     fn missing(self) -> Option<String> {
         match self {
             Need::Root if !is_root() => Some("needs root (network namespaces)".into()),
+            // The emulator and the namespaces are built with iproute2's `ip`, in both modes.
             Need::Tun if !Path::new("/dev/net/tun").exists() => {
                 Some("/dev/net/tun is missing".into())
             }
+            Need::Tun => Need::Program("ip").missing(),
             Need::UserNs => tcptune_emu::mode::userns_available()
                 .err()
-                .map(|e| format!("user namespaces are not available: {e}")),
+                .map(|e| format!("user namespaces are not available: {e}"))
+                .or_else(|| Need::Program("ip").missing()),
             Need::Netns if !is_root() => Need::UserNs.missing(),
+            Need::Netns => Need::Program("ip").missing(),
             Need::Emulator => {
                 let (mode, _) = tcptune_emu::mode::detect(tcptune_emu::ModeChoice::from_env());
                 mode.err()
                     .map(|e| format!("the emulator cannot run here: {e}"))
+                    .or_else(|| Need::Program("ip").missing())
             }
-            Need::Program(p) if !on_path(p) => Some(format!("{p} is not installed")),
+            Need::Program(p) => {
+                let package = package_of(PROGRAMS, p, "testkit::PROGRAMS");
+                (!on_path(p)).then(|| format!("{p} not found (apt-get install {package})"))
+            }
+            Need::PythonModule(m) => {
+                let pip = package_of(PYTHON_MODULES, m, "testkit::PYTHON_MODULES");
+                Need::Program("python3").missing().or_else(|| {
+                    (!python_imports(m)).then(|| {
+                        format!("python3 cannot import {m} (python3 -m pip install {pip})")
+                    })
+                })
+            }
             _ => None,
         }
     }
+}
+
+/// Whether `python3 -c 'import MODULE'` succeeds.
+fn python_imports(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The mode the emulator's topologies get in this process (root or rootless).
@@ -120,6 +193,18 @@ pub fn require(test: &str, needs: &[Need]) -> bool {
         }
     }
     true
+}
+
+/// [`require`] for one program: `require_program("pings", "ping")` skips outside CI with
+/// `skipping pings: ping not found (apt-get install iputils-ping)`.
+pub fn require_program(test: &str, program: &'static str) -> bool {
+    require(test, &[Need::Program(program)])
+}
+
+/// [`require`] for one python3 module: `python3 cannot import iperf3 (python3 -m pip
+/// install iperf3)`, or `python3 not found (apt-get install python3)`.
+pub fn require_python_module(test: &str, module: &'static str) -> bool {
+    require(test, &[Need::PythonModule(module)])
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -394,10 +479,70 @@ mod tests {
         assert!(a.starts_with("ttx"));
     }
 
+    /// `.ci/run`, which installs what the tests need.
+    fn ci_script() -> String {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/run");
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+    }
+
+    /// The words of the shell variable `name="..."` in `.ci/run`.
+    fn ci_list(script: &str, name: &str) -> Vec<String> {
+        script
+            .split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn ci_installs_every_program_and_python_module_the_tests_need() {
+        let script = ci_script();
+        let programs = ci_list(&script, "TEST_PROGRAMS");
+        for (program, package) in PROGRAMS {
+            let pair = format!("{program}:{package}");
+            assert!(
+                programs.contains(&pair),
+                ".ci/run's TEST_PROGRAMS lacks {pair}: {programs:?}"
+            );
+        }
+        let modules = ci_list(&script, "TEST_PYTHON_MODULES");
+        for (module, pip) in PYTHON_MODULES {
+            let pair = format!("{module}:{pip}");
+            assert!(
+                modules
+                    .iter()
+                    .any(|m| m.strip_prefix(&pair).is_some_and(|version| {
+                        version.is_empty() || version.starts_with(['=', '<', '>', '~'])
+                    })),
+                ".ci/run's TEST_PYTHON_MODULES lacks {pair}: {modules:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_program_is_named_with_its_package() {
+        for (program, package) in PROGRAMS {
+            let why = Need::Program(program).missing();
+            assert_eq!(on_path(program), why.is_none(), "{program}: {why:?}");
+            if let Some(why) = why {
+                assert_eq!(
+                    why,
+                    format!("{program} not found (apt-get install {package})")
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not in testkit::PROGRAMS")]
+    fn a_program_without_a_package_is_a_mistake_in_the_test() {
+        let _ = Need::Program("tcptune-no-such-program").missing();
+    }
+
     #[test]
     fn a_namespace_and_what_runs_in_it_are_gone_after_drop() {
-        let need = if is_root() { Need::Root } else { Need::UserNs };
-        if !require("namespace_cleanup", &[need]) {
+        if !require("namespace_cleanup", &[Need::Netns]) {
             return;
         }
         let ns = Netns::new("kit");
@@ -423,7 +568,10 @@ mod tests {
 
     #[test]
     fn a_rootless_pair_reaches_each_other_and_keeps_its_sysctls() {
-        if !require("a_rootless_pair_reaches_each_other", &[Need::UserNs]) {
+        if !require(
+            "a_rootless_pair_reaches_each_other",
+            &[Need::UserNs, Need::Program("ping")],
+        ) {
             return;
         }
         let (a, b) = tcptune_emu::Namespace::pair(

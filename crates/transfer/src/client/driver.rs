@@ -533,4 +533,60 @@ mod tests {
             Err(Some(_))
         ));
     }
+
+    /// One end whose streams span `first_s`..`last_s` after its start.
+    fn side(started: Option<Instant>, first_s: f64, last_s: f64) -> SideResult {
+        SideResult {
+            streams: vec![crate::engine::StreamSide {
+                stream: 1,
+                sender: true,
+                bytes: 1,
+                messages: 1,
+                partial_bytes: 0,
+                first_s: Some(first_s),
+                last_s: Some(last_s),
+                opened_at_s: 0.0,
+                tail_bits_per_second: None,
+                local: String::new(),
+                remote: String::new(),
+                detail: Default::default(),
+                error: None,
+            }],
+            started,
+            ..SideResult::default()
+        }
+    }
+
+    // The exact arithmetic behind the report's round trips (what the end-to-end test in
+    // cli/tests/transfer_emu.rs no longer bounds: the counts on a real path are
+    // bench/transfer_round_trips.sh's). RTT 100 ms; the first byte leaves 200 ms after the
+    // command (two handshakes), the data takes 1 s, the command ends 100 ms after the last
+    // byte arrived.
+    #[test]
+    fn two_handshakes_before_the_data_and_one_exchange_after_it_count_two_and_one() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let rtt = Some(Duration::from_millis(100));
+        // Sending: first write at 200 ms; the server saw the data for 1 s, from half a
+        // round trip later, so the last byte arrived at 1250 ms; the command ended at 1350.
+        let local = side(Some(at(150)), 0.05, 1.05);
+        let remote = side(None, 0.0, 1.0);
+        let got = round_trips(start, at(1350), rtt, &local, &remote, true);
+        assert_eq!(got, (Some(2.0), Some(1.0)));
+        // Receiving: the first byte arrived at 250 ms (it left half a round trip earlier),
+        // the last at 1250 ms; the command ended at 1350.
+        let local = side(Some(at(150)), 0.1, 1.1);
+        let got = round_trips(start, at(1350), rtt, &local, &side(None, 0.0, 1.0), false);
+        assert_eq!(got, (Some(2.0), Some(1.0)));
+        // Without an RTT or a start there is nothing to count in.
+        assert_eq!(
+            round_trips(start, at(1350), None, &local, &remote, false),
+            (None, None)
+        );
+        let unstarted = side(None, 0.1, 1.1);
+        assert_eq!(
+            round_trips(start, at(1350), rtt, &unstarted, &remote, true),
+            (None, None)
+        );
+    }
 }
