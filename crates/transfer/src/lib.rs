@@ -2,14 +2,14 @@
 //! streams, running a tuner on every stream at both ends and reporting what happened.
 //!
 //! * [`session`]: the sessions as sans-IO state machines (the server's endpoint and
-//!   sessions, the client's session): every rule of the conversation, unit-tested without
-//!   sockets.
+//!   sessions, the client's session), re-exported from [`tcptune_proto`]: every rule of the
+//!   conversation, unit-tested without sockets.
 //! * [`server::run`] serves any number of clients on one port (`tcptune serve`): an event
 //!   loop that drives the server's state machines.
 //! * [`client::run`] runs one transfer against a server and returns its [`report::Report`]
 //!   (`tcptune send`).
-//! * [`proto`] is the wire protocol (framing, messages, data-connection hello);
-//!   [`auth`] the optional shared-secret authentication.
+//! * [`proto`] is the wire protocol (framing, messages, data-connection hello), re-exported
+//!   from [`tcptune_proto::wire`]; [`auth`] the optional shared-secret authentication.
 //! * [`human`] formats a report for people.
 //! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the client's use of the
 //!   database of per-path measurements ([`tcptune_pathdb`]) that spares it on known paths.
@@ -17,7 +17,7 @@
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
 
-pub mod advice;
+pub use tcptune_proto::advice;
 mod assemble;
 pub mod auth;
 pub mod client;
@@ -29,11 +29,11 @@ pub mod pathdb;
 mod pattern;
 mod phase;
 pub mod probe;
-pub mod proto;
+pub use tcptune_proto::wire as proto;
 pub mod report;
 mod report_serde;
 pub mod server;
-pub mod session;
+pub use tcptune_proto::session;
 
 pub use engine::{SideResult, StreamSide};
 pub use phase::PrepareError;

@@ -10,16 +10,17 @@ use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
 use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
 use super::server::advise::KnownPath;
 use super::server::Observation;
-use crate::engine::{Event, SideResult};
-use crate::proto::{
+use crate::result::SideResult;
+use crate::session::Event;
+use crate::wire::{
     self, AdviseRequest, ClientAuth, ClientMsg, DataHello, Phase, ServerLimits, ServerMsg,
     TestParams, Token, PROTOCOL_VERSION,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::Direction;
+use tcptune_core::StreamRequest;
 use tcptune_core::{Bytes, HostLimits, PathHint, Rate, TuneMode};
-use tcptune_sys::driver::StreamRequest;
 
 /// xorshift64*.
 struct Rng(u64);
@@ -158,17 +159,17 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
             version: "fuzz".into(),
             token: r.chance(95).then_some(Token([token; 16])),
             auth: r.chance(20).then(|| ClientAuth {
-                nonce: proto::to_hex(&r.bytes(32)),
+                nonce: wire::to_hex(&r.bytes(32)),
                 time_unix_s: r.pick_u64(),
                 mac: if r.chance(50) {
-                    proto::to_hex(&r.bytes(32))
+                    wire::to_hex(&r.bytes(32))
                 } else {
                     "zz".into()
                 },
             }),
         },
         1 => ClientMsg::Auth {
-            mac: proto::to_hex(&r.bytes(32)),
+            mac: wire::to_hex(&r.bytes(32)),
         },
         2 => ClientMsg::Setup { params: params(r) },
         3 => ClientMsg::StartPhase {
@@ -295,7 +296,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                         conns.push(next_conn);
                         next_conn += 1;
                     } else {
-                        let f = proto::encode(&ClientMsg::EndPhase {
+                        let f = wire::encode(&ClientMsg::EndPhase {
                             streams: r.below(3) as u32,
                         })
                         .unwrap_or_default();
@@ -358,10 +359,10 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                             };
                             flight
                                 .iter()
-                                .flat_map(|m| proto::encode(m).unwrap_or_default())
+                                .flat_map(|m| wire::encode(m).unwrap_or_default())
                                 .collect()
                         }
-                        _ => proto::encode(&message(&mut r, &tokens)).unwrap_or_default(),
+                        _ => wire::encode(&message(&mut r, &tokens)).unwrap_or_default(),
                     };
                     let mut rest = &data[..];
                     while !rest.is_empty() {
@@ -436,14 +437,14 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                         finishing.push((session, seq));
                     }
                     EndpointEvent::Attach { .. } => attached += 1,
-                    EndpointEvent::Log(crate::server::ServerEvent::SessionStarted { .. }) => {
+                    EndpointEvent::Log(crate::events::ServerEvent::SessionStarted { .. }) => {
                         admitted += 1
                     }
                     EndpointEvent::SessionGone { session } => sessions.retain(|s| *s != session),
                     EndpointEvent::Send { frame, .. } => {
                         assert!(frame.len() >= 4);
                         let m: ServerMsg =
-                            proto::decode(&frame[4..]).expect("the server sends valid frames");
+                            wire::decode(&frame[4..]).expect("the server sends valid frames");
                         match m {
                             ServerMsg::Advice { advice } => {
                                 advised += 1;
@@ -534,7 +535,7 @@ fn the_client_session_survives_random_servers() {
                 1..=3 => {
                     let m = match r.below(6) {
                         0 => ServerMsg::Challenge {
-                            nonce: proto::to_hex(&r.bytes(32)),
+                            nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
                         },
                         1 => ServerMsg::Accepted {

@@ -194,7 +194,7 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{ClientMsg, ServerMsg, MAX_CLIENT_FRAME};
+    use crate::wire::{ClientMsg, ServerMsg, MAX_CLIENT_FRAME};
     use std::io::Cursor;
 
     #[test]

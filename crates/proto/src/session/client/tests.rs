@@ -1,8 +1,8 @@
 //! The client session's rules without a socket.
 
 use super::*;
+use tcptune_core::StreamRequest;
 use tcptune_core::{Bytes, Rate, TuneMode};
-use tcptune_sys::driver::StreamRequest;
 
 const IDLE: Duration = Duration::from_secs(30);
 const CONNECT: Duration = Duration::from_secs(10);
@@ -138,12 +138,12 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
     let ClientOutput::Send(ClientMsg::Hello { auth: Some(a), .. }) = &out[0] else {
         panic!("{out:?}")
     };
-    let mac = proto::from_hex::<32>(&a.mac).expect("hex");
+    let mac = wire::from_hex::<32>(&a.mac).expect("hex");
     assert!(secret.verify_proof(&[1; 32], 1000, &[7; 16], &mac));
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[9; 32]),
+            nonce: wire::to_hex(&[9; 32]),
             reason: "clock".into(),
         },
     );
@@ -152,13 +152,13 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
     let ClientOutput::Send(ClientMsg::Auth { mac }) = &out[0] else {
         panic!()
     };
-    let mac = proto::from_hex::<32>(mac).expect("hex");
+    let mac = wire::from_hex::<32>(mac).expect("hex");
     assert!(secret.verify_answer(&[9; 32], &[7; 16], &mac));
     // A second challenge is not answered.
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[8; 32]),
+            nonce: wire::to_hex(&[8; 32]),
             reason: "again".into(),
         },
     );
@@ -174,7 +174,7 @@ fn a_challenge_without_a_secret_is_a_protocol_error() {
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[9; 32]),
+            nonce: wire::to_hex(&[9; 32]),
             reason: "x".into(),
         },
     );
