@@ -364,8 +364,9 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint; `nonces` gives fresh random challenges.
+    /// An endpoint created at `now`; `nonces` gives fresh random challenges.
     pub fn new(
+        now: Instant,
         cfg: EndpointConfig,
         host: HostInfo,
         nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
@@ -389,7 +390,7 @@ impl Endpoint {
             next_session: 1,
             nonces,
             records: RateLimiter::new(
-                Instant::now(),
+                now,
                 RECORD_BURST,
                 RECORD_EVERY,
                 RECORD_ALL_BURST,
@@ -397,7 +398,7 @@ impl Endpoint {
                 LIMITER_KEYS,
             ),
             measures: RateLimiter::new(
-                Instant::now(),
+                now,
                 MEASURE_BURST,
                 MEASURE_EVERY,
                 MEASURE_ALL_BURST,
@@ -528,20 +529,20 @@ impl Endpoint {
                 self.pending
             ),
         };
-        self.close_conn(victim);
+        self.close_conn(now, victim);
         self.refused(now, peer, "pending_limit", why);
         true
     }
 
     /// Forget a connection and tell the driver to close it.
-    fn close_conn(&mut self, conn: ConnId) {
+    fn close_conn(&mut self, now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            self.forget(conn, &c);
+            self.forget(now, conn, &c);
             self.events.push_back(EndpointEvent::Close { conn });
         }
     }
 
-    fn forget(&mut self, conn: ConnId, c: &Conn) {
+    fn forget(&mut self, now: Instant, conn: ConnId, c: &Conn) {
         if let Some(d) = c.deadline {
             self.deadlines.remove(&(d, conn));
         }
@@ -559,14 +560,13 @@ impl Endpoint {
                 }
             }
         }
-        self.tidy_addr(c.peer.ip());
+        self.tidy_addr(now, c.peer.ip());
     }
 
-    fn tidy_addr(&mut self, ip: IpAddr) {
+    fn tidy_addr(&mut self, now: Instant, ip: IpAddr) {
         if self.addrs.len() < 4096 {
             return;
         }
-        let now = Instant::now();
         if self
             .addrs
             .get(&ip)
@@ -611,7 +611,7 @@ impl Endpoint {
         if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });
         }
-        self.close_conn(conn);
+        self.close_conn(now, conn);
         self.refused(now, peer, kind, reason);
     }
 
@@ -620,7 +620,7 @@ impl Endpoint {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
-        self.forget(conn, &c);
+        self.forget(now, conn, &c);
         if let ConnState::Control(sid) = c.state {
             if let Some(e) = self.sessions.get_mut(&sid) {
                 e.session
@@ -660,7 +660,7 @@ impl Endpoint {
                         Some(h) => self.route_data(now, conn, h),
                         None => {
                             let peer = c.peer;
-                            self.close_conn(conn);
+                            self.close_conn(now, conn);
                             self.refused(now, peer, "garbage", "a malformed data hello".into());
                         }
                     }
@@ -723,7 +723,7 @@ impl Endpoint {
                 "a data connection for session {} from another address than its control connection",
                 e.label
             );
-            self.close_conn(conn);
+            self.close_conn(now, conn);
             return self.refused(now, peer, "data_address", why);
         }
         match e.session.accepts(hello.seq, hello.stream) {
@@ -751,7 +751,7 @@ impl Endpoint {
             }
             Err(_) if e.session.phase_is_future(hello.seq) => self.park(now, conn, hello),
             Err(why) => {
-                self.close_conn(conn);
+                self.close_conn(now, conn);
                 self.refused(now, peer, "data_refused", why);
             }
         }
@@ -768,7 +768,7 @@ impl Endpoint {
         let list = self.parked.entry(hello.token).or_default();
         if list.len() >= max {
             let peer = c.peer;
-            self.close_conn(conn);
+            self.close_conn(now, conn);
             return self.refused(now, peer, "data_refused", "too many streams waiting".into());
         }
         list.push(conn);
@@ -941,7 +941,7 @@ impl Endpoint {
         }
     }
 
-    fn end_session(&mut self, _now: Instant, sid: SessionId, end: SessionEnd) {
+    fn end_session(&mut self, now: Instant, sid: SessionId, end: SessionEnd) {
         let Some(e) = self.sessions.remove(&sid) else {
             return;
         };
@@ -969,7 +969,7 @@ impl Endpoint {
         self.events
             .push_back(EndpointEvent::SessionGone { session: sid });
         if let Some(c) = self.conns.remove(&e.ctrl) {
-            self.forget(e.ctrl, &c);
+            self.forget(now, e.ctrl, &c);
             self.events.push_back(EndpointEvent::Close { conn: e.ctrl });
         }
         // Data connections belong to the engine, which the driver drops; forget them here.
@@ -984,7 +984,7 @@ impl Endpoint {
         }
         if let Some(parked) = self.parked.remove(&e.token) {
             for c in parked {
-                self.close_conn(c);
+                self.close_conn(now, c);
             }
         }
         self.events
@@ -1012,7 +1012,7 @@ impl Endpoint {
             let peer = c.peer;
             match &c.state {
                 ConnState::Unknown(_) | ConnState::Hello(_) => {
-                    self.close_conn(conn);
+                    self.close_conn(now, conn);
                     let why = format!(
                         "no complete hello within {:.0} s",
                         self.cfg.first_frame_timeout.as_secs_f64()
@@ -1039,7 +1039,7 @@ impl Endpoint {
                     } else {
                         "a data connection for an unknown session".to_string()
                     };
-                    self.close_conn(conn);
+                    self.close_conn(now, conn);
                     self.refused(now, peer, "data_unknown", why);
                 }
                 ConnState::Control(_) | ConnState::Data(_) => {}

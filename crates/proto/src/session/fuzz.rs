@@ -247,8 +247,8 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
             congestion: "cubic".into(),
             available_cc: vec!["cubic".into()],
         };
-        let mut e = Endpoint::new(cfg, host, Box::new(|| [7; 32]));
         let mut now = Instant::now();
+        let mut e = Endpoint::new(now, cfg, host, Box::new(|| [7; 32]));
         let mut conns: Vec<u64> = Vec::new();
         let mut next_conn = 1u64;
         let mut finishing: Vec<(u64, u32)> = Vec::new();

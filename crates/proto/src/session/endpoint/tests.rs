@@ -45,7 +45,7 @@ fn host() -> HostInfo {
 }
 
 fn endpoint(cfg: EndpointConfig) -> Endpoint {
-    Endpoint::new(cfg, host(), Box::new(|| [42; 32]))
+    Endpoint::new(Instant::now(), cfg, host(), Box::new(|| [42; 32]))
 }
 
 fn peer(last: u8, port: u16) -> SocketAddr {
