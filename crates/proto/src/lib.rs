@@ -14,13 +14,15 @@
 //! * [`advice`]: the pure rules of `tcptune advise`.
 //! * [`result`], [`files`], [`events`]: the plain types the messages and log events carry
 //!   (a phase's result per end, the file copy's messages, the server's log events).
-//! * [`pair`]: a client session against a server endpoint in memory under a simulated
+//! * `pair` (tests only): a client session against a server endpoint in memory under a simulated
 //!   clock, for tests.
 
 pub mod advice;
 pub mod auth;
 pub mod events;
 pub mod files;
+#[cfg(test)]
+mod pair;
 pub mod result;
 pub mod session;
 pub mod wire;

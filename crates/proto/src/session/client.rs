@@ -336,11 +336,15 @@ impl ClientSession {
             return None;
         }
         let p = self.phase.as_ref();
+        // Once the phase ended (every stream wrote its last byte) it takes no more samples
+        // and looks for no stall: those timers stay where they were, in the past, and would
+        // wake the driver at once until the server's result comes.
+        let running = p.filter(|p| !p.ended);
         [
             self.handshake_deadline,
-            p.map(|p| p.next_sample),
+            running.map(|p| p.next_sample),
             p.and_then(|p| p.stop_at.filter(|_| !p.stopped).map(|(t, _)| t)),
-            p.map(|p| p.last_progress.1 + self.stall_limit()),
+            running.map(|p| p.last_progress.1 + self.stall_limit()),
             p.and_then(|p| p.result_deadline),
         ]
         .into_iter()

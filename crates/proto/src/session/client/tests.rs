@@ -681,3 +681,27 @@ fn an_interrupt_stops_both_ends_and_still_collects_the_results() {
         vec![ClientOutput::Failed(Failure::Interrupted)]
     );
 }
+
+#[test]
+fn an_ended_phase_waking_for_nothing_does_not_ask_to_be_woken_in_the_past() {
+    // Found by the pair harness: once every stream wrote its last byte, the sample and
+    // stall timers stood still in the past and the driver spun until the server's result.
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    s.handle_engine(t0, Event::StreamWritten(0));
+    s.handle_engine(t0, Event::StreamWritten(1));
+    drain(&mut s);
+    let later = t0 + Duration::from_secs(1);
+    assert_eq!(
+        s.poll_timeout(),
+        None,
+        "no deadline runs while written data arrives"
+    );
+    s.handle_engine(later, Event::StreamDone(0));
+    s.handle_engine(later, Event::StreamDone(1));
+    assert_eq!(
+        s.poll_timeout(),
+        Some(later + IDLE + Duration::from_secs(5)),
+        "only the result's deadline"
+    );
+}
