@@ -118,6 +118,10 @@ pub(crate) struct Pair {
     per_stream: u64,
     /// Cut the control connection once this many control messages were delivered.
     pub(crate) cut_after: Option<usize>,
+    /// A hostile client: replace the field at this path of its message number `.0` (from
+    /// 0, in the order it sends them) with `.2`.
+    pub(crate) mutate: Option<(usize, Vec<String>, serde_json::Value)>,
+    sent: usize,
     cut: bool,
     pub(crate) trace: Trace,
 }
@@ -184,6 +188,47 @@ impl Observe for Flat {
     }
 }
 
+/// Every path to a leaf of `v` (object keys and array indices).
+pub(crate) fn leaves(v: &serde_json::Value) -> Vec<Vec<String>> {
+    match v {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .flat_map(|(k, x)| {
+                leaves(x).into_iter().map(move |mut p| {
+                    p.insert(0, k.clone());
+                    p
+                })
+            })
+            .collect(),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .flat_map(|(i, x)| {
+                leaves(x).into_iter().map(move |mut p| {
+                    p.insert(0, i.to_string());
+                    p
+                })
+            })
+            .collect(),
+        _ => vec![Vec::new()],
+    }
+}
+
+fn set(v: &mut serde_json::Value, path: &[String], to: serde_json::Value) {
+    let Some((first, rest)) = path.split_first() else {
+        *v = to;
+        return;
+    };
+    let next = match v {
+        serde_json::Value::Object(m) => m.get_mut(first),
+        serde_json::Value::Array(a) => first.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
+        _ => None,
+    };
+    if let Some(n) = next {
+        set(n, rest, to);
+    }
+}
+
 impl Pair {
     /// A pair at `t0`; the client's command starts there.
     pub(crate) fn new(t0: Instant, cfg: PairConfig) -> Pair {
@@ -232,6 +277,8 @@ impl Pair {
             received: BTreeMap::new(),
             per_stream,
             cut_after: None,
+            mutate: None,
+            sent: 0,
             cut: false,
             trace: Trace::default(),
             cfg,
@@ -391,7 +438,14 @@ impl Pair {
         while let Some(o) = self.client.poll_output() {
             match o {
                 ClientOutput::Send(m) => {
-                    if let Ok(b) = wire::encode(&m) {
+                    let mut v = serde_json::to_value(&m).unwrap_or_default();
+                    if let Some((n, path, to)) = &self.mutate {
+                        if *n == self.sent {
+                            set(&mut v, path, to.clone());
+                        }
+                    }
+                    self.sent += 1;
+                    if let Ok(b) = wire::encode(&v) {
                         let at = now + self.half();
                         self.at(at, Ev::ToServer(b));
                     }
@@ -543,6 +597,65 @@ mod tests {
             assert_eq!(t.last_byte, Some(last));
             assert_eq!(t.returned, Some(last + rtt / 2));
         }
+    }
+
+    /// Values a hostile client puts in a field.
+    fn hostile() -> Vec<serde_json::Value> {
+        use serde_json::json;
+        vec![
+            json!(u64::MAX),
+            json!(-1),
+            json!(1e308),
+            json!(0),
+            json!(""),
+            json!("x".repeat(70_000)),
+            json!(null),
+            json!(true),
+            json!({"type": "bye"}),
+            json!([1, 2, 3]),
+        ]
+    }
+
+    #[test]
+    fn a_hostile_client_mutating_every_field_of_every_message_is_refused_in_one_line() {
+        // The messages an honest client sends, in order.
+        let mut honest = Pair::new(origin(), PairConfig::default());
+        let mut msgs = Vec::new();
+        while let Some(o) = honest.client.poll_output() {
+            if let ClientOutput::Send(m) = o {
+                msgs.push(serde_json::to_value(&m).unwrap_or_default());
+            }
+        }
+        msgs.push(serde_json::json!({"type": "end_phase", "streams": 2}));
+        msgs.push(serde_json::json!({"type": "bye"}));
+        let mut runs = 0;
+        for (n, m) in msgs.iter().enumerate() {
+            for path in leaves(m) {
+                for to in hostile() {
+                    let mut p = Pair::new(origin(), PairConfig::default());
+                    p.mutate = Some((n, path.clone(), to.clone()));
+                    let ok = p.run(Duration::from_secs(600));
+                    runs += 1;
+                    let what = format!("message {n} field {path:?} = {to:.40}");
+                    assert!(ok, "{what}: a side hangs: {:?}", p.trace.failure);
+                    let lines = p
+                        .trace
+                        .log
+                        .iter()
+                        .filter(|e| {
+                            matches!(
+                                e,
+                                ServerEvent::Refused { .. }
+                                    | ServerEvent::SessionEnded { error: Some(_), .. }
+                            )
+                        })
+                        .count();
+                    assert!(lines <= 1, "{what}: {lines} lines: {:?}", p.trace.log);
+                }
+            }
+        }
+        println!("{runs} hostile runs over {} messages", msgs.len());
+        assert!(runs > 100, "every field was tried");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! must never panic nor break their bounds (pending connections, sessions, descriptors).
 //!
 //! It runs as a test for `TCPTUNE_FUZZ_SECONDS` (default 2 s; CI sets more) with a seed
-//! from `TCPTUNE_FUZZ_SEED` or the clock, printed so that a failure can be replayed.
+//! from `TCPTUNE_FUZZ_SEED`, else a fixed one (or one from the clock when
+//! `TCPTUNE_FUZZ_SECONDS` is set), printed so that a failure can be replayed.
 
 use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
 use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
@@ -52,16 +53,25 @@ impl Rng {
     }
 }
 
+/// The walk's seed: `TCPTUNE_FUZZ_SEED`; else a fixed one in a normal run (the same walks
+/// every time, as far as the time box reaches), and one from the clock when
+/// `TCPTUNE_FUZZ_SECONDS` asks for a longer, random run (CI's time-boxed part). Printed
+/// either way, so that a failure can be replayed.
 fn seed() -> u64 {
-    std::env::var("TCPTUNE_FUZZ_SEED")
+    const FIXED: u64 = 0x7c97_2a5e_5eed_0001;
+    if let Some(s) = std::env::var("TCPTUNE_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        })
+    {
+        return s;
+    }
+    if std::env::var_os("TCPTUNE_FUZZ_SECONDS").is_none() {
+        return FIXED;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(FIXED, |d| d.as_nanos() as u64)
+        | 1
 }
 
 fn budget() -> Duration {
