@@ -38,7 +38,9 @@ pub use mode::{ParseModeError, TuneMode, TunerFactory};
 pub use snapshot::{TcpSnapshot, TcpState};
 pub use stats::{Decimated, SampleRecord, StreamStats};
 pub use time::Time;
-pub use tuner::{Action, ConnEvent, HostLimits, PathHint, Role, Tuner, TunerContext};
+pub use tuner::{
+    Action, ConnEvent, HostLimits, PathHint, Role, StreamRequest, Tuner, TunerContext,
+};
 pub use units::{
     format_duration, human_bps, human_duration, parse_duration, parse_duration_or_seconds, Bytes,
     ParseQuantityError, Rate,

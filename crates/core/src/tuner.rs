@@ -233,3 +233,14 @@ pub trait Tuner: Send {
         None
     }
 }
+
+/// A tuner's request for more parallel streams.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRequest {
+    /// Streams the tuner knew of when it asked (its context's `streams`).
+    pub known_streams: u32,
+    /// How many more it wants.
+    pub count: u32,
+    /// Its reason.
+    pub reason: String,
+}

@@ -44,16 +44,9 @@ pub struct AppliedChange {
     pub note: Option<String>,
 }
 
-/// A tuner's request for more parallel streams.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StreamRequest {
-    /// Streams the tuner knew of when it asked (its context's `streams`).
-    pub known_streams: u32,
-    /// How many more it wants.
-    pub count: u32,
-    /// Its reason.
-    pub reason: String,
-}
+/// A tuner's request for more parallel streams (plain data, defined in core so that the
+/// sessions can carry it without this crate).
+pub use tcptune_core::tuner::StreamRequest;
 
 /// Whether the kernel holds less than the doubled size asked for (a `*mem_max` cap).
 fn capped(action: &Action, effective: Option<u64>) -> bool {

@@ -64,9 +64,14 @@ fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
 fn recv(s: &mut TcpStream, r: &mut FrameReader) -> Option<ServerMsg> {
     s.set_read_timeout(Some(Duration::from_millis(50)))
         .expect("timeout");
-    r.recv_until(s, Instant::now() + Duration::from_secs(10))
-        .ok()
-        .flatten()
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match r.poll_msg(s) {
+            Ok(Some(m)) => return Some(m),
+            Ok(None) if Instant::now() < deadline => {}
+            _ => return None,
+        }
+    }
 }
 
 fn loopback(n: u8) -> IpAddr {

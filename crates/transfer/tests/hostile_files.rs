@@ -206,7 +206,14 @@ impl Raw {
 fn next(s: &mut TcpStream, r: &mut FrameReader, wait: Duration) -> Option<ServerMsg> {
     s.set_read_timeout(Some(Duration::from_millis(50)))
         .expect("timeout");
-    r.recv_until(s, Instant::now() + wait).ok().flatten()
+    let deadline = Instant::now() + wait;
+    loop {
+        match r.poll_msg(s) {
+            Ok(Some(m)) => return Some(m),
+            Ok(None) if Instant::now() < deadline => {}
+            _ => return None,
+        }
+    }
 }
 
 fn entry(path: &str, size: u64, mtime_s: i64) -> serde_json::Value {

@@ -14,7 +14,7 @@ use tcptune_core::pathdb::Direction;
 use tcptune_core::{human_bps, human_duration, Bytes, HostLimits};
 use tcptune_sys::os::unix_now;
 use tcptune_transfer::advice::{Advice, Host, Sockopt, Sysctl};
-use tcptune_transfer::auth::Secret;
+use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::advise::{advise, AdviceResult, AdviseConfig};
 use tcptune_transfer::client::ClientError;
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{Bytes, Rate, TuneMode};
-use tcptune_transfer::auth::Secret;
+use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::{Cancel, ClientConfig, ClientError};
 use tcptune_transfer::files::copy::{copy, CopyConfig, CopyProgress, CopyReport, Direction};
 use tcptune_transfer::files::FailKind;

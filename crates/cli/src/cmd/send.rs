@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{human_bps, Bytes, TuneMode};
-use tcptune_transfer::auth::Secret;
+use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::{self, Cancel, ClientConfig, ClientError, Progress};
 use tcptune_transfer::human;
 use tcptune_transfer::report::{FailureReport, Report};

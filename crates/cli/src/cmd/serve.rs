@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcptune_core::{format_duration, Bytes};
-use tcptune_transfer::auth::Secret;
+use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
 /// Options of `tcptune serve`.

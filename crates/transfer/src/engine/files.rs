@@ -21,6 +21,7 @@ use crate::files::wire::{
     HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON,
 };
 use crate::files::work::{violation, FileWork, Run, Source, Spec};
+use crate::files::FileFailureExt;
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
 use std::fs::File;
 use std::io::{Read, Write};

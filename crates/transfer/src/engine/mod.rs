@@ -24,9 +24,8 @@ mod sampler;
 mod stream;
 
 use crate::pattern::{Pattern, Seen};
-use crate::report::{Interval, SideDetail};
+use crate::report::Interval;
 use sampler::{sampler_main, side_detail, SamplerCmd, SamplerOut};
-use serde::{Deserialize, Serialize};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stream::{recv_loop, send_loop, ThreadOut};
 use tcptune_core::{Role, Time};
-use tcptune_sys::driver::{StreamRequest, TunerDriver};
+use tcptune_sys::driver::TunerDriver;
 use tcptune_sys::os::CpuTimes;
 
 /// How often blocked data threads wake to look at the stop and abort flags.
@@ -44,119 +43,9 @@ const WAKE: Duration = Duration::from_millis(500);
 /// Stack of a data or sampler thread: they keep their buffers on the heap.
 const THREAD_STACK: usize = 256 * 1024;
 
-/// What one end saw of one stream, sent by the server to the client at the end of a phase.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StreamSide {
-    /// Stream number (1-based).
-    pub stream: u32,
-    /// Whether this end sent on it.
-    pub sender: bool,
-    /// Payload bytes written (sender) or received and verified (receiver).
-    pub bytes: u64,
-    /// Complete messages written or verified.
-    pub messages: u64,
-    /// Receiver: bytes of a message cut short at the end (duration workload or cap).
-    pub partial_bytes: u64,
-    /// Seconds after this end's start (its first stream) of the first write's call / the first byte's
-    /// arrival.
-    pub first_s: Option<f64>,
-    /// Seconds after this end's start of the last write / last byte's arrival.
-    pub last_s: Option<f64>,
-    /// Seconds after this end's start at which the stream was added.
-    pub opened_at_s: f64,
-    /// Receiver: throughput over the second half of this stream's receive time (bit/s),
-    /// past slow start.
-    pub tail_bits_per_second: Option<f64>,
-    /// Local address.
-    pub local: String,
-    /// Peer address.
-    pub remote: String,
-    /// Tuner summaries (and series with `--samples`).
-    pub detail: SideDetail,
-    /// What went wrong on this stream, if anything.
-    pub error: Option<String>,
-}
-
-/// The most all streams of one end held at once (each stream as last sampled): the memory
-/// the host had to provide, where the per-stream peaks (which may come at different times)
-/// only bound it from above.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TotalPeaks {
-    /// Largest sum of `sk_sndbuf`.
-    pub sndbuf_bytes: u64,
-    /// Largest sum of `sk_rcvbuf`.
-    pub rcvbuf_bytes: u64,
-    /// Largest sum of `sk_wmem_queued`.
-    pub wmem_queued_bytes: u64,
-    /// Largest sum of `sk_rmem_alloc`.
-    pub rmem_alloc_bytes: u64,
-}
-
-impl TotalPeaks {
-    fn fold(&mut self, now: &TotalPeaks) {
-        self.sndbuf_bytes = self.sndbuf_bytes.max(now.sndbuf_bytes);
-        self.rcvbuf_bytes = self.rcvbuf_bytes.max(now.rcvbuf_bytes);
-        self.wmem_queued_bytes = self.wmem_queued_bytes.max(now.wmem_queued_bytes);
-        self.rmem_alloc_bytes = self.rmem_alloc_bytes.max(now.rmem_alloc_bytes);
-    }
-}
-
-/// One end's result of a phase.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SideResult {
-    /// The most all streams held at once.
-    #[serde(default)]
-    pub peaks: TotalPeaks,
-    /// Per stream, ordered by stream number.
-    pub streams: Vec<StreamSide>,
-    /// CPU of the phase's threads, user seconds.
-    pub cpu_user_s: f64,
-    /// CPU of the phase's threads, system seconds.
-    pub cpu_system_s: f64,
-    /// Seconds from this end's start to the end of the last stream.
-    pub wall_s: f64,
-    /// The data did not check out (receiver).
-    pub integrity_error: Option<String>,
-    /// What a copy did at this end (`tcptune cp`; absent for the pattern).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files: Option<crate::files::FilesSide>,
-    /// Congestion control of the data sockets.
-    pub congestion: String,
-    /// This end's start (its first stream added): what `first_s` and `last_s` count from.
-    /// Local only (an instant of this process's clock).
-    #[serde(skip)]
-    pub started: Option<Instant>,
-}
-
-impl SideResult {
-    /// Drop the time series (samples and changes) of every stream, keeping the summaries:
-    /// for a result too large to send.
-    pub fn strip_series(&mut self) {
-        for s in &mut self.streams {
-            let d = &mut s.detail;
-            d.samples_dropped += d.samples.len() as u64;
-            d.samples = Vec::new();
-            d.changes = Vec::new();
-        }
-    }
-}
-
-/// Something the controller must look at.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Event {
-    /// Stream `index`'s data thread finished.
-    StreamDone(u32),
-    /// Stream `index`'s sender wrote its last byte and closed its side; its thread now waits
-    /// for the receiver to close (every byte delivered) before it finishes.
-    StreamWritten(u32),
-    /// Received data did not verify.
-    Integrity(String),
-    /// A tuner asks for more streams.
-    MoreStreams(StreamRequest),
-    /// A copy failed at this end (a missing source, a full disk, a peer that broke the
-    /// file protocol): the session ends, saying why.
-    FileFailed(crate::files::FileFailure),
-}
+pub(crate) use tcptune_proto::result::TotalPeaks;
+pub use tcptune_proto::result::{SideResult, StreamSide};
+pub(crate) use tcptune_proto::session::Event;
 
 /// Called after every event: wakes the controller's event loop.
 pub(crate) type Notify = Arc<dyn Fn() + Send + Sync>;

@@ -21,6 +21,7 @@ use super::work::{FileWork, Source, Spec};
 use super::{CopiedFile, FailKind, FileFailure, FileJob, FilesSide, BLOCK_SIZE};
 use crate::client::driver::{run_with, CopyJob};
 use crate::client::{ClientConfig, ClientError, Progress};
+use crate::files::FileFailureExt;
 use crate::report::{MeasurementReport, StreamDetail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@ use super::digest::{self, BlockHasher, Cv};
 use super::table::RecvTable;
 use super::wire::PlanFile;
 use super::{Entry, EntryKind, FailKind, FileFailure, BLOCK_SIZE, MAX_DEPTH, MAX_PATH};
+use crate::files::FileFailureExt;
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

@@ -8,6 +8,7 @@
 //! goes through the same handle, one directory at a time, never following a symlink.
 
 use super::{Entry, EntryKind, FailKind, FileFailure, MAX_DEPTH, MAX_PATH};
+use crate::files::FileFailureExt;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

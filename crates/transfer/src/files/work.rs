@@ -13,6 +13,7 @@ use super::queue::{Have, SendQueue};
 use super::table::RecvTable;
 use super::walk::{Manifest, WalkLimits};
 use super::{CopiedFile, Entry, EntryKind, FailKind, FileFailure, FilesSide};
+use crate::files::FileFailureExt;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -22,9 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use tcptune_sys::fs::{self, Dir, OpenMode};
 
-/// Files a receiver keeps open at once (beyond that the least recently used is closed;
-/// it is opened again when more of its blocks come).
-pub(crate) const MAX_OPEN: usize = 32;
+pub(crate) use tcptune_proto::files::MAX_OPEN;
 
 /// Where the sender's files come from.
 #[derive(Debug)]

@@ -38,7 +38,7 @@ pub(crate) mod serde;
 
 use ::serde::{Deserialize, Serialize};
 pub use tcptune_core::SampleRecord;
-use tcptune_core::{Action, HostLimits, PathHint, StreamStats};
+use tcptune_core::{HostLimits, PathHint};
 
 /// Version of this schema. 2: units in the names of tcptune's own fields (`rtt_us`,
 /// `rate_bps`, `*_bytes`, `*_s`), `null` for unknown values instead of absent keys or 0,
@@ -804,50 +804,7 @@ impl StreamDetail {
     }
 }
 
-/// One end of one stream: the summaries of the tuner's samples (the one per-stream
-/// statistics type, [`StreamStats`], flattened into this object), and optionally the series.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SideDetail {
-    /// RTT, congestion window, peak buffers, time limited by each buffer, samples taken.
-    #[serde(flatten)]
-    pub stats: StreamStats,
-    /// The recorded snapshots (`--samples` only): at most
-    /// [`tcptune_sys::driver::SERIES_CAPACITY`] per stream and end, decimated evenly over the
-    /// stream's life when it ran longer.
-    #[serde(default)]
-    pub samples: Vec<SampleRecord>,
-    /// Snapshots taken but not kept in `samples` (decimation or the size of the result).
-    #[serde(default)]
-    pub samples_dropped: u64,
-    /// The changes (`--samples`: all, at most [`tcptune_sys::driver::CHANGES_CAPACITY`];
-    /// without, the first few that failed or that the kernel did not take as asked).
-    #[serde(default)]
-    pub changes: Vec<ChangeRecord>,
-}
-
-/// One change a tuner asked for, and what happened.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ChangeRecord {
-    /// Seconds since the transfer started (negative: before the transfer, e.g. at connect).
-    pub t_s: f64,
-    /// What the tuner asked for: `{"action": "set_snd_buf", "value_bytes": N}`, or
-    /// `{"action": "open_streams", "count": N, "reason": "..."}`.
-    #[serde(with = "crate::report::serde::action")]
-    pub action: Action,
-    /// The value the kernel holds afterwards (e.g. `SO_SNDBUF` read back), if applicable.
-    #[serde(rename = "effective_bytes", alias = "effective")]
-    pub effective: Option<u64>,
-    /// For a pacing cap (`set_max_pacing_rate`): the cap the kernel holds afterwards, bit/s
-    /// (`null`: no cap, or another action).
-    #[serde(default)]
-    pub effective_bps: Option<u64>,
-    /// The error, if applying it failed.
-    #[serde(default)]
-    pub error: Option<String>,
-    /// Why something else than asked was applied, if it was.
-    #[serde(default)]
-    pub note: Option<String>,
-}
+pub use tcptune_proto::result::{ChangeRecord, SideDetail};
 
 #[cfg(test)]
 mod tests {

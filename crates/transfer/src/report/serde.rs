@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::time::Duration;
-use tcptune_core::{Action, Bytes, HostLimits, PathHint, Rate};
+use tcptune_core::{Bytes, HostLimits, PathHint, Rate};
 
 /// `start.tcptune.path_hint`.
 pub(crate) mod path_hint {
@@ -110,103 +110,6 @@ pub(crate) mod limits {
             tcp_wmem: j.tcp_wmem_bytes.map(Bytes),
             moderate_rcvbuf: j.moderate_rcvbuf,
             can_force: j.can_force,
-        })
-    }
-}
-
-/// `changes[].action`: `{"action": "set_snd_buf", "value_bytes": N}` or
-/// `{"action": "open_streams", "count": N, "reason": "..."}`.
-pub(crate) mod action {
-    use super::*;
-
-    #[derive(Serialize, Deserialize)]
-    struct Json {
-        action: String,
-        #[serde(default, alias = "value", skip_serializing_if = "Option::is_none")]
-        value_bytes: Option<serde_json::Value>,
-        /// `set_max_pacing_rate`: the cap, bit/s (`null`: the cap is lifted).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        value_bps: Option<serde_json::Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        count: Option<u32>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    }
-
-    pub(crate) fn serialize<S: Serializer>(a: &Action, s: S) -> Result<S::Ok, S::Error> {
-        let (name, bytes) = match a {
-            Action::SetSndBuf(b) => ("set_snd_buf", Some(b.0)),
-            Action::SetRcvBuf(b) => ("set_rcv_buf", Some(b.0)),
-            Action::SetWindowClamp(b) => ("set_window_clamp", Some(b.0)),
-            Action::SetNotsentLowat(b) => ("set_notsent_lowat", Some(b.0)),
-            Action::SetMaxPacingRate(r) => {
-                return Json {
-                    action: "set_max_pacing_rate".into(),
-                    value_bytes: None,
-                    value_bps: Some(r.map_or(serde_json::Value::Null, |r| r.0.into())),
-                    count: None,
-                    reason: None,
-                }
-                .serialize(s)
-            }
-            Action::OpenStreams { count, reason } => {
-                return Json {
-                    action: "open_streams".into(),
-                    value_bytes: None,
-                    value_bps: None,
-                    count: Some(*count),
-                    reason: Some(reason.clone()),
-                }
-                .serialize(s)
-            }
-        };
-        Json {
-            action: name.into(),
-            value_bytes: bytes.map(serde_json::Value::from),
-            value_bps: None,
-            count: None,
-            reason: None,
-        }
-        .serialize(s)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Action, D::Error> {
-        use serde::de::Error;
-        let j = Json::deserialize(d)?;
-        // The old spelling put open_streams' fields under "value".
-        if j.action == "open_streams" {
-            let (count, reason) = match (j.count, j.reason, j.value_bytes) {
-                (Some(c), r, _) => (c, r.unwrap_or_default()),
-                (None, _, Some(v)) => (
-                    v.get("count")
-                        .and_then(serde_json::Value::as_u64)
-                        .and_then(|c| u32::try_from(c).ok())
-                        .unwrap_or(0),
-                    v.get("reason")
-                        .and_then(serde_json::Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
-                (None, r, None) => (0, r.unwrap_or_default()),
-            };
-            return Ok(Action::OpenStreams { count, reason });
-        }
-        if j.action == "set_max_pacing_rate" {
-            let rate = j.value_bps.as_ref().and_then(serde_json::Value::as_u64);
-            return Ok(Action::SetMaxPacingRate(rate.map(Rate)));
-        }
-        let bytes = Bytes(
-            j.value_bytes
-                .as_ref()
-                .and_then(serde_json::Value::as_u64)
-                .ok_or_else(|| D::Error::custom(format!("{} without value_bytes", j.action)))?,
-        );
-        Ok(match j.action.as_str() {
-            "set_snd_buf" => Action::SetSndBuf(bytes),
-            "set_rcv_buf" => Action::SetRcvBuf(bytes),
-            "set_window_clamp" => Action::SetWindowClamp(bytes),
-            "set_notsent_lowat" => Action::SetNotsentLowat(bytes),
-            other => return Err(D::Error::custom(format!("unknown action '{other}'"))),
         })
     }
 }

@@ -123,7 +123,7 @@ pub fn run(
         n
     });
     let host_read = Instant::now();
-    let mut endpoint = Endpoint::new(ecfg, host_info(force), nonces);
+    let mut endpoint = Endpoint::new(host_read, ecfg, host_info(force), nonces);
     let (tx, rx) = mpsc::channel::<Finished>();
     let paths = match &config.path_db {
         Some(p) => Some(

@@ -33,19 +33,18 @@ pub mod metrics;
 mod paths;
 
 use crate::auth::Secret;
-use crate::proto::{ServerLimits, TestParams};
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use crate::proto::ServerLimits;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tcptune_core::pathdb::{Direction, RecordBounds};
+use tcptune_core::pathdb::RecordBounds;
 
-pub use crate::session::guard::escape;
 pub use crate::session::server::{validate, MAX_PROBE};
 pub use driver::run;
 pub use metrics::ServeMetrics;
+pub use tcptune_proto::escape;
+pub use tcptune_proto::events::{BudgetShare, ServerEvent, ServerStats};
 
 /// The default port of `tcptune serve`.
 pub const DEFAULT_PORT: u16 = 5310;
@@ -70,105 +69,6 @@ impl Shutdown {
     pub fn is_triggered(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
-}
-
-/// Something the server did, for its log. Strings that came from a client are as the
-/// client sent them: escape them (see [`escape`]) before writing them as text.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ServerEvent {
-    /// A session was admitted.
-    SessionStarted {
-        /// Client address.
-        peer: SocketAddr,
-        /// The session's label (the first 8 hex digits of its token).
-        session: String,
-        /// What it asked for.
-        params: Box<TestParams>,
-    },
-    /// A session ended (`error` is `None` when it completed normally).
-    SessionEnded {
-        /// Client address.
-        peer: SocketAddr,
-        /// The session's label.
-        session: String,
-        /// Payload bytes this server moved in the main phase.
-        bytes: u64,
-        /// Why it failed, if it did.
-        error: Option<String>,
-    },
-    /// A connection was refused or dropped before it joined a session. The first of each
-    /// kind from each address is logged; the rest are counted (see
-    /// [`ServerEvent::Suppressed`] and [`ServerStats::refused_by`]).
-    Refused {
-        /// Client address.
-        peer: SocketAddr,
-        /// The kind of refusal (`busy`, `auth`, `timeout`, `pending_limit`, ...).
-        kind: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// Under a memory budget: how the budget is shared now. Logged when streams join or
-    /// leave it, and every 5 seconds while any holds a share.
-    MemoryBudget {
-        /// The budget, `SO_SNDBUF` units, bytes.
-        budget_bytes: u64,
-        /// PSC's `hiwat_fair_share`: what one stream that wants more may hold.
-        fair_share_bytes: u64,
-        /// What the streams hold together (never more than the budget).
-        held_bytes: u64,
-        /// Memory their send queues use (`sk_wmem_queued` / 2, as last sampled).
-        in_use_bytes: u64,
-        /// Every stream drawing from the budget.
-        streams: Vec<BudgetShare>,
-    },
-    /// A client was given advice (`tcptune advise`).
-    Advice {
-        /// Client address.
-        peer: SocketAddr,
-        /// The session's label.
-        session: String,
-        /// Which way the client's data flows (seen from the client).
-        direction: Direction,
-        /// Where the numbers came from: `path_db` or `measured`.
-        source: &'static str,
-        /// The path's RTT, microseconds.
-        rtt_us: u64,
-        /// The path's rate, bit/s.
-        rate_bps: u64,
-        /// The rate is the path's (else a lower bound).
-        full_pipe: bool,
-        /// Streams advised.
-        streams: u32,
-    },
-    /// A problem outside any session (the path database), said once per kind.
-    Warning {
-        /// What happened.
-        message: String,
-    },
-    /// Refusals of one kind that were counted but not logged in the last period.
-    Suppressed {
-        /// The kind.
-        kind: &'static str,
-        /// How many.
-        count: u64,
-        /// The period, seconds.
-        seconds: u64,
-    },
-}
-
-/// One stream's share of a server's memory budget.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BudgetShare {
-    /// The session's label.
-    pub session: String,
-    /// Stream number (1-based).
-    pub stream: u32,
-    /// What it wants (`sb_net_target`), bytes.
-    pub wants_bytes: u64,
-    /// What it holds, bytes.
-    pub held_bytes: u64,
-    /// What its send queue uses, bytes.
-    pub in_use_bytes: u64,
 }
 
 /// A log callback.
@@ -303,30 +203,6 @@ impl Default for ServerConfig {
             metrics: None,
         }
     }
-}
-
-/// What the server did over its life (and, for the counters of a running server, so far).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerStats {
-    /// Connections accepted.
-    pub connections: u64,
-    /// Sessions that completed.
-    pub sessions_ok: u64,
-    /// Sessions that ended with an error.
-    pub sessions_failed: u64,
-    /// Connections refused or dropped before they joined a session, all kinds.
-    pub refused: u64,
-    /// Of those, pending connections dropped to make room (limits per address or in all).
-    pub dropped: u64,
-    /// Refusals by kind.
-    pub refused_by: BTreeMap<String, u64>,
-    /// Sessions running now.
-    pub sessions_active: u64,
-    /// Connections pending now.
-    pub pending: u64,
-    /// Measurements of clients' paths not recorded because too many came from the same
-    /// group of addresses, or in all, lately.
-    pub records_limited: u64,
 }
 
 /// Why the server stopped.

@@ -37,19 +37,20 @@
 //!   full.
 
 use super::ConnId;
-use crate::engine::{Event, SideResult};
-use crate::proto::{ClientMsg, Phase, ServerLimits, ServerMsg, TestParams};
+use crate::result::SideResult;
+use crate::session::Event;
+use crate::wire::{ClientMsg, Phase, ServerLimits, ServerMsg, TestParams};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::Direction;
 use tcptune_core::{PathHint, Rate};
 
-pub(crate) mod advise;
+pub mod advise;
 pub(crate) mod watch;
 
 use advise::AdviseCtx;
 use watch::PathWatch;
-pub(crate) use watch::{Observation, PathMeasurement};
+pub use watch::{Observation, PathMeasurement};
 
 /// The longest bandwidth probe a client may ask for.
 pub const MAX_PROBE: Duration = Duration::from_secs(10);
@@ -74,22 +75,22 @@ pub(crate) struct SessionPolicy {
 
 /// What the driver must start for a phase.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct EngineSpec {
+pub struct EngineSpec {
     /// The phase's number.
     pub(crate) seq: u32,
     /// Probe or transfer.
-    pub(crate) kind: Phase,
+    pub kind: Phase,
     /// The test (role, workload, series, congestion control, seed).
-    pub(crate) params: TestParams,
+    pub params: TestParams,
     /// What the client knows of the path, bounded.
-    pub(crate) hint: PathHint,
+    pub hint: PathHint,
     /// Streams the client opens at first (the tuners' stream count).
-    pub(crate) streams: u32,
+    pub streams: u32,
 }
 
 impl EngineSpec {
     /// Messages this end moves in the phase (`None`: until stopped).
-    pub(crate) fn messages(&self) -> Option<u64> {
+    pub fn messages(&self) -> Option<u64> {
         match self.kind {
             Phase::Probe { .. } => None,
             Phase::Main => self

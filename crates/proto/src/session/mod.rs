@@ -1,7 +1,7 @@
 //! The transfer's sessions as state machines (quinn-proto's `Connection` is the model):
 //! messages, data connections, engine events and `now` in; messages, engine commands and
-//! deadlines out. No sockets, no threads, no clock: the drivers in [`crate::server`] and
-//! [`crate::client`] do the I/O, and every rule is unit-tested here.
+//! deadlines out. No sockets, no threads, no clock: the drivers in the transfer crate's
+//! `server` and `client` modules do the I/O, and every rule is unit-tested here.
 //!
 //! * [`endpoint`]: the server's control plane (connections, handshakes, admission per
 //!   address, routing data connections, timeouts, log decisions).
@@ -13,11 +13,11 @@
 //! * [`guard`]: the small defences (replay cache, auth backoff, log limiter, rate limits,
 //!   escaping).
 
-pub(crate) mod advise;
+pub mod advise;
 pub mod client;
-pub(crate) mod endpoint;
+pub mod endpoint;
 pub mod guard;
-pub(crate) mod server;
+pub mod server;
 
 #[cfg(test)]
 mod fuzz;
@@ -26,3 +26,20 @@ mod fuzz;
 pub type ConnId = u64;
 /// A session, as the endpoint numbers it.
 pub type SessionId = u64;
+
+/// What the transfer's engine tells a session (at either end) about its data streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Stream `index`'s data thread finished.
+    StreamDone(u32),
+    /// Stream `index`'s sender wrote its last byte and closed its side; its thread now waits
+    /// for the receiver to close (every byte delivered) before it finishes.
+    StreamWritten(u32),
+    /// Received data did not verify.
+    Integrity(String),
+    /// A tuner asks for more streams.
+    MoreStreams(tcptune_core::StreamRequest),
+    /// A copy failed at this end (a missing source, a full disk, a peer that broke the
+    /// file protocol): the session ends, saying why.
+    FileFailed(crate::files::FileFailure),
+}

@@ -50,12 +50,13 @@ use super::server::advise::{KnownPath, LookupAnswer};
 use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
-use crate::engine::{Event, SideResult};
-use crate::proto::{
+use crate::events::{ServerEvent, ServerStats};
+use crate::result::SideResult;
+use crate::session::Event;
+use crate::wire::{
     self, ClientMsg, DataHello, FrameReader, ProtoError, ServerLimits, ServerMsg, Token,
     DATA_HELLO_LEN, DATA_MAGIC, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
 };
-use crate::server::{ServerEvent, ServerStats};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -83,87 +84,136 @@ const LIMITER_KEYS: usize = 4096;
 
 /// The endpoint's bounds.
 #[derive(Clone, Debug)]
-pub(crate) struct EndpointConfig {
-    pub(crate) limits: ServerLimits,
-    pub(crate) max_sessions: u32,
-    pub(crate) max_sessions_per_addr: u32,
-    pub(crate) max_pending: u32,
-    pub(crate) max_pending_per_addr: u32,
-    pub(crate) first_frame_timeout: Duration,
-    pub(crate) handshake_timeout: Duration,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) secret: Option<Secret>,
-    pub(crate) fd_budget: u64,
+pub struct EndpointConfig {
+    /// What a session may ask for.
+    pub limits: ServerLimits,
+    /// Most sessions at once.
+    pub max_sessions: u32,
+    /// Most sessions at once from one address.
+    pub max_sessions_per_addr: u32,
+    /// Most connections not yet in a session.
+    pub max_pending: u32,
+    /// Most connections not yet in a session from one address.
+    pub max_pending_per_addr: u32,
+    /// Time for a new connection's first frame.
+    pub first_frame_timeout: Duration,
+    /// Time for a control connection to be admitted.
+    pub handshake_timeout: Duration,
+    /// Longest time a session may go without progress.
+    pub idle_timeout: Duration,
+    /// The shared secret clients must prove, if any.
+    pub secret: Option<Secret>,
+    /// File descriptors the sessions may use in all.
+    pub fd_budget: u64,
     /// The directory shared with `tcptune cp` clients, if any: whether it is read-only.
-    pub(crate) files: Option<ShareRules>,
+    pub files: Option<ShareRules>,
 }
 
 /// What admission needs to know of a shared directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ShareRules {
-    pub(crate) read_only: bool,
+pub struct ShareRules {
+    /// Clients may only read from it.
+    pub read_only: bool,
 }
 
 /// What the host offers sessions (refreshed by the driver).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct HostInfo {
-    pub(crate) limits: HostLimits,
+pub struct HostInfo {
+    /// The host's buffer limits.
+    pub limits: HostLimits,
     /// The namespace's default congestion control.
-    pub(crate) congestion: String,
+    pub congestion: String,
     /// Congestion controls a socket may choose.
-    pub(crate) available_cc: Vec<String>,
+    pub available_cc: Vec<String>,
 }
 
 /// What the driver must do.
 #[derive(Debug, PartialEq)]
-pub(crate) enum EndpointEvent {
+pub enum EndpointEvent {
     /// Write these bytes on the connection (after what was queued before).
-    Send { conn: ConnId, frame: Vec<u8> },
+    Send {
+        /// The connection.
+        conn: ConnId,
+        /// The bytes.
+        frame: Vec<u8>,
+    },
     /// Close the connection once what was queued is written (or at once if it cannot be).
-    Close { conn: ConnId },
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
     /// Start the engine of a session's new phase.
     StartEngine {
+        /// The session.
         session: SessionId,
         /// The session's label (as in the log).
         label: String,
+        /// What the engine runs.
         spec: EngineSpec,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
         mode: &'static str,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
+        /// The session.
         session: SessionId,
+        /// The data connection.
         conn: ConnId,
+        /// Its stream number.
         index: u32,
     },
     /// Tell the engine's tuners what is now known of the path.
     Hint {
+        /// The session.
         session: SessionId,
+        /// What is known of the path.
         hint: tcptune_core::PathHint,
+        /// Streams of the phase.
         streams: u32,
     },
     /// Senders stop.
-    StopSenders { session: SessionId },
+    StopSenders {
+        /// The session.
+        session: SessionId,
+    },
     /// Tear the engine down.
-    AbortEngine { session: SessionId },
+    AbortEngine {
+        /// The session.
+        session: SessionId,
+    },
     /// Join the engine and call [`Endpoint::on_phase_result`].
-    FinishEngine { session: SessionId, seq: u32 },
+    FinishEngine {
+        /// The session.
+        session: SessionId,
+        /// The phase.
+        seq: u32,
+    },
     /// The session is over: drop its engine (and its data connections).
-    SessionGone { session: SessionId },
+    SessionGone {
+        /// The session.
+        session: SessionId,
+    },
     /// Something for the log.
     Log(ServerEvent),
     /// Look the session's client path up in the path database (read the control
     /// connection's RTT) and call [`Endpoint::on_lookup`].
     Lookup {
+        /// The session.
         session: SessionId,
+        /// Its control connection.
         conn: ConnId,
+        /// The client's address.
         peer: IpAddr,
+        /// Which way the client's data flows (seen from the client).
         direction: Direction,
     },
     /// Record a measurement of a client's path in the path database.
     Record {
+        /// The client's address.
         peer: IpAddr,
+        /// Which way the client's data flowed (seen from the client).
         direction: Direction,
+        /// What was measured.
         measurement: Measurement,
         /// It answered an advice (else a session measured it in passing).
         advice: bool,
@@ -174,22 +224,37 @@ pub(crate) enum EndpointEvent {
 
 /// What monitoring (`serve --metrics`) counts.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum MonitorEvent {
+pub enum MonitorEvent {
     /// A session was admitted.
-    Admitted { mode: &'static str },
+    Admitted {
+        /// The session's tuning mode.
+        mode: &'static str,
+    },
     /// A transfer's first phase started this long after its control connection was
     /// accepted.
-    Handshake { seconds: f64 },
+    Handshake {
+        /// Seconds.
+        seconds: f64,
+    },
     /// A connection was refused or dropped.
-    Refused { kind: &'static str },
+    Refused {
+        /// The kind of refusal.
+        kind: &'static str,
+    },
     /// A session ended; `rate_bps` is its main phase's throughput at the server.
     Ended {
+        /// The session's tuning mode.
         mode: &'static str,
+        /// It completed (else it failed).
         completed: bool,
+        /// Its main phase's throughput at the server, bit/s.
         rate_bps: Option<f64>,
     },
     /// An advice was given, from the path database or a measurement.
-    Advice { source: &'static str },
+    Advice {
+        /// `path_db` or `measured`.
+        source: &'static str,
+    },
     /// A measurement was not handed to the path database: too many from its group, or in
     /// all, lately.
     RecordLimited,
@@ -197,7 +262,7 @@ pub(crate) enum MonitorEvent {
 
 /// How much the driver may read from a connection now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReadLimit {
+pub enum ReadLimit {
     /// At most this many bytes (a hello is being read: not one byte more).
     Exact(usize),
     /// Frames: as much as is there.
@@ -266,7 +331,7 @@ struct SessionEntry {
 }
 
 /// The server's control plane. See the module documentation.
-pub(crate) struct Endpoint {
+pub struct Endpoint {
     cfg: EndpointConfig,
     host: HostInfo,
     conns: HashMap<ConnId, Conn>,
@@ -299,8 +364,9 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint; `nonces` gives fresh random challenges.
-    pub(crate) fn new(
+    /// An endpoint created at `now`; `nonces` gives fresh random challenges.
+    pub fn new(
+        now: Instant,
         cfg: EndpointConfig,
         host: HostInfo,
         nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
@@ -324,7 +390,7 @@ impl Endpoint {
             next_session: 1,
             nonces,
             records: RateLimiter::new(
-                Instant::now(),
+                now,
                 RECORD_BURST,
                 RECORD_EVERY,
                 RECORD_ALL_BURST,
@@ -332,7 +398,7 @@ impl Endpoint {
                 LIMITER_KEYS,
             ),
             measures: RateLimiter::new(
-                Instant::now(),
+                now,
                 MEASURE_BURST,
                 MEASURE_EVERY,
                 MEASURE_ALL_BURST,
@@ -343,12 +409,12 @@ impl Endpoint {
     }
 
     /// Refresh what the host offers (limits, congestion controls).
-    pub(crate) fn set_host(&mut self, host: HostInfo) {
+    pub fn set_host(&mut self, host: HostInfo) {
         self.host = host;
     }
 
     /// What happened so far.
-    pub(crate) fn stats(&self) -> ServerStats {
+    pub fn stats(&self) -> ServerStats {
         let mut s = self.stats.clone();
         s.sessions_active = self.sessions.len() as u64;
         s.pending = self.pending;
@@ -356,17 +422,17 @@ impl Endpoint {
     }
 
     /// Sessions running.
-    pub(crate) fn sessions(&self) -> usize {
+    pub fn sessions(&self) -> usize {
         self.sessions.len()
     }
 
     /// The next thing to do.
-    pub(crate) fn poll_event(&mut self) -> Option<EndpointEvent> {
+    pub fn poll_event(&mut self) -> Option<EndpointEvent> {
         self.events.pop_front()
     }
 
     /// When [`Endpoint::on_timeout`] is due.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let conns = self.deadlines.first().map(|(t, _)| *t);
         let sessions = self
             .sessions
@@ -380,7 +446,7 @@ impl Endpoint {
     }
 
     /// How much may be read from `conn` now.
-    pub(crate) fn read_limit(&self, conn: ConnId) -> ReadLimit {
+    pub fn read_limit(&self, conn: ConnId) -> ReadLimit {
         match self.conns.get(&conn).map(|c| &c.state) {
             Some(ConnState::Unknown(got)) => ReadLimit::Exact(DATA_MAGIC.len() - got.len()),
             Some(ConnState::Hello(got)) => ReadLimit::Exact(DATA_HELLO_LEN - got.len()),
@@ -392,7 +458,7 @@ impl Endpoint {
     // ----- connections -----
 
     /// A connection was accepted from `peer`.
-    pub(crate) fn on_accept(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
+    pub fn on_accept(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
         self.stats.connections += 1;
         let ip = peer.ip();
         // Descriptors first: a session's reservation is never given to a stranger.
@@ -463,20 +529,20 @@ impl Endpoint {
                 self.pending
             ),
         };
-        self.close_conn(victim);
+        self.close_conn(now, victim);
         self.refused(now, peer, "pending_limit", why);
         true
     }
 
     /// Forget a connection and tell the driver to close it.
-    fn close_conn(&mut self, conn: ConnId) {
+    fn close_conn(&mut self, now: Instant, conn: ConnId) {
         if let Some(c) = self.conns.remove(&conn) {
-            self.forget(conn, &c);
+            self.forget(now, conn, &c);
             self.events.push_back(EndpointEvent::Close { conn });
         }
     }
 
-    fn forget(&mut self, conn: ConnId, c: &Conn) {
+    fn forget(&mut self, now: Instant, conn: ConnId, c: &Conn) {
         if let Some(d) = c.deadline {
             self.deadlines.remove(&(d, conn));
         }
@@ -494,14 +560,13 @@ impl Endpoint {
                 }
             }
         }
-        self.tidy_addr(c.peer.ip());
+        self.tidy_addr(now, c.peer.ip());
     }
 
-    fn tidy_addr(&mut self, ip: IpAddr) {
+    fn tidy_addr(&mut self, now: Instant, ip: IpAddr) {
         if self.addrs.len() < 4096 {
             return;
         }
-        let now = Instant::now();
         if self
             .addrs
             .get(&ip)
@@ -543,19 +608,19 @@ impl Endpoint {
             reason: reason.clone(),
             retry_after_s: retry_after.map(ceil_secs),
         };
-        if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+        if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });
         }
-        self.close_conn(conn);
+        self.close_conn(now, conn);
         self.refused(now, peer, kind, reason);
     }
 
     /// The peer closed `conn`, or it failed.
-    pub(crate) fn on_closed(&mut self, now: Instant, conn: ConnId) {
+    pub fn on_closed(&mut self, now: Instant, conn: ConnId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
-        self.forget(conn, &c);
+        self.forget(now, conn, &c);
         if let ConnState::Control(sid) = c.state {
             if let Some(e) = self.sessions.get_mut(&sid) {
                 e.session
@@ -566,7 +631,7 @@ impl Endpoint {
     }
 
     /// Bytes read from `conn` (never more than [`Endpoint::read_limit`] allowed).
-    pub(crate) fn on_bytes(&mut self, now: Instant, unix_s: u64, conn: ConnId, data: &[u8]) {
+    pub fn on_bytes(&mut self, now: Instant, unix_s: u64, conn: ConnId, data: &[u8]) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -595,7 +660,7 @@ impl Endpoint {
                         Some(h) => self.route_data(now, conn, h),
                         None => {
                             let peer = c.peer;
-                            self.close_conn(conn);
+                            self.close_conn(now, conn);
                             self.refused(now, peer, "garbage", "a malformed data hello".into());
                         }
                     }
@@ -612,7 +677,7 @@ impl Endpoint {
                     loop {
                         match e.reader.take_frame() {
                             Ok(None) => break,
-                            Ok(Some(body)) => match proto::decode::<ClientMsg>(&body) {
+                            Ok(Some(body)) => match wire::decode::<ClientMsg>(&body) {
                                 Ok(m) => e.session.handle_msg(now, m),
                                 Err(err) => e.session.protocol_error(err.to_string()),
                             },
@@ -658,7 +723,7 @@ impl Endpoint {
                 "a data connection for session {} from another address than its control connection",
                 e.label
             );
-            self.close_conn(conn);
+            self.close_conn(now, conn);
             return self.refused(now, peer, "data_address", why);
         }
         match e.session.accepts(hello.seq, hello.stream) {
@@ -686,7 +751,7 @@ impl Endpoint {
             }
             Err(_) if e.session.phase_is_future(hello.seq) => self.park(now, conn, hello),
             Err(why) => {
-                self.close_conn(conn);
+                self.close_conn(now, conn);
                 self.refused(now, peer, "data_refused", why);
             }
         }
@@ -703,7 +768,7 @@ impl Endpoint {
         let list = self.parked.entry(hello.token).or_default();
         if list.len() >= max {
             let peer = c.peer;
-            self.close_conn(conn);
+            self.close_conn(now, conn);
             return self.refused(now, peer, "data_refused", "too many streams waiting".into());
         }
         list.push(conn);
@@ -727,7 +792,7 @@ impl Endpoint {
     // ----- sessions -----
 
     /// An event of a session's engine.
-    pub(crate) fn on_engine(&mut self, now: Instant, session: SessionId, ev: Event) {
+    pub fn on_engine(&mut self, now: Instant, session: SessionId, ev: Event) {
         if let Some(e) = self.sessions.get_mut(&session) {
             e.session.handle_engine(now, ev);
             self.pump(now, session);
@@ -735,13 +800,7 @@ impl Endpoint {
     }
 
     /// The result of a finished phase.
-    pub(crate) fn on_phase_result(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        seq: u32,
-        r: SideResult,
-    ) {
+    pub fn on_phase_result(&mut self, now: Instant, session: SessionId, seq: u32, r: SideResult) {
         if let Some(e) = self.sessions.get_mut(&session) {
             e.session.handle_phase_result(now, seq, r);
             self.pump(now, session);
@@ -750,7 +809,7 @@ impl Endpoint {
 
     /// The driver failed a session's duty (a stream could not be set up, a thread could not
     /// start): the session ends with `reason`.
-    pub(crate) fn on_session_error(&mut self, now: Instant, session: SessionId, reason: String) {
+    pub fn on_session_error(&mut self, now: Instant, session: SessionId, reason: String) {
         if let Some(e) = self.sessions.get_mut(&session) {
             e.session.protocol_error(reason);
             self.pump(now, session);
@@ -759,7 +818,7 @@ impl Endpoint {
 
     /// The driver could not write to a session's control connection (its peer does not
     /// read, or the connection broke).
-    pub(crate) fn on_write_failed(&mut self, now: Instant, conn: ConnId) {
+    pub fn on_write_failed(&mut self, now: Instant, conn: ConnId) {
         self.on_closed(now, conn);
     }
 
@@ -788,13 +847,13 @@ impl Endpoint {
                         }),
                         _ => None,
                     };
-                    let frame = match proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                    let frame = match wire::encode_limited(&msg, MAX_SERVER_FRAME) {
                         Ok(f) => Some(f),
                         Err(ProtoError::TooLong { .. }) => match msg {
                             ServerMsg::PhaseResult { seq, mut result } => {
                                 // Too large with its series: send the summaries.
                                 result.strip_series();
-                                proto::encode_limited(
+                                wire::encode_limited(
                                     &ServerMsg::PhaseResult { seq, result },
                                     MAX_SERVER_FRAME,
                                 )
@@ -882,7 +941,7 @@ impl Endpoint {
         }
     }
 
-    fn end_session(&mut self, _now: Instant, sid: SessionId, end: SessionEnd) {
+    fn end_session(&mut self, now: Instant, sid: SessionId, end: SessionEnd) {
         let Some(e) = self.sessions.remove(&sid) else {
             return;
         };
@@ -910,7 +969,7 @@ impl Endpoint {
         self.events
             .push_back(EndpointEvent::SessionGone { session: sid });
         if let Some(c) = self.conns.remove(&e.ctrl) {
-            self.forget(e.ctrl, &c);
+            self.forget(now, e.ctrl, &c);
             self.events.push_back(EndpointEvent::Close { conn: e.ctrl });
         }
         // Data connections belong to the engine, which the driver drops; forget them here.
@@ -925,7 +984,7 @@ impl Endpoint {
         }
         if let Some(parked) = self.parked.remove(&e.token) {
             for c in parked {
-                self.close_conn(c);
+                self.close_conn(now, c);
             }
         }
         self.events
@@ -941,11 +1000,7 @@ impl Endpoint {
 
     /// Time passed: expire pending connections, run sessions' timers, log summaries.
     /// `observe` reads a session's running engine.
-    pub(crate) fn on_timeout(
-        &mut self,
-        now: Instant,
-        observe: &dyn Fn(SessionId) -> Option<Observation>,
-    ) {
+    pub fn on_timeout(&mut self, now: Instant, observe: &dyn Fn(SessionId) -> Option<Observation>) {
         while let Some(&(t, conn)) = self.deadlines.first() {
             if t > now {
                 break;
@@ -957,7 +1012,7 @@ impl Endpoint {
             let peer = c.peer;
             match &c.state {
                 ConnState::Unknown(_) | ConnState::Hello(_) => {
-                    self.close_conn(conn);
+                    self.close_conn(now, conn);
                     let why = format!(
                         "no complete hello within {:.0} s",
                         self.cfg.first_frame_timeout.as_secs_f64()
@@ -984,7 +1039,7 @@ impl Endpoint {
                     } else {
                         "a data connection for an unknown session".to_string()
                     };
-                    self.close_conn(conn);
+                    self.close_conn(now, conn);
                     self.refused(now, peer, "data_unknown", why);
                 }
                 ConnState::Control(_) | ConnState::Data(_) => {}
@@ -1047,7 +1102,7 @@ impl Endpoint {
 
     /// The path database's answer for an advice session: the control connection's RTT and
     /// the fresh entry, if any; `now_unix_s` is the wall clock.
-    pub(crate) fn on_lookup(
+    pub fn on_lookup(
         &mut self,
         now: Instant,
         session: SessionId,

@@ -1,8 +1,8 @@
 //! The client session's rules without a socket.
 
 use super::*;
+use tcptune_core::StreamRequest;
 use tcptune_core::{Bytes, Rate, TuneMode};
-use tcptune_sys::driver::StreamRequest;
 
 const IDLE: Duration = Duration::from_secs(30);
 const CONNECT: Duration = Duration::from_secs(10);
@@ -138,12 +138,12 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
     let ClientOutput::Send(ClientMsg::Hello { auth: Some(a), .. }) = &out[0] else {
         panic!("{out:?}")
     };
-    let mac = proto::from_hex::<32>(&a.mac).expect("hex");
+    let mac = wire::from_hex::<32>(&a.mac).expect("hex");
     assert!(secret.verify_proof(&[1; 32], 1000, &[7; 16], &mac));
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[9; 32]),
+            nonce: wire::to_hex(&[9; 32]),
             reason: "clock".into(),
         },
     );
@@ -152,13 +152,13 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
     let ClientOutput::Send(ClientMsg::Auth { mac }) = &out[0] else {
         panic!()
     };
-    let mac = proto::from_hex::<32>(mac).expect("hex");
+    let mac = wire::from_hex::<32>(mac).expect("hex");
     assert!(secret.verify_answer(&[9; 32], &[7; 16], &mac));
     // A second challenge is not answered.
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[8; 32]),
+            nonce: wire::to_hex(&[8; 32]),
             reason: "again".into(),
         },
     );
@@ -174,7 +174,7 @@ fn a_challenge_without_a_secret_is_a_protocol_error() {
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
-            nonce: proto::to_hex(&[9; 32]),
+            nonce: wire::to_hex(&[9; 32]),
             reason: "x".into(),
         },
     );
@@ -679,5 +679,29 @@ fn an_interrupt_stops_both_ends_and_still_collects_the_results() {
     assert_eq!(
         drain(&mut s),
         vec![ClientOutput::Failed(Failure::Interrupted)]
+    );
+}
+
+#[test]
+fn an_ended_phase_waking_for_nothing_does_not_ask_to_be_woken_in_the_past() {
+    // Found by the pair harness: once every stream wrote its last byte, the sample and
+    // stall timers stood still in the past and the driver spun until the server's result.
+    let t0 = Instant::now();
+    let mut s = running(t0, plan());
+    s.handle_engine(t0, Event::StreamWritten(0));
+    s.handle_engine(t0, Event::StreamWritten(1));
+    drain(&mut s);
+    let later = t0 + Duration::from_secs(1);
+    assert_eq!(
+        s.poll_timeout(),
+        None,
+        "no deadline runs while written data arrives"
+    );
+    s.handle_engine(later, Event::StreamDone(0));
+    s.handle_engine(later, Event::StreamDone(1));
+    assert_eq!(
+        s.poll_timeout(),
+        Some(later + IDLE + Duration::from_secs(5)),
+        "only the result's deadline"
     );
 }

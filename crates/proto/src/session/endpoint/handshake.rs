@@ -7,14 +7,14 @@ use super::{
     MAX_DISCARDED,
 };
 use crate::auth::CLOCK_SKEW;
-use crate::proto::{
-    self, AdviseRequest, ClientAuth, ClientMsg, FrameReader, ServerLimits, ServerMsg, Token,
-    MAX_CLIENT_FRAME, MAX_SERVER_FRAME, PROTOCOL_VERSION,
-};
-use crate::server::ServerEvent;
+use crate::events::ServerEvent;
 use crate::session::guard::Freshness;
 use crate::session::server::{ServerSession, SessionPolicy, MAX_PROBE};
 use crate::session::ConnId;
+use crate::wire::{
+    self, AdviseRequest, ClientAuth, ClientMsg, FrameReader, ServerLimits, ServerMsg, Token,
+    MAX_CLIENT_FRAME, MAX_SERVER_FRAME, PROTOCOL_VERSION,
+};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ impl Endpoint {
                 Ok(None) => return,
                 Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
             };
-            let msg = match proto::decode::<ClientMsg>(&body) {
+            let msg = match wire::decode::<ClientMsg>(&body) {
                 Ok(m) => m,
                 Err(e) => return self.reject(now, conn, "garbage", e.to_string(), None),
             };
@@ -115,7 +115,7 @@ impl Endpoint {
                 let nonce = *nonce;
                 let token = h.token.unwrap_or(Token([0; 16]));
                 let ok = self.cfg.secret.as_ref().is_some_and(|s| {
-                    proto::from_hex::<32>(&mac)
+                    wire::from_hex::<32>(&mac)
                         .is_some_and(|m| s.verify_answer(&nonce, &token.0, &m))
                 });
                 if ok {
@@ -167,8 +167,8 @@ impl Endpoint {
                     .to_string();
             return self.reject(now, conn, "auth", why, None);
         };
-        let nonce = proto::from_hex::<32>(&auth.nonce);
-        let mac = proto::from_hex::<32>(&auth.mac);
+        let nonce = wire::from_hex::<32>(&auth.nonce);
+        let mac = wire::from_hex::<32>(&auth.mac);
         let (Some(nonce), Some(mac)) = (nonce, mac) else {
             return self.auth_failed(now, conn, peer);
         };
@@ -194,10 +194,10 @@ impl Endpoint {
             Some(reason) => {
                 let nonce = (self.nonces)();
                 let msg = ServerMsg::Challenge {
-                    nonce: proto::to_hex(&nonce),
+                    nonce: wire::to_hex(&nonce),
                     reason,
                 };
-                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
                     self.events.push_back(EndpointEvent::Send { conn, frame });
                 }
                 self.set_stage(
@@ -232,7 +232,7 @@ impl Endpoint {
     }
 
     /// Admit the session of a complete handshake, or refuse it saying why.
-    fn admit(&mut self, now: Instant, conn: ConnId, params: crate::proto::TestParams) {
+    fn admit(&mut self, now: Instant, conn: ConnId, params: crate::wire::TestParams) {
         if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
             return self.reject(now, conn, "bad_request", e, None);
         }
@@ -248,7 +248,7 @@ impl Endpoint {
                 // The kind first (a client turns it into its exit status), then the refusal.
                 let why = failure.message.clone();
                 let msg = ServerMsg::FileFailed { failure };
-                if let Ok(frame) = proto::encode_limited(&msg, MAX_SERVER_FRAME) {
+                if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
                     self.events.push_back(EndpointEvent::Send { conn, frame });
                 }
                 return self.reject(now, conn, "files", why, None);
@@ -285,10 +285,10 @@ impl Endpoint {
             can_force: self.host.limits.can_force,
             auth_required: self.cfg.secret.is_some(),
         };
-        if let Ok(frame) = proto::encode_limited(&accepted, MAX_SERVER_FRAME) {
+        if let Ok(frame) = wire::encode_limited(&accepted, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });
         }
-        let label = proto::to_hex(&token.0)[..8].to_string();
+        let label = wire::to_hex(&token.0)[..8].to_string();
         self.events
             .push_back(EndpointEvent::Log(ServerEvent::SessionStarted {
                 peer,
@@ -390,7 +390,7 @@ impl Endpoint {
             .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
         // A copy also holds a file per stream and the receiver's open files.
         let files_extra = if files {
-            crate::files::work::MAX_OPEN as u64 + 8
+            crate::files::MAX_OPEN as u64 + 8
         } else {
             0
         };
@@ -438,7 +438,7 @@ impl Endpoint {
         a.pending.retain(|x| *x != conn);
         a.sessions += 1;
         self.reserved += reserved;
-        let label = proto::to_hex(&token.0)[..8].to_string();
+        let label = wire::to_hex(&token.0)[..8].to_string();
         self.events
             .push_back(EndpointEvent::Monitor(MonitorEvent::Admitted {
                 mode: session.mode(),

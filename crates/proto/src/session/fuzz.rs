@@ -4,22 +4,24 @@
 //! must never panic nor break their bounds (pending connections, sessions, descriptors).
 //!
 //! It runs as a test for `TCPTUNE_FUZZ_SECONDS` (default 2 s; CI sets more) with a seed
-//! from `TCPTUNE_FUZZ_SEED` or the clock, printed so that a failure can be replayed.
+//! from `TCPTUNE_FUZZ_SEED`, else a fixed one (or one from the clock when
+//! `TCPTUNE_FUZZ_SECONDS` is set), printed so that a failure can be replayed.
 
 use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
 use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
 use super::server::advise::KnownPath;
 use super::server::Observation;
-use crate::engine::{Event, SideResult};
-use crate::proto::{
+use crate::result::SideResult;
+use crate::session::Event;
+use crate::wire::{
     self, AdviseRequest, ClientAuth, ClientMsg, DataHello, Phase, ServerLimits, ServerMsg,
     TestParams, Token, PROTOCOL_VERSION,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::Direction;
+use tcptune_core::StreamRequest;
 use tcptune_core::{Bytes, HostLimits, PathHint, Rate, TuneMode};
-use tcptune_sys::driver::StreamRequest;
 
 /// xorshift64*.
 struct Rng(u64);
@@ -51,16 +53,25 @@ impl Rng {
     }
 }
 
+/// The walk's seed: `TCPTUNE_FUZZ_SEED`; else a fixed one in a normal run (the same walks
+/// every time, as far as the time box reaches), and one from the clock when
+/// `TCPTUNE_FUZZ_SECONDS` asks for a longer, random run (CI's time-boxed part). Printed
+/// either way, so that a failure can be replayed.
 fn seed() -> u64 {
-    std::env::var("TCPTUNE_FUZZ_SEED")
+    const FIXED: u64 = 0x7c97_2a5e_5eed_0001;
+    if let Some(s) = std::env::var("TCPTUNE_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        })
+    {
+        return s;
+    }
+    if std::env::var_os("TCPTUNE_FUZZ_SECONDS").is_none() {
+        return FIXED;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(FIXED, |d| d.as_nanos() as u64)
+        | 1
 }
 
 fn budget() -> Duration {
@@ -158,17 +169,17 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
             version: "fuzz".into(),
             token: r.chance(95).then_some(Token([token; 16])),
             auth: r.chance(20).then(|| ClientAuth {
-                nonce: proto::to_hex(&r.bytes(32)),
+                nonce: wire::to_hex(&r.bytes(32)),
                 time_unix_s: r.pick_u64(),
                 mac: if r.chance(50) {
-                    proto::to_hex(&r.bytes(32))
+                    wire::to_hex(&r.bytes(32))
                 } else {
                     "zz".into()
                 },
             }),
         },
         1 => ClientMsg::Auth {
-            mac: proto::to_hex(&r.bytes(32)),
+            mac: wire::to_hex(&r.bytes(32)),
         },
         2 => ClientMsg::Setup { params: params(r) },
         3 => ClientMsg::StartPhase {
@@ -246,8 +257,8 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
             congestion: "cubic".into(),
             available_cc: vec!["cubic".into()],
         };
-        let mut e = Endpoint::new(cfg, host, Box::new(|| [7; 32]));
         let mut now = Instant::now();
+        let mut e = Endpoint::new(now, cfg, host, Box::new(|| [7; 32]));
         let mut conns: Vec<u64> = Vec::new();
         let mut next_conn = 1u64;
         let mut finishing: Vec<(u64, u32)> = Vec::new();
@@ -295,7 +306,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                         conns.push(next_conn);
                         next_conn += 1;
                     } else {
-                        let f = proto::encode(&ClientMsg::EndPhase {
+                        let f = wire::encode(&ClientMsg::EndPhase {
                             streams: r.below(3) as u32,
                         })
                         .unwrap_or_default();
@@ -358,10 +369,10 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                             };
                             flight
                                 .iter()
-                                .flat_map(|m| proto::encode(m).unwrap_or_default())
+                                .flat_map(|m| wire::encode(m).unwrap_or_default())
                                 .collect()
                         }
-                        _ => proto::encode(&message(&mut r, &tokens)).unwrap_or_default(),
+                        _ => wire::encode(&message(&mut r, &tokens)).unwrap_or_default(),
                     };
                     let mut rest = &data[..];
                     while !rest.is_empty() {
@@ -436,14 +447,14 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                         finishing.push((session, seq));
                     }
                     EndpointEvent::Attach { .. } => attached += 1,
-                    EndpointEvent::Log(crate::server::ServerEvent::SessionStarted { .. }) => {
+                    EndpointEvent::Log(crate::events::ServerEvent::SessionStarted { .. }) => {
                         admitted += 1
                     }
                     EndpointEvent::SessionGone { session } => sessions.retain(|s| *s != session),
                     EndpointEvent::Send { frame, .. } => {
                         assert!(frame.len() >= 4);
                         let m: ServerMsg =
-                            proto::decode(&frame[4..]).expect("the server sends valid frames");
+                            wire::decode(&frame[4..]).expect("the server sends valid frames");
                         match m {
                             ServerMsg::Advice { advice } => {
                                 advised += 1;
@@ -534,7 +545,7 @@ fn the_client_session_survives_random_servers() {
                 1..=3 => {
                     let m = match r.below(6) {
                         0 => ServerMsg::Challenge {
-                            nonce: proto::to_hex(&r.bytes(32)),
+                            nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
                         },
                         1 => ServerMsg::Accepted {

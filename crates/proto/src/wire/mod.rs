@@ -172,7 +172,7 @@ pub struct TestParams {
     pub max_time_ms: Option<u64>,
     /// The server sends.
     pub reverse: bool,
-    /// Keep every sample and change (bounded: see [`crate::report::SideDetail`]).
+    /// Keep every sample and change (bounded: see [`crate::result::SideDetail`]).
     pub samples: bool,
     /// Congestion control for the data connections.
     pub congestion: Option<String>,
@@ -365,7 +365,7 @@ pub enum ServerMsg {
         /// The phase.
         seq: u32,
         /// What the server saw.
-        result: Box<crate::engine::SideResult>,
+        result: Box<crate::result::SideResult>,
     },
     /// A copy failed at the server (a missing source, a full disk, a path outside its
     /// root, ...); an `Abort` follows.

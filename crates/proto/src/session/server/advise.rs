@@ -27,8 +27,8 @@ use super::{
     SessionOutput, SessionPolicy, State,
 };
 use crate::advice::{advise, bounded_limits, FactsSource, PathFacts, MAX_STREAMS};
-use crate::proto::{AdviseRequest, ClientMsg, Phase, ServerMsg, TestParams};
 use crate::session::server::EngineSpec;
+use crate::wire::{AdviseRequest, ClientMsg, Phase, ServerMsg, TestParams};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::ProbePlan;
@@ -42,13 +42,17 @@ const MEASURE_GRACE: Duration = Duration::from_secs(2);
 
 /// What the path database holds of the path.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct KnownPath {
-    pub(crate) rate: Rate,
-    pub(crate) full_pipe: bool,
-    pub(crate) min_rtt: Duration,
+pub struct KnownPath {
+    /// The path's rate.
+    pub rate: Rate,
+    /// The rate is the path's (else a lower bound).
+    pub full_pipe: bool,
+    /// The path's smallest RTT.
+    pub min_rtt: Duration,
     /// When it was last updated, seconds since the Unix epoch.
-    pub(crate) measured_at_unix_s: f64,
-    pub(crate) samples: u32,
+    pub measured_at_unix_s: f64,
+    /// Measurements it was built from.
+    pub samples: u32,
 }
 
 /// The driver's answer to [`SessionOutput::Lookup`].

@@ -31,8 +31,9 @@
 //!   the handshake within the connect timeout or to `EndPhase` within the idle timeout.
 
 use crate::auth::Secret;
-use crate::engine::{Event, SideResult};
-use crate::proto::{
+use crate::result::SideResult;
+use crate::session::Event;
+use crate::wire::{
     self, ClientAuth, ClientMsg, Phase, ServerLimits, ServerMsg, TestParams, Token,
     PROTOCOL_VERSION,
 };
@@ -43,28 +44,30 @@ use tcptune_core::{HostLimits, PathHint, Rate, Time};
 
 /// What the client's session needs to know.
 #[derive(Clone, Debug)]
-pub(crate) struct ClientPlan {
-    pub(crate) params: TestParams,
-    pub(crate) token: Token,
+pub struct ClientPlan {
+    /// What the client asks for (sent in `Setup`).
+    pub params: TestParams,
+    /// The session's token (random bytes chosen by the driver).
+    pub token: Token,
     /// The shared secret, a fresh nonce and this host's clock (Unix seconds) for the proof.
-    pub(crate) auth: Option<(Secret, [u8; 32], u64)>,
+    pub auth: Option<(Secret, [u8; 32], u64)>,
     /// Most streams this client opens.
-    pub(crate) max_streams: u32,
+    pub max_streams: u32,
     /// Time for the server to admit the session.
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
     /// Longest time without progress (plus 5 s).
-    pub(crate) idle_timeout: Duration,
+    pub idle_timeout: Duration,
     /// Duration workload.
-    pub(crate) duration: Option<Duration>,
+    pub duration: Option<Duration>,
     /// Cap of the message workload.
-    pub(crate) max_time: Option<Duration>,
+    pub max_time: Option<Duration>,
     /// This client sends.
-    pub(crate) sender: bool,
+    pub sender: bool,
 }
 
 /// What a phase is for.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Goal {
+pub enum Goal {
     /// The transfer: the estimator only observes.
     Main,
     /// The bandwidth probe: stop once the pipe is full.
@@ -73,7 +76,7 @@ pub(crate) enum Goal {
 
 /// What the transfer learns about the path's rate while it runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum InBand {
+pub enum InBand {
     /// Nothing: the rate is given, or not wanted.
     Off,
     /// The rate is not known: measure it (the full-pipe estimator on the transfer itself).
@@ -85,59 +88,70 @@ pub(crate) enum InBand {
 
 /// What the in-band measurement found.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Measured {
+pub struct Measured {
     /// The path's rate: the plateau the transfer's delivery reached.
-    pub(crate) rate: Rate,
+    pub rate: Rate,
     /// The rate the path database gave, when this one corrects it.
-    pub(crate) corrects: Option<Rate>,
+    pub corrects: Option<Rate>,
     /// From the phase's start.
-    pub(crate) after: Duration,
+    pub after: Duration,
     /// Rounds of one RTT it took.
-    pub(crate) rounds: u32,
+    pub rounds: u32,
 }
 
 /// A phase to start.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct PhaseRequest {
-    pub(crate) goal: Goal,
-    pub(crate) in_band: InBand,
-    pub(crate) hint: PathHint,
+pub struct PhaseRequest {
+    /// What the phase is for.
+    pub goal: Goal,
+    /// What the phase learns of the path's rate.
+    pub in_band: InBand,
+    /// What is known of the path when the phase starts.
+    pub hint: PathHint,
     /// Streams to open now.
-    pub(crate) streams: u32,
+    pub streams: u32,
     /// Why more than the user asked for, if so.
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// What the server told about itself when it admitted the session.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct ServerInfo {
-    pub(crate) limits: ServerLimits,
-    pub(crate) host_limits: HostLimits,
-    pub(crate) congestion: String,
-    pub(crate) auth_required: bool,
+pub struct ServerInfo {
+    /// What the server allows.
+    pub limits: ServerLimits,
+    /// The server host's buffer limits.
+    pub host_limits: HostLimits,
+    /// The server's congestion control for the data sockets.
+    pub congestion: String,
+    /// The server asks for authentication.
+    pub auth_required: bool,
 }
 
 /// How a phase ended, for the report.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct PhaseOutcome {
-    pub(crate) capped: bool,
+pub struct PhaseOutcome {
+    /// The phase was stopped by the time cap.
+    pub capped: bool,
     /// The user interrupted the transfer (the report then holds what moved until then).
-    pub(crate) interrupted: bool,
-    pub(crate) streams_reason: Option<String>,
+    pub interrupted: bool,
+    /// Why more streams were opened than asked for, if so.
+    pub streams_reason: Option<String>,
     /// From the phase's start to its first streams all connected.
-    pub(crate) setup: Duration,
+    pub setup: Duration,
     /// The aggregate delivery this end saw in rounds of one RTT.
-    pub(crate) delivery: ProbeOutcome,
+    pub delivery: ProbeOutcome,
     /// The server's side (`None` for the probe, whose result is not waited for).
-    pub(crate) remote: Option<Box<SideResult>>,
+    pub remote: Option<Box<SideResult>>,
 }
 
 /// Why the session failed.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// The server refused (handshake, limits, busy).
     Rejected {
+        /// Why.
         reason: String,
+        /// When to try again, seconds, if the server said.
         retry_after_s: Option<u64>,
     },
     /// The server did not answer in time.
@@ -160,33 +174,47 @@ pub(crate) enum Failure {
 
 /// What the session asks of its driver.
 #[derive(Debug, PartialEq)]
-pub(crate) enum ClientOutput {
+pub enum ClientOutput {
     /// Send this message.
     Send(ClientMsg),
     /// Open streams `from..to` of phase `seq` (their tuners are built for `total` streams).
     OpenStreams {
+        /// The phase.
         seq: u32,
+        /// The first stream number to open.
         from: u32,
+        /// One past the last stream number to open.
         to: u32,
+        /// Streams of the phase in all.
         total: u32,
     },
     /// The in-band measurement found the path's rate (or that the database's was wrong):
     /// decide the streams and call [`ClientSession::settle`].
     Measured(Measured),
     /// Tell the local engine's tuners what is now known of the path.
-    LocalHint { hint: PathHint, streams: u32 },
+    LocalHint {
+        /// What is known of the path.
+        hint: PathHint,
+        /// Streams of the phase.
+        streams: u32,
+    },
     /// Local senders stop.
     StopSenders,
     /// Tear the local engine down.
     AbortEngine,
     /// The phase is over: finish the local engine.
-    PhaseDone { seq: u32, outcome: PhaseOutcome },
+    PhaseDone {
+        /// The phase.
+        seq: u32,
+        /// How it ended.
+        outcome: PhaseOutcome,
+    },
     /// The session failed.
     Failed(Failure),
 }
 
 /// The engine, as the session needs to see it when its timer fires.
-pub(crate) trait Observe {
+pub trait Observe {
     /// A counter that grows while data moves.
     fn progress(&mut self) -> u64;
     /// Bytes delivered to the other end.
@@ -224,7 +252,7 @@ struct PhaseState {
 
 /// The client's session. See the module documentation for the calling order.
 #[derive(Debug)]
-pub(crate) struct ClientSession {
+pub struct ClientSession {
     plan: ClientPlan,
     /// Everything sent after `Hello`, to send again after a challenge.
     sent: Vec<ClientMsg>,
@@ -241,11 +269,11 @@ pub(crate) struct ClientSession {
 
 impl ClientSession {
     /// A session; its first flight is queued.
-    pub(crate) fn new(now: Instant, plan: ClientPlan) -> ClientSession {
+    pub fn new(now: Instant, plan: ClientPlan) -> ClientSession {
         let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
-            nonce: proto::to_hex(nonce),
+            nonce: wire::to_hex(nonce),
             time_unix_s: *time,
-            mac: proto::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
         });
         let mut s = ClientSession {
             handshake_deadline: Some(now + plan.connect_timeout),
@@ -288,31 +316,35 @@ impl ClientSession {
     }
 
     /// What the server said about itself, once it admitted the session.
-    pub(crate) fn server(&self) -> Option<&ServerInfo> {
+    pub fn server(&self) -> Option<&ServerInfo> {
         self.server.as_ref()
     }
 
     /// The next thing to do.
-    pub(crate) fn poll_output(&mut self) -> Option<ClientOutput> {
+    pub fn poll_output(&mut self) -> Option<ClientOutput> {
         self.out.pop_front()
     }
 
     /// Streams the running phase has asked for so far.
-    pub(crate) fn streams_requested(&self) -> u32 {
+    pub fn streams_requested(&self) -> u32 {
         self.phase.as_ref().map_or(0, |p| p.requested)
     }
 
     /// When [`ClientSession::handle_timeout`] is due.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         if self.failed {
             return None;
         }
         let p = self.phase.as_ref();
+        // Once the phase ended (every stream wrote its last byte) it takes no more samples
+        // and looks for no stall: those timers stay where they were, in the past, and would
+        // wake the driver at once until the server's result comes.
+        let running = p.filter(|p| !p.ended);
         [
             self.handshake_deadline,
-            p.map(|p| p.next_sample),
+            running.map(|p| p.next_sample),
             p.and_then(|p| p.stop_at.filter(|_| !p.stopped).map(|(t, _)| t)),
-            p.map(|p| p.last_progress.1 + self.stall_limit()),
+            running.map(|p| p.last_progress.1 + self.stall_limit()),
             p.and_then(|p| p.result_deadline),
         ]
         .into_iter()
@@ -327,7 +359,7 @@ impl ClientSession {
     }
 
     /// Start the next phase now.
-    pub(crate) fn start_phase(&mut self, now: Instant, req: PhaseRequest) {
+    pub fn start_phase(&mut self, now: Instant, req: PhaseRequest) {
         if self.failed || self.phase.is_some() {
             return;
         }
@@ -416,7 +448,7 @@ impl ClientSession {
     }
 
     /// Why the phase has the streams it has (a plan made in band).
-    pub(crate) fn note_reason(&mut self, reason: String) {
+    pub fn note_reason(&mut self, reason: String) {
         if let Some(p) = &mut self.phase {
             p.reason = Some(reason);
         }
@@ -424,7 +456,7 @@ impl ClientSession {
 
     /// Settle the running phase on what the in-band measurement found: both ends' tuners
     /// hear `hint` for a transfer of `streams` streams, and streams open up to that count.
-    pub(crate) fn settle(&mut self, _now: Instant, hint: PathHint, streams: u32) {
+    pub fn settle(&mut self, _now: Instant, hint: PathHint, streams: u32) {
         if self.failed {
             return;
         }
@@ -447,20 +479,20 @@ impl ClientSession {
     }
 
     /// End the session (after the last phase).
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if !self.failed {
             self.out.push_back(ClientOutput::Send(ClientMsg::Bye));
         }
     }
 
     /// A message from the server.
-    pub(crate) fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
+    pub fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
         if self.failed {
             return;
         }
         match msg {
             ServerMsg::Challenge { nonce, .. } => {
-                let answer = match (&self.plan.auth, proto::from_hex::<32>(&nonce)) {
+                let answer = match (&self.plan.auth, wire::from_hex::<32>(&nonce)) {
                     _ if self.challenged => None,
                     (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, &self.plan.token.0)),
                     _ => None,
@@ -471,7 +503,7 @@ impl ClientSession {
                 self.challenged = true;
                 // The server dropped what followed Hello: answer, then send it all again.
                 self.out.push_back(ClientOutput::Send(ClientMsg::Auth {
-                    mac: proto::to_hex(&mac),
+                    mac: wire::to_hex(&mac),
                 }));
                 for m in self.sent.clone() {
                     self.out.push_back(ClientOutput::Send(m));
@@ -540,7 +572,7 @@ impl ClientSession {
 
     /// Open streams up to `total` in the running phase (the driver's plan, once the
     /// server's limits are known).
-    pub(crate) fn raise_target(&mut self, total: u32, reason: String) {
+    pub fn raise_target(&mut self, total: u32, reason: String) {
         self.want(0, total, reason);
     }
 
@@ -584,7 +616,7 @@ impl ClientSession {
 
     /// The user asks to stop: a running phase ends at once at both ends (as at the cap) and
     /// its results are still collected; before any phase the session fails.
-    pub(crate) fn handle_interrupt(&mut self, _now: Instant) {
+    pub fn handle_interrupt(&mut self, _now: Instant) {
         if self.failed {
             return;
         }
@@ -603,12 +635,12 @@ impl ClientSession {
     }
 
     /// The server closed the control connection (after everything it sent was handled).
-    pub(crate) fn handle_closed(&mut self, _now: Instant) {
+    pub fn handle_closed(&mut self, _now: Instant) {
         self.fail(Failure::Closed);
     }
 
     /// Stream `index` of the running phase is connected and carries data.
-    pub(crate) fn handle_stream_open(&mut self, now: Instant, index: u32) {
+    pub fn handle_stream_open(&mut self, now: Instant, index: u32) {
         let Some(p) = &mut self.phase else { return };
         p.open.insert(index);
         p.last_progress.1 = now;
@@ -618,12 +650,12 @@ impl ClientSession {
     }
 
     /// Stream `index` could not be opened.
-    pub(crate) fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
+    pub fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
         self.fail(Failure::Connect(format!("stream {}: {why}", index + 1)));
     }
 
     /// An event of the local engine.
-    pub(crate) fn handle_engine(&mut self, now: Instant, ev: Event) {
+    pub fn handle_engine(&mut self, now: Instant, ev: Event) {
         if self.failed {
             return;
         }
@@ -699,7 +731,7 @@ impl ClientSession {
     }
 
     /// Time passed; `obs` shows the engine.
-    pub(crate) fn handle_timeout(&mut self, now: Instant, obs: &mut dyn Observe) {
+    pub fn handle_timeout(&mut self, now: Instant, obs: &mut dyn Observe) {
         if self.failed {
             return;
         }

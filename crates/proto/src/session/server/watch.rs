@@ -8,7 +8,7 @@
 //! [`PathWatch::next_sample`] with what the driver read; [`PathWatch::measurement`] once the
 //! phase's result is in.
 
-use crate::engine::SideResult;
+use crate::result::SideResult;
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, MIN_ROUND};
 use tcptune_core::pathdb::Direction;
@@ -16,18 +16,18 @@ use tcptune_core::{Rate, Time};
 
 /// What the driver reads of a running phase when the session asks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Observation {
+pub struct Observation {
     /// A counter that grows while data moves (idle detection).
-    pub(crate) progress: u64,
+    pub progress: u64,
     /// Bytes delivered to the other end so far, over every stream.
-    pub(crate) delivered: u64,
+    pub delivered: u64,
     /// The smallest `tcpi_min_rtt` of the phase's streams.
-    pub(crate) min_rtt: Option<Duration>,
+    pub min_rtt: Option<Duration>,
 }
 
 /// One measurement of a client's path, from the server's side.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct PathMeasurement {
+pub struct PathMeasurement {
     /// Direction of the data, seen from the server.
     pub(crate) direction: Direction,
     /// The rate: the plateau the delivery reached, else the largest round (a lower bound).
@@ -180,10 +180,10 @@ impl PathWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::StreamSide;
+    use crate::result::StreamSide;
 
     fn stream(bytes: u64, first: f64, last: f64, rtt_us: Option<u32>) -> StreamSide {
-        let mut detail = crate::report::SideDetail::default();
+        let mut detail = crate::result::SideDetail::default();
         detail.stats.rtt_min_us = rtt_us;
         StreamSide {
             stream: 1,

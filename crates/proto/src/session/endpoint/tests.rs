@@ -2,9 +2,9 @@
 //! slices, time is an `Instant` the test moves.
 
 use super::*;
-use crate::proto::PROTOCOL_VERSION;
-use crate::proto::{encode, ClientAuth, Phase, TestParams};
-use crate::server::ServerEvent;
+use crate::events::ServerEvent;
+use crate::wire::PROTOCOL_VERSION;
+use crate::wire::{encode, ClientAuth, Phase, TestParams};
 use tcptune_core::{PathHint, TuneMode};
 
 const FIRST: Duration = Duration::from_secs(5);
@@ -45,7 +45,7 @@ fn host() -> HostInfo {
 }
 
 fn endpoint(cfg: EndpointConfig) -> Endpoint {
-    Endpoint::new(cfg, host(), Box::new(|| [42; 32]))
+    Endpoint::new(Instant::now(), cfg, host(), Box::new(|| [42; 32]))
 }
 
 fn peer(last: u8, port: u16) -> SocketAddr {
@@ -105,7 +105,7 @@ fn feed(e: &mut Endpoint, now: Instant, conn: ConnId, mut data: &[u8]) {
 fn replies(evs: &[EndpointEvent]) -> Vec<ServerMsg> {
     evs.iter()
         .filter_map(|e| match e {
-            EndpointEvent::Send { frame, .. } => proto::decode(&frame[4..]).ok(),
+            EndpointEvent::Send { frame, .. } => wire::decode(&frame[4..]).ok(),
             _ => None,
         })
         .collect()
@@ -396,9 +396,9 @@ fn sessions_are_bounded_per_address_and_in_all_and_a_refusal_says_when_to_retry(
 fn proof(secret: &Secret, token: u8, nonce: u8, time: u64) -> ClientAuth {
     let mac = secret.prove(&[nonce; 32], time, &[token; 16]);
     ClientAuth {
-        nonce: proto::to_hex(&[nonce; 32]),
+        nonce: wire::to_hex(&[nonce; 32]),
         time_unix_s: time,
-        mac: proto::to_hex(&mac),
+        mac: wire::to_hex(&mac),
     }
 }
 
@@ -445,8 +445,8 @@ fn a_shared_secret_is_proved_without_a_round_trip_and_checked_for_freshness() {
     };
     assert!(reason.contains("seen before"), "{reason}");
     // The setup sent before the challenge was dropped; the answer and the setup again admit.
-    let n = proto::from_hex::<32>(nonce).expect("nonce");
-    let answer = proto::to_hex(&secret.answer(&n, &[8; 16]));
+    let n = wire::from_hex::<32>(nonce).expect("nonce");
+    let answer = wire::to_hex(&secret.answer(&n, &[8; 16]));
     feed(
         &mut e,
         t0,
@@ -701,7 +701,7 @@ fn refusals_are_counted_every_time_and_logged_once_then_summarized() {
 
 #[test]
 fn a_result_too_large_to_send_goes_without_its_series() {
-    use crate::engine::StreamSide;
+    use crate::result::StreamSide;
     use tcptune_core::SampleRecord;
     let t0 = Instant::now();
     let mut e = admitted(t0);
@@ -731,7 +731,7 @@ fn a_result_too_large_to_send_goes_without_its_series() {
         tail_bits_per_second: None,
         local: String::new(),
         remote: String::new(),
-        detail: crate::report::SideDetail {
+        detail: crate::result::SideDetail {
             samples: vec![sample; 200_000],
             ..Default::default()
         },

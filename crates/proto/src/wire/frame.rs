@@ -172,29 +172,12 @@ impl FrameReader {
             None => Ok(None),
         }
     }
-
-    /// Wait for one message until `deadline`, polling (the socket needs a read timeout).
-    /// For tests and simple tools; the client and server are event-driven.
-    pub fn recv_until<T: for<'de> Deserialize<'de>>(
-        &mut self,
-        r: &mut impl Read,
-        deadline: std::time::Instant,
-    ) -> Result<Option<T>, ProtoError> {
-        loop {
-            if let Some(m) = self.poll_msg(r)? {
-                return Ok(Some(m));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{ClientMsg, ServerMsg, MAX_CLIENT_FRAME};
+    use crate::wire::{ClientMsg, ServerMsg, MAX_CLIENT_FRAME};
     use std::io::Cursor;
 
     #[test]

@@ -26,9 +26,7 @@
 use super::client::Failure;
 use crate::advice::Advice;
 use crate::auth::Secret;
-use crate::proto::{
-    self, AdviseRequest, ClientAuth, ClientMsg, ServerMsg, Token, PROTOCOL_VERSION,
-};
+use crate::wire::{self, AdviseRequest, ClientAuth, ClientMsg, ServerMsg, Token, PROTOCOL_VERSION};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -43,30 +41,37 @@ const MAX_MESSAGE: u64 = 16 << 20;
 
 /// What the client needs to know.
 #[derive(Clone, Debug)]
-pub(crate) struct AdvisePlan {
-    pub(crate) token: Token,
+pub struct AdvisePlan {
+    /// The session's token.
+    pub token: Token,
     /// The shared secret, a fresh nonce and this host's clock (Unix seconds).
-    pub(crate) auth: Option<(Secret, [u8; 32], u64)>,
-    pub(crate) request: AdviseRequest,
+    pub auth: Option<(Secret, [u8; 32], u64)>,
+    /// What the client asks for.
+    pub request: AdviseRequest,
     /// Time for the server to answer (or to ask for a measurement).
-    pub(crate) connect_timeout: Duration,
+    pub connect_timeout: Duration,
 }
 
 /// The measurement the server asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct MeasureSpec {
-    pub(crate) seq: u32,
-    pub(crate) streams: u32,
+pub struct MeasureSpec {
+    /// The measurement's phase number.
+    pub seq: u32,
+    /// Streams to open.
+    pub streams: u32,
     /// This end sends on them (else it receives).
-    pub(crate) send: bool,
-    pub(crate) duration: Duration,
-    pub(crate) message_size: u64,
-    pub(crate) seed: u64,
+    pub send: bool,
+    /// How long the measurement runs.
+    pub duration: Duration,
+    /// Bytes per message of the pattern.
+    pub message_size: u64,
+    /// The pattern's seed.
+    pub seed: u64,
 }
 
 /// What the session asks of its driver.
 #[derive(Debug, PartialEq)]
-pub(crate) enum AdviseOutput {
+pub enum AdviseOutput {
     /// Send this message.
     Send(ClientMsg),
     /// Open the measurement's streams and move data on them.
@@ -79,7 +84,7 @@ pub(crate) enum AdviseOutput {
 
 /// The client's advice session. See the module documentation for the calling order.
 #[derive(Debug)]
-pub(crate) struct AdviseClient {
+pub struct AdviseClient {
     plan: AdvisePlan,
     deadline: Option<Instant>,
     challenged: bool,
@@ -92,11 +97,11 @@ pub(crate) struct AdviseClient {
 
 impl AdviseClient {
     /// A session at `now`; its first flight is queued.
-    pub(crate) fn new(now: Instant, plan: AdvisePlan) -> AdviseClient {
+    pub fn new(now: Instant, plan: AdvisePlan) -> AdviseClient {
         let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
-            nonce: proto::to_hex(nonce),
+            nonce: wire::to_hex(nonce),
             time_unix_s: *time,
-            mac: proto::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
         });
         let mut s = AdviseClient {
             deadline: Some(now + plan.connect_timeout),
@@ -124,17 +129,17 @@ impl AdviseClient {
     }
 
     /// Whether the server has said anything a tcptune server says.
-    pub(crate) fn heard(&self) -> bool {
+    pub fn heard(&self) -> bool {
         self.heard
     }
 
     /// The next thing to do.
-    pub(crate) fn poll_output(&mut self) -> Option<AdviseOutput> {
+    pub fn poll_output(&mut self) -> Option<AdviseOutput> {
         self.out.pop_front()
     }
 
     /// When [`AdviseClient::handle_timeout`] is due.
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadline.filter(|_| !self.over)
     }
 
@@ -146,14 +151,14 @@ impl AdviseClient {
     }
 
     /// A message from the server.
-    pub(crate) fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
+    pub fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
         if self.over {
             return;
         }
         match msg {
             ServerMsg::Challenge { nonce, .. } => {
                 self.heard = true;
-                let answer = match (&self.plan.auth, proto::from_hex::<32>(&nonce)) {
+                let answer = match (&self.plan.auth, wire::from_hex::<32>(&nonce)) {
                     _ if self.challenged => None,
                     (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, &self.plan.token.0)),
                     _ => None,
@@ -163,7 +168,7 @@ impl AdviseClient {
                 };
                 self.challenged = true;
                 self.out.push_back(AdviseOutput::Send(ClientMsg::Auth {
-                    mac: proto::to_hex(&mac),
+                    mac: wire::to_hex(&mac),
                 }));
                 self.out.push_back(AdviseOutput::Send(self.request()));
             }
@@ -232,7 +237,7 @@ impl AdviseClient {
     }
 
     /// A measurement stream could not be opened: the measurement cannot be trusted.
-    pub(crate) fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
+    pub fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
         if self.measuring {
             self.fail(Failure::Connect(format!(
                 "measurement stream {}: {why}",
@@ -242,12 +247,12 @@ impl AdviseClient {
     }
 
     /// The server closed the control connection.
-    pub(crate) fn handle_closed(&mut self, _now: Instant) {
+    pub fn handle_closed(&mut self, _now: Instant) {
         self.fail(Failure::Closed);
     }
 
     /// Time passed.
-    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_some_and(|d| now >= d) {
             let what = if self.measuring {
                 "the server did not answer after its measurement"
@@ -421,7 +426,7 @@ mod tests {
             AdviseOutput::Send(ClientMsg::Hello { auth: Some(_), .. })
         ));
         let challenge = || ServerMsg::Challenge {
-            nonce: proto::to_hex(&[1; 32]),
+            nonce: wire::to_hex(&[1; 32]),
             reason: "clock".into(),
         };
         s.handle_msg(t0, challenge());

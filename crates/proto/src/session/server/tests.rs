@@ -1,9 +1,9 @@
 //! The session's rules, message by message and timeout by timeout, without a socket.
 
 use super::*;
-use crate::engine::StreamSide;
+use crate::result::StreamSide;
+use tcptune_core::StreamRequest;
 use tcptune_core::TuneMode;
-use tcptune_sys::driver::StreamRequest;
 
 const IDLE: Duration = Duration::from_secs(30);
 const HANDSHAKE: Duration = Duration::from_secs(10);
