@@ -267,20 +267,19 @@ pub(crate) fn plan(
 ) -> Result<Planned, FileFailure> {
     let tops = check_manifest(entries, dest.expect_tops.as_deref())?;
     let root = &dest.root;
-    let shown = &dest.shown;
     let base_is_root = dest.base.as_os_str().is_empty();
     let base_meta = if base_is_root {
         None
     } else {
         root.look_follow(&dest.base)
-            .map_err(|e| FileFailure::fs(&e, shown))?
+            .map_err(|e| FileFailure::fs(&e, &dest.shown))?
     };
     let layout = decide_layout(
         base_meta.as_ref(),
         base_is_root,
         &tops,
         dest.must_be_dir,
-        shown,
+        &dest.shown,
     )?;
     let targets: Vec<PathBuf> = entries
         .iter()
@@ -290,126 +289,153 @@ pub(crate) fn plan(
     check_space(dest, layout, |avail| {
         estimate_need(root, entries, &targets, resume, avail)
     })?;
-    let mut table = RecvTable::new(entries);
-    let mut plan = Vec::new();
-    let mut created_dirs = HashSet::new();
-    let mut need = 0u64;
-    let mut buf = vec![0u8; 1 << 20];
+    let mut p = Planner {
+        root,
+        resume,
+        checked,
+        table: RecvTable::new(entries),
+        plan: Vec::new(),
+        created_dirs: HashSet::new(),
+        need: 0,
+        buf: vec![0u8; 1 << 20],
+    };
     for (id, e) in entries.iter().enumerate() {
-        let id = id as u32;
-        let t = &targets[id as usize];
+        let shown = shown_target(layout, &dest.shown, &e.path);
+        p.entry(id as u32, e, &targets[id], &shown)?;
+    }
+    // What the rest needs now that earlier runs' files are hashed.
+    check_space(dest, layout, |_| Ok(p.need))?;
+    Ok(Planned {
+        table: p.table,
+        targets,
+        plan: p.plan,
+        need_bytes: p.need,
+        created_dirs: p.created_dirs,
+    })
+}
+
+/// How the target of entry `path` is named in messages: the destination as the user wrote
+/// it, then the path.
+fn shown_target(layout: Layout, shown: &str, path: &str) -> String {
+    let base = shown.trim_end_matches('/');
+    match (layout, path.split_once('/')) {
+        (Layout::Into, _) => format!("{base}/{path}"),
+        (Layout::Rename, Some((_, rest))) => format!("{base}/{rest}"),
+        (Layout::Rename, None) => shown.to_string(),
+    }
+}
+
+/// The plan as it is made, entry by entry (see [`plan`]).
+struct Planner<'a> {
+    root: &'a Dir,
+    resume: bool,
+    checked: &'a mut dyn FnMut(u64) -> Result<(), FileFailure>,
+    table: RecvTable,
+    plan: Vec<PlanFile>,
+    created_dirs: HashSet<u32>,
+    need: u64,
+    buf: Vec<u8>,
+}
+
+impl Planner<'_> {
+    fn entry(&mut self, id: u32, e: &Entry, t: &Path, shown: &str) -> Result<(), FileFailure> {
+        let fs_err = |err: fs::FsError| FileFailure::fs(&err, shown);
+        let existing = self.root.look(t).map_err(fs_err)?;
         let (parent, name) = split(t);
-        let shown_t = if layout == Layout::Into {
-            format!("{}/{}", shown.trim_end_matches('/'), e.path)
-        } else {
-            match e.path.split_once('/') {
-                Some((_, rest)) => format!("{}/{rest}", shown.trim_end_matches('/')),
-                None => shown.clone(),
+        match (e.kind, existing.map(|m| m.kind)) {
+            (EntryKind::Dir, Some(Kind::Dir)) => Ok(()),
+            (EntryKind::Dir, Some(_)) => Err(FileFailure::new(
+                FailKind::Usage,
+                format!("cannot overwrite {shown} with a directory"),
+            )),
+            (EntryKind::Dir, None) => {
+                let p = self.root.dir_beneath(&parent).map_err(fs_err)?;
+                p.mkdir_at(&name, 0o700).map_err(fs_err)?;
+                self.created_dirs.insert(id);
+                Ok(())
             }
-        };
-        let existing = root
-            .look(t)
-            .map_err(|err| FileFailure::fs(&err, &shown_t))?;
-        match e.kind {
-            EntryKind::Dir => match existing.map(|m| m.kind) {
-                Some(Kind::Dir) => {}
-                Some(_) => {
-                    return Err(FileFailure::new(
-                        FailKind::Usage,
-                        format!("cannot overwrite {shown_t} with a directory"),
-                    ))
-                }
-                None => {
-                    let p = root
-                        .dir_beneath(&parent)
-                        .map_err(|err| FileFailure::fs(&err, &shown_t))?;
-                    p.mkdir_at(&name, 0o700)
-                        .map_err(|err| FileFailure::fs(&err, &shown_t))?;
-                    created_dirs.insert(id);
-                }
-            },
-            EntryKind::File => {
-                if existing.is_some_and(|m| m.kind == Kind::Dir) {
-                    return Err(FileFailure::new(
-                        FailKind::Usage,
-                        format!("cannot overwrite the directory {shown_t} with a file"),
-                    ));
-                }
+            (EntryKind::File, Some(Kind::Dir)) => Err(FileFailure::new(
+                FailKind::Usage,
+                format!("cannot overwrite the directory {shown} with a file"),
+            )),
+            (EntryKind::File, _) => {
                 let temp = parent.join(temp_name(&name));
-                let mut found = false;
-                if resume && e.size > 0 {
-                    if let Some(m) = existing
-                        .filter(|m| m.kind == Kind::File && m.size == e.size && same_time(m, e))
-                    {
-                        let _ = m;
-                        let f = File::from(
-                            root.open_beneath(t, OpenMode::Read)
-                                .map_err(|err| FileFailure::fs(&err, &shown_t))?,
-                        );
-                        let cvs = hash_blocks(&f, e.size, false, &mut buf, checked, &shown_t)?;
-                        let cvs: Vec<Cv> = cvs.into_iter().flatten().collect();
-                        let d = digest::file_digest(&cvs);
-                        table.set_present(id, d);
-                        plan.push(PlanFile {
-                            id,
-                            present: Some(digest::hex(&d)),
-                            have: Vec::new(),
-                        });
-                        found = true;
-                    } else if let Some(m) = root
-                        .look(&temp)
-                        .map_err(|err| FileFailure::fs(&err, &shown_t))?
-                        .filter(|m| m.kind == Kind::File && m.nlink == 1)
-                    {
-                        if m.size == e.size {
-                            let f = File::from(
-                                root.open_beneath(&temp, OpenMode::Read)
-                                    .map_err(|err| FileFailure::fs(&err, &shown_t))?,
-                            );
-                            let cvs = hash_blocks(&f, e.size, true, &mut buf, checked, &shown_t)?;
-                            let mut have = Vec::new();
-                            for (b, cv) in cvs.iter().enumerate() {
-                                if let Some(cv) = cv {
-                                    table.set_have(id, b as u64, *cv);
-                                    have.push((b as u64, digest::hex(cv)));
-                                }
-                            }
-                            let have_bytes: u64 = have.iter().map(|(b, _)| e.block_len(*b)).sum();
-                            need += e.size - have_bytes;
-                            if !have.is_empty() {
-                                plan.push(PlanFile {
-                                    id,
-                                    present: None,
-                                    have,
-                                });
-                            }
-                            found = true;
-                        } else {
-                            table.set_fresh(id);
-                        }
-                    }
+                let found = if self.resume && e.size > 0 {
+                    self.earlier_run(id, e, t, existing.as_ref(), &temp, shown)?
                 } else {
-                    table.set_fresh(id);
-                }
+                    self.table.set_fresh(id);
+                    false
+                };
                 if !found {
-                    need += e.size;
+                    self.need += e.size;
                 }
                 if e.size == 0 {
-                    write_empty(root, &parent, &temp, &name, e, &shown_t)?;
-                    table.mark_done(id);
+                    write_empty(self.root, &parent, &temp, &name, e, shown)?;
+                    self.table.mark_done(id);
                 }
+                Ok(())
             }
         }
     }
-    // What the rest needs now that earlier runs' files are hashed.
-    check_space(dest, layout, |_| Ok(need))?;
-    Ok(Planned {
-        table,
-        targets,
-        plan,
-        need_bytes: need,
-        created_dirs,
-    })
+
+    /// What an earlier run left of file `id`: a complete target of the same size and time
+    /// (hashed whole), or a partial file of the same size with a single link (hashed
+    /// block by block, holes skipped). Returns whether one was found.
+    fn earlier_run(
+        &mut self,
+        id: u32,
+        e: &Entry,
+        t: &Path,
+        existing: Option<&Meta>,
+        temp: &Path,
+        shown: &str,
+    ) -> Result<bool, FileFailure> {
+        let fs_err = |err: fs::FsError| FileFailure::fs(&err, shown);
+        if existing.is_some_and(|m| m.kind == Kind::File && m.size == e.size && same_time(m, e)) {
+            let f = File::from(self.root.open_beneath(t, OpenMode::Read).map_err(fs_err)?);
+            let cvs = hash_blocks(&f, e.size, false, &mut self.buf, self.checked, shown)?;
+            let cvs: Vec<Cv> = cvs.into_iter().flatten().collect();
+            let d = digest::file_digest(&cvs);
+            self.table.set_present(id, d);
+            self.plan.push(PlanFile {
+                id,
+                present: Some(digest::hex(&d)),
+                have: Vec::new(),
+            });
+            return Ok(true);
+        }
+        let part = self.root.look(temp).map_err(fs_err)?;
+        let Some(m) = part.filter(|m| m.kind == Kind::File && m.nlink == 1) else {
+            return Ok(false);
+        };
+        if m.size != e.size {
+            self.table.set_fresh(id);
+            return Ok(false);
+        }
+        let f = File::from(
+            self.root
+                .open_beneath(temp, OpenMode::Read)
+                .map_err(fs_err)?,
+        );
+        let cvs = hash_blocks(&f, e.size, true, &mut self.buf, self.checked, shown)?;
+        let mut have = Vec::new();
+        for (b, cv) in cvs.iter().enumerate() {
+            if let Some(cv) = cv {
+                self.table.set_have(id, b as u64, *cv);
+                have.push((b as u64, digest::hex(cv)));
+            }
+        }
+        let have_bytes: u64 = have.iter().map(|(b, _)| e.block_len(*b)).sum();
+        self.need += e.size - have_bytes;
+        if !have.is_empty() {
+            self.plan.push(PlanFile {
+                id,
+                present: None,
+                have,
+            });
+        }
+        Ok(true)
+    }
 }
 
 /// Refuse a copy whose data does not fit on the destination's device. `need` is asked only
