@@ -2,26 +2,13 @@
 
 use super::*;
 use tcptune_core::StreamRequest;
-use tcptune_core::{Bytes, Rate, TuneMode};
+use tcptune_core::{Bytes, Rate};
 
 const IDLE: Duration = Duration::from_secs(30);
 const CONNECT: Duration = Duration::from_secs(10);
 
 fn params() -> TestParams {
-    TestParams {
-        tune: TuneMode::Kernel,
-        streams: 2,
-        message_size: 1 << 20,
-        messages: 16,
-        duration_ms: None,
-        max_time_ms: None,
-        reverse: false,
-        samples: false,
-        congestion: None,
-        seed: 1,
-        corrupt_message: None,
-        files: None,
-    }
+    crate::pair::params(2)
 }
 
 fn plan() -> ClientPlan {

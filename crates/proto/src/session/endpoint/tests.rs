@@ -5,7 +5,7 @@ use super::*;
 use crate::events::ServerEvent;
 use crate::wire::PROTOCOL_VERSION;
 use crate::wire::{encode, ClientAuth, Phase, TestParams};
-use tcptune_core::{PathHint, TuneMode};
+use tcptune_core::PathHint;
 
 const FIRST: Duration = Duration::from_secs(5);
 const HANDSHAKE: Duration = Duration::from_secs(10);
@@ -54,18 +54,8 @@ fn peer(last: u8, port: u16) -> SocketAddr {
 
 fn params() -> TestParams {
     TestParams {
-        tune: TuneMode::Kernel,
-        streams: 2,
-        message_size: 1 << 20,
         messages: 8,
-        duration_ms: None,
-        max_time_ms: None,
-        reverse: false,
-        samples: false,
-        congestion: None,
-        seed: 1,
-        corrupt_message: None,
-        files: None,
+        ..crate::pair::params(2)
     }
 }
 

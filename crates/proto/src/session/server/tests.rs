@@ -3,27 +3,13 @@
 use super::*;
 use crate::result::StreamSide;
 use tcptune_core::StreamRequest;
-use tcptune_core::TuneMode;
 
 const IDLE: Duration = Duration::from_secs(30);
 const HANDSHAKE: Duration = Duration::from_secs(10);
 const LIFE: Duration = Duration::from_secs(3600);
 
 fn params() -> TestParams {
-    TestParams {
-        tune: TuneMode::Kernel,
-        streams: 2,
-        message_size: 1 << 20,
-        messages: 16,
-        duration_ms: None,
-        max_time_ms: None,
-        reverse: false,
-        samples: false,
-        congestion: None,
-        seed: 1,
-        corrupt_message: None,
-        files: None,
-    }
+    crate::pair::params(2)
 }
 
 fn limits(max_streams: u32) -> ServerLimits {
