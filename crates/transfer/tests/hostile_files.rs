@@ -216,19 +216,22 @@ fn next(s: &mut TcpStream, r: &mut FrameReader, wait: Duration) -> Option<Server
     }
 }
 
+/// A file entry of a manifest as `tcptune cp` sends it.
 fn entry(path: &str, size: u64, mtime_s: i64) -> serde_json::Value {
     serde_json::json!({
-        "path": path, "kind": if size == u64::MAX - 1 { "dir" } else { "file" },
-        "size": if size == u64::MAX - 1 { 0 } else { size }, "mode": 0o644, "mtime_s": mtime_s,
+        "path": path, "kind": "file", "size": size, "mode": 0o644, "mtime_s": mtime_s,
     })
+}
+
+/// A directory entry.
+fn dir(path: &str) -> serde_json::Value {
+    serde_json::json!({ "path": path, "kind": "dir", "mode": 0o755, "mtime_s": 0 })
 }
 
 fn manifest(entries: Vec<serde_json::Value>) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({ "type": "manifest", "entries": entries }))
         .expect("json")
 }
-
-const DIR: u64 = u64::MAX - 1;
 
 /// Honest pushes from the attacker's address and from another one, while `attack` runs;
 /// both must complete. Returns the attack's result.
@@ -425,7 +428,7 @@ fn a_file_listed_many_times_is_refused_before_it_is_hashed_even_once() {
     let line = meanwhile(&server, attacker, || {
         let mut raw = Raw::open(server.addr, attacker, 7, job(false));
         // What a pull's manifest shows of d/big (size, time), listed 2,000 times.
-        let mut entries = vec![entry("d", DIR, 0)];
+        let mut entries = vec![dir("d")];
         let mut e = entry("d/big", 8 << 20, mtime.as_secs() as i64);
         e["mtime_ns"] = serde_json::json!(mtime.subsec_nanos());
         entries.extend(std::iter::repeat_n(e, 2000));

@@ -185,9 +185,15 @@ impl Ctx<'_> {
         if len > MAX_JSON {
             return Err(self.fatal(violation(format!("a record of {len} bytes"))));
         }
+        let body = self.body(len)?;
+        parse_record(&body).map_err(|f| self.fatal(f))
+    }
+
+    /// The `len` bytes of a record whose length was admitted.
+    fn body(&mut self, len: usize) -> Result<Vec<u8>, Halt> {
         let mut body = vec![0u8; len];
         self.read_exact(&mut body).map_err(closed_in_record)?;
-        parse_record(&body).map_err(|f| self.fatal(f))
+        Ok(body)
     }
 
     /// A JSON record to the receiver (any stream).
@@ -763,8 +769,7 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
             ));
         };
         let len = manifest.admit(&h).map_err(|f| c.fatal(f))?;
-        let mut body = vec![0u8; len];
-        c.read_exact(&mut body).map_err(closed_in_record)?;
+        let body = c.body(len)?;
         match manifest.on_body(&body).map_err(|f| c.fatal(f))? {
             ManifestStep::More => c.work.touch(1),
             ManifestStep::Done { entries, warnings } => {
