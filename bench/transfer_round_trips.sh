@@ -16,15 +16,18 @@
 #                then -n 8 across 100 ms x 20 Mbit/s corrects it in band to 12-24 Mbit/s,
 #                found within 2.5 s (was a_path_database_entry_the_transfer_contradicts_is_
 #                replaced_and_said)
+#   advise       tcptune advise each way across 50 ms x 200 Mbit/s against a serve: the measured
+#                rate within 10% of 200 Mbit/s and the RTT within 10% of 50 ms (was
+#                advice_across_an_emulated_path_matches_its_rtt_and_rate_in_both_directions)
 #
 # Prints one line per repetition and a table of medians and whether the target held.
 # Usage: sudo bench/transfer_round_trips.sh   (env: REPS=3 TCPTUNE=target/release/tcptune
-# ONLY="round_trips pathfix")
+# ONLY="round_trips pathfix advise")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/emu_common.sh
 need ip python3
-ONLY=${ONLY:-"round_trips pathfix"}
+ONLY=${ONLY:-"round_trips pathfix advise"}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -110,10 +113,37 @@ PY
     done
 }
 
+advise() {
+    echo "advise: tcptune advise each way across --rtt 50ms --rate 200mbit (fresh server database)"
+    local i
+    for i in $(seq "$REPS"); do
+        "$TCPTUNE" emu run --rtt 50ms --rate 200mbit \
+            --server "'$TCPTUNE' serve --path-db '$TMP/adv$i.sqlite'" --server-log /dev/null \
+            -- sh -c "'$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json || exit \$?; '$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json -R" \
+            >"$TMP/adv.json" 2>"$TMP/adv.err" || echo "  emu run failed: $(tail -1 "$TMP/adv.err")" >&2
+        record $(python3 - "$TMP/adv.json" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i, docs = json.JSONDecoder(), 0, []
+while i < len(text):
+    if text[i].isspace():
+        i += 1
+        continue
+    doc, i = dec.raw_decode(text, i)
+    docs.append(doc)
+nan = float("nan")
+for n, d in zip(["advise_send", "advise_recv"], docs + [{}] * (2 - len(docs))):
+    print("advise %s %s %s" % (n, d.get("rate_bps", nan * 1e6) / 1e6, d.get("rtt_ms", nan)), end=" ")
+PY
+)
+    done
+}
+
 for t in $ONLY; do
     case "$t" in
         round_trips) round_trips ;;
         pathfix) pathfix ;;
+        advise) advise ;;
         *) echo "unknown measurement $t" >&2; exit 2 ;;
     esac
 done
@@ -129,6 +159,9 @@ for line in sys.stdin:
     f = line.split()
     if f and f[0] == "round_trips":
         rows.setdefault(f[1], []).append((float(f[2]), float(f[3])))
+    elif f and f[0] == "advise":
+        for k in range(1, len(f), 4):
+            rows.setdefault(f[k], []).append((float(f[k + 1]), float(f[k + 2])))
     elif f and f[0] == "pathfix":
         rows.setdefault("pathfix", []).append([float(x) for x in f[1:]])
 print("%-12s %5s %s" % ("measurement", "runs", "medians and target"))
@@ -139,6 +172,11 @@ for name, runs in rows.items():
         held = fast > 120 and fulls * 2 > len(runs) and 12 < measured < 24 and after < 2.5 and now < 24
         print("%-12s %5d recorded %.1f Mbit/s (full pipe %d/%d), corrected to %.1f after %.2f s, entry now %.1f: %s"
               % (name, len(runs), fast, fulls, len(runs), measured, after, now, "yes" if held else "NO"))
+    elif name.startswith("advise"):
+        rate, rtt = med([r[0] for r in runs]), med([r[1] for r in runs])
+        held = 180 <= rate <= 220 and 45 <= rtt <= 55
+        print("%-12s %5d rate %.1f Mbit/s (target 180-220), RTT %.1f ms (target 45-55): %s"
+              % (name, len(runs), rate, rtt, "yes" if held else "NO"))
     else:
         setup, finish = med([r[0] for r in runs]), med([r[1] for r in runs])
         lo, hi = (2.0, 2.75) if name.endswith("_recv") else (1.5, 2.25)
