@@ -16,8 +16,10 @@
 
 pub mod advise;
 mod conversation;
+pub mod copy;
 pub(crate) mod driver;
 mod measure;
+pub mod workload;
 
 use crate::auth::Secret;
 use crate::proto::ProtoError;
@@ -28,7 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tcptune_core::{TuneMode, Tuner, TunerContext};
 
-pub use driver::run;
+pub use driver::{run, transfer};
+pub use workload::{Transferred, Workload};
 
 /// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
