@@ -6,7 +6,7 @@
 use super::conversation::{Conversation, MainResult};
 use super::measure::{self, PathDbUse, Plan, Source};
 use super::workload::{Transferred, Workload};
-use super::{resolve, validate, ClientConfig, ClientError, ProgressFn};
+use super::{resolve, validate, ClientConfig, ClientError, ConfigError, ProgressFn};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
 use crate::report::assemble::{assemble, Assembly, Verdict};
@@ -254,7 +254,7 @@ fn connect_control(
         tcptune_sys::net::tcp_socket(addr).map_err(|source| ClientError::Connect { source })?;
     if let Some(ip) = cfg.bind {
         tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
+            .map_err(|source| ClientError::Config(ConfigError::Bind { ip, source }))?;
     }
     let ctrl = tcptune_sys::net::connect(fd, addr, cfg.connect_timeout)
         .map_err(|source| ClientError::Connect { source })?;
