@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tcptune_transfer::client::copy::{copy, CopyConfig, CopyReport, Direction};
 use tcptune_transfer::client::ClientError;
-use tcptune_transfer::files::copy::{copy, CopyConfig, CopyReport, Direction};
 use tcptune_transfer::files::{FailKind, BLOCK_SIZE};
 use tcptune_transfer::server::{FileShare, ServerConfig};
 
@@ -48,7 +48,7 @@ fn cfg(s: &TestServer, direction: Direction) -> CopyConfig {
     c.tune = tcptune_core::TuneMode::Kernel;
     c.idle_timeout = Duration::from_secs(20);
     let mut cfg = CopyConfig::new(c, direction);
-    cfg.recursive = true;
+    cfg.files.recursive = true;
     cfg
 }
 
@@ -310,7 +310,7 @@ fn single_files_follow_cp_rules() {
             dest: "x".into(),
         },
     );
-    no_r.recursive = false;
+    no_r.files.recursive = false;
     assert_eq!(file_kind(copy(&no_r, None)), FailKind::Usage);
     let missing = copy(
         &cfg(
@@ -555,7 +555,7 @@ fn a_partial_file_from_an_earlier_run_is_resumed_and_no_resume_copies_all() {
             dest: "".into(),
         },
     );
-    c.resume = false;
+    c.files.resume = false;
     let r = copy(&c, None).expect("full copy");
     assert_eq!(r.transferred_bytes, content.len() as u64);
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tcptune_core::{PathHint, TuneMode};
-use tcptune_transfer::files::copy::{copy, CopyConfig, Direction};
+use tcptune_transfer::client::copy::{copy, CopyConfig, Direction};
 use tcptune_transfer::files::{FileJob, DEFAULT_MAX_MANIFEST_BYTES};
 use tcptune_transfer::proto::{
     self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
@@ -262,7 +262,7 @@ fn meanwhile<T: Send>(server: &Target, attacker: IpAddr, attack: impl FnOnce() -
                             dest: format!("honest-{i}/{run}"),
                         },
                     );
-                    cfg.recursive = true;
+                    cfg.files.recursive = true;
                     copy(&cfg, None)
                 })
             })

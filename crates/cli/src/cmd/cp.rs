@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{Bytes, Rate, TuneMode};
 use tcptune_transfer::auth::{Secret, SecretFile};
+use tcptune_transfer::client::copy::{copy, CopyConfig, CopyProgress, CopyReport, Direction};
 use tcptune_transfer::client::{Cancel, ClientConfig, ClientError};
-use tcptune_transfer::files::copy::{copy, CopyConfig, CopyProgress, CopyReport, Direction};
 use tcptune_transfer::files::FailKind;
 
 /// Options of `tcptune cp`.
@@ -228,9 +228,9 @@ impl Opts {
             c.secret = Some(secret);
         }
         let mut cfg = CopyConfig::new(c, direction);
-        cfg.recursive = self.recursive;
-        cfg.resume = !self.no_resume;
-        cfg.fsync = self.fsync;
+        cfg.files.recursive = self.recursive;
+        cfg.files.resume = !self.no_resume;
+        cfg.files.fsync = self.fsync;
         Ok(cfg)
     }
 }

@@ -23,7 +23,7 @@
 //!   [`MAX_MEASURE_STREAMS`] streams, [`MAX_MEASURE`] of measurement, messages of at most
 //!   16 MiB; a second `Measure`, or any message of a transfer, is a protocol error.
 
-use super::client::Failure;
+use super::client::{Failure, StreamFailed, Violation};
 use crate::advice::Advice;
 use crate::auth::Secret;
 use crate::wire::{self, AdviseRequest, ClientAuth, ClientMsg, ServerMsg, Token, PROTOCOL_VERSION};
@@ -164,7 +164,7 @@ impl AdviseClient {
                     _ => None,
                 };
                 let Some(mac) = answer else {
-                    return self.fail(Failure::Protocol("an unexpected challenge".into()));
+                    return self.fail(Failure::Protocol(Violation::UnexpectedChallenge));
                 };
                 self.challenged = true;
                 self.out.push_back(AdviseOutput::Send(ClientMsg::Auth {
@@ -195,7 +195,7 @@ impl AdviseClient {
             } => {
                 self.heard = true;
                 if self.measuring {
-                    return self.fail(Failure::Protocol("asked to measure twice".into()));
+                    return self.fail(Failure::Protocol(Violation::MeasureTwice));
                 }
                 let duration = Duration::from_millis(duration_ms);
                 if streams == 0
@@ -205,9 +205,11 @@ impl AdviseClient {
                     || message_size == 0
                     || message_size > MAX_MESSAGE
                 {
-                    return self.fail(Failure::Protocol(format!(
-                        "a measurement out of bounds ({streams} streams, {duration_ms} ms, messages of {message_size} bytes)"
-                    )));
+                    return self.fail(Failure::Protocol(Violation::MeasurementOutOfBounds {
+                        streams,
+                        duration_ms,
+                        message_size,
+                    }));
                 }
                 self.measuring = true;
                 self.deadline = Some(now + duration + ANSWER_GRACE);
@@ -229,20 +231,23 @@ impl AdviseClient {
             other @ (ServerMsg::Accepted { .. }
             | ServerMsg::WantStreams { .. }
             | ServerMsg::PhaseResult { .. }
-            | ServerMsg::FileFailed { .. }) => self.fail(Failure::Protocol(format!(
-                "an unexpected {} in an advice",
-                other.kind()
-            ))),
+            | ServerMsg::FileFailed { .. }) => {
+                self.fail(Failure::Protocol(Violation::Unexpected {
+                    kind: other.kind(),
+                    during: "an advice",
+                }))
+            }
         }
     }
 
     /// A measurement stream could not be opened: the measurement cannot be trusted.
     pub fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
         if self.measuring {
-            self.fail(Failure::Connect(format!(
-                "measurement stream {}: {why}",
-                index + 1
-            )));
+            self.fail(Failure::Connect(StreamFailed {
+                index,
+                measurement: true,
+                reason: why,
+            }));
         }
     }
 
@@ -368,7 +373,9 @@ mod tests {
         s.handle_msg(t0, measure(4, 2000));
         assert!(matches!(
             drain(&mut s).as_slice(),
-            [AdviseOutput::Failed(Failure::Protocol(m))] if m.contains("twice")
+            [AdviseOutput::Failed(Failure::Protocol(
+                Violation::MeasureTwice
+            ))]
         ));
     }
 
@@ -482,7 +489,7 @@ mod tests {
         s.handle_stream_failed(t0, 1, "refused".into());
         assert!(matches!(
             drain(&mut s).as_slice(),
-            [AdviseOutput::Failed(Failure::Connect(m))] if m.contains("stream 2")
+            [AdviseOutput::Failed(Failure::Connect(f))] if f.index == 1 && f.to_string().contains("stream 2")
         ));
     }
 }

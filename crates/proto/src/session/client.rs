@@ -144,6 +144,66 @@ pub struct PhaseOutcome {
     pub remote: Option<Box<SideResult>>,
 }
 
+/// How a server's message broke the session's rules: which message, and why it could not
+/// be taken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A challenge without a secret to answer it, or a second one.
+    #[error("an unexpected challenge")]
+    UnexpectedChallenge,
+    /// `Accepted` after the session was accepted.
+    #[error("accepted twice")]
+    AcceptedTwice,
+    /// A phase's result when no phase runs.
+    #[error("a result for phase {seq}")]
+    ResultWithoutPhase {
+        /// The phase the result was for.
+        seq: u32,
+    },
+    /// A phase's result for another phase, or before this end's side of it ended.
+    #[error("a result for phase {seq} before it ended")]
+    EarlyResult {
+        /// The phase the result was for.
+        seq: u32,
+    },
+    /// A message of a kind the session does not take (`kind` as [`ServerMsg::kind`] names
+    /// it) in `during` ("a transfer", "an advice").
+    #[error("an unexpected {kind} in {during}")]
+    Unexpected {
+        /// The message's kind.
+        kind: &'static str,
+        /// The kind of session.
+        during: &'static str,
+    },
+    /// A second measurement request in an advice session.
+    #[error("asked to measure twice")]
+    MeasureTwice,
+    /// A measurement request beyond the client's bounds.
+    #[error(
+        "a measurement out of bounds ({streams} streams, {duration_ms} ms, messages of {message_size} bytes)"
+    )]
+    MeasurementOutOfBounds {
+        /// Streams asked for.
+        streams: u32,
+        /// Duration asked for, milliseconds.
+        duration_ms: u64,
+        /// Message size asked for, bytes.
+        message_size: u64,
+    },
+}
+
+/// A stream that could not be opened: which one, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}stream {}: {reason}", if *.measurement { "measurement " } else { "" }, .index + 1)]
+pub struct StreamFailed {
+    /// The stream's index (shown from 1).
+    pub index: u32,
+    /// One of an advice's measurement streams (not a transfer's).
+    pub measurement: bool,
+    /// Why (the failed system call).
+    pub reason: String,
+}
+
 /// Why the session failed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Failure {
@@ -157,13 +217,13 @@ pub enum Failure {
     /// The server did not answer in time.
     NoAnswer(String),
     /// The server broke the protocol.
-    Protocol(String),
+    Protocol(Violation),
     /// The server reports bad data.
     Integrity(String),
     /// The transfer failed (a stream, a stall, the server gave up).
     Transfer(String),
     /// A stream could not be opened.
-    Connect(String),
+    Connect(StreamFailed),
     /// The server closed the control connection without a word.
     Closed,
     /// The user interrupted before the transfer began.
@@ -498,7 +558,7 @@ impl ClientSession {
                     _ => None,
                 };
                 let Some(mac) = answer else {
-                    return self.fail(Failure::Protocol("an unexpected challenge".into()));
+                    return self.fail(Failure::Protocol(Violation::UnexpectedChallenge));
                 };
                 self.challenged = true;
                 // The server dropped what followed Hello: answer, then send it all again.
@@ -517,7 +577,7 @@ impl ClientSession {
                 ..
             } => {
                 if self.server.is_some() {
-                    return self.fail(Failure::Protocol("accepted twice".into()));
+                    return self.fail(Failure::Protocol(Violation::AcceptedTwice));
                 }
                 self.handshake_deadline = None;
                 self.server = Some(ServerInfo {
@@ -545,12 +605,10 @@ impl ClientSession {
                     return;
                 }
                 let Some(p) = &self.phase else {
-                    return self.fail(Failure::Protocol(format!("a result for phase {seq}")));
+                    return self.fail(Failure::Protocol(Violation::ResultWithoutPhase { seq }));
                 };
                 if p.seq != seq || !p.ended {
-                    return self.fail(Failure::Protocol(format!(
-                        "a result for phase {seq} before it ended"
-                    )));
+                    return self.fail(Failure::Protocol(Violation::EarlyResult { seq }));
                 }
                 self.complete(Some(result));
             }
@@ -558,9 +616,12 @@ impl ClientSession {
                 failure.message = format!("at the server: {}", failure.message);
                 self.fail(Failure::File(failure))
             }
-            other @ (ServerMsg::Measure { .. } | ServerMsg::Advice { .. }) => self.fail(
-                Failure::Protocol(format!("an unexpected {} in a transfer", other.kind())),
-            ),
+            other @ (ServerMsg::Measure { .. } | ServerMsg::Advice { .. }) => {
+                self.fail(Failure::Protocol(Violation::Unexpected {
+                    kind: other.kind(),
+                    during: "a transfer",
+                }))
+            }
             ServerMsg::Abort { integrity, reason } => self.fail(if integrity {
                 Failure::Integrity(format!("the server reports: {reason}"))
             } else {
@@ -651,7 +712,11 @@ impl ClientSession {
 
     /// Stream `index` could not be opened.
     pub fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
-        self.fail(Failure::Connect(format!("stream {}: {why}", index + 1)));
+        self.fail(Failure::Connect(StreamFailed {
+            index,
+            measurement: false,
+            reason: why,
+        }));
     }
 
     /// An event of the local engine.

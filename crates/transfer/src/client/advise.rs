@@ -13,7 +13,7 @@
 //! println!("SO_SNDBUF {} on {} stream(s)", a.advice.sizing.sndbuf_bytes, a.advice.sizing.streams);
 //! ```
 
-use super::{resolve_target, ClientError};
+use super::{resolve_target, ClientError, ConfigError, ProtocolError};
 use crate::advice::{advise as derive, bounded_limits, Advice};
 use crate::auth::Secret;
 use crate::engine::{Engine, EngineConfig};
@@ -111,9 +111,7 @@ impl Drop for Measuring {
 pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
     let t0 = Instant::now();
     if cfg.max_streams == 0 {
-        return Err(ClientError::Config(
-            "at least one stream is needed (--max-streams)".into(),
-        ));
+        return Err(ClientError::Config(ConfigError::NoMaxStreams));
     }
     let addr = resolve_target(&cfg.server, cfg.port)?;
     let mut limits = tcptune_sys::sysctl::read_host_limits().map_err(|e| ClientError::Local {
@@ -168,7 +166,7 @@ fn connect_control(
         tcptune_sys::net::tcp_socket(&addr).map_err(|source| ClientError::Connect { source })?;
     if let Some(ip) = cfg.bind {
         tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
+            .map_err(|source| ClientError::Config(ConfigError::Bind { ip, source }))?;
     }
     let ctrl = tcptune_sys::net::connect(fd, &addr, cfg.connect_timeout)
         .map_err(|source| ClientError::Connect { source })?;
@@ -256,7 +254,7 @@ impl Asking<'_> {
         drop(self.measuring.take());
         self.answer
             .take()
-            .ok_or_else(|| ClientError::Protocol("no answer".into()))
+            .ok_or(ClientError::Protocol(ProtocolError::NoAnswer))
     }
 
     fn control(&self, source: proto::ProtoError) -> ClientError {
@@ -329,8 +327,9 @@ impl Asking<'_> {
             match proto::decode::<ServerMsg>(&body) {
                 Ok(m) => self.session.handle_msg(Instant::now(), m),
                 Err(e) => {
-                    let otherwise = ClientError::Protocol(e.to_string());
-                    return Err(self.garbled(e.to_string(), otherwise));
+                    let detail = e.to_string();
+                    let otherwise = ClientError::Protocol(ProtocolError::Undecodable(e));
+                    return Err(self.garbled(detail, otherwise));
                 }
             }
         }
@@ -470,13 +469,16 @@ fn error(f: Failure, addr: SocketAddr, heard: bool) -> ClientError {
             retry_after_s,
         },
         Failure::NoAnswer(m) => ClientError::Timeout(m),
-        Failure::Protocol(m) if !heard => ClientError::NotTcptune { addr, detail: m },
-        Failure::Protocol(m) => ClientError::Protocol(m),
+        Failure::Protocol(v) if !heard => ClientError::NotTcptune {
+            addr,
+            detail: v.to_string(),
+        },
+        Failure::Protocol(v) => ClientError::Protocol(ProtocolError::Violation(v)),
         Failure::Integrity(reason) | Failure::Transfer(reason) => ClientError::Transfer {
             reason,
             report: None,
         },
-        Failure::Connect(m) => ClientError::Stream(m),
+        Failure::Connect(f) => ClientError::Stream(f),
         Failure::File(f) => ClientError::File(f),
         Failure::Interrupted => ClientError::Interrupted,
         Failure::Closed if !heard => ClientError::NotTcptune {

@@ -2,7 +2,7 @@
 //! connections being opened and the engine's wake-ups. The [`ClientSession`] decides; this
 //! carries its decisions out, one phase at a time.
 
-use super::{Cancel, ClientConfig, ClientError, Progress, ProgressFn};
+use super::{Cancel, ClientConfig, ClientError, Progress, ProgressFn, ProtocolError};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
@@ -488,7 +488,7 @@ impl<'a> Conversation<'a> {
     /// The phase is over: this end's results and intervals (and a copy's file summary).
     fn finish_phase(&mut self, main: bool) -> Result<(SideResult, Vec<Interval>), ClientError> {
         let Some(p) = self.phase.take() else {
-            return Err(ClientError::Protocol("a phase ended twice".into()));
+            return Err(ClientError::Protocol(ProtocolError::PhaseEndedTwice));
         };
         let (mut local, intervals) = p.engine.finish();
         if let (true, Some(w)) = (main, &self.files) {
@@ -710,11 +710,11 @@ impl<'a> Conversation<'a> {
                 retry_after_s,
             },
             Failure::NoAnswer(m) => ClientError::Timeout(m),
-            Failure::Protocol(m) if !self.seen_server => ClientError::NotTcptune {
+            Failure::Protocol(v) if !self.seen_server => ClientError::NotTcptune {
                 addr: self.addr,
-                detail: m,
+                detail: v.to_string(),
             },
-            Failure::Protocol(m) => ClientError::Protocol(m),
+            Failure::Protocol(v) => ClientError::Protocol(ProtocolError::Violation(v)),
             Failure::Integrity(reason) => ClientError::Integrity {
                 reason,
                 report: None,
@@ -723,7 +723,7 @@ impl<'a> Conversation<'a> {
                 reason,
                 report: None,
             },
-            Failure::Connect(m) => ClientError::Stream(m),
+            Failure::Connect(f) => ClientError::Stream(f),
             Failure::Interrupted => ClientError::Interrupted,
             Failure::File(f) => ClientError::File(f),
             Failure::Closed if self.session.server().is_none() => ClientError::NotTcptune {
@@ -868,7 +868,7 @@ impl<'a> Conversation<'a> {
                             detail: e.to_string(),
                         })
                     }
-                    Err(e) => return Err(ClientError::Protocol(e.to_string())),
+                    Err(e) => return Err(ClientError::Protocol(ProtocolError::Undecodable(e))),
                 }
             }
             if closed {

@@ -1,9 +1,12 @@
-//! `run`: resolve, connect, decide how to learn the path's rate, run the phases through a
-//! [`Conversation`], record what was measured, and assemble the report.
+//! [`transfer`]: resolve, connect, decide how to learn the path's rate, run the phases
+//! through a [`Conversation`] with the main phase carrying a [`Workload`], record what was
+//! measured, and assemble the report. [`run`] is `send`'s transfer (the pattern);
+//! [`super::copy::copy`] is `cp`'s (files).
 
 use super::conversation::{Conversation, MainResult};
 use super::measure::{self, PathDbUse, Plan, Source};
-use super::{resolve, validate, ClientConfig, ClientError, ProgressFn};
+use super::workload::{Transferred, Workload};
+use super::{resolve, validate, ClientConfig, ClientError, ConfigError, ProgressFn};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
 use crate::report::assemble::{assemble, Assembly, Verdict};
@@ -15,123 +18,203 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 use tcptune_core::{HostLimits, PathHint};
 
-/// Run a transfer. `progress` is called about 5 times a second.
+/// Run a transfer of the verified pattern (`send`). `progress` is called about 5 times a
+/// second.
 pub fn run(cfg: &ClientConfig, progress: Option<ProgressFn<'_>>) -> Result<Report, ClientError> {
-    run_with(cfg, progress, None).map(|(r, _)| r)
+    transfer(cfg, Workload::Pattern, progress).map(|t| t.report)
 }
 
-/// A copy's part of a session: the job the server hears, this end's files.
-pub(crate) struct CopyJob {
-    pub(crate) job: crate::files::FileJob,
-    pub(crate) work: std::sync::Arc<crate::files::work::FileWork>,
-}
-
-/// Run a transfer, or with `copy` a copy of files; the server's file summary comes along.
+/// Run a transfer whose main phase carries `workload`; `progress` is called about 5 times
+/// a second.
 ///
-/// The steps: this host's limits, the control connection (its handshake gives the RTT), the
-/// session's parameters, how to learn the path's rate (and a probe if that is the way), the
-/// main phase, what it measured into the path database, and the report.
-pub(crate) fn run_with(
+/// The steps: the session's setup ([`open`]: this host's limits, the control connection
+/// whose handshake gives the RTT, the session's parameters), how to learn the path's rate
+/// and a probe if that is the way ([`learn_rate`]), the main phase ([`main_phase`]), and
+/// what it measured into the path database and the report ([`finish`]).
+pub fn transfer(
     cfg: &ClientConfig,
+    workload: Workload<'_>,
     progress: Option<ProgressFn<'_>>,
-    copy: Option<CopyJob>,
-) -> Result<(Report, Option<crate::files::FilesSide>), ClientError> {
+) -> Result<Transferred, ClientError> {
     let session_start = Instant::now();
+    let cfg = workload.session_config(cfg);
+    let mut s = open(&cfg, workload)?;
+    let learned = learn_rate(&mut s)?;
+    if cfg.cancel.as_ref().is_some_and(super::Cancel::is_triggered) {
+        return Err(ClientError::Interrupted);
+    }
+    let ran = main_phase(&mut s, &learned, progress)?;
+    finish(s, learned, ran, session_start)
+}
+
+/// A session whose control connection is open and whose parameters are set.
+struct Opened<'a> {
+    cfg: &'a ClientConfig,
+    addr: SocketAddr,
+    params: TestParams,
+    token: [u8; 16],
+    hint: PathHint,
+    db: PathDbUse,
+    conv: Conversation<'a>,
+}
+
+/// Check the configuration, reach the server and set the session up for `workload`.
+fn open<'a>(cfg: &'a ClientConfig, workload: Workload<'_>) -> Result<Opened<'a>, ClientError> {
     validate(cfg)?;
     let addr = resolve(cfg)?;
     let (local_limits, force) = local_limits(cfg)?;
-    let (ctrl, mut hint) = connect_control(cfg, &addr)?;
-    let (params, plan, token) = session_plan(cfg, copy.as_ref().map(|c| c.job.clone()))?;
-
-    // What the path's rate is: given, a fresh database entry, a probe, or nothing.
-    let measure_start = Instant::now();
-    let mut db = PathDbUse::new(cfg, addr.ip().to_string());
-    let decision = measure::decide(cfg, &mut db, &mut hint);
+    let (ctrl, hint) = connect_control(cfg, &addr)?;
+    let (params, plan, token) = session_plan(cfg, workload.file_job())?;
+    let db = PathDbUse::new(cfg, addr.ip().to_string());
     let mut conv = Conversation::new(cfg, addr, ctrl, plan, local_limits, force)?;
-    if let Some(c) = &copy {
-        conv.set_files(c.work.clone());
+    if let Some(work) = workload.engine_files() {
+        conv.set_files(work);
     }
-    let (mut source, in_band) = rate_source(&decision, &hint);
+    Ok(Opened {
+        cfg,
+        addr,
+        params,
+        token,
+        hint,
+        db,
+        conv,
+    })
+}
+
+/// How the path's rate was learned before the main phase.
+struct Learned {
+    source: Source,
+    in_band: InBand,
+    /// Careful resume's rate and RTT, or why not.
+    resume: Result<(tcptune_core::Rate, std::time::Duration), Option<String>>,
+    probe_seconds: Option<f64>,
+    measurement: MeasurementReport,
+}
+
+/// What the path's rate is: given, a fresh database entry, a probe, or nothing.
+fn learn_rate(s: &mut Opened<'_>) -> Result<Learned, ClientError> {
+    let measure_start = Instant::now();
+    let decision = measure::decide(s.cfg, &mut s.db, &mut s.hint);
+    let (mut source, in_band) = rate_source(&decision, &s.hint);
     // Careful resume: a fresh full-pipe entry confirmed by the RTT now starts at its rate.
-    let resume = resume_intent(cfg, &decision, &hint);
+    let resume = resume_intent(s.cfg, &decision, &s.hint);
     let (mut probe_seconds, mut probe_report) = (None, None);
     if let Plan::Probe = decision {
-        let (seconds, report) = probe(&mut conv, &mut hint, &mut db)?;
+        let (seconds, report) = probe(&mut s.conv, &mut s.hint, &mut s.db)?;
         source = Source::Probe;
         (probe_seconds, probe_report) = (Some(seconds), Some(report));
     }
     let measurement = MeasurementReport {
         source: source.name().to_string(),
         seconds: measure_start.elapsed().as_secs_f64(),
-        lower_bound: hint.rate_is_lower_bound,
+        lower_bound: s.hint.rate_is_lower_bound,
         probe: probe_report,
         path_db: None,
         in_band: None,
     };
+    Ok(Learned {
+        source,
+        in_band,
+        resume,
+        probe_seconds,
+        measurement,
+    })
+}
 
-    if cfg.cancel.as_ref().is_some_and(super::Cancel::is_triggered) {
-        return Err(ClientError::Interrupted);
-    }
+/// The main phase, with what it cost this process.
+struct Ran {
+    main: MainResult,
+    host_cpu: tcptune_sys::os::CpuTimes,
+    host_wall: std::time::Duration,
+}
+
+/// Run the main phase and say goodbye to the server.
+fn main_phase(
+    s: &mut Opened<'_>,
+    learned: &Learned,
+    progress: Option<ProgressFn<'_>>,
+) -> Result<Ran, ClientError> {
     let cpu0 = tcptune_sys::os::process_cpu().unwrap_or_default();
     let wall0 = Instant::now();
-    let main = conv.main(&hint, in_band, resume.as_ref().ok().copied(), progress)?;
-    hint.resume = main.resume.as_ref().is_some_and(|r| r.used);
-    let resume_report = resume_report(resume, &main);
-    let cpu = tcptune_sys::os::process_cpu()
+    let resume = learned.resume.as_ref().ok().copied();
+    let main = s.conv.main(&s.hint, learned.in_band, resume, progress)?;
+    s.hint.resume = main.resume.as_ref().is_some_and(|r| r.used);
+    let host_cpu = tcptune_sys::os::process_cpu()
         .unwrap_or_default()
         .since(&cpu0);
-    let wall = wall0.elapsed();
-    conv.bye();
-    let server = conv.server.clone();
+    let host_wall = wall0.elapsed();
+    s.conv.bye();
+    Ok(Ran {
+        main,
+        host_cpu,
+        host_wall,
+    })
+}
 
-    let delivered = main.outcome.delivery.rate;
+/// Record what the transfer measured in the path database, and assemble and judge the
+/// report.
+fn finish(
+    mut s: Opened<'_>,
+    learned: Learned,
+    ran: Ran,
+    session_start: Instant,
+) -> Result<Transferred, ClientError> {
+    let Ran {
+        main,
+        host_cpu,
+        host_wall,
+    } = ran;
+    let server = s.conv.server.clone();
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
-    let remote_files = remote.files.clone();
-    record_transfer(&mut db, &hint, &main, &remote);
-    let measurement = finish_measurement(measurement, &mut db, &main, source);
+    record_transfer(&mut s.db, &s.hint, &main, &remote);
+    let measurement = finish_measurement(learned.measurement, &mut s.db, &main, learned.source);
     let (sender_limits, receiver_limits) =
-        end_limits(cfg.reverse, &conv.local_limits, server.as_ref());
+        end_limits(s.cfg.reverse, &s.conv.local_limits, server.as_ref());
+    let end = Instant::now();
     let round_trips = round_trips(
         session_start,
-        Instant::now(),
-        hint.rtt,
+        end,
+        s.hint.rtt,
         &main.local,
         &remote,
-        !cfg.reverse,
+        !s.cfg.reverse,
     );
-    let session_hex = proto::to_hex(&token);
-    let server_requires_secret = server.as_ref().map(|s| s.auth_required);
+    let session_hex = proto::to_hex(&s.token);
     let (report, verdict) = assemble(Assembly {
-        cfg,
-        params: &params,
-        addr,
+        cfg: s.cfg,
+        params: &s.params,
+        addr: s.addr,
         session_hex: &session_hex,
-        hint: &hint,
-        probe_seconds,
+        hint: &s.hint,
+        probe_seconds: learned.probe_seconds,
         measurement: Some(measurement),
         setup_seconds: Some(main.outcome.setup.as_secs_f64()),
-        session_seconds: Some(session_start.elapsed().as_secs_f64()),
+        session_seconds: Some(end.saturating_duration_since(session_start).as_secs_f64()),
         round_trips,
-        delivery_rate_max_bps: delivered.map(|r| r.0),
+        delivery_rate_max_bps: main.outcome.delivery.rate.map(|r| r.0),
         sender_limits,
         receiver_limits,
-        congestion: cfg
+        congestion: s
+            .cfg
             .congestion
             .clone()
-            .or_else(|| server.map(|s| s.congestion))
+            .or_else(|| server.as_ref().map(|s| s.congestion.clone()))
             .unwrap_or_default(),
         local: &main.local,
         remote: &remote,
         intervals: main.intervals,
-        host_cpu: cpu,
-        host_wall: wall,
-        server_requires_secret,
-        resume: resume_report,
+        host_cpu,
+        host_wall,
+        server_requires_secret: server.as_ref().map(|s| s.auth_required),
+        resume: resume_report(learned.resume, &main.resume),
         capped: main.outcome.capped,
         interrupted: main.outcome.interrupted,
         streams_reason: main.outcome.streams_reason.clone(),
     });
-    judged(report, verdict).map(|r| (r, remote_files))
+    judged(report, verdict).map(|report| Transferred {
+        report,
+        remote_files: remote.files,
+    })
 }
 
 /// The sender's and the receiver's buffer limits: this host's, and the server's as it said
@@ -171,7 +254,7 @@ fn connect_control(
         tcptune_sys::net::tcp_socket(addr).map_err(|source| ClientError::Connect { source })?;
     if let Some(ip) = cfg.bind {
         tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
-            .map_err(|e| ClientError::Config(e.to_string()))?;
+            .map_err(|source| ClientError::Config(ConfigError::Bind { ip, source }))?;
     }
     let ctrl = tcptune_sys::net::connect(fd, addr, cfg.connect_timeout)
         .map_err(|source| ClientError::Connect { source })?;
@@ -299,10 +382,10 @@ fn probe(
 /// What the report says of careful resume: what the main phase did, or why it did not.
 fn resume_report(
     intent: Result<(tcptune_core::Rate, std::time::Duration), Option<String>>,
-    main: &MainResult,
+    done: &Option<ResumeReport>,
 ) -> Option<ResumeReport> {
     match intent {
-        Ok(_) => main.resume.clone(),
+        Ok(_) => done.clone(),
         Err(why_not) => why_not.map(|why| ResumeReport {
             used: false,
             initcwnd_segs: None,

@@ -1,5 +1,5 @@
 //! `tcptune send`: connect to a tcptune server, measure the path, run the transfer with a
-//! tuner on every stream at both ends, and return the [`Report`].
+//! tuner on every stream at both ends, and return the [`Report`](crate::report::Report).
 //!
 //! The conversation's rules are [`crate::session::client`]'s state machine; this module
 //! resolves the server, opens the control connection (its handshake gives the path's RTT
@@ -16,19 +16,22 @@
 
 pub mod advise;
 mod conversation;
+pub mod copy;
 pub(crate) mod driver;
+mod error;
 mod measure;
+pub mod workload;
 
 use crate::auth::Secret;
-use crate::proto::ProtoError;
-use crate::report::Report;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tcptune_core::{TuneMode, Tuner, TunerContext};
 
-pub use driver::run;
+pub use driver::{run, transfer};
+pub use error::{ClientError, ConfigError, ProtocolError, StreamFailed};
+pub use workload::{Transferred, Workload};
 
 /// What to run. Build with [`ClientConfig::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
@@ -167,140 +170,6 @@ impl ClientConfig {
     }
 }
 
-/// How a transfer failed. [`ClientError::report`] gives what was measured until then.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The configuration is invalid.
-    #[error("{0}")]
-    Config(String),
-    /// The server's name did not resolve.
-    #[error("resolving {target}: {source}")]
-    Resolve {
-        /// What was resolved.
-        target: String,
-        /// Why it failed.
-        source: std::io::Error,
-    },
-    /// The server could not be reached.
-    #[error("{source}{}", connect_hint(source))]
-    Connect {
-        /// The failed connect, with its address.
-        source: tcptune_sys::net::NetError,
-    },
-    /// Something local failed (a socket option, randomness, the host's limits).
-    #[error("{op}: {source}")]
-    Local {
-        /// What was attempted.
-        op: String,
-        /// Why it failed.
-        source: std::io::Error,
-    },
-    /// The control connection failed.
-    #[error("control connection to {addr}: {source}")]
-    Control {
-        /// The server.
-        addr: SocketAddr,
-        /// What went wrong.
-        source: ProtoError,
-    },
-    /// The peer does not speak tcptune's protocol.
-    #[error("{addr} does not answer like a tcptune server ({detail}); is it `tcptune serve`?")]
-    NotTcptune {
-        /// The server.
-        addr: SocketAddr,
-        /// What it answered.
-        detail: String,
-    },
-    /// The server refused the test.
-    #[error("the server refused: {reason}{}", retry_hint(reason, *retry_after_s))]
-    Rejected {
-        /// Why (the server's words).
-        reason: String,
-        /// When trying again may succeed.
-        retry_after_s: Option<u64>,
-    },
-    /// The server did not answer in time.
-    #[error("{0}")]
-    Timeout(String),
-    /// The server said something that makes no sense.
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    /// A data stream could not be opened.
-    #[error("opening a data stream: {0}")]
-    Stream(String),
-    /// A byte mismatch or a short transfer.
-    #[error("integrity failure: {reason}")]
-    Integrity {
-        /// What was wrong.
-        reason: String,
-        /// What was measured.
-        report: Option<Box<Report>>,
-    },
-    /// The user interrupted before the transfer began (nothing was measured).
-    #[error("interrupted before the transfer began")]
-    Interrupted,
-    /// A copy failed at either end (`tcptune cp`): a missing source, a full disk, a
-    /// permission, a path outside the server's root; its kind decides the exit status.
-    #[error("{0}")]
-    File(crate::files::FileFailure),
-    /// The transfer failed otherwise (a stream error, a stall, the server gave up).
-    #[error("transfer failed: {reason}")]
-    Transfer {
-        /// What went wrong.
-        reason: String,
-        /// What was measured.
-        report: Option<Box<Report>>,
-    },
-}
-
-/// " (retry in N s)" unless the reason says so already.
-fn retry_hint(reason: &str, after: Option<u64>) -> String {
-    match after {
-        Some(s) if !reason.contains("retry") => format!(" (retry in {s} s)"),
-        _ => String::new(),
-    }
-}
-
-/// What a failed connect most likely means, and what to do.
-fn connect_hint(e: &tcptune_sys::net::NetError) -> &'static str {
-    match e.source.kind() {
-        std::io::ErrorKind::ConnectionRefused => {
-            " (nothing listens there: is `tcptune serve` running on that host and port?)"
-        }
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-            " (no answer: is the host up, and does a firewall let the port through?)"
-        }
-        _ => "",
-    }
-}
-
-impl ClientError {
-    /// The partial report, when the transfer got far enough to have one.
-    pub fn report(&self) -> Option<&Report> {
-        match self {
-            ClientError::Integrity { report, .. } | ClientError::Transfer { report, .. } => {
-                report.as_deref()
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether the server could not be reached or would not run the test (the CLI's exit
-    /// status 3).
-    pub fn is_connection(&self) -> bool {
-        matches!(
-            self,
-            ClientError::Resolve { .. }
-                | ClientError::Connect { .. }
-                | ClientError::Control { .. }
-                | ClientError::NotTcptune { .. }
-                | ClientError::Rejected { .. }
-                | ClientError::Timeout(_)
-                | ClientError::Stream(_)
-        )
-    }
-}
-
 /// Progress of a running transfer, for a live display.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Progress {
@@ -354,24 +223,24 @@ pub(crate) fn resolve_target(server: &str, port: u16) -> Result<SocketAddr, Clie
 
 /// Check the configuration before anything is sent.
 pub(crate) fn validate(cfg: &ClientConfig) -> Result<(), ClientError> {
-    let bad = |m: String| Err(ClientError::Config(m));
+    let bad = |e: ConfigError| Err(ClientError::Config(e));
     if cfg.streams == 0 {
-        return bad("at least one stream is needed (-P)".into());
+        return bad(ConfigError::NoStreams);
     }
     if cfg.message_size == 0 {
-        return bad("the message size must be at least 1 byte (-l)".into());
+        return bad(ConfigError::EmptyMessages);
     }
     if cfg.duration.is_none() && cfg.messages == 0 {
-        return bad("at least one message is needed (-n)".into());
+        return bad(ConfigError::NoMessages);
     }
     if cfg.duration.is_some_and(|d| d.is_zero()) || cfg.max_time.is_some_and(|d| d.is_zero()) {
-        return bad("durations must be greater than zero".into());
+        return bad(ConfigError::ZeroDuration);
     }
     if cfg.max_streams < cfg.streams {
-        return bad(format!(
-            "{} streams requested (-P) but --max-streams is {}",
-            cfg.streams, cfg.max_streams
-        ));
+        return bad(ConfigError::StreamsOverMax {
+            streams: cfg.streams,
+            max_streams: cfg.max_streams,
+        });
     }
     Ok(())
 }

@@ -40,7 +40,6 @@
 //!   for, so neither end can make the other write outside where it was told.
 
 pub mod budget;
-pub mod copy;
 pub mod digest;
 #[cfg(test)]
 mod fuzz;
@@ -51,6 +50,7 @@ pub(crate) mod table;
 pub(crate) mod walk;
 pub(crate) mod wire;
 pub(crate) mod work;
+pub mod workload;
 
 pub use budget::{CopyLimits, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_MANIFEST_BYTES};
 use std::fmt;
