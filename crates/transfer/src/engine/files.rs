@@ -15,12 +15,13 @@ use crate::files::digest::{self, BlockHasher, Cv};
 use crate::files::manifest_in::{ManifestIn, ManifestStep};
 use crate::files::queue::{Have, Item, ResendList};
 use crate::files::table::Received;
+use crate::files::violation;
 use crate::files::walk::{self, Manifest};
 use crate::files::wire::{
     parse_record, Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD,
     HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON,
 };
-use crate::files::work::{violation, FileWork, Run, Source, Spec};
+use crate::files::work::{FileWork, Run, Source, Spec};
 use crate::files::FileFailureExt;
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
 use std::fs::File;

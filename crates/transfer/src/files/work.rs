@@ -557,11 +557,3 @@ pub(crate) struct Finalize {
     file: Option<Arc<File>>,
     present: bool,
 }
-
-/// A failure for a protocol violation of the peer.
-pub(crate) fn violation(msg: impl std::fmt::Display) -> FileFailure {
-    FileFailure::new(
-        FailKind::Protocol,
-        format!("the peer broke the file protocol: {msg}"),
-    )
-}

@@ -10,12 +10,12 @@
 //! sets more), each printed so that a failure can be replayed with `TCPTUNE_FUZZ_SEED`.
 
 use super::budget::CopyLimits;
+use super::check::check_manifest;
 use super::manifest_in::{ManifestIn, ManifestStep};
-use super::plan::check_manifest;
 use super::queue::{Have, ResendList, SendQueue};
 use super::table::RecvTable;
 use super::wire::{Header, Tag, ITEMS_PER_RECORD, MAX_JSON};
-use super::{Entry, EntryKind, BLOCK_SIZE};
+use crate::files::{Entry, EntryKind, BLOCK_SIZE};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
