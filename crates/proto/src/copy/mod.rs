@@ -13,6 +13,8 @@ pub mod digest;
 mod fuzz;
 pub mod manifest_in;
 pub mod queue;
+pub mod receiver;
+pub mod sender;
 pub mod table;
 pub mod wire;
 
