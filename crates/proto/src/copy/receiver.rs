@@ -402,8 +402,8 @@ impl Receiver {
         if self.end.is_none() {
             return None;
         }
-        let alive = self.alive_sent.map(|t| t + KEEPALIVE);
-        let idle = self.heard.map(|t| t + self.idle_timeout);
+        let alive = self.alive_sent.and_then(|t| t.checked_add(KEEPALIVE));
+        let idle = self.heard.and_then(|t| t.checked_add(self.idle_timeout));
         alive.into_iter().chain(idle).min()
     }
 

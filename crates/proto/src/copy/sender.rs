@@ -151,7 +151,7 @@ impl Sender {
     /// waited for.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.state {
-            State::Plan | State::Round => self.heard.map(|t| t + self.idle_timeout),
+            State::Plan | State::Round => self.heard.and_then(|t| t.checked_add(self.idle_timeout)),
             _ => None,
         }
     }

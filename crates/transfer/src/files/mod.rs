@@ -46,7 +46,7 @@ pub(crate) mod work;
 
 // The pure pieces of the protocol live in the sans-IO crate; their paths stay short here.
 pub use tcptune_proto::copy::{budget, digest};
-pub(crate) use tcptune_proto::copy::{manifest_in, queue, table, violation, wire};
+pub(crate) use tcptune_proto::copy::{queue, table, violation, wire};
 
 pub use budget::{CopyLimits, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_MANIFEST_BYTES};
 use std::fmt;
