@@ -12,6 +12,8 @@ pub mod digest;
 #[cfg(test)]
 mod fuzz;
 pub mod manifest_in;
+#[cfg(test)]
+mod pair;
 pub mod queue;
 pub mod receiver;
 pub mod sender;

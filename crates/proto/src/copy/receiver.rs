@@ -399,9 +399,7 @@ impl Receiver {
     /// When [`Receiver::handle_timeout`] is due: while a round's records are awaited, the
     /// next keep-alive or the idle timeout, whichever comes first.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.end.is_none() {
-            return None;
-        }
+        self.end?;
         let alive = self.alive_sent.and_then(|t| t.checked_add(KEEPALIVE));
         let idle = self.heard.and_then(|t| t.checked_add(self.idle_timeout));
         alive.into_iter().chain(idle).min()
@@ -461,7 +459,7 @@ mod tests {
     }
 
     fn feed(r: &mut Receiver, now: Instant, msg: &ToReceiver) -> Result<(), FileFailure> {
-        let body = serde_json::to_vec(msg).map_err(|e| violation(e))?;
+        let body = serde_json::to_vec(msg).map_err(violation)?;
         let Body::Json(n) = r.handle_header(now, 0, &json_header(body.len()))? else {
             return Err(violation("not json"));
         };
