@@ -730,14 +730,14 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
                 "the sender closed the stream before its manifest".into(),
             ));
         };
-        let len = match r.handle_header(Instant::now(), 0, &h) {
+        let now = Instant::now();
+        let len = match r.handle_header(now, 0, &h) {
             Ok(Body::Json(len)) => len,
             Ok(_) => return Err(c.fatal(violation("a block before the plan"))),
             Err(f) => return Err(c.fatal(f)),
         };
         let body = c.body(len)?;
-        r.handle_json(Instant::now(), 0, &body)
-            .map_err(|f| c.fatal(f))?;
+        r.handle_json(now, 0, &body).map_err(|f| c.fatal(f))?;
         c.work.touch(1);
         if let Some(ReceiverOutput::Plan { warnings }) = r.poll_output() {
             c.work.add_warnings(&warnings);
@@ -827,7 +827,7 @@ fn answer(c: &mut Ctx<'_>) -> Result<(), Halt> {
                         _ => return Err(Halt::Stop),
                     };
                     let r = c.work.finish_dirs(&entries, &targets, &created);
-                    with_receiver(c, |rx| rx.handle_dirs_finished(Instant::now(), r))?;
+                    with_receiver(c, |rx| rx.handle_dirs_finished(now, r))?;
                 }
                 ReceiverOutput::Failed(f) => return Err(c.fatal(f)),
                 ReceiverOutput::Plan { .. } | ReceiverOutput::Done => {}
@@ -861,7 +861,7 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
         match body.map_err(|f| c.fatal(f))? {
             Body::Json(len) => {
                 let body = c.body(len)?;
-                with_receiver(c, |r| r.handle_json(Instant::now(), c.index, &body))?
+                with_receiver(c, |r| r.handle_json(now, c.index, &body))?
                     .map_err(|f| c.fatal(f))?;
                 // A sender busy hashing says it is alive.
                 c.work.touch(1);
@@ -877,11 +877,11 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
             } => recv_block(c, &h, file, block, size, write, &mut buf)?,
             Body::Confirm { file, block } => {
                 let cv = c.cv()?;
-                received(c, file, |r, now| r.handle_confirm(now, file, block, cv))?;
+                received(c, file, now, |r| r.handle_confirm(now, file, block, cv))?;
             }
             Body::ConfirmFile { file } => {
                 let cv = c.cv()?;
-                received(c, file, |r, now| r.handle_confirm_file(now, file, cv))?;
+                received(c, file, now, |r| r.handle_confirm_file(now, file, cv))?;
             }
         }
     }
@@ -891,19 +891,20 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
 fn received(
     c: &Ctx<'_>,
     file: u32,
-    f: impl FnOnce(&mut Receiver, Instant) -> Received,
+    now: Instant,
+    f: impl FnOnce(&mut Receiver) -> Received,
 ) -> Result<(), Halt> {
     let fin = {
         let mut g = c.work.lock();
         let Run::Recv(run) = &mut *g else {
             return Err(Halt::Stop);
         };
-        let r = f(&mut run.receiver, Instant::now());
+        let r = f(&mut run.receiver);
         matches!(r, Received::Verified { complete: true }).then(|| c.work.begin_finalize(run, file))
     };
     if let Some(fin) = fin {
         let r = c.work.finalize(fin);
-        with_receiver(c, |rx| rx.handle_finalized(Instant::now(), r.clone()))?;
+        with_receiver(c, |rx| rx.handle_finalized(now, r.clone()))?;
         r.map_err(|f| c.fatal(f))?;
     }
     c.work.notify();
@@ -938,10 +939,11 @@ fn recv_block(
     let len = u64::from(h.len);
     let mut hasher = BlockHasher::new(size, BLOCK_SIZE, h.offset);
     let mut at = 0u64;
+    let mut now = Instant::now();
     while at < len {
         let n = ((len - at) as usize).min(buf.len());
         c.read_exact(&mut buf[..n]).map_err(closed_in_record)?;
-        let now = Instant::now();
+        now = Instant::now();
         c.io_mark(n as u64, now);
         hasher.update(&buf[..n]);
         if let Some(f) = &target {
@@ -961,7 +963,7 @@ fn recv_block(
     let sent = c.cv()?;
     let computed = hasher.finish();
     drop(target);
-    received(c, file, |r, now| {
+    received(c, file, now, |r| {
         r.handle_block(now, file, block, sent, computed, len)
     })
 }
