@@ -10,6 +10,8 @@
 //!   types: [`session::endpoint::Endpoint`] (the server's control plane),
 //!   [`session::client::ClientSession`] (the client's transfer) and
 //!   [`session::advise::AdviseClient`] (the client's advice).
+//! * [`copy`]: the file copy's records, budgets and bookkeeping, and each side's
+//!   conversation as a state machine.
 //! * [`auth`]: the shared-secret proof and challenge answer (HMAC-SHA256).
 //! * [`advice`]: the pure rules of `tcptune advise`.
 //! * [`result`], [`files`], [`events`]: the plain types the messages and log events carry
@@ -19,6 +21,7 @@
 
 pub mod advice;
 pub mod auth;
+pub mod copy;
 pub mod events;
 pub mod files;
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! The data threads of a copy (see [`crate::files`] for the protocol): stream 0's thread
 //! exchanges the manifest and the plan and ends each round; every stream's thread moves
 //! blocks, reading the file with `pread` and hashing it as it goes out, or verifying and
-//! writing it with `pwrite` at its offset as it comes in. The bookkeeping is
-//! [`crate::files::queue`]'s and [`crate::files::table`]'s; this is the I/O around it.
+//! writing it with `pwrite` at its offset as it comes in. The decisions are the state
+//! machines' of `tcptune_proto::copy` ([`Sender`], [`Receiver`]: stream 0's conversation,
+//! the queue and the table every stream shares); this is the I/O around them: read a
+//! record, feed it, carry out what the machine says.
 //!
 //! A thread never waits without looking at the engine's abort flag and the copy's failure,
 //! and never gives up on a peer that is busy with local work (walking, hashing an earlier
@@ -12,15 +14,12 @@
 use super::stream::{is_timeout, ThreadOut};
 use super::{nanos_since, Counters, EngineConfig, Event, Shared};
 use crate::files::digest::{self, BlockHasher, Cv};
-use crate::files::manifest_in::{ManifestIn, ManifestStep};
-use crate::files::queue::{Have, Item, ResendList};
+use crate::files::queue::Item;
 use crate::files::table::Received;
+use crate::files::violation;
 use crate::files::walk::{self, Manifest};
-use crate::files::wire::{
-    parse_record, Header, PlanFile, Tag, ToReceiver, ToSender, CV_LEN, ENTRIES_PER_RECORD,
-    HEADER_LEN, ITEMS_PER_RECORD, MAX_JSON,
-};
-use crate::files::work::{violation, FileWork, Run, Source, Spec};
+use crate::files::wire::{Header, Tag, ToReceiver, ToSender, CV_LEN, HEADER_LEN, MAX_JSON};
+use crate::files::work::{FileWork, Run, Source, Spec};
 use crate::files::FileFailureExt;
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
 use std::fs::File;
@@ -30,15 +29,13 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tcptune_proto::copy::receiver::{Body, Receiver, ReceiverOutput, KEEPALIVE};
+use tcptune_proto::copy::sender::{Sender, SenderOutput};
 use tcptune_sys::fs::{self as sysfs, OpenMode};
 use tcptune_sys::os::thread_cpu;
 
 /// Bytes per read, hash and write.
 const PIECE: usize = 1 << 20;
-/// Rounds of sending before blocks that keep failing their checksums fail the copy.
-const MAX_ROUNDS: u32 = 4;
-/// How often a thread busy with local work tells the peer it is alive.
-const KEEPALIVE: Duration = Duration::from_millis(1000);
 
 /// Why a thread stopped.
 enum Halt {
@@ -181,14 +178,6 @@ impl Ctx<'_> {
         Ok(cv)
     }
 
-    fn json<T: for<'de> serde::Deserialize<'de>>(&mut self, len: usize) -> Result<T, Halt> {
-        if len > MAX_JSON {
-            return Err(self.fatal(violation(format!("a record of {len} bytes"))));
-        }
-        let body = self.body(len)?;
-        parse_record(&body).map_err(|f| self.fatal(f))
-    }
-
     /// The `len` bytes of a record whose length was admitted.
     fn body(&mut self, len: usize) -> Result<Vec<u8>, Halt> {
         let mut body = vec![0u8; len];
@@ -217,13 +206,18 @@ impl Ctx<'_> {
         self.write_all(&body)
     }
 
-    fn recv_frame(&mut self) -> Result<ToSender, Halt> {
+    /// A frame's body from the receiver (its length checked before it is read).
+    fn recv_frame(&mut self) -> Result<Vec<u8>, Halt> {
         let mut len = [0u8; 4];
         self.read_exact(&mut len).map_err(|h| match h {
             Halt::Closed => Halt::Stream("the receiver closed the stream".into()),
             h => h,
         })?;
-        self.json(u32::from_be_bytes(len) as usize)
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_JSON {
+            return Err(self.fatal(violation(format!("a record of {len} bytes"))));
+        }
+        self.body(len)
     }
 
     /// The end of a stream: FIN, then wait for the peer's.
@@ -319,6 +313,48 @@ fn follow_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
     send_items(c, false)
 }
 
+/// What carrying out the sender's outputs led to.
+#[derive(PartialEq)]
+enum Flow {
+    More,
+    StartBlocks,
+    Done,
+}
+
+/// Carry out the sender's outputs (stopping at `StartBlocks`: the machine moves then).
+fn carry_send(c: &mut Ctx<'_>, outs: Vec<SenderOutput>) -> Result<Flow, Halt> {
+    for o in outs {
+        match o {
+            SenderOutput::Record(r) => c.send_record(&r)?,
+            SenderOutput::StartBlocks => return Ok(Flow::StartBlocks),
+            SenderOutput::Done => return Ok(Flow::Done),
+            SenderOutput::Failed(f) => return Err(c.fatal(f)),
+        }
+    }
+    Ok(Flow::More)
+}
+
+/// The sender's outputs up to and with the first `StartBlocks`.
+fn drain_send(s: &mut Sender) -> Vec<SenderOutput> {
+    let mut outs = Vec::new();
+    while let Some(o) = s.poll_output() {
+        let start = o == SenderOutput::StartBlocks;
+        outs.push(o);
+        if start {
+            break;
+        }
+    }
+    outs
+}
+
+/// Feed the shared sender (once blocks go) and take its outputs.
+fn with_sender<T>(c: &Ctx<'_>, f: impl FnOnce(&mut Sender) -> T) -> Result<T, Halt> {
+    match &mut *c.work.lock() {
+        Run::Send(s) => Ok(f(&mut s.sender)),
+        _ => Err(Halt::Stop),
+    }
+}
+
 fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
     let Some(Spec::Send { source, .. }) = c.work.take_spec() else {
         return Err(c.fatal(FileFailure::protocol("a copy without a source")));
@@ -337,116 +373,41 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
         }
     };
     c.work.add_warnings(&manifest.warnings);
-    for chunk in manifest.entries.chunks(ENTRIES_PER_RECORD) {
-        c.send_record(&ToReceiver::Manifest {
-            entries: chunk.to_vec(),
-        })?;
+    // The manifest out and the plan in: this thread owns the machine until blocks go.
+    let idle = Duration::MAX;
+    let mut sender = Sender::new(manifest.entries.clone(), manifest.warnings.clone(), idle);
+    loop {
+        match carry_send(c, drain_send(&mut sender))? {
+            Flow::StartBlocks => break,
+            Flow::Done => return Ok(()),
+            Flow::More => {}
+        }
+        let body = c.recv_frame()?;
+        c.work.touch(1);
+        sender.handle_frame_bytes(Instant::now(), &body);
     }
-    c.send_record(&ToReceiver::ManifestEnd {
-        warnings: manifest.warnings.clone(),
-    })?;
-    let have = read_plan(c, &manifest)?;
-    c.work.start_sending(manifest, have);
+    c.work.start_sending(manifest, sender);
+    // Rounds: the queue's items, then `End`, then the receiver's answer.
     loop {
         send_items(c, true)?;
-        let (round, records) = {
-            let g = c.work.lock();
-            match &*g {
-                Run::Send(s) => (s.round, s.queue.records()),
-                _ => return Err(c.fatal(FileFailure::protocol("no run"))),
-            }
-        };
-        c.send_record(&ToReceiver::End { round, records })?;
-        let mut resend = ResendList::default();
+        let outs = with_sender(c, drain_send)?;
+        if carry_send(c, outs)? == Flow::Done {
+            return Ok(());
+        }
         loop {
-            match c.recv_frame()? {
-                ToSender::Planning { .. } => c.work.touch(1),
-                ToSender::Resend { blocks, last } => {
-                    let added = match &*c.work.lock() {
-                        Run::Send(s) => resend.add(&s.queue, &blocks, last, ITEMS_PER_RECORD),
-                        _ => return Err(Halt::Stop),
-                    };
-                    added.map_err(|e| c.fatal(violation(e)))?;
-                    if last {
-                        break;
-                    }
-                }
-                ToSender::Done { tree_digest, .. } => {
-                    let mine = {
-                        let g = c.work.lock();
-                        match &*g {
-                            Run::Send(s) => s.queue.tree_digest(&s.manifest.entries),
-                            _ => None,
-                        }
-                    };
-                    if mine.as_deref() != Some(tree_digest.as_str()) {
-                        return Err(c.fatal(FileFailure::new(
-                            FailKind::Integrity,
-                            "the receiver's digests differ from the sender's",
-                        )));
-                    }
-                    return Ok(());
-                }
-                other => {
-                    return Err(c.fatal(violation(format!("{other:?} after a round"))));
-                }
+            let body = c.recv_frame()?;
+            c.work.touch(1);
+            let now = Instant::now();
+            let (outs, blocks) = with_sender(c, |s| {
+                s.handle_frame_bytes(now, &body);
+                (drain_send(s), !s.round_idle())
+            })?;
+            if carry_send(c, outs)? == Flow::Done {
+                return Ok(());
             }
-        }
-        let mut g = c.work.lock();
-        let Run::Send(s) = &mut *g else {
-            return Err(Halt::Stop);
-        };
-        s.round += 1;
-        if s.round >= MAX_ROUNDS {
-            drop(g);
-            return Err(c.fatal(FileFailure::new(
-                FailKind::Integrity,
-                format!(
-                    "{} block(s) still failed their checksum after {MAX_ROUNDS} rounds",
-                    resend.blocks().len()
-                ),
-            )));
-        }
-        if let Err(e) = s.queue.resend(resend.blocks()) {
-            drop(g);
-            return Err(c.fatal(violation(e)));
-        }
-    }
-}
-
-/// The receiver's plan: what it has already.
-fn read_plan(c: &mut Ctx<'_>, m: &Manifest) -> Result<Have, Halt> {
-    let mut have = Have::default();
-    loop {
-        match c.recv_frame()? {
-            ToSender::Planning { .. } => c.work.touch(1),
-            ToSender::Plan { files } => {
-                for PlanFile {
-                    id,
-                    present,
-                    have: blocks,
-                } in files
-                {
-                    let Some(e) = m.entries.get(id as usize) else {
-                        return Err(c.fatal(violation(format!("a plan for entry {id}"))));
-                    };
-                    if let Some(d) = present {
-                        let d = digest::from_hex(&d)
-                            .ok_or_else(|| c.fatal(violation("a digest that is not hex")))?;
-                        have.present.insert(id, d);
-                    }
-                    for (b, cv) in blocks {
-                        let cv = digest::from_hex(&cv)
-                            .ok_or_else(|| c.fatal(violation("a checksum that is not hex")))?;
-                        if b >= e.blocks() {
-                            return Err(c.fatal(violation(format!("block {b} of entry {id}"))));
-                        }
-                        have.blocks.insert((id, b), cv);
-                    }
-                }
+            if blocks {
+                break;
             }
-            ToSender::PlanEnd => return Ok(have),
-            other => return Err(c.fatal(violation(format!("{other:?} before the plan's end")))),
         }
     }
 }
@@ -465,10 +426,10 @@ fn send_items(c: &mut Ctx<'_>, lead: bool) -> Result<(), Halt> {
                 let Run::Send(s) = &mut *g else {
                     return Err(Halt::Stop);
                 };
-                if let Some(it) = s.queue.take() {
+                if let Some(it) = s.sender.take() {
                     break (it, s.manifest.clone());
                 }
-                if !lead || s.queue.idle() {
+                if !lead || s.sender.round_idle() {
                     return Ok(());
                 }
                 g = c.work.wait(g, Duration::from_millis(200));
@@ -486,7 +447,7 @@ fn send_items(c: &mut Ctx<'_>, lead: bool) -> Result<(), Halt> {
         };
         if let Err(h) = r {
             if let Run::Send(s) = &mut *c.work.lock() {
-                s.queue.abandon();
+                s.sender.abandon();
             }
             c.work.notify();
             return Err(h);
@@ -583,7 +544,7 @@ fn send_block(
     let len = e.block_len(block);
     let shown = || e.path.clone();
     let round = match &*c.work.lock() {
-        Run::Send(s) => s.round,
+        Run::Send(s) => s.sender.round(),
         _ => 0,
     };
     let f = open_source(c, m, open, file)?;
@@ -655,7 +616,7 @@ fn block_done(
     present: u64,
 ) -> Result<(), Halt> {
     let complete = match &mut *c.work.lock() {
-        Run::Send(s) => s.queue.block_done(file, block, cv, carried, present),
+        Run::Send(s) => s.sender.block_done(file, block, cv, carried, present),
         _ => false,
     };
     if complete {
@@ -712,7 +673,7 @@ fn check_file(
         c.write_all(&theirs)?;
     }
     if let Run::Send(s) = &mut *c.work.lock() {
-        s.queue.check_done(file, cvs, confirmed, e.size);
+        s.sender.check_done(file, cvs, confirmed);
     }
     if confirmed {
         c.work.files_done.fetch_add(1, Ordering::Relaxed);
@@ -760,65 +721,129 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
     else {
         return Err(c.fatal(FileFailure::protocol("a copy without a destination")));
     };
-    // The manifest: every record and entry admitted before it is read or kept.
-    let mut manifest = ManifestIn::new(limits);
-    let entries = loop {
+    // The manifest: every record and entry admitted before it is read or kept. The stalls
+    // of a stream are found where its bytes are read (`read_exact`), not by the machine.
+    let mut r = Receiver::new(limits, Duration::MAX);
+    loop {
         let Some(h) = c.header()? else {
             return Err(Halt::Stream(
                 "the sender closed the stream before its manifest".into(),
             ));
         };
-        let len = manifest.admit(&h).map_err(|f| c.fatal(f))?;
-        let body = c.body(len)?;
-        match manifest.on_body(&body).map_err(|f| c.fatal(f))? {
-            ManifestStep::More => c.work.touch(1),
-            ManifestStep::Done { entries, warnings } => {
-                c.work.add_warnings(&warnings);
-                break entries;
-            }
-        }
-    };
-    // The plan, with keep-alives while earlier runs' files are hashed.
-    let mut last = Instant::now();
-    let mut checked = 0u64;
-    let planned = {
-        let work = c.work;
-        let mut keepalive = |n: u64| -> Result<(), FileFailure> {
-            work.touch(n);
-            checked += n;
-            if c.stopping() {
-                return Err(FileFailure::new(FailKind::Io, "stopped"));
-            }
-            if last.elapsed() >= KEEPALIVE {
-                last = Instant::now();
-                if c.send_frame(&ToSender::Planning {
-                    checked_bytes: checked,
-                })
-                .is_err()
-                {
-                    return Err(FileFailure::new(FailKind::Io, "the sender went away"));
-                }
-            }
-            Ok(())
+        let now = Instant::now();
+        let len = match r.handle_header(now, 0, &h) {
+            Ok(Body::Json(len)) => len,
+            Ok(_) => return Err(c.fatal(violation("a block before the plan"))),
+            Err(f) => return Err(c.fatal(f)),
         };
-        plan::plan(&dest, &entries, resume, &mut keepalive)
-    };
+        let body = c.body(len)?;
+        r.handle_json(now, 0, &body).map_err(|f| c.fatal(f))?;
+        c.work.touch(1);
+        if let Some(ReceiverOutput::Plan { warnings }) = r.poll_output() {
+            c.work.add_warnings(&warnings);
+            break;
+        }
+    }
+    let planned = plan_with_keepalives(c, &dest, r.entries(), resume);
     let planned = match planned {
         Ok(p) => p,
         Err(_) if c.stopping() => return Err(Halt::Stop),
         Err(f) => return Err(c.fatal(f)),
     };
-    let chunks: Vec<Vec<PlanFile>> = planned
-        .plan
-        .chunks(ITEMS_PER_RECORD)
-        .map(<[PlanFile]>::to_vec)
-        .collect();
-    c.work.start_receiving(entries, planned);
-    for files in chunks {
-        c.send_frame(&ToSender::Plan { files })?;
-    }
-    c.send_frame(&ToSender::PlanEnd)?;
+    let plan::Planned {
+        table,
+        targets,
+        plan,
+        need_bytes,
+        created_dirs,
+    } = planned;
+    r.handle_planned(Instant::now(), Ok((table, plan)));
+    c.work.start_receiving(r, targets, created_dirs, need_bytes);
+    answer(c)?;
     records(c)
+}
+
+/// Plan `entries` with the file system, with keep-alives while earlier runs' files are
+/// hashed.
+fn plan_with_keepalives(
+    c: &mut Ctx<'_>,
+    dest: &plan::DestSpec,
+    entries: &[crate::files::Entry],
+    resume: bool,
+) -> Result<plan::Planned, FileFailure> {
+    let mut last = Instant::now();
+    let mut checked = 0u64;
+    let work = c.work;
+    let mut keepalive = |n: u64| -> Result<(), FileFailure> {
+        work.touch(n);
+        checked += n;
+        if c.stopping() {
+            return Err(FileFailure::new(FailKind::Io, "stopped"));
+        }
+        let now = Instant::now();
+        if now.duration_since(last) >= KEEPALIVE {
+            last = now;
+            let alive = ToSender::Planning {
+                checked_bytes: checked,
+            };
+            if c.send_frame(&alive).is_err() {
+                return Err(FileFailure::new(FailKind::Io, "the sender went away"));
+            }
+        }
+        Ok(())
+    };
+    plan::plan(dest, entries, resume, &mut keepalive)
+}
+
+/// Feed the shared receiver and take its outputs.
+fn with_receiver<T>(c: &Ctx<'_>, f: impl FnOnce(&mut Receiver) -> T) -> Result<T, Halt> {
+    match &mut *c.work.lock() {
+        Run::Recv(run) => Ok(f(&mut run.receiver)),
+        _ => Err(Halt::Stop),
+    }
+}
+
+/// Stream 0 carries out the receiver's outputs (the plan, the answer to a round) until it
+/// has none and awaits no round's records, with keep-alives while it waits.
+fn answer(c: &mut Ctx<'_>) -> Result<(), Halt> {
+    loop {
+        let now = Instant::now();
+        let (outs, pending) = with_receiver(c, |r| {
+            r.handle_timeout(now);
+            let outs: Vec<ReceiverOutput> = std::iter::from_fn(|| r.poll_output()).collect();
+            (outs, r.round_pending())
+        })?;
+        let idle = outs.is_empty();
+        for o in outs {
+            match o {
+                ReceiverOutput::Frame(f) => c.send_frame(&f)?,
+                ReceiverOutput::FinishDirs => {
+                    let (entries, targets, created) = match &*c.work.lock() {
+                        Run::Recv(run) => (
+                            run.receiver.entries().clone(),
+                            run.targets.clone(),
+                            run.created_dirs.clone(),
+                        ),
+                        _ => return Err(Halt::Stop),
+                    };
+                    let r = c.work.finish_dirs(&entries, &targets, &created);
+                    with_receiver(c, |rx| rx.handle_dirs_finished(now, r))?;
+                }
+                ReceiverOutput::Failed(f) => return Err(c.fatal(f)),
+                ReceiverOutput::Plan { .. } | ReceiverOutput::Done => {}
+            }
+        }
+        if idle && !pending {
+            return Ok(());
+        }
+        if idle {
+            let g = c.work.lock();
+            drop(c.work.wait(g, Duration::from_millis(200)));
+            if c.stopping() {
+                return Err(Halt::Stop);
+            }
+        }
+    }
 }
 
 /// Take records until the sender closes the stream.
@@ -828,89 +853,108 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
         let Some(h) = c.header()? else {
             return Ok(());
         };
-        match h.tag {
-            Tag::Json => match c.json::<ToReceiver>(h.len as usize)? {
+        let now = Instant::now();
+        let body = match &mut *c.work.lock() {
+            Run::Recv(run) => run.receiver.handle_header(now, c.index, &h),
+            _ => Err(violation("a block before the plan")),
+        };
+        match body.map_err(|f| c.fatal(f))? {
+            Body::Json(len) => {
+                let body = c.body(len)?;
+                with_receiver(c, |r| r.handle_json(now, c.index, &body))?
+                    .map_err(|f| c.fatal(f))?;
                 // A sender busy hashing says it is alive.
-                ToReceiver::Alive => c.work.touch(1),
-                ToReceiver::End { records, .. } if c.index == 0 => end_round(c, records)?,
-                other => return Err(c.fatal(violation(format!("{other:?} during the blocks")))),
-            },
-            Tag::Block => recv_block(c, &h, &mut buf)?,
-            Tag::Confirm | Tag::ConfirmFile => {
-                let (file, block) = check_header(c, &h)?;
-                let cv = c.cv()?;
-                let outcome = {
-                    let mut g = c.work.lock();
-                    let Run::Recv(run) = &mut *g else {
-                        return Err(Halt::Stop);
-                    };
-                    let r = if h.tag == Tag::Confirm {
-                        run.table.on_confirm(file, block, cv)
-                    } else {
-                        run.table.on_confirm_file(file, cv)
-                    };
-                    let fin = matches!(r, Received::Verified { complete: true })
-                        .then(|| c.work.begin_finalize(run, file));
-                    (r, fin)
-                };
-                if let (_, Some(fin)) = outcome {
-                    c.work.finalize(fin).map_err(|f| c.fatal(f))?;
+                c.work.touch(1);
+                if c.index == 0 {
+                    answer(c)?;
                 }
-                c.work.notify();
+            }
+            Body::Block {
+                file,
+                block,
+                size,
+                write,
+            } => recv_block(c, &h, file, block, size, write, &mut buf)?,
+            Body::Confirm { file, block } => {
+                let cv = c.cv()?;
+                received(c, file, now, |r| r.handle_confirm(now, file, block, cv))?;
+            }
+            Body::ConfirmFile { file } => {
+                let cv = c.cv()?;
+                received(c, file, now, |r| r.handle_confirm_file(now, file, cv))?;
             }
         }
     }
 }
 
-fn check_header(c: &Ctx<'_>, h: &Header) -> Result<(u32, u64), Halt> {
-    let g = c.work.lock();
-    let Run::Recv(run) = &*g else {
-        drop(g);
-        return Err(c.fatal(violation("a block before the plan")));
-    };
-    let r = run.table.check(h);
-    drop(g);
-    r.map_err(|e| c.fatal(violation(e)))
-}
-
-fn recv_block(c: &mut Ctx<'_>, h: &Header, buf: &mut [u8]) -> Result<(), Halt> {
-    let (file, block) = check_header(c, h)?;
-    let (target, size) = {
+/// Give the receiver what a record did; a file it completes is put into place.
+fn received(
+    c: &Ctx<'_>,
+    file: u32,
+    now: Instant,
+    f: impl FnOnce(&mut Receiver) -> Received,
+) -> Result<(), Halt> {
+    let fin = {
         let mut g = c.work.lock();
         let Run::Recv(run) = &mut *g else {
             return Err(Halt::Stop);
         };
-        let size = run.entries[file as usize].size;
-        if run.table.wants_data(file) {
-            match c.work.open_for_write(run, file) {
-                Ok(f) => (Some(f), size),
-                Err(f) => {
-                    drop(g);
-                    return Err(c.fatal(f));
-                }
+        let r = f(&mut run.receiver);
+        matches!(r, Received::Verified { complete: true }).then(|| c.work.begin_finalize(run, file))
+    };
+    if let Some(fin) = fin {
+        let r = c.work.finalize(fin);
+        with_receiver(c, |rx| rx.handle_finalized(now, r.clone()))?;
+        r.map_err(|f| c.fatal(f))?;
+    }
+    c.work.notify();
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn recv_block(
+    c: &mut Ctx<'_>,
+    h: &Header,
+    file: u32,
+    block: u64,
+    size: u64,
+    write: bool,
+    buf: &mut [u8],
+) -> Result<(), Halt> {
+    let target = if write {
+        let mut g = c.work.lock();
+        let Run::Recv(run) = &mut *g else {
+            return Err(Halt::Stop);
+        };
+        match c.work.open_for_write(run, file) {
+            Ok(f) => Some(f),
+            Err(f) => {
+                drop(g);
+                return Err(c.fatal(f));
             }
-        } else {
-            (None, size)
         }
+    } else {
+        None
     };
     let len = u64::from(h.len);
     let mut hasher = BlockHasher::new(size, BLOCK_SIZE, h.offset);
     let mut at = 0u64;
+    let mut now = Instant::now();
     while at < len {
         let n = ((len - at) as usize).min(buf.len());
         c.read_exact(&mut buf[..n]).map_err(closed_in_record)?;
-        let now = Instant::now();
+        now = Instant::now();
         c.io_mark(n as u64, now);
         hasher.update(&buf[..n]);
         if let Some(f) = &target {
             if let Err(e) = f.write_all_at(&buf[..n], h.offset + at) {
-                let path = {
-                    let g = c.work.lock();
-                    match &*g {
-                        Run::Recv(run) => run.entries[file as usize].path.clone(),
-                        _ => String::new(),
-                    }
-                };
+                let path = with_receiver(c, |r| {
+                    r.entries()
+                        .get(file as usize)
+                        .map(|e| e.path.clone())
+                        .unwrap_or_default()
+                })
+                .unwrap_or_default();
                 return Err(c.fatal(FileFailure::io(format_args!("write {path}"), &e)));
             }
         }
@@ -918,92 +962,8 @@ fn recv_block(c: &mut Ctx<'_>, h: &Header, buf: &mut [u8]) -> Result<(), Halt> {
     }
     let sent = c.cv()?;
     let computed = hasher.finish();
-    let fin = {
-        let mut g = c.work.lock();
-        let Run::Recv(run) = &mut *g else {
-            return Err(Halt::Stop);
-        };
-        let r = run.table.on_block(file, block, sent, computed, len);
-        matches!(r, Received::Verified { complete: true }).then(|| c.work.begin_finalize(run, file))
-    };
     drop(target);
-    if let Some(fin) = fin {
-        c.work.finalize(fin).map_err(|f| c.fatal(f))?;
-    }
-    c.work.notify();
-    Ok(())
-}
-
-/// The sender ended a round after `records` records: once they are all in, ask for what
-/// failed, or finish.
-fn end_round(c: &mut Ctx<'_>, records: u64) -> Result<(), Halt> {
-    let mut alive = Instant::now();
-    let (resend, entries, targets, created) = loop {
-        let g = c.work.lock();
-        let Run::Recv(run) = &*g else {
-            return Err(Halt::Stop);
-        };
-        if run.table.records > records {
-            drop(g);
-            return Err(c.fatal(violation("more records than the sender counted")));
-        }
-        if run.table.records == records && run.finalizing == 0 {
-            break (
-                run.table.resend_list(),
-                run.entries.clone(),
-                run.targets.clone(),
-                run.created_dirs.clone(),
-            );
-        }
-        let g = c.work.wait(g, Duration::from_millis(200));
-        drop(g);
-        if c.stopping() {
-            return Err(Halt::Stop);
-        }
-        if alive.elapsed() >= KEEPALIVE {
-            alive = Instant::now();
-            c.send_frame(&ToSender::Planning { checked_bytes: 0 })?;
-        }
-    };
-    if resend.is_empty() {
-        c.work
-            .finish_dirs(&entries, &targets, &created)
-            .map_err(|f| c.fatal(f))?;
-        let (files, digest) = {
-            let mut g = c.work.lock();
-            let Run::Recv(run) = &mut *g else {
-                return Err(Halt::Stop);
-            };
-            run.tree_digest = run.table.tree_digest();
-            (run.table.files_done, run.tree_digest.clone())
-        };
-        let Some(tree_digest) = digest else {
-            return Err(c.fatal(FileFailure::new(FailKind::Integrity, "files incomplete")));
-        };
-        return c.send_frame(&ToSender::Done { files, tree_digest });
-    }
-    {
-        let mut g = c.work.lock();
-        if let Run::Recv(run) = &mut *g {
-            run.round += 1;
-            if run.round >= MAX_ROUNDS {
-                drop(g);
-                return Err(c.fatal(FileFailure::new(
-                    FailKind::Integrity,
-                    format!(
-                        "{} block(s) still failed their checksum after {MAX_ROUNDS} rounds",
-                        resend.len()
-                    ),
-                )));
-            }
-        }
-    }
-    let n = resend.chunks(ITEMS_PER_RECORD).count();
-    for (i, blocks) in resend.chunks(ITEMS_PER_RECORD).enumerate() {
-        c.send_frame(&ToSender::Resend {
-            blocks: blocks.to_vec(),
-            last: i + 1 == n,
-        })?;
-    }
-    Ok(())
+    received(c, file, now, |r| {
+        r.handle_block(now, file, block, sent, computed, len)
+    })
 }

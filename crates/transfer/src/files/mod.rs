@@ -39,18 +39,14 @@
 //!   destination the same way and checks that the top-level names are the ones it asked
 //!   for, so neither end can make the other write outside where it was told.
 
-pub mod budget;
-pub mod digest;
-#[cfg(test)]
-mod fuzz;
-pub(crate) mod manifest_in;
 pub(crate) mod plan;
-pub(crate) mod queue;
-pub(crate) mod table;
 pub(crate) mod walk;
-pub(crate) mod wire;
 pub(crate) mod work;
 pub mod workload;
+
+// The pure pieces of the protocol live in the sans-IO crate; their paths stay short here.
+pub use tcptune_proto::copy::{budget, digest};
+pub(crate) use tcptune_proto::copy::{queue, table, violation, wire};
 
 pub use budget::{CopyLimits, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_MANIFEST_BYTES};
 use std::fmt;

@@ -7,9 +7,7 @@
 //! [`temp_name`]); [`plan`] does the I/O, always beneath the destination's root directory.
 
 use super::digest::{self, BlockHasher, Cv};
-use super::table::RecvTable;
-use super::wire::PlanFile;
-use super::{Entry, EntryKind, FailKind, FileFailure, BLOCK_SIZE, MAX_DEPTH, MAX_PATH};
+use super::{Entry, EntryKind, FailKind, FileFailure, BLOCK_SIZE};
 use crate::files::FileFailureExt;
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
@@ -18,6 +16,9 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub(crate) use tcptune_proto::copy::check::check_manifest;
+use tcptune_proto::copy::table::RecvTable;
+use tcptune_proto::copy::wire::PlanFile;
 use tcptune_sys::fs::{self, Dir, Kind, Meta, OpenMode};
 
 use super::NO_SPACE_CHECK_ENV;
@@ -45,76 +46,6 @@ pub(crate) enum Layout {
     Into,
     /// One source becomes the destination itself (a new name, or a file overwritten).
     Rename,
-}
-
-fn refuse(msg: String) -> FileFailure {
-    FileFailure::protocol(msg)
-}
-
-/// Check a manifest from the peer: every path made of names that may be created, a
-/// directory before what it holds, every path once (a file listed twice would be hashed
-/// and written twice), top-level names as expected. Returns the top-level entries (name and
-/// kind). Linear in the manifest: a set of the paths seen, not a search per entry.
-pub(crate) fn check_manifest(
-    entries: &[Entry],
-    expect: Option<&[String]>,
-) -> Result<Vec<(String, EntryKind)>, FileFailure> {
-    let mut dirs: HashSet<&str> = HashSet::new();
-    let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
-    let mut tops: Vec<(String, EntryKind)> = Vec::new();
-    for e in entries {
-        if e.path.len() > MAX_PATH {
-            return Err(refuse(format!("a manifest path of {} bytes", e.path.len())));
-        }
-        let parts: Vec<&str> = e.path.split('/').collect();
-        if parts.len() > MAX_DEPTH + 1 || parts.iter().any(|p| !fs::check_name(OsStr::new(p))) {
-            return Err(FileFailure::new(
-                FailKind::Refused,
-                format!(
-                    "refused the path '{}' from the peer: only plain names, no '..', '.' or absolute paths",
-                    crate::server::escape(&e.path, 200)
-                ),
-            ));
-        }
-        if e.kind == EntryKind::Dir && e.size != 0 {
-            return Err(refuse("a directory with a size".into()));
-        }
-        if !seen.insert(&e.path) {
-            return Err(refuse(format!(
-                "the path '{}' twice in the manifest",
-                crate::server::escape(&e.path, 200)
-            )));
-        }
-        if parts.len() == 1 {
-            tops.push((parts[0].to_string(), e.kind));
-        } else {
-            let parent = &e.path[..e.path.len() - parts[parts.len() - 1].len() - 1];
-            if !dirs.contains(parent) {
-                return Err(refuse(format!(
-                    "'{}' before its directory",
-                    crate::server::escape(&e.path, 200)
-                )));
-            }
-        }
-        if e.kind == EntryKind::Dir {
-            dirs.insert(&e.path);
-        }
-    }
-    if let Some(expect) = expect {
-        let got: Vec<&str> = tops.iter().map(|(n, _)| n.as_str()).collect();
-        let want: Vec<&str> = expect.iter().map(String::as_str).collect();
-        if got != want {
-            return Err(FileFailure::new(
-                FailKind::Refused,
-                format!(
-                    "the server sent other names than asked for ({} instead of {}): refused",
-                    crate::server::escape(&got.join(", "), 200),
-                    want.join(", ")
-                ),
-            ));
-        }
-    }
-    Ok(tops)
 }
 
 /// `cp`'s rules: into an existing directory, else one source becomes the destination.

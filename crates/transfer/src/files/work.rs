@@ -8,9 +8,7 @@
 
 use super::budget::CopyLimits;
 use super::digest::{self, Cv};
-use super::plan::{split, temp_name, DestSpec, Planned};
-use super::queue::{Have, SendQueue};
-use super::table::RecvTable;
+use super::plan::{split, temp_name, DestSpec};
 use super::walk::{Manifest, WalkLimits};
 use super::{CopiedFile, Entry, EntryKind, FailKind, FileFailure, FilesSide};
 use crate::files::FileFailureExt;
@@ -21,6 +19,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+use tcptune_proto::copy::receiver::Receiver;
+use tcptune_proto::copy::sender::Sender;
 use tcptune_sys::fs::{self, Dir, OpenMode};
 
 pub(crate) use tcptune_proto::files::MAX_OPEN;
@@ -56,23 +56,18 @@ pub(crate) enum Spec {
 
 pub(crate) struct SendRun {
     pub(crate) manifest: Arc<Manifest>,
-    pub(crate) queue: SendQueue,
-    pub(crate) have: Have,
-    pub(crate) round: u32,
+    /// Stream 0's conversation and the queue every stream takes blocks from.
+    pub(crate) sender: Sender,
 }
 
 pub(crate) struct RecvRun {
-    pub(crate) entries: Arc<Vec<Entry>>,
+    /// Stream 0's conversation and the table every stream checks records against.
+    pub(crate) receiver: Receiver,
     pub(crate) targets: Arc<Vec<PathBuf>>,
     /// The directories this copy created (only those get the sender's modes and times).
     pub(crate) created_dirs: Arc<HashSet<u32>>,
-    pub(crate) table: RecvTable,
     open: HashMap<u32, Arc<File>>,
     order: VecDeque<u32>,
-    /// Files being given their mode and renamed (the round is not over until they are).
-    pub(crate) finalizing: u32,
-    pub(crate) round: u32,
-    pub(crate) tree_digest: Option<String>,
 }
 
 pub(crate) enum Run {
@@ -212,8 +207,8 @@ impl FileWork {
     }
 
     /// The sender has the plan: blocks may go.
-    pub(crate) fn start_sending(&self, manifest: Manifest, have: Have) {
-        let queue = SendQueue::new(&manifest.entries, &have);
+    pub(crate) fn start_sending(&self, manifest: Manifest, sender: Sender) {
+        let have = sender.have();
         let present: u64 = have
             .present
             .keys()
@@ -239,33 +234,34 @@ impl FileWork {
         self.files_done.store(empty, Ordering::Relaxed);
         *self.lock() = Run::Send(Box::new(SendRun {
             manifest: Arc::new(manifest),
-            queue,
-            have,
-            round: 0,
+            sender,
         }));
         self.started.store(true, Ordering::Release);
         self.notify();
     }
 
     /// The receiver made its plan: blocks may come.
-    pub(crate) fn start_receiving(&self, entries: Vec<Entry>, planned: Planned) {
+    pub(crate) fn start_receiving(
+        &self,
+        receiver: Receiver,
+        targets: Vec<PathBuf>,
+        created_dirs: HashSet<u32>,
+        need_bytes: u64,
+    ) {
+        let entries = receiver.entries();
         let files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
         self.files_total.store(files, Ordering::Relaxed);
         let bytes = entries.iter().map(|e| e.size).fold(0, u64::saturating_add);
         self.bytes_total.store(bytes, Ordering::Relaxed);
-        self.to_carry.store(planned.need_bytes, Ordering::Relaxed);
+        self.to_carry.store(need_bytes, Ordering::Relaxed);
         self.files_done
-            .store(planned.table.files_done, Ordering::Relaxed);
+            .store(receiver.table().files_done, Ordering::Relaxed);
         *self.lock() = Run::Recv(Box::new(RecvRun {
-            entries: Arc::new(entries),
-            targets: Arc::new(planned.targets),
-            created_dirs: Arc::new(planned.created_dirs),
-            table: planned.table,
+            receiver,
+            targets: Arc::new(targets),
+            created_dirs: Arc::new(created_dirs),
             open: HashMap::new(),
             order: VecDeque::new(),
-            finalizing: 0,
-            round: 0,
-            tree_digest: None,
         }));
         self.started.store(true, Ordering::Release);
         self.notify();
@@ -294,11 +290,12 @@ impl FileWork {
             return Ok(f.clone());
         }
         let dest = self.dest()?;
-        let e = &run.entries[id as usize];
+        let entries = run.receiver.entries().clone();
+        let e = &entries[id as usize];
         let t = &run.targets[id as usize];
         let (parent, name) = split(t);
         let temp = parent.join(temp_name(&name));
-        let shown = self.shown(&run.entries, id);
+        let shown = self.shown(&entries, id);
         let fd = dest
             .root
             .open_beneath(&temp, OpenMode::WriteCreate)
@@ -306,7 +303,7 @@ impl FileWork {
         let io = |what: &str, r: std::io::Result<()>| {
             r.map_err(|err| FileFailure::io(format_args!("{what} {shown}"), &err))
         };
-        if run.table.take_fresh(id) {
+        if run.receiver.table_mut().take_fresh(id) {
             io("truncate", fs::set_len(fd.as_fd(), 0))?;
         }
         let meta = fs::stat_fd(fd.as_fd())
@@ -340,15 +337,14 @@ impl FileWork {
     }
 
     /// Entry `id` is complete: take its open file out (the caller then calls
-    /// [`FileWork::finalize`] without the lock).
+    /// [`FileWork::finalize`] without the lock, and tells the receiver how it went).
     pub(crate) fn begin_finalize(&self, run: &mut RecvRun, id: u32) -> Finalize {
-        run.finalizing += 1;
         Finalize {
             id,
-            entries: run.entries.clone(),
+            entries: run.receiver.entries().clone(),
             targets: run.targets.clone(),
             file: run.open.remove(&id),
-            present: run.table.is_present(id),
+            present: run.receiver.table().is_present(id),
         }
     }
 
@@ -356,15 +352,9 @@ impl FileWork {
     /// target found identical, its mode).
     pub(crate) fn finalize(&self, f: Finalize) -> Result<(), FileFailure> {
         let r = self.finalize_inner(&f);
-        let mut g = self.lock();
-        if let Run::Recv(run) = &mut *g {
-            run.finalizing = run.finalizing.saturating_sub(1);
-        }
-        drop(g);
         if r.is_ok() {
             self.files_done.fetch_add(1, Ordering::Relaxed);
         }
-        self.notify();
         r
     }
 
@@ -457,30 +447,28 @@ impl FileWork {
                     dirs: entries.len() as u64 - s.manifest.files(),
                     bytes: s.manifest.bytes(),
                     files_done: self.files_done.load(Ordering::Relaxed),
-                    carried_bytes: s.queue.carried_bytes,
-                    present_bytes: s.queue.present_bytes,
-                    resent_blocks: s.queue.resent_blocks,
-                    rounds: s.round + 1,
-                    tree_digest: s.queue.tree_digest(entries),
+                    carried_bytes: s.sender.queue().carried_bytes,
+                    present_bytes: s.sender.queue().present_bytes,
+                    resent_blocks: s.sender.queue().resent_blocks,
+                    rounds: s.sender.round() + 1,
+                    tree_digest: s.sender.tree_digest(),
                     warnings,
                 }
             }
             Run::Recv(r) => {
-                let files = r
-                    .entries
-                    .iter()
-                    .filter(|e| e.kind == EntryKind::File)
-                    .count() as u64;
+                let table = r.receiver.table();
+                let entries = r.receiver.entries();
+                let files = entries.iter().filter(|e| e.kind == EntryKind::File).count() as u64;
                 FilesSide {
                     files,
-                    dirs: r.entries.len() as u64 - files,
-                    bytes: r.entries.iter().map(|e| e.size).sum(),
-                    files_done: r.table.files_done,
-                    carried_bytes: r.table.carried_bytes,
-                    present_bytes: r.table.present_bytes,
-                    resent_blocks: r.table.mismatches,
-                    rounds: r.round + 1,
-                    tree_digest: r.tree_digest.clone(),
+                    dirs: entries.len() as u64 - files,
+                    bytes: entries.iter().map(|e| e.size).sum(),
+                    files_done: table.files_done,
+                    carried_bytes: table.carried_bytes,
+                    present_bytes: table.present_bytes,
+                    resent_blocks: table.mismatches,
+                    rounds: r.receiver.round() + 1,
+                    tree_digest: r.receiver.tree_digest().map(str::to_string),
                     warnings,
                 }
             }
@@ -511,12 +499,13 @@ impl FileWork {
                 .map(|(id, e)| {
                     let id = id as u32;
                     let d = s
-                        .queue
+                        .sender
+                        .queue()
                         .digest(id)
                         .or_else(|| (e.size == 0).then(|| digest::file_digest(&[])));
-                    let status = if s.queue.confirmed(id) {
+                    let status = if s.sender.queue().confirmed(id) {
                         "unchanged"
-                    } else if s.have.blocks.keys().any(|(f, _)| *f == id) {
+                    } else if s.sender.have().blocks.keys().any(|(f, _)| *f == id) {
                         "resumed"
                     } else {
                         "copied"
@@ -525,19 +514,21 @@ impl FileWork {
                 })
                 .collect(),
             Run::Recv(r) => r
-                .entries
+                .receiver
+                .entries()
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| e.kind == EntryKind::File)
                 .map(|(id, e)| {
                     let id = id as u32;
                     let d = r
-                        .table
+                        .receiver
+                        .table()
                         .digest(id)
                         .or_else(|| (e.size == 0).then(|| digest::file_digest(&[])));
-                    let status = if r.table.is_present(id) {
+                    let status = if r.receiver.table().is_present(id) {
                         "unchanged"
-                    } else if r.table.resumed(id) {
+                    } else if r.receiver.table().resumed(id) {
                         "resumed"
                     } else {
                         "copied"
@@ -556,12 +547,4 @@ pub(crate) struct Finalize {
     targets: Arc<Vec<PathBuf>>,
     file: Option<Arc<File>>,
     present: bool,
-}
-
-/// A failure for a protocol violation of the peer.
-pub(crate) fn violation(msg: impl std::fmt::Display) -> FileFailure {
-    FileFailure::new(
-        FailKind::Protocol,
-        format!("the peer broke the file protocol: {msg}"),
-    )
 }

@@ -13,7 +13,7 @@
 //! entry (escaped), what it claimed and the budget with the option that raises it, for
 //! example `c1big: size 18446744073709551615 exceeds --max-file-size 1.0 TiB`.
 
-use super::{Entry, EntryKind, FailKind, FileFailure, MAX_PATH};
+use crate::files::{Entry, EntryKind, FailKind, FileFailure, MAX_PATH};
 use tcptune_core::Bytes;
 
 /// The default of [`CopyLimits::max_file_size`] at a server: 1 TiB.
@@ -51,7 +51,7 @@ impl CopyLimits {
 
 /// The running account of one manifest. See the module documentation.
 #[derive(Debug)]
-pub(crate) struct ManifestBudget {
+pub struct ManifestBudget {
     limits: CopyLimits,
     record_bytes: u64,
     entries: u64,
@@ -63,7 +63,8 @@ fn refused(message: String) -> FileFailure {
 }
 
 impl ManifestBudget {
-    pub(crate) fn new(limits: CopyLimits) -> ManifestBudget {
+    /// An empty account against `limits`.
+    pub fn new(limits: CopyLimits) -> ManifestBudget {
         ManifestBudget {
             limits,
             record_bytes: 0,
@@ -74,7 +75,7 @@ impl ManifestBudget {
 
     /// A record of `len` bytes is about to be read: `Err` if the manifest would pass its
     /// budget (nothing is read or allocated for it then).
-    pub(crate) fn admit_record(&mut self, len: u64) -> Result<(), FileFailure> {
+    pub fn admit_record(&mut self, len: u64) -> Result<(), FileFailure> {
         let after = self.record_bytes.saturating_add(len);
         if after > self.limits.max_manifest_bytes {
             return Err(refused(format!(
@@ -88,7 +89,7 @@ impl ManifestBudget {
     }
 
     /// Entries parsed from an admitted record, before they are kept.
-    pub(crate) fn admit_entries(&mut self, more: &[Entry]) -> Result<(), FileFailure> {
+    pub fn admit_entries(&mut self, more: &[Entry]) -> Result<(), FileFailure> {
         let count = self.entries.saturating_add(more.len() as u64);
         if count > self.limits.max_entries {
             return Err(refused(format!(
@@ -110,7 +111,7 @@ impl ManifestBudget {
                 e.path.len()
             )));
         }
-        let shown = || crate::server::escape(&e.path, 200);
+        let shown = || crate::escape(&e.path, 200);
         match e.kind {
             EntryKind::Dir if e.size != 0 => Err(FileFailure::protocol(format!(
                 "{}: a directory with a size",

@@ -10,13 +10,13 @@
 //! until it answers [`ManifestStep::Done`]. Any `Err` ends the copy with that failure.
 
 use super::budget::{CopyLimits, ManifestBudget};
+use super::violation;
 use super::wire::{parse_record, Header, Tag, ToReceiver, MAX_JSON};
-use super::work::violation;
-use super::{Entry, FileFailure};
+use crate::files::{Entry, FileFailure};
 
 /// What a record did.
 #[derive(Debug, PartialEq)]
-pub(crate) enum ManifestStep {
+pub enum ManifestStep {
     /// More records to come.
     More,
     /// The manifest is complete.
@@ -30,14 +30,15 @@ pub(crate) enum ManifestStep {
 
 /// See the module documentation.
 #[derive(Debug)]
-pub(crate) struct ManifestIn {
+pub struct ManifestIn {
     budget: ManifestBudget,
     entries: Vec<Entry>,
     done: bool,
 }
 
 impl ManifestIn {
-    pub(crate) fn new(limits: CopyLimits) -> ManifestIn {
+    /// A manifest to come, within `limits`.
+    pub fn new(limits: CopyLimits) -> ManifestIn {
         ManifestIn {
             budget: ManifestBudget::new(limits),
             entries: Vec::new(),
@@ -46,7 +47,7 @@ impl ManifestIn {
     }
 
     /// A record header: the length of the body to read next, or why not.
-    pub(crate) fn admit(&mut self, h: &Header) -> Result<usize, FileFailure> {
+    pub fn admit(&mut self, h: &Header) -> Result<usize, FileFailure> {
         if self.done {
             return Err(violation("a record after the end of the manifest"));
         }
@@ -62,7 +63,7 @@ impl ManifestIn {
     }
 
     /// The body of the record last admitted.
-    pub(crate) fn on_body(&mut self, body: &[u8]) -> Result<ManifestStep, FileFailure> {
+    pub fn on_body(&mut self, body: &[u8]) -> Result<ManifestStep, FileFailure> {
         match parse_record::<ToReceiver>(body)? {
             ToReceiver::Manifest { entries } => {
                 self.budget.admit_entries(&entries)?;

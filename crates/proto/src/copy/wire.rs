@@ -18,27 +18,27 @@
 //! [`ToSender`] each. Numbers are big-endian. Every length is checked against the manifest
 //! (a block's) or a bound ([`MAX_JSON`]) before anything is read or allocated.
 
-use super::work::violation;
-use super::{Entry, FileFailure};
+use super::violation;
+use crate::files::{Entry, FileFailure};
 use serde::{Deserialize, Serialize};
 
 /// Length of a record header.
-pub(crate) const HEADER_LEN: usize = 24;
+pub const HEADER_LEN: usize = 24;
 /// Length of a checksum trailer.
-pub(crate) const CV_LEN: usize = 32;
+pub const CV_LEN: usize = 32;
 /// Largest JSON record either way.
-pub(crate) const MAX_JSON: usize = 4 << 20;
+pub const MAX_JSON: usize = 4 << 20;
 /// Deepest nesting of arrays and objects in a JSON record (the deepest record, a plan,
 /// nests 4): checked before the parser, whose recursion runs on a data thread's small stack.
-pub(crate) const MAX_JSON_DEPTH: usize = 8;
+pub const MAX_JSON_DEPTH: usize = 8;
 /// Manifest entries per record.
-pub(crate) const ENTRIES_PER_RECORD: usize = 2000;
+pub const ENTRIES_PER_RECORD: usize = 2000;
 /// Plan files or resend blocks per record.
-pub(crate) const ITEMS_PER_RECORD: usize = 8000;
+pub const ITEMS_PER_RECORD: usize = 8000;
 
 /// Whether `body` nests arrays and objects at most `max` deep (a linear scan that skips
 /// strings; it does not validate: the parser does that next).
-pub(crate) fn json_depth_within(body: &[u8], max: usize) -> bool {
+pub fn json_depth_within(body: &[u8], max: usize) -> bool {
     let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
     for &b in body {
         if in_str {
@@ -67,36 +67,46 @@ pub(crate) fn json_depth_within(body: &[u8], max: usize) -> bool {
 
 /// Parse a JSON record or frame body: its nesting checked first (the parser recurses on a
 /// data thread's small stack), a parse error escaped for the logs.
-pub(crate) fn parse_record<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, FileFailure> {
+pub fn parse_record<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, FileFailure> {
     if !json_depth_within(body, MAX_JSON_DEPTH) {
         return Err(violation(format!(
             "a record nested deeper than {MAX_JSON_DEPTH}"
         )));
     }
-    serde_json::from_slice(body).map_err(|e| violation(crate::server::escape(&e.to_string(), 200)))
+    serde_json::from_slice(body).map_err(|e| violation(crate::escape(&e.to_string(), 200)))
 }
 
 /// The kind of a record from the sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Tag {
+pub enum Tag {
+    /// A block with its data and checksum.
     Block = 1,
+    /// A block's checksum only: the receiver's copy is right.
     Confirm = 2,
+    /// A whole file's digest: the receiver's copy is right.
     ConfirmFile = 3,
+    /// A JSON record ([`ToReceiver`]).
     Json = 4,
 }
 
 /// A record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) tag: Tag,
-    pub(crate) file: u32,
-    pub(crate) offset: u64,
-    pub(crate) len: u32,
-    pub(crate) round: u32,
+pub struct Header {
+    /// What the record is.
+    pub tag: Tag,
+    /// The manifest entry.
+    pub file: u32,
+    /// The block's offset in the file.
+    pub offset: u64,
+    /// Bytes of data (a block's length, or a JSON body's).
+    pub len: u32,
+    /// The round the record belongs to.
+    pub round: u32,
 }
 
 impl Header {
-    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
+    /// The header's 24 bytes.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
         h[0] = self.tag as u8;
         h[4..8].copy_from_slice(&self.file.to_be_bytes());
@@ -106,7 +116,8 @@ impl Header {
         h
     }
 
-    pub(crate) fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
+    /// A header from its 24 bytes, or why not.
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
         let tag = match b[0] {
             1 => Tag::Block,
             2 => Tag::Confirm,
@@ -132,30 +143,38 @@ impl Header {
 
 /// A block or file the receiver already has from an earlier run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PlanFile {
+pub struct PlanFile {
     /// The manifest entry.
-    pub(crate) id: u32,
+    pub id: u32,
     /// The complete target is there (same size and time): its digest, hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) present: Option<String>,
+    pub present: Option<String>,
     /// Blocks of a partial file that are there: (block, checksum hex).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) have: Vec<(u64, String)>,
+    pub have: Vec<(u64, String)>,
 }
 
 /// Stream 0, sender to receiver.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum ToReceiver {
+pub enum ToReceiver {
     /// Entries of the manifest, in order.
-    Manifest { entries: Vec<Entry> },
+    Manifest {
+        /// The entries.
+        entries: Vec<Entry>,
+    },
     /// The manifest is complete.
     ManifestEnd {
         /// What the sender skipped (symlinks, devices, ...).
         warnings: Vec<String>,
     },
     /// Every record of round `round` is written: `records` in all rounds so far.
-    End { round: u32, records: u64 },
+    End {
+        /// The round that ends.
+        round: u32,
+        /// Records of all rounds so far.
+        records: u64,
+    },
     /// The sender is busy hashing (a keep-alive, on any stream).
     Alive,
 }
@@ -163,15 +182,26 @@ pub(crate) enum ToReceiver {
 /// Stream 0, receiver to sender.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub(crate) enum ToSender {
+pub enum ToSender {
     /// Still resolving and hashing what an earlier run left (a keep-alive).
-    Planning { checked_bytes: u64 },
+    Planning {
+        /// Bytes hashed so far.
+        checked_bytes: u64,
+    },
     /// What is there already.
-    Plan { files: Vec<PlanFile> },
+    Plan {
+        /// Files with something there.
+        files: Vec<PlanFile>,
+    },
     /// The plan is complete; the receiver takes blocks.
     PlanEnd,
     /// Blocks to send again (failed checksums) before the next `End`; `last` ends the list.
-    Resend { blocks: Vec<(u32, u64)>, last: bool },
+    Resend {
+        /// (entry, block) pairs.
+        blocks: Vec<(u32, u64)>,
+        /// The last record of the list.
+        last: bool,
+    },
     /// Every file is in place.
     Done {
         /// Files complete.

@@ -13,14 +13,17 @@
 
 use super::digest::{file_digest, Cv, TreeDigest};
 use super::wire::{Header, Tag};
-use super::{Entry, EntryKind, BLOCK_SIZE};
+use crate::files::{Entry, EntryKind, BLOCK_SIZE};
 use std::collections::{BTreeMap, HashMap};
 
 /// What a record did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Received {
+pub enum Received {
     /// The block (or the file) checks out; `complete`: the file's last missing one.
-    Verified { complete: bool },
+    Verified {
+        /// The file's last missing block: the file is complete.
+        complete: bool,
+    },
     /// The checksum does not match: the block is not trusted and will be asked for again.
     Mismatch,
     /// The file or block was verified already (a late duplicate): nothing changes.
@@ -45,18 +48,23 @@ struct RecvFile {
 
 /// The receiver's table. See the module documentation.
 #[derive(Debug)]
-pub(crate) struct RecvTable {
+pub struct RecvTable {
     files: Vec<Option<RecvFile>>,
     /// Records of all rounds taken in.
-    pub(crate) records: u64,
-    pub(crate) files_done: u64,
-    pub(crate) carried_bytes: u64,
-    pub(crate) present_bytes: u64,
-    pub(crate) mismatches: u64,
+    pub records: u64,
+    /// Files complete.
+    pub files_done: u64,
+    /// Bytes of blocks that came with their data and were verified.
+    pub carried_bytes: u64,
+    /// Bytes that were there already (confirmed by the sender).
+    pub present_bytes: u64,
+    /// Blocks whose checksum did not match.
+    pub mismatches: u64,
 }
 
 impl RecvTable {
-    pub(crate) fn new(entries: &[Entry]) -> RecvTable {
+    /// A table for `entries`, nothing verified.
+    pub fn new(entries: &[Entry]) -> RecvTable {
         let files = entries
             .iter()
             .map(|e| {
@@ -91,28 +99,28 @@ impl RecvTable {
     }
 
     /// Block `block` of file `id` is there from an earlier run with checksum `cv`.
-    pub(crate) fn set_have(&mut self, id: u32, block: u64, cv: Cv) {
+    pub fn set_have(&mut self, id: u32, block: u64, cv: Cv) {
         if let Some(f) = self.file(id) {
             f.have.insert(block, cv);
         }
     }
 
     /// The complete target of file `id` is there with digest `digest`.
-    pub(crate) fn set_present(&mut self, id: u32, digest: Cv) {
+    pub fn set_present(&mut self, id: u32, digest: Cv) {
         if let Some(f) = self.file(id) {
             f.present = Some(digest);
         }
     }
 
     /// File `id`'s temporary file must be emptied before it is written.
-    pub(crate) fn set_fresh(&mut self, id: u32) {
+    pub fn set_fresh(&mut self, id: u32) {
         if let Some(f) = self.file(id) {
             f.fresh = true;
         }
     }
 
     /// A file with no blocks (empty) written in place at once.
-    pub(crate) fn mark_done(&mut self, id: u32) {
+    pub fn mark_done(&mut self, id: u32) {
         if let Some(f) = self.file(id) {
             if !f.done {
                 f.done = true;
@@ -122,7 +130,7 @@ impl RecvTable {
     }
 
     /// Whether file `id` is complete.
-    pub(crate) fn is_done(&self, id: u32) -> bool {
+    pub fn is_done(&self, id: u32) -> bool {
         self.files
             .get(id as usize)
             .and_then(Option::as_ref)
@@ -130,12 +138,12 @@ impl RecvTable {
     }
 
     /// Whether the temporary file of `id` must be emptied first (then not again).
-    pub(crate) fn take_fresh(&mut self, id: u32) -> bool {
+    pub fn take_fresh(&mut self, id: u32) -> bool {
         self.file(id).is_some_and(|f| std::mem::take(&mut f.fresh))
     }
 
     /// Whether the complete target of `id` was found (blocks for it now replace it).
-    pub(crate) fn is_present(&self, id: u32) -> bool {
+    pub fn is_present(&self, id: u32) -> bool {
         self.files
             .get(id as usize)
             .and_then(Option::as_ref)
@@ -144,7 +152,7 @@ impl RecvTable {
 
     /// Check a record header against the manifest: `Ok((file, block))` for a block or
     /// confirmation that may be read, `Err` for a protocol violation.
-    pub(crate) fn check(&self, h: &Header) -> Result<(u32, u64), String> {
+    pub fn check(&self, h: &Header) -> Result<(u32, u64), String> {
         let f = self
             .files
             .get(h.file as usize)
@@ -184,7 +192,7 @@ impl RecvTable {
     }
 
     /// Whether the data of a block of `id` is to be written (not for a complete file).
-    pub(crate) fn wants_data(&self, id: u32) -> bool {
+    pub fn wants_data(&self, id: u32) -> bool {
         !self.is_done(id)
     }
 
@@ -210,14 +218,7 @@ impl RecvTable {
 
     /// A block's data arrived (`len` bytes) with the sender's checksum `sent`; `computed`
     /// is what the bytes hash to here.
-    pub(crate) fn on_block(
-        &mut self,
-        id: u32,
-        block: u64,
-        sent: Cv,
-        computed: Cv,
-        len: u64,
-    ) -> Received {
+    pub fn on_block(&mut self, id: u32, block: u64, sent: Cv, computed: Cv, len: u64) -> Received {
         self.records += 1;
         self.carried_bytes += len;
         if let Some(f) = self.file(id) {
@@ -233,7 +234,7 @@ impl RecvTable {
     }
 
     /// The sender confirms this end's copy of a block (its checksum `cv`).
-    pub(crate) fn on_confirm(&mut self, id: u32, block: u64, cv: Cv) -> Received {
+    pub fn on_confirm(&mut self, id: u32, block: u64, cv: Cv) -> Received {
         self.records += 1;
         let mine = self
             .files
@@ -259,7 +260,7 @@ impl RecvTable {
     }
 
     /// The sender confirms this end's complete copy of file `id` (its digest).
-    pub(crate) fn on_confirm_file(&mut self, id: u32, digest: Cv) -> Received {
+    pub fn on_confirm_file(&mut self, id: u32, digest: Cv) -> Received {
         self.records += 1;
         let Some(f) = self.files.get_mut(id as usize).and_then(Option::as_mut) else {
             return Received::Mismatch;
@@ -282,7 +283,7 @@ impl RecvTable {
     }
 
     /// Blocks of incomplete files not verified yet: what to ask for again.
-    pub(crate) fn resend_list(&self) -> Vec<(u32, u64)> {
+    pub fn resend_list(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         for (id, f) in self.files.iter().enumerate() {
             let Some(f) = f else { continue };
@@ -299,7 +300,7 @@ impl RecvTable {
     }
 
     /// The digest of file `id`, once complete.
-    pub(crate) fn digest(&self, id: u32) -> Option<Cv> {
+    pub fn digest(&self, id: u32) -> Option<Cv> {
         let f = self.files.get(id as usize)?.as_ref()?;
         if !f.done {
             return None;
@@ -315,7 +316,7 @@ impl RecvTable {
     }
 
     /// Whether file `id` was (partly) there from an earlier run.
-    pub(crate) fn resumed(&self, id: u32) -> bool {
+    pub fn resumed(&self, id: u32) -> bool {
         self.files
             .get(id as usize)
             .and_then(Option::as_ref)
@@ -323,7 +324,7 @@ impl RecvTable {
     }
 
     /// The digest over all files' digests, once every file is complete.
-    pub(crate) fn tree_digest(&self) -> Option<String> {
+    pub fn tree_digest(&self) -> Option<String> {
         let mut t = TreeDigest::default();
         for (id, f) in self.files.iter().enumerate() {
             if f.is_some() {
@@ -337,7 +338,7 @@ impl RecvTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::digest::block_cv;
+    use crate::copy::digest::block_cv;
 
     fn entries() -> Vec<Entry> {
         let e = |path: &str, kind, size| Entry {

@@ -121,12 +121,12 @@ impl TreeDigest {
 
 /// Lower-case hex of a checksum.
 pub fn hex(cv: &Cv) -> String {
-    crate::proto::to_hex(cv)
+    crate::wire::to_hex(cv)
 }
 
 /// A checksum from hex.
 pub fn from_hex(s: &str) -> Option<Cv> {
-    crate::proto::from_hex::<32>(s)
+    crate::wire::from_hex::<32>(s)
 }
 
 #[cfg(test)]

@@ -10,12 +10,12 @@
 //! sets more), each printed so that a failure can be replayed with `TCPTUNE_FUZZ_SEED`.
 
 use super::budget::CopyLimits;
+use super::check::check_manifest;
 use super::manifest_in::{ManifestIn, ManifestStep};
-use super::plan::check_manifest;
 use super::queue::{Have, ResendList, SendQueue};
 use super::table::RecvTable;
 use super::wire::{Header, Tag, ITEMS_PER_RECORD, MAX_JSON};
-use super::{Entry, EntryKind, BLOCK_SIZE};
+use crate::files::{Entry, EntryKind, BLOCK_SIZE};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -77,10 +77,10 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 /// splitmix64.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -88,11 +88,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
-    fn one_in(&mut self, n: u64) -> bool {
+    pub(super) fn one_in(&mut self, n: u64) -> bool {
         self.below(n) == 0
     }
 }
@@ -110,7 +110,7 @@ fn limits(r: &mut Rng) -> CopyLimits {
 /// parsed and the entries kept (each about as large as its share of the records, plus its
 /// struct), the manifest check's sets, the table per entry, and per block of all files the
 /// checksums and the resend list.
-fn bound(l: &CopyLimits) -> isize {
+pub(super) fn bound(l: &CopyLimits) -> isize {
     let entries = l.max_entries.min(l.max_manifest_bytes / 40 + 1);
     let blocks = l.max_total_bytes / BLOCK_SIZE + entries;
     (4 * l.max_manifest_bytes + 512 * entries + 96 * blocks + (1 << 20)) as isize
@@ -189,17 +189,32 @@ fn record(r: &mut Rng, next_id: &mut u64) -> (Header, Vec<u8>) {
 
 /// The peak of what the receiver holds: this thread's peak during the receiver's calls,
 /// less what the fuzzer itself holds meanwhile (the hostile record it made).
-struct Meter {
+pub(super) struct Meter {
     base: isize,
     peak: isize,
 }
 
 impl Meter {
-    fn start() -> Meter {
+    pub(super) fn start() -> Meter {
         Meter {
             base: LIVE.with(Cell::get),
             peak: 0,
         }
+    }
+
+    /// The most one call held above what was live before it, less what came in.
+    pub(super) fn delta<T>(&mut self, incoming: usize, f: impl FnOnce() -> T) -> T {
+        let before = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(before));
+        let t = f();
+        let held = PEAK.with(Cell::get) - before - incoming as isize;
+        self.peak = self.peak.max(held);
+        t
+    }
+
+    /// The peak so far.
+    pub(super) fn peak(&self) -> isize {
+        self.peak
     }
 
     fn call<T>(&mut self, fuzzer_holds: usize, f: impl FnOnce() -> T) -> T {
@@ -321,7 +336,7 @@ fn one(seed: u64) {
     );
 }
 
-fn seconds() -> Duration {
+pub(super) fn seconds() -> Duration {
     let secs = std::env::var("TCPTUNE_FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())

@@ -11,44 +11,52 @@
 //! [`SendQueue::resend`] and starts the next.
 
 use super::digest::{file_digest, Cv, TreeDigest};
-use super::{Entry, EntryKind};
+use crate::files::{Entry, EntryKind};
 use std::collections::{HashMap, VecDeque};
 
 /// One thing a stream does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Item {
+pub enum Item {
     /// Send block `block` of `file`, unless the receiver's copy (`expect`) matches it.
     Block {
+        /// The manifest entry.
         file: u32,
+        /// The block's index in the file.
         block: u64,
+        /// The checksum of the receiver's copy of it, from an earlier run.
         expect: Option<Cv>,
     },
     /// The receiver has the whole file with this digest: hash it, and confirm it or send
     /// all its blocks.
-    CheckFile { file: u32, digest: Cv },
+    CheckFile {
+        /// The manifest entry.
+        file: u32,
+        /// The receiver's digest of it.
+        digest: Cv,
+    },
 }
 
 /// What the receiver said it has.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Have {
+pub struct Have {
     /// Complete files: their digest.
-    pub(crate) present: HashMap<u32, Cv>,
+    pub present: HashMap<u32, Cv>,
     /// Blocks of partial files.
-    pub(crate) blocks: HashMap<(u32, u64), Cv>,
+    pub blocks: HashMap<(u32, u64), Cv>,
 }
 
 /// A round's list of blocks to send again, as it comes in records from the receiver: it
 /// names only blocks that exist, each once, so it never holds more than the manifest's
 /// blocks however many records a receiver sends.
 #[derive(Debug, Default)]
-pub(crate) struct ResendList {
+pub struct ResendList {
     blocks: Vec<(u32, u64)>,
     seen: std::collections::HashSet<(u32, u64)>,
 }
 
 impl ResendList {
     /// One record of the list (`last` ends it); `Err` names the violation.
-    pub(crate) fn add(
+    pub fn add(
         &mut self,
         queue: &SendQueue,
         more: &[(u32, u64)],
@@ -81,14 +89,14 @@ impl ResendList {
     }
 
     /// The blocks, in the order asked.
-    pub(crate) fn blocks(&self) -> &[(u32, u64)] {
+    pub fn blocks(&self) -> &[(u32, u64)] {
         &self.blocks
     }
 }
 
 /// The sender's queue. See the module documentation.
 #[derive(Debug)]
-pub(crate) struct SendQueue {
+pub struct SendQueue {
     items: VecDeque<Item>,
     in_flight: u32,
     records: u64,
@@ -96,15 +104,20 @@ pub(crate) struct SendQueue {
     cvs: Vec<Vec<Option<Cv>>>,
     missing: Vec<u64>,
     entries: usize,
-    pub(crate) carried_bytes: u64,
-    pub(crate) present_bytes: u64,
-    pub(crate) resent_blocks: u64,
-    pub(crate) files_confirmed: u64,
+    /// Bytes of blocks sent with their data.
+    pub carried_bytes: u64,
+    /// Bytes the receiver had already (confirmed, not sent).
+    pub present_bytes: u64,
+    /// Blocks sent again after a failed checksum.
+    pub resent_blocks: u64,
+    /// Whole files the receiver had already.
+    pub files_confirmed: u64,
     confirmed: std::collections::HashSet<u32>,
 }
 
 impl SendQueue {
-    pub(crate) fn new(entries: &[Entry], have: &Have) -> SendQueue {
+    /// Every block of every file in `entries`, less what `have` says is there.
+    pub fn new(entries: &[Entry], have: &Have) -> SendQueue {
         let mut items = VecDeque::new();
         let mut cvs = Vec::with_capacity(entries.len());
         let mut missing = Vec::with_capacity(entries.len());
@@ -147,19 +160,19 @@ impl SendQueue {
     }
 
     /// The next item, if any.
-    pub(crate) fn take(&mut self) -> Option<Item> {
+    pub fn take(&mut self) -> Option<Item> {
         let it = self.items.pop_front()?;
         self.in_flight += 1;
         Some(it)
     }
 
     /// Nothing queued and nothing being sent: the round is over.
-    pub(crate) fn idle(&self) -> bool {
+    pub fn idle(&self) -> bool {
         self.items.is_empty() && self.in_flight == 0
     }
 
     /// Records written in all rounds.
-    pub(crate) fn records(&self) -> u64 {
+    pub fn records(&self) -> u64 {
         self.records
     }
 
@@ -182,7 +195,7 @@ impl SendQueue {
     /// A block's record was written: its data (`carried` bytes) or a confirmation of the
     /// receiver's copy (`present` bytes). Returns whether the file's checksums are now all
     /// known.
-    pub(crate) fn block_done(
+    pub fn block_done(
         &mut self,
         file: u32,
         block: u64,
@@ -200,7 +213,7 @@ impl SendQueue {
     /// A whole-file check ended: `cvs` are the file's checksums as hashed here. When they
     /// give the receiver's digest a confirmation was written; otherwise every block is
     /// queued to be sent first.
-    pub(crate) fn check_done(&mut self, file: u32, cvs: Vec<Cv>, confirmed: bool, size: u64) {
+    pub fn check_done(&mut self, file: u32, cvs: Vec<Cv>, confirmed: bool, size: u64) {
         self.in_flight = self.in_flight.saturating_sub(1);
         if confirmed {
             self.records += 1;
@@ -223,12 +236,12 @@ impl SendQueue {
     }
 
     /// Whether the receiver's complete copy of `file` was confirmed.
-    pub(crate) fn confirmed(&self, file: u32) -> bool {
+    pub fn confirmed(&self, file: u32) -> bool {
         self.confirmed.contains(&file)
     }
 
     /// A stream gave up on an item (it failed or the transfer stops).
-    pub(crate) fn abandon(&mut self) {
+    pub fn abandon(&mut self) {
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
@@ -241,7 +254,7 @@ impl SendQueue {
 
     /// The receiver wants these blocks again (they failed their checksum); unknown ones
     /// are refused.
-    pub(crate) fn resend(&mut self, blocks: &[(u32, u64)]) -> Result<(), String> {
+    pub fn resend(&mut self, blocks: &[(u32, u64)]) -> Result<(), String> {
         for &(file, block) in blocks {
             if !self.exists(file, block) {
                 return Err(format!(
@@ -259,14 +272,14 @@ impl SendQueue {
     }
 
     /// The digest of file `file`, once every block's checksum is known.
-    pub(crate) fn digest(&self, file: u32) -> Option<Cv> {
+    pub fn digest(&self, file: u32) -> Option<Cv> {
         let v = self.cvs.get(file as usize)?;
         let all: Option<Vec<Cv>> = v.iter().copied().collect();
         all.map(|cvs| file_digest(&cvs))
     }
 
     /// The digest over all files' digests (`None` while one is incomplete).
-    pub(crate) fn tree_digest(&self, entries: &[Entry]) -> Option<String> {
+    pub fn tree_digest(&self, entries: &[Entry]) -> Option<String> {
         let mut t = TreeDigest::default();
         for (id, e) in entries.iter().enumerate().take(self.entries) {
             if e.kind == EntryKind::File {
