@@ -25,7 +25,7 @@ pub enum EmuError {
     RootOnly(String),
     /// A namespace helper process misbehaved.
     #[error("namespace helper: {0}")]
-    Helper(String),
+    Helper(#[from] HelperError),
     /// /dev/net/tun is missing.
     #[error("{0} does not exist: load the tun module (modprobe tun) or run where TUN devices are available")]
     NoTun(String),
@@ -90,6 +90,45 @@ pub enum EmuError {
         /// Who owns it.
         owner: String,
     },
+}
+
+/// How a namespace helper (the forked process that does the rootless mode's namespace
+/// work, or the descriptors it hands back) misbehaved.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// A step that opens a descriptor did not send one back.
+    #[error("{step}: no descriptor came back")]
+    NoDescriptor {
+        /// The step.
+        step: String,
+    },
+    /// The helper exited with a failure status without reporting which step failed.
+    #[error(
+        "the namespace helper for '{script}' exited with status {status:#x} without saying why"
+    )]
+    SilentExit {
+        /// What its steps were for.
+        script: String,
+        /// Its wait status.
+        status: i32,
+    },
+    /// A message on the helper's socket that is not one of its reports.
+    #[error("a namespace helper sent an unexpected message ({len} bytes, step {step})")]
+    BadMessage {
+        /// The bytes received.
+        len: isize,
+        /// The step number it named.
+        step: i32,
+    },
+    /// Fewer (or more) descriptors than the topology's two sides came back.
+    #[error("expected two {what}")]
+    NotTwo {
+        /// What ("packet sockets").
+        what: &'static str,
+    },
+    /// A thread panicked while it held the path's control lock.
+    #[error("path control lock poisoned")]
+    LockPoisoned,
 }
 
 impl EmuError {

@@ -82,7 +82,7 @@ mod worker;
 
 pub use capacity::capacity_warning;
 pub use config::{ConfigError, PathConfig, QueueLimit, Side, TopologyConfig, MAX_EXTRA_PATHS};
-pub use error::EmuError;
+pub use error::{EmuError, HelperError};
 pub use mode::{Mode, ModeChoice};
 pub use namespace::Namespace;
 pub use ns::NsId;

@@ -23,7 +23,7 @@
 //!    [`Opened`] descriptors (or the first failure).
 //! 3. [`Opened::take`] the descriptor of each step that opens one.
 
-use crate::error::EmuError;
+use crate::error::{EmuError, HelperError};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -90,7 +90,7 @@ impl Opened {
         self.fds
             .get_mut(index)
             .and_then(Option::take)
-            .ok_or_else(|| EmuError::Helper(format!("{what}: no descriptor came back")))
+            .ok_or_else(|| HelperError::NoDescriptor { step: what }.into())
     }
 }
 
@@ -221,15 +221,17 @@ impl Script {
         match status {
             Ok(0) => {}
             Ok(code) => {
-                return Err(EmuError::Helper(format!(
-                    "the namespace helper for '{what_all}' exited with status {code:#x} without saying why"
-                )))
+                return Err(HelperError::SilentExit {
+                    script: what_all,
+                    status: code,
+                }
+                .into())
             }
             Err(e) => return Err(e),
         }
         for (i, (op, w)) in self.ops.iter().enumerate() {
             if op.opens() && fds.get(i).is_none_or(Option::is_none) {
-                return Err(EmuError::Helper(format!("{w}: no descriptor came back")));
+                return Err(HelperError::NoDescriptor { step: w.clone() }.into());
             }
         }
         Ok(Opened { fds, what })
@@ -285,10 +287,11 @@ fn receive_all(
         };
         let index = usize::try_from(msg[0]).unwrap_or(usize::MAX);
         if usize::try_from(n).ok() != Some(MESSAGE_LEN) || index >= n_ops {
-            return Err(EmuError::Helper(format!(
-                "a namespace helper sent an unexpected message ({n} bytes, step {})",
-                msg[0]
-            )));
+            return Err(HelperError::BadMessage {
+                len: n,
+                step: msg[0],
+            }
+            .into());
         }
         if msg[1] != 0 {
             failure = Some((index, msg[1]));

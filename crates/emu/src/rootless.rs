@@ -13,7 +13,7 @@
 //! the owner. When it closes them (or dies), the namespaces, links and sockets go away with
 //! the last process inside.
 
-use crate::error::EmuError;
+use crate::error::{EmuError, HelperError};
 use crate::mode;
 use crate::ns::NsRef;
 use crate::nsexec::{Op, Script};
@@ -239,12 +239,12 @@ impl Rootless {
             bind_packet_socket(&fd, end, &self.emu.label)?;
             sockets.push(fd);
         }
-        let [sa, sb]: [OwnedFd; 2] = sockets
-            .try_into()
-            .map_err(|_| EmuError::Helper("expected two packet sockets".into()))?;
-        let [na, nb]: [File; 2] = netdev
-            .try_into()
-            .map_err(|_| EmuError::Helper("expected two /proc/net/dev files".into()))?;
+        let [sa, sb]: [OwnedFd; 2] = sockets.try_into().map_err(|_| HelperError::NotTwo {
+            what: "packet sockets",
+        })?;
+        let [na, nb]: [File; 2] = netdev.try_into().map_err(|_| HelperError::NotTwo {
+            what: "/proc/net/dev files",
+        })?;
         Ok(Wired {
             sockets: [sa, sb],
             netdev: [na, nb],

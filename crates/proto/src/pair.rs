@@ -9,6 +9,19 @@
 //!
 //! Time starts when the command starts: the control connection's TCP handshake takes one
 //! RTT before the session's first flight (the driver connects first, to read the RTT).
+//!
+//! Beyond that honest network, a pair can shuffle (seeded random extra delays per
+//! connection: data hellos before, between or after the control frames, which stay in
+//! order as TCP keeps them), mutate one field of one message of either side, cut the
+//! control connection, and let intruders open data connections with hellos of their own.
+//! The tests in [`seeded`], [`auth`] and [`hostile_server`] use them.
+
+#[cfg(test)]
+mod auth;
+#[cfg(test)]
+mod hostile_server;
+#[cfg(test)]
+mod seeded;
 
 use crate::auth::Secret;
 use crate::events::ServerEvent;
@@ -18,13 +31,14 @@ use crate::session::client::{
     PhaseRequest,
 };
 use crate::session::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
+use crate::session::fuzz::Rng;
 use crate::session::server::Observation;
 use crate::session::{ConnId, Event, SessionId};
 use crate::wire::{
     self, DataHello, FrameReader, ServerLimits, ServerMsg, TestParams, Token, DATA_HELLO_LEN,
     MAX_SERVER_FRAME,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tcptune_core::{HostLimits, PathHint, TuneMode};
@@ -43,6 +57,9 @@ enum Ev {
     ToClient(Vec<u8>),
     /// The server closed the control connection; the client sees it now.
     ClientSeesClose,
+    /// The client's driver closed the control connection (its session failed); the server
+    /// sees it now.
+    ServerSeesClose,
     /// A data connection is accepted at the server with its hello.
     Accept {
         conn: ConnId,
@@ -65,8 +82,23 @@ pub(crate) struct PairConfig {
     /// How long each stream writes.
     pub(crate) write_time: Duration,
     pub(crate) streams: u32,
-    /// Both ends share this secret (else no authentication).
+    /// The server's secret (else it wants no authentication).
     pub(crate) secret: Option<&'static [u8]>,
+    /// The client's secret (else it proves nothing).
+    pub(crate) client_secret: Option<&'static [u8]>,
+    /// The client's wall clock (Unix seconds) for its proof; the server's is `UNIX_S`.
+    pub(crate) client_unix_s: u64,
+}
+
+impl PairConfig {
+    /// Both ends share `secret`.
+    pub(crate) fn with_secret(secret: &'static [u8]) -> PairConfig {
+        PairConfig {
+            secret: Some(secret),
+            client_secret: Some(secret),
+            ..PairConfig::default()
+        }
+    }
 }
 
 impl Default for PairConfig {
@@ -76,6 +108,8 @@ impl Default for PairConfig {
             write_time: Duration::from_millis(500),
             streams: 2,
             secret: None,
+            client_secret: None,
+            client_unix_s: UNIX_S,
         }
     }
 }
@@ -99,6 +133,72 @@ pub(crate) struct Trace {
     pub(crate) delivered: usize,
     /// The endpoint's sessions at the end.
     pub(crate) sessions_left: usize,
+    /// How many times the client reported a failure (it must be at most once).
+    pub(crate) failures: usize,
+    /// The client's control messages as sent (after any mutation), in order.
+    pub(crate) client_msgs: Vec<serde_json::Value>,
+    /// The server's control messages as sent (after any mutation), in order.
+    pub(crate) server_msgs: Vec<serde_json::Value>,
+    /// Data connections the server handed to the session's engine, with their stream index.
+    pub(crate) attached: Vec<(ConnId, u32)>,
+    /// Data connections the server closed (refused) without attaching them.
+    pub(crate) closed_data: Vec<ConnId>,
+    /// Data hellos that arrived before the server had admitted their session.
+    pub(crate) early_hellos: usize,
+}
+
+impl Trace {
+    /// The server's log lines that end something with an error (a refusal or a session
+    /// that ended with one).
+    pub(crate) fn error_lines(&self) -> usize {
+        self.log
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    ServerEvent::Refused { .. } | ServerEvent::SessionEnded { error: Some(_), .. }
+                )
+            })
+            .count()
+    }
+
+    /// The same, for the control connection's peer only (not its data connections').
+    pub(crate) fn control_error_lines(&self) -> usize {
+        self.log
+            .iter()
+            .filter(|e| match e {
+                ServerEvent::Refused { peer: p, .. } => *p == peer(1000),
+                ServerEvent::SessionEnded { error: Some(_), .. } => true,
+                _ => false,
+            })
+            .count()
+    }
+}
+
+/// Seeded random extra delays, per connection: the control connection's frames keep their
+/// order in each direction (TCP), data connections overtake them and each other.
+pub(crate) struct Shuffle {
+    rng: Rng,
+    /// The largest extra delay.
+    max: Duration,
+    last_to_server: Option<Instant>,
+    last_to_client: Option<Instant>,
+}
+
+impl Shuffle {
+    pub(crate) fn new(seed: u64, max: Duration) -> Shuffle {
+        Shuffle {
+            rng: Rng(seed | 1),
+            max,
+            last_to_server: None,
+            last_to_client: None,
+        }
+    }
+
+    fn extra(&mut self) -> Duration {
+        let max = u64::try_from(self.max.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(self.rng.below(max.saturating_add(1)))
+    }
 }
 
 pub(crate) struct Pair {
@@ -121,8 +221,19 @@ pub(crate) struct Pair {
     /// A hostile client: replace the field at this path of its message number `.0` (from
     /// 0, in the order it sends them) with `.2`.
     pub(crate) mutate: Option<(usize, Vec<String>, serde_json::Value)>,
+    /// A hostile server: the same, for its control messages to the client.
+    pub(crate) mutate_server: Option<(usize, Vec<String>, serde_json::Value)>,
+    /// Random extra delays (else the honest network above).
+    pub(crate) shuffle: Option<Shuffle>,
     sent: usize,
+    server_sent: usize,
     cut: bool,
+    /// Streams whose last byte reached the server before their connection was attached
+    /// (its hello parked): their receiver finishes when it is.
+    waiting_done: BTreeSet<u32>,
+    attached: BTreeSet<u32>,
+    /// Connections from another host than the client's.
+    foreign: BTreeSet<ConnId>,
     pub(crate) trace: Trace,
 }
 
@@ -155,7 +266,11 @@ pub(crate) fn endpoint_config(secret: Option<Secret>) -> EndpointConfig {
         max_sessions: 4,
         max_sessions_per_addr: 2,
         max_pending: 16,
-        max_pending_per_addr: 4,
+        // A client's data hellos may all overtake its control connection's first frame
+        // (the shuffled schedules do that): every one of them is pending until its session
+        // is admitted, so an address needs room for the streams plus the control connection
+        // (and here for the seeded tests' intruders on the client's host).
+        max_pending_per_addr: 16,
         first_frame_timeout: Duration::from_secs(5),
         handshake_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(30),
@@ -238,7 +353,10 @@ impl Pair {
         let plan = ClientPlan {
             params: p,
             token: Token([9; 16]),
-            auth: secret.clone().map(|s| (s, [3; 32], UNIX_S)),
+            auth: cfg
+                .client_secret
+                .and_then(Secret::from_bytes)
+                .map(|s| (s, [3; 32], cfg.client_unix_s)),
             max_streams: 8,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -278,8 +396,14 @@ impl Pair {
             per_stream,
             cut_after: None,
             mutate: None,
+            mutate_server: None,
+            shuffle: None,
             sent: 0,
+            server_sent: 0,
             cut: false,
+            waiting_done: BTreeSet::new(),
+            attached: BTreeSet::new(),
+            foreign: BTreeSet::new(),
             trace: Trace::default(),
             cfg,
         }
@@ -296,6 +420,47 @@ impl Pair {
 
     fn half(&self) -> Duration {
         self.cfg.rtt / 2
+    }
+
+    /// When a control frame sent now arrives: half an RTT, plus the shuffle's extra delay,
+    /// never before the frame sent before it in the same direction.
+    fn ctrl_arrival(&mut self, to_server: bool) -> Instant {
+        let base = self.now + self.half();
+        let Some(s) = self.shuffle.as_mut() else {
+            return base;
+        };
+        let extra = s.extra();
+        let last = if to_server {
+            &mut s.last_to_server
+        } else {
+            &mut s.last_to_client
+        };
+        let at = last.map_or(base + extra, |l| (base + extra).max(l));
+        *last = Some(at);
+        at
+    }
+
+    /// The extra delay of a new data connection.
+    fn data_extra(&mut self) -> Duration {
+        self.shuffle.as_mut().map_or(Duration::ZERO, Shuffle::extra)
+    }
+
+    /// An intruder opens a data connection at `at` (from the command's start) and sends
+    /// `hello`: from the client's address (a hostile process on the client's host) or from
+    /// another host.
+    pub(crate) fn inject_hello(
+        &mut self,
+        at: Duration,
+        hello: [u8; DATA_HELLO_LEN],
+        from_client_host: bool,
+    ) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        if !from_client_host {
+            self.foreign.insert(conn);
+        }
+        let when = self.t0 + at;
+        self.at(when, Ev::Accept { conn, hello });
     }
 
     /// Run until both ends are done or `limit` of simulated time passed; `true` when the
@@ -386,18 +551,39 @@ impl Pair {
                 }
                 self.trace.delivered += 1;
                 self.reader.push(&b);
-                while let Ok(Some(f)) = self.reader.take_frame() {
-                    match wire::decode::<ServerMsg>(&f) {
-                        Ok(m) => self.client.handle_msg(now, m),
-                        Err(_) => self.client.handle_closed(now),
+                loop {
+                    match self.reader.take_frame() {
+                        Ok(Some(f)) => match wire::decode::<ServerMsg>(&f) {
+                            Ok(m) => self.client.handle_msg(now, m),
+                            Err(_) => self.client.handle_closed(now),
+                        },
+                        Ok(None) => break,
+                        // A frame past the client's limit: its driver drops the connection.
+                        Err(_) => {
+                            self.client.handle_closed(now);
+                            break;
+                        }
                     }
                 }
             }
             // After `Bye` the command has returned and reads no more.
             Ev::ClientSeesClose if self.trace.returned.is_some() => {}
             Ev::ClientSeesClose => self.client.handle_closed(now),
+            Ev::ServerSeesClose if self.cut => {}
+            Ev::ServerSeesClose => {
+                self.cut = true;
+                self.server.on_closed(now, CTRL);
+            }
             Ev::Accept { conn, hello } => {
-                self.server.on_accept(now, conn, peer(2000 + conn as u16));
+                if self.session.is_none() {
+                    self.trace.early_hellos += 1;
+                }
+                let from = if self.foreign.contains(&conn) {
+                    SocketAddr::from(([10, 0, 0, 3], 2000 + conn as u16))
+                } else {
+                    peer(2000 + conn as u16)
+                };
+                self.server.on_accept(now, conn, from);
                 // As the driver reads: never past what the endpoint allows.
                 let mut rest = &hello[..];
                 while let ReadLimit::Exact(n) = self.server.read_limit(conn) {
@@ -419,18 +605,25 @@ impl Pair {
                 let at = now + self.half();
                 self.at(at, Ev::ServerDone(i));
             }
-            Ev::ServerDone(i) => {
-                self.received.insert(i, self.per_stream);
-                let since = self.since();
-                self.trace.last_byte = Some(self.trace.last_byte.map_or(since, |t| t.max(since)));
-                if let Some(s) = self.session {
-                    self.server.on_engine(now, s, Event::StreamDone(i));
-                }
-                let at = now + self.half();
-                self.at(at, Ev::ClientDone(i));
+            Ev::ServerDone(i) if !self.attached.contains(&i) => {
+                self.waiting_done.insert(i);
             }
+            Ev::ServerDone(i) => self.server_done(i),
             Ev::ClientDone(i) => self.client.handle_engine(now, Event::StreamDone(i)),
         }
+    }
+
+    /// The server's receiver of stream `i` read the last byte and the close.
+    fn server_done(&mut self, i: u32) {
+        let now = self.now;
+        self.received.insert(i, self.per_stream);
+        let since = self.since();
+        self.trace.last_byte = Some(self.trace.last_byte.map_or(since, |t| t.max(since)));
+        if let Some(s) = self.session {
+            self.server.on_engine(now, s, Event::StreamDone(i));
+        }
+        let at = now + self.half();
+        self.at(at, Ev::ClientDone(i));
     }
 
     fn drain_client(&mut self) {
@@ -446,7 +639,8 @@ impl Pair {
                     }
                     self.sent += 1;
                     if let Ok(b) = wire::encode(&v) {
-                        let at = now + self.half();
+                        self.trace.client_msgs.push(v);
+                        let at = self.ctrl_arrival(true);
                         self.at(at, Ev::ToServer(b));
                     }
                 }
@@ -461,8 +655,9 @@ impl Pair {
                         }
                         .encode();
                         let rtt = self.cfg.rtt;
-                        self.at(now + rtt, Ev::Connected(i));
-                        self.at(now + rtt + rtt / 2, Ev::Accept { conn, hello });
+                        let extra = self.data_extra();
+                        self.at(now + rtt + extra, Ev::Connected(i));
+                        self.at(now + rtt + rtt / 2 + extra, Ev::Accept { conn, hello });
                     }
                 }
                 ClientOutput::PhaseDone { outcome, .. } => {
@@ -471,7 +666,13 @@ impl Pair {
                     self.client.finish();
                 }
                 ClientOutput::Failed(f) => {
+                    self.trace.failures += 1;
                     self.trace.failure.get_or_insert(f);
+                    // The driver returns and its control connection closes.
+                    if !self.cut {
+                        let at = self.ctrl_arrival(true);
+                        self.at(at, Ev::ServerSeesClose);
+                    }
                 }
                 ClientOutput::Measured(_)
                 | ClientOutput::LocalHint { .. }
@@ -486,16 +687,32 @@ impl Pair {
         while let Some(e) = self.server.poll_event() {
             match e {
                 EndpointEvent::Send { conn, frame } if conn == CTRL && !self.cut => {
-                    let at = now + self.half();
+                    let frame = self.server_frame(frame);
+                    let at = self.ctrl_arrival(false);
                     self.at(at, Ev::ToClient(frame));
                 }
                 EndpointEvent::Close { conn } if conn == CTRL && !self.cut => {
-                    let at = now + self.half();
+                    let at = self.ctrl_arrival(false);
                     self.at(at, Ev::ClientSeesClose);
+                }
+                EndpointEvent::Close { conn }
+                    if conn != CTRL && !self.trace.attached.iter().any(|(c, _)| *c == conn) =>
+                {
+                    self.trace.closed_data.push(conn);
                 }
                 EndpointEvent::StartEngine { session, .. } => {
                     self.session = Some(session);
                     self.received.clear();
+                    // Streams whose data already arrived (their hellos parked until now)
+                    // stay waiting for their attach.
+                    self.attached.clear();
+                }
+                EndpointEvent::Attach { conn, index, .. } => {
+                    self.trace.attached.push((conn, index));
+                    self.attached.insert(index);
+                    if self.waiting_done.remove(&index) {
+                        self.server_done(index);
+                    }
                 }
                 EndpointEvent::FinishEngine { session, seq } => {
                     let r = self.server_side();
@@ -509,6 +726,30 @@ impl Pair {
                 _ => {}
             }
         }
+    }
+
+    /// A control frame of the server as the client gets it: recorded, and mutated when the
+    /// server is hostile and this is the message to mutate.
+    fn server_frame(&mut self, frame: Vec<u8>) -> Vec<u8> {
+        let n = self.server_sent;
+        self.server_sent += 1;
+        let Some(mut v) = frame
+            .get(4..)
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        else {
+            return frame;
+        };
+        let mut out = frame;
+        if let Some((m, path, to)) = &self.mutate_server {
+            if *m == n {
+                set(&mut v, path, to.clone());
+                if let Ok(b) = wire::encode(&v) {
+                    out = b;
+                }
+            }
+        }
+        self.trace.server_msgs.push(v);
+        out
     }
 
     /// The server's side of the phase, as its engine would report it.
@@ -560,6 +801,7 @@ mod tests {
         for secret in [None, Some(&b"pair secret"[..])] {
             let cfg = PairConfig {
                 secret,
+                client_secret: secret,
                 ..PairConfig::default()
             };
             let (ok, t) = run(cfg.clone(), None);

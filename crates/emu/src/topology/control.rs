@@ -1,7 +1,7 @@
 //! [`PathControl`]: changes the paths of a running topology from any thread.
 
 use crate::config::{ConfigError, PathConfig};
-use crate::error::EmuError;
+use crate::error::{EmuError, HelperError};
 use crate::path::check_changeable;
 use crate::worker::Shared;
 use std::sync::atomic::Ordering;
@@ -37,10 +37,7 @@ impl PathControl {
     /// change while it runs); otherwise nothing changes and the error says why.
     pub fn set(&self, index: usize, path: PathConfig) -> Result<(), EmuError> {
         path.validate()?;
-        let mut current = self
-            .current
-            .lock()
-            .map_err(|_| EmuError::Helper("path control lock poisoned".into()))?;
+        let mut current = self.current.lock().map_err(|_| HelperError::LockPoisoned)?;
         let count = current.len();
         let slot = current
             .get_mut(index)

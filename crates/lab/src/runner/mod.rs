@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use tcptune_core::{Bytes, Rate};
 use tcptune_emu::host::{Cleanup, RestoreAction};
 use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
-use tcptune_sys::process::signals;
+use tcptune_sys::process::{signals, Descendants};
 
 /// Whether a stop signal (Ctrl-C, SIGTERM, SIGHUP) asked the lab to stop.
 pub(crate) fn interrupted() -> bool {
@@ -222,6 +222,9 @@ fn host_limits(mode: Mode) -> HostLimits {
     }
 }
 
+/// SIGTERM to SIGKILL for a process the lab's children left behind.
+pub(crate) const DESCENDANTS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Run a lab from start to end.
 pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
     let (mode, mode_summary) = check_environment(cfg)?;
@@ -231,6 +234,11 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
         Mode::Root => lock::LabLock::acquire()?,
         Mode::Rootless => lock::LabLock::acquire_rootless()?,
     };
+    // From here on, a Ctrl-C lets the lab finish what it is doing (the cleanup below
+    // included) and stop its children; and whatever they start is adopted and stopped
+    // before the lab returns, so that it exits only after every process it started is gone.
+    signals::catch_stop_signals()?;
+    let mut descendants = Descendants::adopt("the lab's processes", DESCENDANTS_GRACE)?;
     // What a lab killed mid-run left behind goes first: its raised maxima are put back
     // before anything reads the host's values.
     let cleaned = tcptune_emu::state::cleanup_stale()
@@ -266,9 +274,12 @@ pub fn run_lab(cfg: &RunnerConfig) -> anyhow::Result<LabOutcome> {
         ..LabMeta::default()
     };
     results::write_json(&dir.join(results::META_FILE), &meta)?;
-    signals::catch_stop_signals()?;
 
     let result = run_matrix(cfg, &expanded, &dir, &mut meta, &mut globals, &limits);
+    // Every path is down and every guard of a child dropped: stop and reap what is left.
+    if let Err(e) = descendants.stop() {
+        eprintln!("tcptune lab: {e}");
+    }
     let restore_errors = globals.restore();
     meta.global_changes = globals.changes().to_vec();
     meta.duration_s = env::unix_now() - meta.started_unix_s;
@@ -350,6 +361,10 @@ fn run_matrix(
     limits: &HostLimits,
 ) -> anyhow::Result<()> {
     let p = &plan.plan;
+    if interrupted() {
+        // Stopped during the setup: nothing to run.
+        return Ok(());
+    }
     if cfg.calibrate {
         if cfg.progress {
             eprintln!(

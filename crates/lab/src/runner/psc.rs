@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tcptune_core::Rate;
 use tcptune_emu::mode::{self as emu_mode, Mode, ModeChoice};
 use tcptune_emu::{path_addr, PathConfig, QueueLimit, Side, Topology, TopologyConfig};
-use tcptune_sys::process::{self, signals, Supervised};
+use tcptune_sys::process::{self, signals, Descendants, Supervised};
 use tcptune_transfer::report::Report;
 
 /// How to run PSC's experiments.
@@ -90,6 +90,10 @@ pub fn run_psc(cfg: &PscRunnerConfig) -> anyhow::Result<PscOutcome> {
         Mode::Root => lock::LabLock::acquire()?,
         Mode::Rootless => lock::LabLock::acquire_rootless()?,
     };
+    // As in `run_lab`: Ctrl-C from here on stops the lab cleanly, and it exits only after
+    // every process it started (and what those started) is gone.
+    signals::catch_stop_signals()?;
+    let mut descendants = Descendants::adopt("the lab's processes", super::DESCENDANTS_GRACE)?;
     let cleaned = tcptune_emu::state::cleanup_stale()
         .context("cleaning up after an earlier lab or emulator that died")?;
     report_cleanup(&cleaned, cfg.progress);
@@ -118,9 +122,15 @@ pub fn run_psc(cfg: &PscRunnerConfig) -> anyhow::Result<PscOutcome> {
         ..LabMeta::default()
     };
     write_json(&dir.join(results::META_FILE), &meta)?;
-    signals::catch_stop_signals()?;
 
-    let result = run_all(cfg, &dir, &mut meta);
+    let result = if interrupted() {
+        Ok(())
+    } else {
+        run_all(cfg, &dir, &mut meta)
+    };
+    if let Err(e) = descendants.stop() {
+        eprintln!("tcptune lab --psc: {e}");
+    }
     meta.duration_s = env::unix_now() - meta.started_unix_s;
     let stopped = interrupted();
     meta.finished = result.is_ok() && !stopped;

@@ -23,26 +23,26 @@ use tcptune_core::pathdb::Direction;
 use tcptune_core::StreamRequest;
 use tcptune_core::{Bytes, HostLimits, PathHint, Rate, TuneMode};
 
-/// xorshift64*.
-struct Rng(u64);
+/// xorshift64* (also the `Pair`'s seeded schedules and mutations).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
-    fn pick_u64(&mut self) -> u64 {
+    pub(crate) fn pick_u64(&mut self) -> u64 {
         match self.below(6) {
             0 => 0,
             1 => u64::MAX,

@@ -20,7 +20,7 @@ pub mod guard;
 pub mod server;
 
 #[cfg(test)]
-mod fuzz;
+pub(crate) mod fuzz;
 
 /// A connection, as the driver numbers it.
 pub type ConnId = u64;

@@ -10,7 +10,10 @@
 //!   teardown, or blocked and waited for by a daemon;
 //! * **daemons** ([`daemon`]): started in a session of their own, reporting readiness with a
 //!   typed message ([`daemon::Readiness`]) on a pipe;
-//! * **prefixed output** ([`output`]): a child's output on our stderr, line by line, marked.
+//! * **prefixed output** ([`output`]): a child's output on our stderr, line by line, marked;
+//! * **nothing outlives a supervisor** ([`Descendants`]): this process adopts its orphaned
+//!   descendants (PR_SET_CHILD_SUBREAPER) and terminates and reaps every child left before it
+//!   exits.
 //!
 //! # A supervised run, in order
 //!
@@ -35,10 +38,12 @@
 mod child;
 pub mod daemon;
 pub mod output;
+mod reaper;
 pub mod signals;
 mod terminate;
 
 pub use child::{exit_code, spawn, Supervised, Waited, DEFAULT_GRACE};
+pub use reaper::{children_of, Descendants};
 pub use terminate::{
     send_signal, start_time, terminate, Action, Ended, ProcessId, Signal, Termination, KILL_WAIT,
 };
