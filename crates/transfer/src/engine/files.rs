@@ -55,9 +55,19 @@ struct Ctx<'a> {
     work: &'a FileWork,
     out: ThreadOut,
     index: u32,
+    /// The time of this thread's last turn: read by [`Ctx::tick`] when a blocking call
+    /// returns (a socket read or write, a file read, a wait on the copy's condition), and
+    /// only there; everything between two turns uses it.
+    now: Instant,
 }
 
 impl Ctx<'_> {
+    /// A new turn: the one place this thread reads the clock.
+    fn tick(&mut self) -> Instant {
+        self.now = Instant::now();
+        self.now
+    }
+
     fn stopping(&self) -> bool {
         self.shared.abort.load(Ordering::Relaxed) || self.work.has_failed()
     }
@@ -83,7 +93,7 @@ impl Ctx<'_> {
     /// Read exactly `buf`. A close before the first byte is `Closed`.
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), Halt> {
         let mut got = 0;
-        let mut last = (Instant::now(), self.work.activity());
+        let mut last = (self.now, self.work.activity());
         let mut r = self.stream;
         while got < buf.len() {
             match r.read(&mut buf[got..]) {
@@ -95,16 +105,17 @@ impl Ctx<'_> {
                 }
                 Ok(n) => {
                     got += n;
-                    last.0 = Instant::now();
+                    last.0 = self.tick();
                 }
                 Err(e) if is_timeout(&e) => {
                     if self.stopping() {
                         return Err(Halt::Stop);
                     }
+                    let now = self.tick();
                     let a = self.work.activity();
                     if a != last.1 {
-                        last = (Instant::now(), a);
-                    } else if last.0.elapsed() > self.cfg.idle_timeout {
+                        last = (now, a);
+                    } else if now.duration_since(last.0) > self.cfg.idle_timeout {
                         return Err(Halt::Stream(format!(
                             "no data for {:.0} s: the sender stalled",
                             self.cfg.idle_timeout.as_secs_f64()
@@ -124,10 +135,7 @@ impl Ctx<'_> {
 
     fn write_all(&mut self, mut buf: &[u8]) -> Result<(), Halt> {
         let mut w = self.stream;
-        let mut last = (
-            Instant::now(),
-            self.counters.tcp_bytes.load(Ordering::Relaxed),
-        );
+        let mut last = (self.now, self.counters.tcp_bytes.load(Ordering::Relaxed));
         while !buf.is_empty() {
             if self.stopping() {
                 return Err(Halt::Stop);
@@ -136,13 +144,14 @@ impl Ctx<'_> {
                 Ok(0) => return Err(Halt::Stream("the connection accepted no more data".into())),
                 Ok(n) => {
                     buf = &buf[n..];
-                    last.0 = Instant::now();
+                    last.0 = self.tick();
                 }
                 Err(e) if is_timeout(&e) => {
+                    let now = self.tick();
                     let t = self.counters.tcp_bytes.load(Ordering::Relaxed);
                     if t != last.1 {
-                        last = (Instant::now(), t);
-                    } else if last.0.elapsed() > self.cfg.idle_timeout {
+                        last = (now, t);
+                    } else if now.duration_since(last.0) > self.cfg.idle_timeout {
                         return Err(Halt::Stream(format!(
                             "no progress for {:.0} s: the receiver stopped reading",
                             self.cfg.idle_timeout.as_secs_f64()
@@ -225,14 +234,14 @@ impl Ctx<'_> {
         let _ = self.stream.shutdown(Shutdown::Write);
         let mut b = [0u8; 64];
         let mut r = self.stream;
-        let waited = Instant::now();
+        let waited = self.tick();
         loop {
             match r.read(&mut b) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) if is_timeout(&e) => {
                     if self.shared.abort.load(Ordering::Relaxed)
-                        || waited.elapsed() > self.cfg.idle_timeout
+                        || self.tick().duration_since(waited) > self.cfg.idle_timeout
                     {
                         break;
                     }
@@ -288,6 +297,7 @@ pub(super) fn send_loop(
         work,
         out: ThreadOut::default(),
         index,
+        now: Instant::now(),
     };
     let r = if index == 0 {
         lead_send(&mut c)
@@ -310,6 +320,7 @@ fn follow_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
         g = c.work.wait(g, Duration::from_millis(200));
     }
     drop(g);
+    c.tick();
     send_items(c, false)
 }
 
@@ -372,6 +383,7 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
             walk::walk(tops, recursive, limits, &mut |n| work.touch(n)).map_err(|f| c.fatal(f))?
         }
     };
+    c.tick();
     c.work.add_warnings(&manifest.warnings);
     // The manifest out and the plan in: this thread owns the machine until blocks go.
     let idle = Duration::MAX;
@@ -384,7 +396,7 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
         }
         let body = c.recv_frame()?;
         c.work.touch(1);
-        sender.handle_frame_bytes(Instant::now(), &body);
+        sender.handle_frame_bytes(c.now, &body);
     }
     c.work.start_sending(manifest, sender);
     // Rounds: the queue's items, then `End`, then the receiver's answer.
@@ -397,7 +409,7 @@ fn lead_send(c: &mut Ctx<'_>) -> Result<(), Halt> {
         loop {
             let body = c.recv_frame()?;
             c.work.touch(1);
-            let now = Instant::now();
+            let now = c.now;
             let (outs, blocks) = with_sender(c, |s| {
                 s.handle_frame_bytes(now, &body);
                 (drain_send(s), !s.round_idle())
@@ -435,6 +447,8 @@ fn send_items(c: &mut Ctx<'_>, lead: bool) -> Result<(), Halt> {
                 g = c.work.wait(g, Duration::from_millis(200));
             }
         };
+        // A new turn: the item may have come after waits on the queue.
+        c.tick();
         let r = match &item {
             Item::Block {
                 file,
@@ -505,7 +519,7 @@ fn shown_tail(path: &str) -> String {
 }
 
 fn read_piece(
-    c: &Ctx<'_>,
+    c: &mut Ctx<'_>,
     f: &File,
     buf: &mut [u8],
     at: u64,
@@ -520,7 +534,10 @@ fn read_piece(
                     format!("{}: the file shrank during the copy", shown()),
                 )))
             }
-            Ok(n) => got += n,
+            Ok(n) => {
+                got += n;
+                c.tick();
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(c.fatal(FileFailure::io(format_args!("read {}", shown()), &e))),
         }
@@ -575,7 +592,8 @@ fn send_block(
         let data = buf[..len as usize].to_vec();
         for piece in data.chunks(PIECE) {
             c.write_all(piece)?;
-            c.io_mark(piece.len() as u64, Instant::now());
+            let now = c.now;
+            c.io_mark(piece.len() as u64, now);
         }
         c.write_all(&cv)?;
         return block_done(c, file, block, cv, len, 0);
@@ -596,10 +614,11 @@ fn send_block(
         if corrupt && at == 0 {
             buf[n / 2] ^= 1;
         }
-        let called = Instant::now();
+        let called = c.now;
         c.write_all(&buf[..n])?;
         c.out.first.get_or_insert(called);
-        c.io_mark(n as u64, Instant::now());
+        let now = c.now;
+        c.io_mark(n as u64, now);
         at += n as u64;
     }
     let cv = h.finish();
@@ -641,7 +660,7 @@ fn check_file(
         .try_clone()
         .map_err(|err| c.fatal(FileFailure::io("dup", &err)))?;
     let mut cvs = Vec::with_capacity(e.blocks() as usize);
-    let mut alive = Instant::now();
+    let mut alive = c.now;
     for b in 0..e.blocks() {
         let off = b * BLOCK_SIZE;
         let len = e.block_len(b);
@@ -655,8 +674,8 @@ fn check_file(
             c.work.touch(n as u64);
         }
         cvs.push(h.finish());
-        if alive.elapsed() >= KEEPALIVE {
-            alive = Instant::now();
+        if c.now.duration_since(alive) >= KEEPALIVE {
+            alive = c.now;
             c.send_record(&ToReceiver::Alive)?;
         }
     }
@@ -701,6 +720,7 @@ pub(super) fn recv_loop(
         work,
         out: ThreadOut::default(),
         index,
+        now: Instant::now(),
     };
     let r = if index == 0 {
         lead_recv(&mut c)
@@ -730,7 +750,7 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
                 "the sender closed the stream before its manifest".into(),
             ));
         };
-        let now = Instant::now();
+        let now = c.now;
         let len = match r.handle_header(now, 0, &h) {
             Ok(Body::Json(len)) => len,
             Ok(_) => return Err(c.fatal(violation("a block before the plan"))),
@@ -757,7 +777,7 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
         need_bytes,
         created_dirs,
     } = planned;
-    r.handle_planned(Instant::now(), Ok((table, plan)));
+    r.handle_planned(c.tick(), Ok((table, plan)));
     c.work.start_receiving(r, targets, created_dirs, need_bytes);
     answer(c)?;
     records(c)
@@ -771,7 +791,7 @@ fn plan_with_keepalives(
     entries: &[crate::files::Entry],
     resume: bool,
 ) -> Result<plan::Planned, FileFailure> {
-    let mut last = Instant::now();
+    let mut last = c.now;
     let mut checked = 0u64;
     let work = c.work;
     let mut keepalive = |n: u64| -> Result<(), FileFailure> {
@@ -780,7 +800,7 @@ fn plan_with_keepalives(
         if c.stopping() {
             return Err(FileFailure::new(FailKind::Io, "stopped"));
         }
-        let now = Instant::now();
+        let now = c.tick();
         if now.duration_since(last) >= KEEPALIVE {
             last = now;
             let alive = ToSender::Planning {
@@ -807,7 +827,7 @@ fn with_receiver<T>(c: &Ctx<'_>, f: impl FnOnce(&mut Receiver) -> T) -> Result<T
 /// has none and awaits no round's records, with keep-alives while it waits.
 fn answer(c: &mut Ctx<'_>) -> Result<(), Halt> {
     loop {
-        let now = Instant::now();
+        let now = c.tick();
         let (outs, pending) = with_receiver(c, |r| {
             r.handle_timeout(now);
             let outs: Vec<ReceiverOutput> = std::iter::from_fn(|| r.poll_output()).collect();
@@ -853,7 +873,7 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
         let Some(h) = c.header()? else {
             return Ok(());
         };
-        let now = Instant::now();
+        let now = c.now;
         let body = match &mut *c.work.lock() {
             Run::Recv(run) => run.receiver.handle_header(now, c.index, &h),
             _ => Err(violation("a block before the plan")),
@@ -939,11 +959,11 @@ fn recv_block(
     let len = u64::from(h.len);
     let mut hasher = BlockHasher::new(size, BLOCK_SIZE, h.offset);
     let mut at = 0u64;
-    let mut now = Instant::now();
+    let mut now = c.now;
     while at < len {
         let n = ((len - at) as usize).min(buf.len());
         c.read_exact(&mut buf[..n]).map_err(closed_in_record)?;
-        now = Instant::now();
+        now = c.now;
         c.io_mark(n as u64, now);
         hasher.update(&buf[..n]);
         if let Some(f) = &target {
