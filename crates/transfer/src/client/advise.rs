@@ -406,8 +406,8 @@ fn start_measuring(
     for index in 0..spec.streams {
         let fail = |e: String| (index, e, now);
         let mut driver = dspec.driver(&PhaseTuning::Probe, index, spec.streams);
-        let fd =
-            prepared_socket(&addr, &mut driver, &dspec, None).map_err(|e| fail(e.to_string()))?;
+        let fd = prepared_socket(now, &addr, &mut driver, &dspec, None)
+            .map_err(|e| fail(e.to_string()))?;
         if let Some(ip) = cfg.bind {
             tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
                 .map_err(|e| fail(e.to_string()))?;
@@ -446,7 +446,7 @@ fn start_measuring(
             let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)
                 .map_err(|(i, why)| (i, why, now))?;
             engine
-                .add_stream(index as u32, stream, driver)
+                .add_stream(now, index as u32, stream, driver)
                 .map_err(|e| (index as u32, format!("starting its thread: {e}"), now))?;
             left -= 1;
         }

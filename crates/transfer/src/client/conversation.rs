@@ -625,7 +625,7 @@ impl<'a> Conversation<'a> {
                         p.seq = seq;
                     }
                     for index in from..to {
-                        if let Err(e) = self.open_stream(seq, index, total) {
+                        if let Err(e) = self.open_stream(now, seq, index, total) {
                             self.session.handle_stream_failed(now, index, e.to_string());
                         }
                     }
@@ -758,12 +758,19 @@ impl<'a> Conversation<'a> {
         }
     }
 
-    fn open_stream(&mut self, seq: u32, index: u32, total: u32) -> Result<(), String> {
+    fn open_stream(
+        &mut self,
+        now: Instant,
+        seq: u32,
+        index: u32,
+        total: u32,
+    ) -> Result<(), String> {
         let Some(p) = &self.phase else {
             return Err("no phase".into());
         };
         let mut driver = p.spec.driver(&p.tuning, index, total.max(index + 1));
         let fd = prepared_socket(
+            now,
             &self.addr,
             &mut driver,
             &p.spec,
@@ -827,7 +834,7 @@ impl<'a> Conversation<'a> {
                 format!("sending its hello: {e}"),
             );
         }
-        let added = p.engine.add_stream(o.index, stream, o.driver);
+        let added = p.engine.add_stream(now, o.index, stream, o.driver);
         // Every stream asked for is connected: the initial window was taken from the route,
         // which goes at once (other connections to the peer must not inherit it).
         if self.opening.is_empty() {

@@ -921,12 +921,13 @@ impl Driver {
         };
         let mut driver = p.spec.driver(&p.tuning, index, p.streams.max(index + 1));
         prepare_accepted(
+            self.now,
             stream.as_fd(),
             &mut driver,
             &p.spec,
             p.congestion.as_deref(),
         )
         .map_err(io::Error::other)?;
-        p.engine.add_stream(index, stream, driver)
+        p.engine.add_stream(self.now, index, stream, driver)
     }
 }
