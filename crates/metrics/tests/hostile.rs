@@ -1,5 +1,11 @@
 //! The exporter over loopback, against well-behaved scrapers and hostile peers: silent
 //! connections, floods, huge or garbage requests. Every loop here is bounded.
+//!
+//! How fast the exporter turns a flood away, cuts a silent peer off after its timeout and
+//! stops depends on the machine's load and the build: those targets (503 within 400 ms, cut
+//! within 1.5 s past the timeout, stop within 2 s; they were asserted here) are measured by
+//! `bench/test_timings.sh` (ONLY=exporter). The tests check the order of events instead,
+//! and bounds that only a hang breaks.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
@@ -80,30 +86,37 @@ fn wrong_paths_methods_and_garbage_get_4xx_and_nothing_else() {
 
 #[test]
 fn silent_peers_are_cut_off_and_floods_turned_away_while_scrapes_go_on() {
+    let timeout = Duration::from_secs(2);
     let config = ExporterConfig::default()
         .max_connections(2)
-        .timeout(Duration::from_millis(500));
+        .timeout(timeout);
     let (e, _) = exporter(config);
     let a = e.local_addr();
     // Two peers that connect and say nothing hold both slots...
+    let connected = Instant::now();
     let silent: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(a).expect("connect"))
         .collect();
     std::thread::sleep(Duration::from_millis(100));
-    // ...so a third is turned away at once, without being read.
-    let t0 = Instant::now();
+    // ...so a third is turned away at once, without being read: while both still hold
+    // their slots (none was cut off for its timeout yet).
     let r = scrape(a);
     assert!(r.starts_with("HTTP/1.1 503"), "{r}");
-    assert!(t0.elapsed() < Duration::from_millis(400));
-    // Once their time is up they are cut off, and scrapes work again.
+    assert_eq!(
+        e.counts().failed.load(Ordering::Relaxed),
+        0,
+        "the third peer was answered only after a silent one timed out"
+    );
+    // Once their time is up they are cut off (never before), and scrapes work again.
     for mut s in silent {
-        s.set_read_timeout(Some(Duration::from_secs(5)))
+        s.set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
         let mut b = [0u8; 16];
-        let t = Instant::now();
-        let n = s.read(&mut b).unwrap_or(0);
-        assert_eq!(n, 0, "closed without an answer");
-        assert!(t.elapsed() < Duration::from_secs(2));
+        match s.read(&mut b) {
+            Ok(n) => assert_eq!(n, 0, "closed without an answer"),
+            Err(e) => panic!("a silent peer was not cut off within a minute: {e}"),
+        }
+        assert!(connected.elapsed() >= timeout, "cut off before its timeout");
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -130,7 +143,7 @@ fn silent_peers_are_cut_off_and_floods_turned_away_while_scrapes_go_on() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
-        if t.elapsed() > Duration::from_secs(3) {
+        if t.elapsed() > timeout + Duration::from_secs(2) {
             break;
         }
     }
@@ -141,5 +154,5 @@ fn silent_peers_are_cut_off_and_floods_turned_away_while_scrapes_go_on() {
     assert!(cut || rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
     let t = Instant::now();
     e.stop().expect("stops");
-    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(t.elapsed() < Duration::from_secs(60), "stopping hung");
 }

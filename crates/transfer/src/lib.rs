@@ -17,6 +17,44 @@
 //!
 //! Data on every stream is a sequence of messages whose bytes the receiver verifies (see
 //! the `pattern` module's documentation): a mismatch or a short transfer is an error.
+//!
+//! # Where the clock is read
+//!
+//! The sessions ([`session`]) and everything below the drivers take the time as an
+//! argument (`now: Instant`, or Unix seconds for records). The clock is read only by the
+//! drivers, once per turn of their loop, when the turn's wait (`poll`, a blocking read or
+//! write, a channel's `recv`) returned; that `now` is passed to everything the turn does.
+//! `grep -rn "Instant::now\|SystemTime::now\|unix_now\|elapsed()" crates/transfer/src`
+//! finds these, and only these:
+//!
+//! * The server's event loop (`server/driver.rs`): its start; per turn, the turn's `now`
+//!   and wall-clock time (for authentication and the path database's records) after the
+//!   wait, and one read right before the wait for its deadline (the turn's `now` would be
+//!   stale by the turn's work, and a deadline would fire late).
+//! * The path database's thread (`server/paths.rs`): one read of each clock per request,
+//!   when it arrived (a lookup's freshness, the drain deadline at shutdown).
+//! * The client's conversation (`client/conversation.rs`): the session's start; per phase
+//!   its start (the engine's epoch), per turn the deadline of the wait and the turn's `now`
+//!   after it, and the phase's end after its threads were joined (a blocking join: the
+//!   probe's wall time); the goodbye's short flush loop, its start and one per turn.
+//! * `tcptune advise` (`client/advise.rs`): the command's start and end (its wall time,
+//!   around blocking connects and joins); the session's start with the Unix time of its
+//!   authentication; per turn the deadline of the blocking read and the turn's `now`
+//!   after it; the same two in the measurement's connect loop.
+//! * A stream's data thread (`engine/stream.rs`): its start, then one read per turn, when
+//!   its read or write returned (a blocking call: the time of the bytes it moved); the
+//!   sender's wait for the receiver's close, its start and one per timed-out read. The
+//!   threads' CPU time is read at their start and end.
+//! * The sampler thread (`engine/sampler.rs`): one read at the top of each turn, after the
+//!   wait for a command or the next sample; its CPU time at its start and end.
+//! * The client's path database records and lookups (`client/measure.rs`, the wall clock)
+//!   and the report's timestamp (`report::assemble::assemble`): read where the client
+//!   makes them, once each; the client's driver (`client/driver.rs`) is to read them and
+//!   pass them in (`PathDbSession` and `assemble_at` take them already).
+//! * The file copy's stream loops (`engine/files.rs`, `files/copy.rs`) and the client's
+//!   driver (`client/driver.rs`: the session's and the probe's wall times) are being
+//!   reshaped and still read the clock where they need it.
+//! * `files/fuzz.rs` (tests only): the fuzzer's time budget and its random seed.
 
 pub use tcptune_proto::advice;
 pub mod auth;

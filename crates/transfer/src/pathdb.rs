@@ -11,7 +11,6 @@ use std::path::Path;
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
 pub use tcptune_pathdb::{default_location, Location, PathStore, Source, ENV_VAR};
-use tcptune_sys::os::unix_now;
 
 /// The path database for one transfer, and what it contributed (for the report).
 #[derive(Debug)]
@@ -61,15 +60,17 @@ impl PathDbSession {
         }
     }
 
-    /// The fresh entry for this path, if any (noted in the report, used or not).
+    /// The entry for this path that is fresh at `now_unix_s` (Unix seconds), if any (noted
+    /// in the report, used or not).
     pub(crate) fn lookup(
         &mut self,
         peer: &str,
         direction: Direction,
         rtt: Duration,
+        now_unix_s: f64,
     ) -> Option<Known> {
         let store = self.store.as_mut()?;
-        let known = match store.lookup(peer, direction, rtt, unix_now(), &self.policy) {
+        let known = match store.lookup(peer, direction, rtt, now_unix_s, &self.policy) {
             Ok(k) => k,
             Err(e) => {
                 self.report.warnings.push(e.to_string());
@@ -90,15 +91,15 @@ impl PathDbSession {
         self.report.used = true;
     }
 
-    /// Record a measurement made now (when the path's RTT is known: without it the entry
-    /// would land in a meaningless RTT bucket).
+    /// Record a measurement, made at its `at_unix_s` (when the path's RTT is known: without
+    /// it the entry would land in a meaningless RTT bucket).
     pub(crate) fn record(
         &mut self,
         peer: &str,
         direction: Direction,
         rtt_known: bool,
         source: Source,
-        m: impl FnOnce(f64) -> Measurement,
+        m: &Measurement,
     ) {
         let Some(store) = self.store.as_mut() else {
             return;
@@ -106,8 +107,7 @@ impl PathDbSession {
         if !rtt_known {
             return;
         }
-        let m = m(unix_now());
-        match store.record(peer, direction, &m, &source, &self.policy) {
+        match store.record(peer, direction, m, &source, &self.policy) {
             Ok(_) => self.report.recorded.push(source.as_str().to_string()),
             Err(e) => self.report.warnings.push(e.to_string()),
         }
@@ -125,6 +125,18 @@ mod tests {
     use super::*;
     use tcptune_core::Rate;
 
+    /// The wall clock's time in the tests (Unix seconds).
+    const NOW: f64 = 1_704_164_645.0;
+
+    fn probe(at_unix_s: f64) -> Measurement {
+        Measurement {
+            rate: Rate::mbit(10),
+            min_rtt: Duration::from_millis(10),
+            full_pipe: true,
+            at_unix_s,
+        }
+    }
+
     #[test]
     fn an_unusable_database_becomes_a_warning_and_nothing_else() {
         let dir = std::env::temp_dir().join(format!("tcptune-session-{}", std::process::id()));
@@ -133,16 +145,15 @@ mod tests {
         std::fs::write(&path, "plain text").expect("write");
         let mut s = PathDbSession::open(&path);
         assert!(s
-            .lookup("10.0.0.2", Direction::Send, Duration::from_millis(10))
+            .lookup("10.0.0.2", Direction::Send, Duration::from_millis(10), NOW)
             .is_none());
-        s.record("10.0.0.2", Direction::Send, true, Source::Probe, |at| {
-            Measurement {
-                rate: Rate::mbit(10),
-                min_rtt: Duration::from_millis(10),
-                full_pipe: true,
-                at_unix_s: at,
-            }
-        });
+        s.record(
+            "10.0.0.2",
+            Direction::Send,
+            true,
+            Source::Probe,
+            &probe(NOW),
+        );
         let r = s.into_report();
         assert!(r.recorded.is_empty());
         assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
@@ -160,23 +171,34 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tcptune-session2-{}", std::process::id()));
         let path = dir.join("paths.sqlite");
         let mut s = PathDbSession::open(&path);
-        s.record("10.0.0.2", Direction::Send, true, Source::Probe, |at| {
-            Measurement {
-                rate: Rate::mbit(10),
-                min_rtt: Duration::from_millis(10),
-                full_pipe: true,
-                at_unix_s: at,
-            }
-        });
-        s.record("10.0.0.2", Direction::Send, false, Source::Transfer, |_| {
-            unreachable!("no RTT: nothing to record")
-        });
+        s.record(
+            "10.0.0.2",
+            Direction::Send,
+            true,
+            Source::Probe,
+            &probe(NOW),
+        );
+        // Without an RTT nothing is recorded.
+        s.record(
+            "10.0.0.2",
+            Direction::Send,
+            false,
+            Source::Transfer,
+            &probe(NOW),
+        );
         assert_eq!(s.into_report().recorded, ["probe"]);
         let mut s = PathDbSession::open(&path);
         let k = s
-            .lookup("10.0.0.2", Direction::Send, Duration::from_millis(11))
+            .lookup(
+                "10.0.0.2",
+                Direction::Send,
+                Duration::from_millis(11),
+                NOW + 60.0,
+            )
             .expect("found");
         assert_eq!(k.rate, Rate::mbit(10));
+        // Its age is counted from the time it was recorded at to the time of the lookup.
+        assert!((k.age.as_secs_f64() - 60.0).abs() < 1e-3, "{:?}", k.age);
         let r = s.into_report();
         assert_eq!(r.entry_samples, Some(1));
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);

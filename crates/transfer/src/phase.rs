@@ -73,14 +73,18 @@ impl DriverSpec {
         ))
     }
 
-    pub(crate) fn now(&self) -> Time {
-        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    /// The tuners' clock at `at`.
+    pub(crate) fn time(&self, at: Instant) -> Time {
+        Time::from_nanos(
+            u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX),
+        )
     }
 }
 
 /// A new socket for a data stream with the congestion control and the tuner's
 /// `BeforeConnect` options applied (the client, before `connect()`).
 pub(crate) fn prepared_socket(
+    now: Instant,
     addr: &SocketAddr,
     driver: &mut TunerDriver,
     spec: &DriverSpec,
@@ -90,7 +94,7 @@ pub(crate) fn prepared_socket(
     if let Some(cc) = congestion {
         tcptune_sys::sockopt::set_congestion(fd.as_fd(), cc).map_err(PrepareError::Congestion)?;
     }
-    driver.before_connect(spec.now(), fd.as_fd());
+    driver.before_connect(spec.time(now), fd.as_fd());
     Ok(fd)
 }
 
@@ -99,6 +103,7 @@ pub(crate) fn prepared_socket(
 /// data the server sends (the window scale was fixed at SYN time from the host's maximum,
 /// which is what a larger buffer needs).
 pub(crate) fn prepare_accepted(
+    now: Instant,
     fd: BorrowedFd<'_>,
     driver: &mut TunerDriver,
     spec: &DriverSpec,
@@ -107,7 +112,7 @@ pub(crate) fn prepare_accepted(
     if let Some(cc) = congestion {
         tcptune_sys::sockopt::set_congestion(fd, cc).map_err(PrepareError::Congestion)?;
     }
-    driver.accepted(spec.now(), fd);
+    driver.accepted(spec.time(now), fd);
     Ok(())
 }
 

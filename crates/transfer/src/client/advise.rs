@@ -109,6 +109,8 @@ impl Drop for Measuring {
 /// Ask `cfg.server` for advice: connect, carry the session's decisions out and feed it
 /// the server's messages until the answer is in, then derive the advice again here.
 pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
+    // The whole command's wall time for the result: read here and at the end, around the
+    // blocking connect, the conversation and the measurement's threads.
     let t0 = Instant::now();
     if cfg.max_streams == 0 {
         return Err(ClientError::Config(ConfigError::NoMaxStreams));
@@ -120,20 +122,22 @@ pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
     })?;
     limits.can_force = cfg.force_buffers && tcptune_sys::os::has_cap_net_admin();
     let (ctrl, control_rtt) = connect_control(cfg, addr)?;
-    let plan = advise_plan(cfg, &limits)?;
+    // The session starts now (its authentication's timestamp is the wall clock's).
+    let (start, unix_s) = (Instant::now(), tcptune_sys::os::unix_now_secs());
+    let plan = advise_plan(cfg, &limits, unix_s)?;
     let mut asking = Asking {
         answer: None,
         measuring: None,
         reader: FrameReader::new(MAX_SERVER_FRAME),
         token: plan.token,
-        session: AdviseClient::new(Instant::now(), plan),
+        session: AdviseClient::new(start, plan),
         ctrl,
         cfg,
         addr,
         limits: &limits,
         control_rtt,
     };
-    let server_advice = asking.run()?;
+    let server_advice = asking.run(start)?;
     let server_limits = bounded_limits(server_advice.server_limits.clone());
     let advice = derive(
         cfg.direction,
@@ -182,16 +186,20 @@ fn connect_control(
     Ok((ctrl, control_rtt))
 }
 
-/// The session's plan, with a fresh random token (and nonce, with a shared secret).
-fn advise_plan(cfg: &AdviseConfig, limits: &HostLimits) -> Result<AdvisePlan, ClientError> {
+/// The session's plan, with a fresh random token (and nonce and the Unix time `unix_s`,
+/// with a shared secret).
+fn advise_plan(
+    cfg: &AdviseConfig,
+    limits: &HostLimits,
+    unix_s: u64,
+) -> Result<AdvisePlan, ClientError> {
     let mut token = [0u8; 16];
     tcptune_sys::os::random_bytes(&mut token).map_err(local("getrandom (session token)"))?;
     let auth = match &cfg.secret {
         Some(secret) => {
             let mut nonce = [0u8; 32];
             tcptune_sys::os::random_bytes(&mut nonce).map_err(local("getrandom (auth nonce)"))?;
-            let now = tcptune_sys::os::unix_now_secs();
-            Some((secret.clone(), nonce, now))
+            Some((secret.clone(), nonce, unix_s))
         }
         None => None,
     };
@@ -236,16 +244,22 @@ struct Asking<'a> {
 
 impl Asking<'_> {
     /// Until the answer is in: carry the session's outputs out, read the server, and give
-    /// the session its timeouts.
-    fn run(&mut self) -> Result<Box<Advice>, ClientError> {
+    /// the session its timeouts. The first turn runs at `start`; each later one reads the
+    /// clock once, when its read returned, and passes that `now` to everything it does.
+    fn run(&mut self, start: Instant) -> Result<Box<Advice>, ClientError> {
+        let mut now = start;
         loop {
-            self.carry_out()?;
+            self.carry_out(now)?;
             if self.answer.is_some() {
                 break;
             }
+            // The read's timeout is computed right before the blocking read, from a read
+            // of its own: `now` is stale by this turn's work (a measurement's connects).
             let wait = read_wait(Instant::now(), self.session.poll_timeout());
-            self.read(wait)?;
-            let now = Instant::now();
+            let closed = self.fill(wait)?;
+            // The turn's time: read once, after the wait.
+            now = Instant::now();
+            self.take_messages(now, closed)?;
             if self.session.poll_timeout().is_some_and(|t| t <= now) {
                 self.session.handle_timeout(now);
             }
@@ -278,7 +292,7 @@ impl Asking<'_> {
     }
 
     /// Carry the session's outputs out: messages, the measurement's streams, the answer.
-    fn carry_out(&mut self) -> Result<(), ClientError> {
+    fn carry_out(&mut self, now: Instant) -> Result<(), ClientError> {
         while let Some(out) = self.session.poll_output() {
             match out {
                 AdviseOutput::Send(m) => {
@@ -293,11 +307,13 @@ impl Asking<'_> {
                 }
                 AdviseOutput::Measure(spec) => {
                     let (cfg, addr, limits) = (self.cfg, self.addr, self.limits);
-                    match start_measuring(cfg, addr, limits, self.control_rtt, self.token, &spec) {
+                    let rtt = self.control_rtt;
+                    match start_measuring(now, cfg, addr, limits, rtt, self.token, &spec) {
                         Ok(m) => self.measuring = Some(m),
-                        Err((index, why)) => {
-                            self.session
-                                .handle_stream_failed(Instant::now(), index, why)
+                        // Opening the streams waited for their connects: the failure is
+                        // the session's at the time it was seen.
+                        Err((index, why, seen)) => {
+                            self.session.handle_stream_failed(seen, index, why)
                         }
                     }
                 }
@@ -308,15 +324,23 @@ impl Asking<'_> {
         Ok(())
     }
 
-    /// Read what the server sent within `wait` and hand every whole message to the session.
-    fn read(&mut self, wait: Duration) -> Result<(), ClientError> {
+    /// Read what the server sent within `wait`: `true` when it closed the connection.
+    fn fill(&mut self, wait: Duration) -> Result<bool, ClientError> {
         self.ctrl
             .set_read_timeout(Some(wait))
             .map_err(local("a read timeout on the control connection"))?;
         match self.reader.fill(&mut self.ctrl) {
-            Ok(_) => {}
-            Err(proto::ProtoError::Closed) => self.session.handle_closed(Instant::now()),
-            Err(e) => return Err(self.garbled(e.to_string(), self.control(e))),
+            Ok(_) => Ok(false),
+            Err(proto::ProtoError::Closed) => Ok(true),
+            Err(e) => Err(self.garbled(e.to_string(), self.control(e))),
+        }
+    }
+
+    /// Hand the session, at `now`, the server closing (when `closed`) and every whole
+    /// message read.
+    fn take_messages(&mut self, now: Instant, closed: bool) -> Result<(), ClientError> {
+        if closed {
+            self.session.handle_closed(now);
         }
         loop {
             let body = match self.reader.take_frame() {
@@ -325,7 +349,7 @@ impl Asking<'_> {
                 Err(e) => return Err(self.garbled(e.to_string(), self.control(e))),
             };
             match proto::decode::<ServerMsg>(&body) {
-                Ok(m) => self.session.handle_msg(Instant::now(), m),
+                Ok(m) => self.session.handle_msg(now, m),
                 Err(e) => {
                     let detail = e.to_string();
                     let otherwise = ClientError::Protocol(ProtocolError::Undecodable(e));
@@ -339,19 +363,20 @@ impl Asking<'_> {
 /// Open the measurement's streams (all at once: their slow starts overlap, as the server
 /// expects) and start moving data on them. `Err((stream, why))` when one cannot be opened.
 fn start_measuring(
+    now: Instant,
     cfg: &AdviseConfig,
     addr: SocketAddr,
     limits: &HostLimits,
     rtt: Option<Duration>,
     token: Token,
     spec: &MeasureSpec,
-) -> Result<Measuring, (u32, String)> {
+) -> Result<Measuring, (u32, String, Instant)> {
     let role = if spec.send {
         Role::Sender
     } else {
         Role::Receiver
     };
-    let epoch = Instant::now();
+    let epoch = now;
     let mut engine = Engine::new(EngineConfig {
         role,
         pattern: Arc::new(Pattern::new(spec.seed, spec.message_size)),
@@ -375,13 +400,13 @@ fn start_measuring(
         record_series: false,
         epoch,
     };
-    let poll = Poll::new().map_err(|e| (0, format!("creating an event loop: {e}")))?;
+    let poll = Poll::new().map_err(|e| (0, format!("creating an event loop: {e}"), now))?;
     let mut opening = Vec::new();
     for index in 0..spec.streams {
-        let fail = |e: String| (index, e);
+        let fail = |e: String| (index, e, now);
         let mut driver = dspec.driver(&PhaseTuning::Probe, index, spec.streams);
-        let fd =
-            prepared_socket(&addr, &mut driver, &dspec, None).map_err(|e| fail(e.to_string()))?;
+        let fd = prepared_socket(now, &addr, &mut driver, &dspec, None)
+            .map_err(|e| fail(e.to_string()))?;
         if let Some(ip) = cfg.bind {
             tcptune_sys::net::bind(&fd, &SocketAddr::new(ip, 0))
                 .map_err(|e| fail(e.to_string()))?;
@@ -393,31 +418,35 @@ fn start_measuring(
             .map_err(|e| fail(format!("registering it: {e}")))?;
         opening.push(Some((stream, driver)));
     }
-    let deadline = Instant::now() + cfg.connect_timeout;
+    let deadline = now + cfg.connect_timeout;
     let mut events = Events::with_capacity(64);
     let mut left = spec.streams;
     let mut poll = poll;
     while left > 0 {
-        let now = Instant::now();
-        if now >= deadline {
+        // The wait is bounded by the deadline, from a read right before it.
+        let before = Instant::now();
+        if before >= deadline {
             let index = opening.iter().position(Option::is_some).unwrap_or(0) as u32;
-            return Err((index, format!("connect {addr}: timed out")));
+            return Err((index, format!("connect {addr}: timed out"), before));
         }
-        if let Err(e) = poll.poll(&mut events, Some(deadline - now)) {
+        if let Err(e) = poll.poll(&mut events, Some(deadline - before)) {
             if e.kind() != io::ErrorKind::Interrupted {
-                return Err((0, format!("waiting for connections: {e}")));
+                return Err((0, format!("waiting for connections: {e}"), before));
             }
         }
+        // The turn's time: read once, after the wait.
+        let now = Instant::now();
         for ev in events.iter() {
             let index = ev.token().0;
             let Some((mut stream, driver)) = opening.get_mut(index).and_then(Option::take) else {
                 continue;
             };
             let _ = poll.registry().deregister(&mut stream);
-            let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)?;
+            let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)
+                .map_err(|(i, why)| (i, why, now))?;
             engine
-                .add_stream(index as u32, stream, driver)
-                .map_err(|e| (index as u32, format!("starting its thread: {e}")))?;
+                .add_stream(now, index as u32, stream, driver)
+                .map_err(|e| (index as u32, format!("starting its thread: {e}"), now))?;
             left -= 1;
         }
     }

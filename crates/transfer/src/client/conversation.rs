@@ -189,7 +189,6 @@ impl<'a> Conversation<'a> {
 
     /// Run the bandwidth probe (see [`crate::probe`]).
     pub(super) fn probe(&mut self, hint: &PathHint) -> Result<ProbeResult, ClientError> {
-        let t0 = Instant::now();
         let max = self.cfg.max_streams.min(
             self.server
                 .as_ref()
@@ -210,11 +209,11 @@ impl<'a> Conversation<'a> {
             streams: plan.streams.min(max).max(1),
             reason: None,
         };
-        let (_, _, outcome) = self.run_phase(req, None)?;
+        let (_, _, outcome, wall) = self.run_phase(req, None)?;
         Ok(ProbeResult {
             plan,
             outcome: outcome.delivery,
-            wall: t0.elapsed(),
+            wall,
         })
     }
 
@@ -259,7 +258,7 @@ impl<'a> Conversation<'a> {
             reason: (total > initial).then_some(reason).flatten(),
         };
         self.measured = None;
-        let (local, intervals, outcome) = self.run_phase(req, progress)?;
+        let (local, intervals, outcome, _) = self.run_phase(req, progress)?;
         // Never past the phase, whatever happened to its streams.
         self.route = None;
         Ok(MainResult {
@@ -356,10 +355,12 @@ impl<'a> Conversation<'a> {
 
     pub(super) fn bye(&mut self) {
         self.session.finish();
-        let _ = self.carry_out(&mut None);
+        // The goodbye's own short loop: its start, then one read per turn.
+        let start = Instant::now();
+        let _ = self.carry_out(start, &mut None);
         // Best effort: the server ends the session on EOF as well.
         let _ = self.ctrl.set_nodelay(true);
-        let deadline = Instant::now() + Duration::from_millis(200);
+        let deadline = start + Duration::from_millis(200);
         while !self.out.is_empty() && Instant::now() < deadline {
             if self.flush().is_err() {
                 break;
@@ -372,34 +373,43 @@ impl<'a> Conversation<'a> {
 
     /// Run one phase to its end: start the local side, then carry the session's outputs
     /// out, wait for events, feed them to the session and show progress until the session
-    /// says the phase is done.
+    /// says the phase is done. Also returns how long the phase took, to the end of its
+    /// threads.
+    ///
+    /// The clock is read once per turn, when the wait for events ended, and that `now` is
+    /// passed to everything the turn does; the wait's deadline is computed from a read
+    /// right before the wait, and the phase's end is read after its threads were joined.
     fn run_phase(
         &mut self,
         req: PhaseRequest,
         mut progress: Option<ProgressFn<'_>>,
-    ) -> Result<(SideResult, Vec<Interval>, PhaseOutcome), ClientError> {
+    ) -> Result<(SideResult, Vec<Interval>, PhaseOutcome, Duration), ClientError> {
         let main = req.goal == Goal::Main;
+        // The phase's start: the engine's epoch and the first turn's time.
         let epoch = Instant::now();
         let messages = (main && self.cfg.duration.is_none()).then_some(self.cfg.messages);
         self.phase = Some(self.local_phase(&req, epoch, messages));
         let hint = req.hint.clone();
-        self.session.start_phase(Instant::now(), req);
+        self.session.start_phase(epoch, req);
         let mut shown = Shown {
-            last: Instant::now(),
+            last: epoch,
             intervals: 0,
             total_bytes: messages.map(|m| m.saturating_mul(self.cfg.message_size)),
         };
         let mut interrupted = false;
+        let mut now = epoch;
         loop {
-            if let Some(outcome) = self.carry_out(&mut Some(&hint))? {
+            if let Some(outcome) = self.carry_out(now, &mut Some(&hint))? {
                 let (local, intervals) = self.finish_phase(main)?;
+                // Joining the phase's threads blocked: its end is read after it.
+                let took = Instant::now().saturating_duration_since(epoch);
                 if let Some(cb) = progress.as_mut() {
                     // The last, partial interval is only known now.
                     let rest = intervals.get(shown.intervals..).unwrap_or_default();
                     if !rest.is_empty() {
                         cb(&Progress {
                             phase: if main { "transfer" } else { "probe" },
-                            elapsed: epoch.elapsed(),
+                            elapsed: took,
                             bytes: local.streams.iter().map(|s| s.bytes).sum(),
                             total_bytes: shown.total_bytes,
                             streams: local.streams.len() as u32,
@@ -407,24 +417,28 @@ impl<'a> Conversation<'a> {
                         });
                     }
                 }
-                return Ok((local, intervals, outcome));
+                return Ok((local, intervals, outcome, took));
             }
-            let now = Instant::now();
             if !interrupted && self.cfg.cancel.as_ref().is_some_and(Cancel::is_triggered) {
                 interrupted = true;
                 self.session.handle_interrupt(now);
                 continue;
             }
+            // The wait's deadline is computed right before the blocking wait, from a read
+            // of its own: `now` is stale by this turn's work.
             let wait = poll_wait(
-                now,
+                Instant::now(),
                 self.session.poll_timeout(),
                 progress.is_some(),
                 self.cfg.cancel.is_some(),
             );
-            self.wait_and_dispatch(wait)?;
-            self.feed_engine();
+            self.wait(wait)?;
+            // The turn's time: read once, after the wait, and used by everything below.
+            now = Instant::now();
+            self.dispatch(now)?;
+            self.feed_engine(now);
             if let Some(cb) = progress.as_mut() {
-                self.show_progress(cb, &mut shown);
+                self.show_progress(cb, &mut shown, now);
             }
         }
     }
@@ -497,9 +511,8 @@ impl<'a> Conversation<'a> {
         Ok((local, intervals))
     }
 
-    /// Wait up to `wait` for events, then handle them: the control connection's reads and
-    /// writes, and data connections that finished opening.
-    fn wait_and_dispatch(&mut self, wait: Duration) -> Result<(), ClientError> {
+    /// Wait up to `wait` for events.
+    fn wait(&mut self, wait: Duration) -> Result<(), ClientError> {
         if let Err(e) = self.poll.poll(&mut self.events, Some(wait)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(ClientError::Local {
@@ -508,6 +521,12 @@ impl<'a> Conversation<'a> {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Handle the events the wait returned, at `now`: the control connection's reads and
+    /// writes, and data connections that finished opening.
+    fn dispatch(&mut self, now: Instant) -> Result<(), ClientError> {
         let ready: Vec<(usize, bool, bool)> = self
             .events
             .iter()
@@ -523,14 +542,14 @@ impl<'a> Conversation<'a> {
             match MioToken(token) {
                 CTRL => {
                     if readable {
-                        self.read_ctrl()?;
+                        self.read_ctrl(now)?;
                     }
                     if writable {
                         self.flush()?;
                     }
                 }
                 WAKER => {}
-                _ if writable => self.stream_ready(token),
+                _ if writable => self.stream_ready(token, now),
                 _ => {}
             }
         }
@@ -538,17 +557,16 @@ impl<'a> Conversation<'a> {
     }
 
     /// Give the session the engine's events, and its timeout when it is due.
-    fn feed_engine(&mut self) {
+    fn feed_engine(&mut self, now: Instant) {
         if let Some(p) = &self.phase {
             let mut evs = Vec::new();
             while let Some(ev) = p.engine.poll_event() {
                 evs.push(ev);
             }
             for ev in evs {
-                self.session.handle_engine(Instant::now(), ev);
+                self.session.handle_engine(now, ev);
             }
         }
-        let now = Instant::now();
         if self.session.poll_timeout().is_some_and(|t| t <= now) {
             if let Some(p) = &self.phase {
                 let mut obs = EngineObs(&p.engine);
@@ -558,18 +576,21 @@ impl<'a> Conversation<'a> {
     }
 
     /// Call the progress callback with fresh intervals, or every [`PROGRESS_EVERY`].
-    fn show_progress(&self, cb: &mut ProgressFn<'_>, shown: &mut Shown) {
+    fn show_progress(&self, cb: &mut ProgressFn<'_>, shown: &mut Shown, now: Instant) {
         let Some(p) = &self.phase else { return };
         let mut fresh = Vec::new();
         while let Some(iv) = p.engine.poll_interval() {
             fresh.push(iv);
         }
-        if !fresh.is_empty() || shown.last.elapsed() >= PROGRESS_EVERY {
-            shown.last = Instant::now();
+        if !fresh.is_empty() || now.saturating_duration_since(shown.last) >= PROGRESS_EVERY {
+            shown.last = now;
             shown.intervals += fresh.len();
             cb(&Progress {
                 phase: if p.main { "transfer" } else { "probe" },
-                elapsed: p.engine.started().map_or(Duration::ZERO, |s| s.elapsed()),
+                elapsed: p
+                    .engine
+                    .started()
+                    .map_or(Duration::ZERO, |s| now.saturating_duration_since(s)),
                 bytes: p.engine.bytes(),
                 total_bytes: shown.total_bytes,
                 streams: p.engine.streams(),
@@ -578,9 +599,10 @@ impl<'a> Conversation<'a> {
         }
     }
 
-    /// Carry the session's outputs out; `Some` when the phase is done.
+    /// Carry the session's outputs out at `now`; `Some` when the phase is done.
     fn carry_out(
         &mut self,
+        now: Instant,
         hint: &mut Option<&PathHint>,
     ) -> Result<Option<PhaseOutcome>, ClientError> {
         while let Some(out) = self.session.poll_output() {
@@ -603,13 +625,12 @@ impl<'a> Conversation<'a> {
                         p.seq = seq;
                     }
                     for index in from..to {
-                        if let Err(e) = self.open_stream(seq, index, total) {
-                            self.session
-                                .handle_stream_failed(Instant::now(), index, e.to_string());
+                        if let Err(e) = self.open_stream(now, seq, index, total) {
+                            self.session.handle_stream_failed(now, index, e.to_string());
                         }
                     }
                 }
-                ClientOutput::Measured(m) => self.on_measured(m),
+                ClientOutput::Measured(m) => self.on_measured(now, m),
                 ClientOutput::LocalHint { hint, streams } => {
                     if let Some(p) = &mut self.phase {
                         p.engine.hint(&hint, streams);
@@ -643,7 +664,7 @@ impl<'a> Conversation<'a> {
     /// The main phase measured the path's rate in band: plan again with it (the streams it
     /// needs: the ones open are kept, their windows carry the pipe), and every tuner
     /// settles.
-    fn on_measured(&mut self, m: Measured) {
+    fn on_measured(&mut self, now: Instant, m: Measured) {
         let rtt = self.phase.as_ref().and_then(|p| p.spec.hint.rtt);
         let hint = PathHint {
             rtt,
@@ -673,7 +694,7 @@ impl<'a> Conversation<'a> {
         if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
             self.session.note_reason(r);
         }
-        self.session.settle(Instant::now(), hint, total);
+        self.session.settle(now, hint, total);
         self.measured = Some(m);
     }
 
@@ -737,12 +758,19 @@ impl<'a> Conversation<'a> {
         }
     }
 
-    fn open_stream(&mut self, seq: u32, index: u32, total: u32) -> Result<(), String> {
+    fn open_stream(
+        &mut self,
+        now: Instant,
+        seq: u32,
+        index: u32,
+        total: u32,
+    ) -> Result<(), String> {
         let Some(p) = &self.phase else {
             return Err("no phase".into());
         };
         let mut driver = p.spec.driver(&p.tuning, index, total.max(index + 1));
         let fd = prepared_socket(
+            now,
             &self.addr,
             &mut driver,
             &p.spec,
@@ -772,12 +800,11 @@ impl<'a> Conversation<'a> {
         Ok(())
     }
 
-    /// A data connection finished its handshake (or failed).
-    fn stream_ready(&mut self, token: usize) {
+    /// A data connection finished its handshake (or failed), seen at `now`.
+    fn stream_ready(&mut self, token: usize, now: Instant) {
         let Some(mut o) = self.opening.remove(&token) else {
             return;
         };
-        let now = Instant::now();
         let _ = self.poll.registry().deregister(&mut o.stream);
         let failed = match o.stream.take_error() {
             Ok(Some(e)) | Err(e) => Some(e.to_string()),
@@ -807,7 +834,7 @@ impl<'a> Conversation<'a> {
                 format!("sending its hello: {e}"),
             );
         }
-        let added = p.engine.add_stream(o.index, stream, o.driver);
+        let added = p.engine.add_stream(now, o.index, stream, o.driver);
         // Every stream asked for is connected: the initial window was taken from the route,
         // which goes at once (other connections to the peer must not inherit it).
         if self.opening.is_empty() {
@@ -824,7 +851,7 @@ impl<'a> Conversation<'a> {
 
     /// Read what the server sent and hand every complete message to the session. The server
     /// closing is the session's to judge (after the messages before it, such as a refusal).
-    fn read_ctrl(&mut self) -> Result<(), ClientError> {
+    fn read_ctrl(&mut self, now: Instant) -> Result<(), ClientError> {
         loop {
             let closed = match self.reader.fill(&mut self.ctrl) {
                 Ok(true) => false,
@@ -861,7 +888,7 @@ impl<'a> Conversation<'a> {
                     }
                 };
                 match proto::decode::<ServerMsg>(&body) {
-                    Ok(m) => self.session.handle_msg(Instant::now(), m),
+                    Ok(m) => self.session.handle_msg(now, m),
                     Err(e) if self.session.server().is_none() => {
                         return Err(ClientError::NotTcptune {
                             addr: self.addr,
@@ -872,7 +899,7 @@ impl<'a> Conversation<'a> {
                 }
             }
             if closed {
-                self.session.handle_closed(Instant::now());
+                self.session.handle_closed(now);
                 return Ok(());
             }
         }

@@ -7,6 +7,7 @@ use crate::report::PathDbReport;
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Known, Measurement};
 use tcptune_core::{PathHint, Rate, TuneMode};
+use tcptune_sys::os::unix_now;
 
 /// The path database as one transfer uses it.
 pub(crate) struct PathDbUse {
@@ -31,7 +32,8 @@ impl PathDbUse {
     /// A fresh entry for this path, if the database has one (problems become warnings).
     pub(crate) fn lookup(&mut self, rtt: Duration) -> Option<Known> {
         let (peer, dir) = (self.peer.clone(), self.direction);
-        self.db.as_mut()?.lookup(&peer, dir, rtt)
+        // The client's wall-clock read for its lookup (see the crate docs).
+        self.db.as_mut()?.lookup(&peer, dir, rtt, unix_now())
     }
 
     /// Mark the entry as used.
@@ -53,12 +55,14 @@ impl PathDbUse {
         let (peer, dir) = (self.peer.clone(), self.direction);
         let Some(d) = self.db.as_mut() else { return };
         let min_rtt = hint.rtt.unwrap_or_default();
-        d.record(&peer, dir, hint.rtt.is_some(), source, |at| Measurement {
+        let m = Measurement {
             rate,
             min_rtt,
             full_pipe,
-            at_unix_s: at,
-        });
+            // The client's wall-clock read for its record (see the crate docs).
+            at_unix_s: unix_now(),
+        };
+        d.record(&peer, dir, hint.rtt.is_some(), source, &m);
     }
 
     /// What the database contributed, for the report.

@@ -197,14 +197,15 @@ impl Engine {
     }
 
     /// Add a connected stream (`index` is 0-based) with its driver, after its
-    /// `before_connect` options were applied. Its data thread starts at once.
+    /// `before_connect` options were applied, at `now` (the calling loop's turn). Its data
+    /// thread starts at once.
     pub(crate) fn add_stream(
         &mut self,
+        now: Instant,
         index: u32,
         stream: TcpStream,
         mut driver: Box<TunerDriver>,
     ) -> std::io::Result<()> {
-        let now = Instant::now();
         if self.start.is_none() {
             self.start = Some(now);
             if let Ok(mut t) = self.t0.lock() {

@@ -113,9 +113,36 @@ pub(super) fn sampler_main(
     let mut cutter = Cutter::new(cfg);
     let mut finishing = false;
     let mut peaks = TotalPeaks::default();
+    // What the last turn's wait brought, handled at the top of the next turn.
+    let mut received: Option<Result<SamplerCmd, RecvTimeoutError>> = None;
     loop {
+        // The turn's time: read once, after the wait, and used by everything below.
         let now = Instant::now();
         let t = to_time(now);
+        match received.take() {
+            Some(Ok(SamplerCmd::Add {
+                index,
+                stream,
+                driver,
+                counters,
+            })) => entries.push(SamplerEntry {
+                index,
+                stream: Some(stream),
+                driver,
+                counters,
+                last_bytes: 0,
+                last_retrans: 0,
+            }),
+            Some(Ok(SamplerCmd::Hint { hint, streams })) => {
+                for e in &mut entries {
+                    if let Some(s) = &e.stream {
+                        e.driver.hint(t, s.as_fd(), &hint, streams);
+                    }
+                }
+            }
+            Some(Ok(SamplerCmd::Finish) | Err(RecvTimeoutError::Disconnected)) => finishing = true,
+            Some(Err(RecvTimeoutError::Timeout)) | None => {}
+        }
         sample_due(&mut entries, t, sender, shared);
         peaks.fold(&open_total(&entries));
         // Intervals, once the transfer started.
@@ -139,31 +166,7 @@ pub(super) fn sampler_main(
         if let Some(due) = cutter.next {
             wait = wait.min(due.saturating_duration_since(now));
         }
-        match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
-            Ok(SamplerCmd::Add {
-                index,
-                stream,
-                driver,
-                counters,
-            }) => entries.push(SamplerEntry {
-                index,
-                stream: Some(stream),
-                driver,
-                counters,
-                last_bytes: 0,
-                last_retrans: 0,
-            }),
-            Ok(SamplerCmd::Hint { hint, streams }) => {
-                let t = to_time(Instant::now());
-                for e in &mut entries {
-                    if let Some(s) = &e.stream {
-                        e.driver.hint(t, s.as_fd(), &hint, streams);
-                    }
-                }
-            }
-            Ok(SamplerCmd::Finish) | Err(RecvTimeoutError::Disconnected) => finishing = true,
-            Err(RecvTimeoutError::Timeout) => {}
-        }
+        received = Some(rx.recv_timeout(wait.max(Duration::from_millis(1))));
     }
     SamplerOut {
         drivers: entries.into_iter().map(|e| (e.index, e.driver)).collect(),

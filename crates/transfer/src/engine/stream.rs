@@ -49,6 +49,8 @@ pub(super) fn send_loop(
     index: u32,
 ) -> ThreadOut {
     let cpu0 = thread_cpu().unwrap_or_default();
+    // The thread's start: the first turn's time.
+    let start = Instant::now();
     let mut s = Sending {
         stream,
         shared,
@@ -56,7 +58,8 @@ pub(super) fn send_loop(
         counters,
         cfg,
         out: ThreadOut::default(),
-        last_progress: Instant::now(),
+        now: start,
+        last_progress: start,
         last_tcp: 0,
     };
     loop {
@@ -93,6 +96,9 @@ struct Sending<'a> {
     counters: &'a Counters,
     cfg: &'a EngineConfig,
     out: ThreadOut,
+    /// The latest turn's time: one turn is one write, and the clock is read once, when the
+    /// write returned (before the first write: when the thread started).
+    now: Instant,
     /// The last time this stream wrote, or TCP saw its bytes acknowledged.
     last_progress: Instant,
     /// The stream's TCP byte count as last seen.
@@ -125,10 +131,14 @@ impl Sending<'_> {
                 niov += 1;
             }
             // The first write counts from its call: a blocking write returns only once the
-            // send buffer took it all, which on a new connection takes round trips.
-            let called = Instant::now();
+            // send buffer took it all, which on a new connection takes round trips. Nothing
+            // blocked since the last turn's time.
+            let called = self.now;
             let mut w = self.stream;
-            match w.write_vectored(&iov[..niov]) {
+            let written = w.write_vectored(&iov[..niov]);
+            // The turn's time: read once, when the write returned.
+            self.now = Instant::now();
+            match written {
                 Ok(0) => {
                     self.out.error = Some("the connection accepted no more data".into());
                     return false;
@@ -153,9 +163,10 @@ impl Sending<'_> {
         true
     }
 
-    /// A write called at `called` took `n` bytes of a message from `pos`: count its payload.
+    /// A write called at `called` took `n` bytes of a message from `pos`: count its payload
+    /// (it returned at the turn's time).
     fn wrote(&mut self, called: Instant, pos: u64, n: usize) {
-        let now = Instant::now();
+        let now = self.now;
         self.out.first.get_or_insert(called);
         self.out.last = Some(now);
         self.last_progress = now;
@@ -178,9 +189,9 @@ impl Sending<'_> {
         let tcp = self.counters.tcp_bytes.load(Ordering::Relaxed);
         if tcp != self.last_tcp {
             self.last_tcp = tcp;
-            self.last_progress = Instant::now();
+            self.last_progress = self.now;
         }
-        if self.last_progress.elapsed() > self.cfg.idle_timeout {
+        if self.now.saturating_duration_since(self.last_progress) > self.cfg.idle_timeout {
             self.out.error = Some(format!(
                 "no progress for {:.0}s: the receiver stopped reading",
                 self.cfg.idle_timeout.as_secs_f64()
@@ -235,7 +246,11 @@ fn wait_for_close(stream: &TcpStream, shared: &Shared, idle_timeout: Duration) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) if is_timeout(&e) => {
-                if shared.abort.load(Ordering::Relaxed) || waited.elapsed() > idle_timeout {
+                // A turn that timed out reads the clock once, after its read.
+                let now = Instant::now();
+                if shared.abort.load(Ordering::Relaxed)
+                    || now.saturating_duration_since(waited) > idle_timeout
+                {
                     break;
                 }
             }
@@ -262,10 +277,12 @@ pub(super) fn recv_loop(
     let mut marks: Decimated<u64> = Decimated::new(MARKS);
     let mut last_mark: Option<Instant> = None;
     loop {
-        match r.read(&mut buf) {
+        let read = r.read(&mut buf);
+        // The turn's time: read once, when the read returned.
+        let now = Instant::now();
+        match read {
             Ok(0) => break,
             Ok(n) => {
-                let now = Instant::now();
                 out.first.get_or_insert(now);
                 out.last = Some(now);
                 last_progress = now;
@@ -294,7 +311,7 @@ pub(super) fn recv_loop(
                 if shared.abort.load(Ordering::Relaxed) {
                     break;
                 }
-                if last_progress.elapsed() > cfg.idle_timeout {
+                if now.saturating_duration_since(last_progress) > cfg.idle_timeout {
                     out.error = Some(format!(
                         "no data for {:.0}s: the sender stalled",
                         cfg.idle_timeout.as_secs_f64()

@@ -129,9 +129,19 @@ fn stream_sum(s: Option<&StreamSide>, socket: u32, sender: bool) -> StreamSum {
     }
 }
 
-/// Build the report and judge the run, step by step: pair both ends' streams, sum them,
-/// judge the run, then fill `start` and `end`, and let the report diagnose itself.
+/// [`assemble_at`] now: the client's one wall-clock read for its report, made when the
+/// client driver assembles it (it is to pass the time in itself, see the crate docs).
 pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
+    let now_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    assemble_at(a, now_unix)
+}
+
+/// Build the report at `now_unix` (time since the Unix epoch) and judge the run, step by
+/// step: pair both ends' streams, sum them, judge the run, then fill `start` and `end`,
+/// and let the report diagnose itself.
+pub(crate) fn assemble_at(a: Assembly<'_>, now_unix: Duration) -> (Report, Result<(), Verdict>) {
     let (snd, rcv) = if a.params.reverse {
         (a.remote, a.local)
     } else {
@@ -148,7 +158,7 @@ pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
     let tcptune_end = end_tcptune(&a, snd, rcv, details, complete, verdict.as_ref().err());
     let sender_tcp_congestion = snd.congestion.clone();
     let receiver_tcp_congestion = rcv.congestion.clone();
-    let (start, intervals) = start(a);
+    let (start, intervals) = start(a, now_unix);
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         start,
@@ -352,12 +362,12 @@ fn end_tcptune(
 }
 
 /// `start`, and the intervals: the last step, which takes what is left of the assembly.
-fn start(a: Assembly<'_>) -> (Start, Vec<Interval>) {
+fn start(a: Assembly<'_>, now_unix: Duration) -> (Start, Vec<Interval>) {
     let start = Start {
         connected: connected(a.local),
         version: format!("tcptune {}", env!("CARGO_PKG_VERSION")),
         system_info: tcptune_sys::os::system_info(),
-        timestamp: Timestamp::from_unix(started_at(a.session_seconds)),
+        timestamp: Timestamp::from_unix(started_at(now_unix, a.session_seconds)),
         connecting_to: ConnectingTo {
             host: host_part(&a.cfg.server),
             port: a.addr.port(),
@@ -439,13 +449,13 @@ fn connected(local: &SideResult) -> Vec<Connected> {
         .collect()
 }
 
-/// When the session started, Unix seconds: `session_seconds` before now.
-fn started_at(session_seconds: Option<f64>) -> u64 {
-    SystemTime::now()
+/// When the session started, Unix seconds: `session_seconds` before `now_unix` (0 if that
+/// is before 1970).
+fn started_at(now_unix: Duration, session_seconds: Option<f64>) -> u64 {
+    now_unix
         .checked_sub(Duration::from_secs_f64(
             session_seconds.unwrap_or(0.0).clamp(0.0, 1e9),
         ))
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs())
 }
 
@@ -536,7 +546,7 @@ mod tests {
         capped: bool,
     ) -> (Report, Result<(), Verdict>) {
         let cfg = ClientConfig::new("127.0.0.1:5310");
-        assemble(Assembly {
+        let assembly = Assembly {
             cfg: &cfg,
             params: p,
             addr: "127.0.0.1:5310".parse().expect("addr"),
@@ -561,8 +571,12 @@ mod tests {
             capped,
             interrupted: false,
             streams_reason: None,
-        })
+        };
+        assemble_at(assembly, Duration::from_secs(NOW_UNIX_S))
     }
+
+    /// The wall clock's time in the tests: 2024-01-02 03:04:05 UTC.
+    const NOW_UNIX_S: u64 = 1_704_164_645;
 
     #[test]
     fn receiver_span_is_first_arrival_to_last_arrival_over_all_streams() {
@@ -625,6 +639,16 @@ mod tests {
     }
 
     #[test]
+    fn the_start_timestamp_is_the_session_length_before_the_time_given() {
+        let now = Duration::from_secs(NOW_UNIX_S);
+        assert_eq!(started_at(now, Some(3.5)), NOW_UNIX_S - 4);
+        assert_eq!(started_at(now, None), NOW_UNIX_S);
+        // Before 1970 (a clock set wrong) is 0, and a negative length counts as none.
+        assert_eq!(started_at(Duration::from_secs(2), Some(5.0)), 0);
+        assert_eq!(started_at(now, Some(-1.0)), NOW_UNIX_S);
+    }
+
+    #[test]
     fn iperf3_start_fields_are_filled() {
         let mut local = side(true, &[500, 500], 5, 0);
         local.streams[0].detail.stats.cwnd_max_segs = 10;
@@ -634,11 +658,8 @@ mod tests {
         let (r, _) = judge(&local, &side(false, &[500, 500], 5, 0), &p, false);
         assert_eq!(r.start.tcp_mss_default, Some(1448));
         assert_eq!(r.start.sock_bufsize, 256 * 1024);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        assert!(now.abs_diff(r.start.timestamp.timesecs) < 5);
-        assert!(r.start.timestamp.time.ends_with(" GMT"));
+        assert_eq!(r.start.timestamp.timesecs, NOW_UNIX_S);
+        assert_eq!(r.start.timestamp.time, "Tue, 02 Jan 2024 03:04:05 GMT");
         let v = serde_json::to_value(&r).expect("json");
         assert_eq!(v["start"]["test_start"]["tos"], 0);
         assert!(v.get("error").is_none(), "no error key on success: {v}");

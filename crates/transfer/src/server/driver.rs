@@ -26,13 +26,12 @@ use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tcptune_core::pathdb::{Direction, Measurement};
 use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
 use tcptune_pathdb::Source;
 use tcptune_sys::fs::Dir;
-use tcptune_sys::os::{unix_now, unix_now_secs};
 
 const LISTENER: MioToken = MioToken(0);
 const WAKER: MioToken = MioToken(1);
@@ -122,8 +121,9 @@ pub fn run(
         let _ = tcptune_sys::os::random_bytes(&mut n);
         n
     });
-    let host_read = Instant::now();
-    let mut endpoint = Endpoint::new(host_read, ecfg, host_info(force), nonces);
+    // The loop's start: the endpoint's, the budget's and the counters' clocks begin here.
+    let start = Instant::now();
+    let mut endpoint = Endpoint::new(start, ecfg, host_info(force), nonces);
     let (tx, rx) = mpsc::channel::<Finished>();
     let paths = match &config.path_db {
         Some(p) => Some(
@@ -144,16 +144,18 @@ pub fn run(
         force,
         budget: config.memory_budget.map(|b| Budget {
             pool: PoolConfig::default().size(Bytes(b)).shared(),
-            epoch: Instant::now(),
+            epoch: start,
             logged: None,
         }),
         config,
         share,
         paths,
         lookup_rtts: HashMap::new(),
-        counted_at: Instant::now(),
-        host_read,
+        counted_at: start,
+        host_read: start,
         finished_sessions: 0,
+        now: start,
+        unix: unix_time(),
     };
     let mut events = Events::with_capacity(1024);
     while !shutdown.is_triggered() && !d.one_off_done(&endpoint) {
@@ -254,6 +256,19 @@ struct Driver {
     host_read: Instant,
     /// Sessions that ended (`one_off` stops after the first).
     finished_sessions: u64,
+    /// This turn's time, read once when its wait ended ([`Driver::turn`]); every handler
+    /// of the turn uses it.
+    now: Instant,
+    /// This turn's wall-clock time since the Unix epoch, read with `now` (for records and
+    /// authentication).
+    unix: Duration,
+}
+
+/// Time since the Unix epoch by the wall clock (zero if the clock is before 1970).
+fn unix_time() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 impl Driver {
@@ -277,10 +292,11 @@ impl Driver {
         events: &mut Events,
         rx: &Receiver<Finished>,
     ) -> Result<(), ServerError> {
-        let now = Instant::now();
-        let wait = endpoint
-            .poll_timeout()
-            .map_or(TICK, |t| t.saturating_duration_since(now).min(TICK));
+        // The wait's deadline is computed right before the blocking wait, from a read of
+        // its own: the turn's `now` would be stale by the previous turn's work.
+        let wait = endpoint.poll_timeout().map_or(TICK, |t| {
+            t.saturating_duration_since(Instant::now()).min(TICK)
+        });
         if let Err(e) = self.poll.poll(events, Some(wait)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 return Err(ServerError::Io {
@@ -289,9 +305,12 @@ impl Driver {
                 });
             }
         }
-        if self.host_read.elapsed() > Duration::from_secs(1) {
+        // The turn's time: read once, after the wait, and used by everything below.
+        self.now = Instant::now();
+        self.unix = unix_time();
+        if self.now.saturating_duration_since(self.host_read) > Duration::from_secs(1) {
             endpoint.set_host(host_info(self.force));
-            self.host_read = Instant::now();
+            self.host_read = self.now;
         }
         let mut accept = false;
         for ev in events.iter() {
@@ -310,7 +329,7 @@ impl Driver {
             }
             self.carry_out(endpoint);
         }
-        if accept || self.accept_paused.is_some_and(|t| Instant::now() >= t) {
+        if accept || self.accept_paused.is_some_and(|t| self.now >= t) {
             self.accept(listener, endpoint);
             self.carry_out(endpoint);
         }
@@ -318,7 +337,7 @@ impl Driver {
         self.carry_out(endpoint);
         self.collect_paths(endpoint);
         self.carry_out(endpoint);
-        let now = Instant::now();
+        let now = self.now;
         if endpoint.poll_timeout().is_some_and(|t| t <= now) {
             let phases = &self.phases;
             endpoint.on_timeout(now, &|sid| {
@@ -342,18 +361,21 @@ impl Driver {
     /// Log the budget's shares when streams joined or left it, and every few seconds while
     /// any holds a share.
     fn log_budget(&mut self) {
+        let now = self.now;
         let (Some(b), Some(log)) = (self.budget.as_mut(), self.config.log.as_ref()) else {
             return;
         };
         let n = b.pool.with(|p| p.len());
         let due = match b.logged {
             None => n > 0,
-            Some((t, last)) => n != last || (n > 0 && t.elapsed() >= BUDGET_LOG_EVERY),
+            Some((t, last)) => {
+                n != last || (n > 0 && now.saturating_duration_since(t) >= BUDGET_LOG_EVERY)
+            }
         };
         if !due {
             return;
         }
-        b.logged = Some((Instant::now(), n));
+        b.logged = Some((now, n));
         let ev = b.pool.with(|p| ServerEvent::MemoryBudget {
             budget_bytes: p.config().pool_size().0,
             fair_share_bytes: p.fair_share().0,
@@ -379,10 +401,10 @@ impl Driver {
         let Some(m) = self.config.metrics.clone() else {
             return;
         };
-        if self.counted_at.elapsed() < COUNT_EVERY {
+        if self.now.saturating_duration_since(self.counted_at) < COUNT_EVERY {
             return;
         }
-        self.counted_at = Instant::now();
+        self.counted_at = self.now;
         for p in self.phases.values_mut() {
             p.count(Some(&m));
         }
@@ -398,7 +420,7 @@ impl Driver {
                     // The RTT was read when the lookup was asked for.
                     let rtt = known.as_ref().map(|k| k.min_rtt);
                     let rtt = self.lookup_rtts.remove(&session).flatten().or(rtt);
-                    endpoint.on_lookup(Instant::now(), session, rtt, known, unix_now());
+                    endpoint.on_lookup(self.now, session, rtt, known, self.unix.as_secs_f64());
                 }
                 Reply::Recorded(o) => {
                     if let Some(m) = &self.config.metrics {
@@ -445,14 +467,14 @@ impl Driver {
                             shut: false,
                         },
                     );
-                    endpoint.on_accept(Instant::now(), conn, peer);
+                    endpoint.on_accept(self.now, conn, peer);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(_) => {
                     // Out of descriptors (or memory): try again shortly rather than spin.
-                    self.accept_paused = Some(Instant::now() + Duration::from_millis(50));
+                    self.accept_paused = Some(self.now + Duration::from_millis(50));
                     return;
                 }
             }
@@ -475,14 +497,14 @@ impl Driver {
             };
             match c.stream.read(&mut buf[..max]) {
                 Ok(0) => {
-                    endpoint.on_closed(Instant::now(), conn);
+                    endpoint.on_closed(self.now, conn);
                     return;
                 }
-                Ok(n) => endpoint.on_bytes(Instant::now(), unix_now_secs(), conn, &buf[..n]),
+                Ok(n) => endpoint.on_bytes(self.now, self.unix.as_secs(), conn, &buf[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    endpoint.on_closed(Instant::now(), conn);
+                    endpoint.on_closed(self.now, conn);
                     return;
                 }
             }
@@ -503,7 +525,7 @@ impl Driver {
                     c.out.clear();
                     c.sent = 0;
                     if c.close_at.is_none() {
-                        endpoint.on_write_failed(Instant::now(), conn);
+                        endpoint.on_write_failed(self.now, conn);
                     }
                     return;
                 }
@@ -556,7 +578,7 @@ impl Driver {
         if self.lingering == 0 {
             return;
         }
-        let now = Instant::now();
+        let now = self.now;
         let late: Vec<ConnId> = self
             .conns
             .iter()
@@ -577,10 +599,10 @@ impl Driver {
             }
         }
         for (sid, ev) in evs {
-            endpoint.on_engine(Instant::now(), sid, ev);
+            endpoint.on_engine(self.now, sid, ev);
         }
         while let Ok(Finished(sid, seq, r)) = rx.try_recv() {
-            endpoint.on_phase_result(Instant::now(), sid, seq, *r);
+            endpoint.on_phase_result(self.now, sid, seq, *r);
         }
     }
 
@@ -603,7 +625,7 @@ impl Driver {
                 } => {
                     if let Err(e) = self.attach(session, conn, index) {
                         let reason = format!("stream {}: {e}", index + 1);
-                        endpoint.on_session_error(Instant::now(), session, reason);
+                        endpoint.on_session_error(self.now, session, reason);
                     }
                 }
                 EndpointEvent::Hint {
@@ -674,7 +696,7 @@ impl Driver {
         if c.out.len() - c.sent + frame.len() > MAX_OUT {
             c.out.clear();
             c.sent = 0;
-            endpoint.on_write_failed(Instant::now(), conn);
+            endpoint.on_write_failed(self.now, conn);
             return;
         }
         c.out.extend_from_slice(frame);
@@ -692,7 +714,7 @@ impl Driver {
             return;
         }
         if c.close_at.is_none() {
-            c.close_at = Some(Instant::now() + LINGER);
+            c.close_at = Some(self.now + LINGER);
             self.lingering += 1;
         }
         self.flush(endpoint, conn);
@@ -718,7 +740,7 @@ impl Driver {
             });
         if let Err(e) = spawned {
             let reason = format!("starting a thread to end the phase: {e}");
-            endpoint.on_session_error(Instant::now(), session, reason);
+            endpoint.on_session_error(self.now, session, reason);
         }
     }
 
@@ -746,7 +768,7 @@ impl Driver {
         } else {
             // No database, no RTT to look up with, or a full queue: nothing known (the
             // session measures, within its limits).
-            endpoint.on_lookup(Instant::now(), session, rtt, None, unix_now());
+            endpoint.on_lookup(self.now, session, rtt, None, self.unix.as_secs_f64());
         }
     }
 
@@ -760,7 +782,7 @@ impl Driver {
         advice: bool,
     ) {
         let Some(w) = &self.paths else { return };
-        measurement.at_unix_s = unix_now();
+        measurement.at_unix_s = self.unix.as_secs_f64();
         let source = if advice {
             Source::Advise
         } else {
@@ -786,7 +808,7 @@ impl Driver {
             Role::Receiver
         };
         let main = spec.kind == crate::proto::Phase::Main;
-        let epoch = Instant::now();
+        let epoch = self.now;
         let waker = self.waker.clone();
         let notify: Notify = Arc::new(move || {
             let _ = waker.wake();
@@ -899,12 +921,13 @@ impl Driver {
         };
         let mut driver = p.spec.driver(&p.tuning, index, p.streams.max(index + 1));
         prepare_accepted(
+            self.now,
             stream.as_fd(),
             &mut driver,
             &p.spec,
             p.congestion.as_deref(),
         )
         .map_err(io::Error::other)?;
-        p.engine.add_stream(index, stream, driver)
+        p.engine.add_stream(self.now, index, stream, driver)
     }
 }

@@ -192,9 +192,12 @@ fn work(
     };
     let mut stop_by: Option<Instant> = None;
     while let Ok(req) = rx.recv() {
+        // The turn's time: read once, when a request arrived (the database's answers are
+        // as of then).
+        let (now, unix) = (Instant::now(), unix_now());
         if closing.load(Ordering::Acquire) {
-            let by = *stop_by.get_or_insert_with(|| Instant::now() + DRAIN);
-            if Instant::now() >= by {
+            let by = *stop_by.get_or_insert(now + DRAIN);
+            if now >= by {
                 continue;
             }
         }
@@ -205,16 +208,15 @@ fn work(
                 direction,
                 rtt,
             } => {
-                let now = unix_now();
                 let known = match store
                     .as_mut()
-                    .map(|s| s.lookup(&peer.to_string(), direction, rtt, now, &policy))
+                    .map(|s| s.lookup(&peer.to_string(), direction, rtt, unix, &policy))
                 {
                     Some(Ok(k)) => k.map(|k| KnownPath {
                         rate: k.rate,
                         full_pipe: k.full_pipe,
                         min_rtt: k.min_rtt,
-                        measured_at_unix_s: now - k.age.as_secs_f64(),
+                        measured_at_unix_s: unix - k.age.as_secs_f64(),
                         samples: k.samples,
                     }),
                     Some(Err(e)) => {
