@@ -47,14 +47,18 @@
 //!   threads' CPU time is read at their start and end.
 //! * The sampler thread (`engine/sampler.rs`): one read at the top of each turn, after the
 //!   wait for a command or the next sample; its CPU time at its start and end.
-//! * The client's path database records and lookups (`client/measure.rs`, the wall clock)
-//!   and the report's timestamp (`report::assemble::assemble`): read where the client
-//!   makes them, once each; the client's driver (`client/driver.rs`) is to read them and
-//!   pass them in (`PathDbSession` and `assemble_at` take them already).
-//! * The file copy's stream loops (`engine/files.rs`, `files/copy.rs`) and the client's
-//!   driver (`client/driver.rs`: the session's and the probe's wall times) are being
-//!   reshaped and still read the clock where they need it.
-//! * `files/fuzz.rs` (tests only): the fuzzer's time budget and its random seed.
+//! * The client's driver (`client/driver.rs`, a straight sequence of blocking steps, no
+//!   loop): the session's start, the start of the rate's decision with the wall-clock time
+//!   of its path-database lookup, the wall-clock time of a probe's record when the probe
+//!   returned, the main phase's start, and the session's end by both clocks after the
+//!   main phase's threads were joined (the round trips, the path database's record and the
+//!   report's timestamp: `PathDbUse` and `assemble_at` take these as arguments); the
+//!   authentication's Unix time when the control connection is opened.
+//! * The copy's data threads (`engine/files.rs`): one read per turn in `Ctx::tick`, when a
+//!   blocking call returned (a socket read or write, a file's `pread`, a wait on the shared
+//!   queue, the walk of the sources, the plan of an earlier run's files); the copy's state
+//!   machines (`tcptune_proto::copy`) get that `now`. `client/copy.rs` reads the command's
+//!   start once and the time since it in its progress callback (what the bar shows).
 
 pub use tcptune_proto::advice;
 pub mod auth;

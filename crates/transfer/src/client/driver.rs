@@ -9,7 +9,7 @@ use super::workload::{Transferred, Workload};
 use super::{resolve, validate, ClientConfig, ClientError, ConfigError, ProgressFn};
 use crate::engine::SideResult;
 use crate::proto::{self, TestParams, Token};
-use crate::report::assemble::{assemble, Assembly, Verdict};
+use crate::report::assemble::{assemble_at, Assembly, Verdict};
 use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report, ResumeReport};
 use crate::session::client::{ClientPlan, InBand, ServerInfo};
 use std::io;
@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::Instant;
 use tcptune_core::{HostLimits, PathHint};
+use tcptune_sys::os::unix_now;
 
 /// Run a transfer of the verified pattern (`send`). `progress` is called about 5 times a
 /// second.
@@ -94,7 +95,7 @@ struct Learned {
 /// What the path's rate is: given, a fresh database entry, a probe, or nothing.
 fn learn_rate(s: &mut Opened<'_>) -> Result<Learned, ClientError> {
     let measure_start = Instant::now();
-    let decision = measure::decide(s.cfg, &mut s.db, &mut s.hint);
+    let decision = measure::decide(s.cfg, &mut s.db, &mut s.hint, unix_now());
     let (mut source, in_band) = rate_source(&decision, &s.hint);
     // Careful resume: a fresh full-pipe entry confirmed by the RTT now starts at its rate.
     let resume = resume_intent(s.cfg, &decision, &s.hint);
@@ -166,11 +167,15 @@ fn finish(
     } = ran;
     let server = s.conv.server.clone();
     let remote = main.outcome.remote.as_deref().cloned().unwrap_or_default();
-    record_transfer(&mut s.db, &s.hint, &main, &remote);
+    // The main phase's threads were joined: the session's end, by both clocks.
+    let end = Instant::now();
+    let end_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    record_transfer(&mut s.db, &s.hint, &main, &remote, end_unix.as_secs_f64());
     let measurement = finish_measurement(learned.measurement, &mut s.db, &main, learned.source);
     let (sender_limits, receiver_limits) =
         end_limits(s.cfg.reverse, &s.conv.local_limits, server.as_ref());
-    let end = Instant::now();
     let round_trips = round_trips(
         session_start,
         end,
@@ -180,37 +185,40 @@ fn finish(
         !s.cfg.reverse,
     );
     let session_hex = proto::to_hex(&s.token);
-    let (report, verdict) = assemble(Assembly {
-        cfg: s.cfg,
-        params: &s.params,
-        addr: s.addr,
-        session_hex: &session_hex,
-        hint: &s.hint,
-        probe_seconds: learned.probe_seconds,
-        measurement: Some(measurement),
-        setup_seconds: Some(main.outcome.setup.as_secs_f64()),
-        session_seconds: Some(end.saturating_duration_since(session_start).as_secs_f64()),
-        round_trips,
-        delivery_rate_max_bps: main.outcome.delivery.rate.map(|r| r.0),
-        sender_limits,
-        receiver_limits,
-        congestion: s
-            .cfg
-            .congestion
-            .clone()
-            .or_else(|| server.as_ref().map(|s| s.congestion.clone()))
-            .unwrap_or_default(),
-        local: &main.local,
-        remote: &remote,
-        intervals: main.intervals,
-        host_cpu,
-        host_wall,
-        server_requires_secret: server.as_ref().map(|s| s.auth_required),
-        resume: resume_report(learned.resume, &main.resume),
-        capped: main.outcome.capped,
-        interrupted: main.outcome.interrupted,
-        streams_reason: main.outcome.streams_reason.clone(),
-    });
+    let (report, verdict) = assemble_at(
+        Assembly {
+            cfg: s.cfg,
+            params: &s.params,
+            addr: s.addr,
+            session_hex: &session_hex,
+            hint: &s.hint,
+            probe_seconds: learned.probe_seconds,
+            measurement: Some(measurement),
+            setup_seconds: Some(main.outcome.setup.as_secs_f64()),
+            session_seconds: Some(end.saturating_duration_since(session_start).as_secs_f64()),
+            round_trips,
+            delivery_rate_max_bps: main.outcome.delivery.rate.map(|r| r.0),
+            sender_limits,
+            receiver_limits,
+            congestion: s
+                .cfg
+                .congestion
+                .clone()
+                .or_else(|| server.as_ref().map(|s| s.congestion.clone()))
+                .unwrap_or_default(),
+            local: &main.local,
+            remote: &remote,
+            intervals: main.intervals,
+            host_cpu,
+            host_wall,
+            server_requires_secret: server.as_ref().map(|s| s.auth_required),
+            resume: resume_report(learned.resume, &main.resume),
+            capped: main.outcome.capped,
+            interrupted: main.outcome.interrupted,
+            streams_reason: main.outcome.streams_reason.clone(),
+        },
+        end_unix,
+    );
     judged(report, verdict).map(|report| Transferred {
         report,
         remote_files: remote.files,
@@ -358,6 +366,8 @@ fn probe(
     db: &mut PathDbUse,
 ) -> Result<(f64, ProbeReport), ClientError> {
     let result = conv.probe(hint)?;
+    // The probe's blocking phase returned: its wall-clock time for the path database.
+    let now_unix = unix_now();
     let report = ProbeReport {
         streams: result.plan.streams,
         round_seconds: result.plan.round.as_secs_f64(),
@@ -374,6 +384,7 @@ fn probe(
             crate::pathdb::Source::Probe,
             rate,
             !result.lower_bound(),
+            now_unix,
         );
     }
     Ok((result.wall.as_secs_f64(), report))
@@ -398,15 +409,27 @@ fn resume_report(
 
 /// Tell the path database what a clean transfer learned: what it measured in band is the
 /// path's rate (a full pipe); otherwise what it delivered is a lower bound on it.
-fn record_transfer(db: &mut PathDbUse, hint: &PathHint, main: &MainResult, remote: &SideResult) {
+fn record_transfer(
+    db: &mut PathDbUse,
+    hint: &PathHint,
+    main: &MainResult,
+    remote: &SideResult,
+    now_unix: f64,
+) {
     let receiver_ok = |side: &SideResult| side.integrity_error.is_none();
     let clean = receiver_ok(&main.local) && receiver_ok(remote);
     match (&main.measured, main.outcome.delivery.rate) {
         (Some(m), _) if clean => {
-            db.record(hint, crate::pathdb::Source::Transfer, m.rate, true);
+            db.record(
+                hint,
+                crate::pathdb::Source::Transfer,
+                m.rate,
+                true,
+                now_unix,
+            );
         }
         (None, Some(rate)) if clean => {
-            db.record(hint, crate::pathdb::Source::Transfer, rate, false);
+            db.record(hint, crate::pathdb::Source::Transfer, rate, false, now_unix);
         }
         _ => {}
     }

@@ -7,7 +7,6 @@ use crate::report::PathDbReport;
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Known, Measurement};
 use tcptune_core::{PathHint, Rate, TuneMode};
-use tcptune_sys::os::unix_now;
 
 /// The path database as one transfer uses it.
 pub(crate) struct PathDbUse {
@@ -29,11 +28,11 @@ impl PathDbUse {
         }
     }
 
-    /// A fresh entry for this path, if the database has one (problems become warnings).
-    pub(crate) fn lookup(&mut self, rtt: Duration) -> Option<Known> {
+    /// A fresh entry for this path at `now_unix` (seconds since the Unix epoch), if the
+    /// database has one (problems become warnings).
+    pub(crate) fn lookup(&mut self, rtt: Duration, now_unix: f64) -> Option<Known> {
         let (peer, dir) = (self.peer.clone(), self.direction);
-        // The client's wall-clock read for its lookup (see the crate docs).
-        self.db.as_mut()?.lookup(&peer, dir, rtt, unix_now())
+        self.db.as_mut()?.lookup(&peer, dir, rtt, now_unix)
     }
 
     /// Mark the entry as used.
@@ -43,14 +42,15 @@ impl PathDbUse {
         }
     }
 
-    /// Record a measurement (when a database is in use and the RTT is known); problems with
-    /// the file become warnings of the report.
+    /// Record a measurement made at `now_unix` (when a database is in use and the RTT is
+    /// known); problems with the file become warnings of the report.
     pub(crate) fn record(
         &mut self,
         hint: &PathHint,
         source: DbSource,
         rate: Rate,
         full_pipe: bool,
+        now_unix: f64,
     ) {
         let (peer, dir) = (self.peer.clone(), self.direction);
         let Some(d) = self.db.as_mut() else { return };
@@ -59,8 +59,7 @@ impl PathDbUse {
             rate,
             min_rtt,
             full_pipe,
-            // The client's wall-clock read for its record (see the crate docs).
-            at_unix_s: unix_now(),
+            at_unix_s: now_unix,
         };
         d.record(&peer, dir, hint.rtt.is_some(), source, &m);
     }
@@ -119,8 +118,13 @@ pub(crate) enum Plan {
     Without,
 }
 
-/// Decide how to learn the rate: `hint` is updated with what is known already.
-pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint) -> Plan {
+/// Decide how to learn the rate at `now_unix`: `hint` is updated with what is known already.
+pub(crate) fn decide(
+    cfg: &ClientConfig,
+    db: &mut PathDbUse,
+    hint: &mut PathHint,
+    now_unix: f64,
+) -> Plan {
     if let TuneMode::Manual(Some(r)) = &cfg.tune {
         hint.rate = Some(*r);
         return Plan::Known {
@@ -132,7 +136,7 @@ pub(crate) fn decide(cfg: &ClientConfig, db: &mut PathDbUse, hint: &mut PathHint
     if !cfg.tune.needs_rate_probe() || cfg.custom_tuner.is_some() {
         return Plan::Without;
     }
-    let known = hint.rtt.and_then(|rtt| db.lookup(rtt));
+    let known = hint.rtt.and_then(|rtt| db.lookup(rtt, now_unix));
     let long = hint
         .rtt
         .is_some_and(|r| r >= tcptune_core::tuners::auto::MEASURE_MIN_RTT);

@@ -10,7 +10,7 @@ use crate::client::ClientConfig;
 use crate::engine::{SideResult, StreamSide};
 use crate::proto::TestParams;
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tcptune_core::{HostLimits, PathHint, TuneMode};
 use tcptune_sys::os::CpuTimes;
 
@@ -127,15 +127,6 @@ fn stream_sum(s: Option<&StreamSide>, socket: u32, sender: bool) -> StreamSum {
         },
         sender,
     }
-}
-
-/// [`assemble_at`] now: the client's one wall-clock read for its report, made when the
-/// client driver assembles it (it is to pass the time in itself, see the crate docs).
-pub(crate) fn assemble(a: Assembly<'_>) -> (Report, Result<(), Verdict>) {
-    let now_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    assemble_at(a, now_unix)
 }
 
 /// Build the report at `now_unix` (time since the Unix epoch) and judge the run, step by
