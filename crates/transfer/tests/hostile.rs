@@ -174,6 +174,7 @@ fn garbage_and_handshake_attacks_are_refused_with_a_reason_and_hurt_no_one() {
         "hello-based attacks hear why: {refused_with_reason}"
     );
     assert!(run(&c, None).expect("again").end.tcptune.complete);
+    server.await_sessions_ok(2);
     let stats = server.stop();
     assert!(stats.refused >= 30, "{stats:?}");
     assert_eq!(stats.sessions_ok, 2, "{stats:?}");
@@ -255,6 +256,7 @@ fn three_thousand_idle_and_half_open_connections_do_not_stop_a_good_client() {
         "the flood opened {opened} (last connect error: {:?})",
         last_error.lock().ok().and_then(|l| l.clone())
     );
+    server.await_sessions_ok(1);
     let stats = server.stop();
     println!("flood: {opened} connections, good transfer in {took:?}; server: {stats:?}");
     assert_eq!(stats.sessions_ok, 1, "{stats:?}");

@@ -212,6 +212,7 @@ fn many_concurrent_clients_all_complete() {
         let r = t.join().expect("client thread").expect("transfer");
         assert_complete(&r, 6, MIB);
     }
+    server.await_sessions_ok(8);
     let stats = server.stop();
     assert_eq!(stats.sessions_ok, 8);
     assert_eq!(stats.sessions_failed, 0);
