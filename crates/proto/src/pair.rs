@@ -329,7 +329,8 @@ pub(crate) fn leaves(v: &serde_json::Value) -> Vec<Vec<String>> {
     }
 }
 
-fn set(v: &mut serde_json::Value, path: &[String], to: serde_json::Value) {
+/// Replace the leaf at `path` of `v` with `to` (nothing when the path is not there).
+pub(crate) fn set(v: &mut serde_json::Value, path: &[String], to: serde_json::Value) {
     let Some((first, rest)) = path.split_first() else {
         *v = to;
         return;

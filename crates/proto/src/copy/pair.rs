@@ -18,6 +18,7 @@ use super::sender::{Sender, SenderOutput};
 use super::table::{Received, RecvTable};
 use super::wire::{Header, PlanFile, Tag, CV_LEN, HEADER_LEN, MAX_JSON};
 use crate::files::{Entry, EntryKind, BLOCK_SIZE};
+use crate::pair::set;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -621,21 +622,6 @@ pub(super) fn leaves(v: &serde_json::Value) -> Vec<Vec<String>> {
             })
             .collect(),
         _ => vec![Vec::new()],
-    }
-}
-
-fn set(v: &mut serde_json::Value, path: &[String], to: serde_json::Value) {
-    let Some((first, rest)) = path.split_first() else {
-        *v = to;
-        return;
-    };
-    let next = match v {
-        serde_json::Value::Object(m) => m.get_mut(first),
-        serde_json::Value::Array(a) => first.parse::<usize>().ok().and_then(|i| a.get_mut(i)),
-        _ => None,
-    };
-    if let Some(n) = next {
-        set(n, rest, to);
     }
 }
 
