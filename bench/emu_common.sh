@@ -19,6 +19,22 @@ need() {
     [ -x "$TCPTUNE" ] || { echo "build first: cargo build --release (or set TCPTUNE=)" >&2; exit 5; }
 }
 
+# json_lines FILE: the JSON documents written one after another to FILE (reports of several
+# commands), one per line
+json_lines() {
+    python3 -c '
+import json, sys
+text = open(sys.argv[1]).read()
+dec, i = json.JSONDecoder(), 0
+while i < len(text):
+    if text[i].isspace():
+        i += 1
+        continue
+    doc, i = dec.raw_decode(text, i)
+    print(json.dumps(doc))
+' "$1"
+}
+
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else print a[int((NR+1)/2)]}'; }
 

@@ -62,17 +62,11 @@ round_trips() {
         across "$TMP/rt.json" --rtt 100ms --rate 1gbit -- \
             --tune kernel -n 8 --no-path-db -- --tune kernel -n 8 --no-path-db -R -- \
             --tune auto -n 8 --no-path-db -- --tune auto -n 8 --no-path-db -R
-        python3 - "$TMP/rt.json" <<'PY' >"$TMP/rt.lines"
+        json_lines "$TMP/rt.json" >"$TMP/rt.docs" 2>/dev/null || true
+        python3 - "$TMP/rt.docs" <<'PY' >"$TMP/rt.lines"
 import json, sys
 names = ["kernel_send", "kernel_recv", "auto_send", "auto_recv"]
-text = open(sys.argv[1]).read()
-dec, i, docs = json.JSONDecoder(), 0, []
-while i < len(text):
-    if text[i].isspace():
-        i += 1
-        continue
-    doc, i = dec.raw_decode(text, i)
-    docs.append(doc)
+docs = [json.loads(line) for line in open(sys.argv[1])]
 for n, d in zip(names, docs + [None] * (4 - len(docs))):
     t = ((d or {}).get("end") or {}).get("tcptune") or {}
     nan = float("nan")
@@ -121,16 +115,10 @@ advise() {
             --server "'$TCPTUNE' serve --path-db '$TMP/adv$i.sqlite'" --server-log /dev/null \
             -- sh -c "'$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json || exit \$?; '$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json -R" \
             >"$TMP/adv.json" 2>"$TMP/adv.err" || echo "  emu run failed: $(tail -1 "$TMP/adv.err")" >&2
-        record $(python3 - "$TMP/adv.json" <<'PY'
+        json_lines "$TMP/adv.json" >"$TMP/adv.docs" 2>/dev/null || true
+        record $(python3 - "$TMP/adv.docs" <<'PY'
 import json, sys
-text = open(sys.argv[1]).read()
-dec, i, docs = json.JSONDecoder(), 0, []
-while i < len(text):
-    if text[i].isspace():
-        i += 1
-        continue
-    doc, i = dec.raw_decode(text, i)
-    docs.append(doc)
+docs = [json.loads(line) for line in open(sys.argv[1])]
 nan = float("nan")
 for n, d in zip(["advise_send", "advise_recv"], docs + [{}] * (2 - len(docs))):
     print("advise %s %s %s" % (n, d.get("rate_bps", nan * 1e6) / 1e6, d.get("rtt_ms", nan)), end=" ")
