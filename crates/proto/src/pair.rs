@@ -304,6 +304,24 @@ impl Observe for Flat {
 }
 
 /// Every path to a leaf of `v` (object keys and array indices).
+/// Values a hostile side puts in a field: numbers at and past every bound, empty and
+/// oversized strings, the wrong types, and `message` (a whole message where a value was).
+pub(crate) fn hostile_values(message: serde_json::Value) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        json!(u64::MAX),
+        json!(-1),
+        json!(1e308),
+        json!(0),
+        json!(""),
+        json!("x".repeat(70_000)),
+        json!(null),
+        json!(true),
+        message,
+        json!([1, 2, 3]),
+    ]
+}
+
 pub(crate) fn leaves(v: &serde_json::Value) -> Vec<Vec<String>> {
     match v {
         serde_json::Value::Object(m) => m
@@ -844,19 +862,7 @@ mod tests {
 
     /// Values a hostile client puts in a field.
     fn hostile() -> Vec<serde_json::Value> {
-        use serde_json::json;
-        vec![
-            json!(u64::MAX),
-            json!(-1),
-            json!(1e308),
-            json!(0),
-            json!(""),
-            json!("x".repeat(70_000)),
-            json!(null),
-            json!(true),
-            json!({"type": "bye"}),
-            json!([1, 2, 3]),
-        ]
+        super::hostile_values(serde_json::json!({"type": "bye"}))
     }
 
     #[test]

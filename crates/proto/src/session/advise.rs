@@ -158,11 +158,12 @@ impl AdviseClient {
         match msg {
             ServerMsg::Challenge { nonce, .. } => {
                 self.heard = true;
-                let answer = match (&self.plan.auth, wire::from_hex::<32>(&nonce)) {
-                    _ if self.challenged => None,
-                    (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, &self.plan.token.0)),
-                    _ => None,
-                };
+                let answer = super::challenge_answer(
+                    &self.plan.auth,
+                    self.challenged,
+                    &nonce,
+                    &self.plan.token.0,
+                );
                 let Some(mac) = answer else {
                     return self.fail(Failure::Protocol(Violation::UnexpectedChallenge));
                 };

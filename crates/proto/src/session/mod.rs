@@ -24,6 +24,22 @@ pub(crate) mod fuzz;
 
 /// A connection, as the driver numbers it.
 pub type ConnId = u64;
+
+/// A client's answer to a server's challenge `nonce` (hex) for `token`: none when the
+/// client has no secret, was challenged already (a second challenge is a violation) or the
+/// nonce is not 32 bytes of hex. Shared by the transfer and the advice sessions.
+pub(crate) fn challenge_answer(
+    auth: &Option<(crate::auth::Secret, [u8; 32], u64)>,
+    challenged: bool,
+    nonce: &str,
+    token: &[u8; 16],
+) -> Option<[u8; 32]> {
+    match (auth, crate::wire::from_hex::<32>(nonce)) {
+        _ if challenged => None,
+        (Some((secret, _, _)), Some(n)) => Some(secret.answer(&n, token)),
+        _ => None,
+    }
+}
 /// A session, as the endpoint numbers it.
 pub type SessionId = u64;
 
