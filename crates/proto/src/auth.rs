@@ -23,6 +23,54 @@ const CHALLENGE_CONTEXT: &[u8] = b"tcptune-challenge-v2";
 /// How far the client's clock may be from the server's for a proof without a challenge.
 pub const CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// The least strength a shared secret must have, bits (see [`check_strength`]).
+pub const MIN_SECRET_BITS: u32 = 128;
+
+/// Why a secret is too weak to use: what it holds, read as [`check_strength`] reads it, and
+/// what it would need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{have} {unit}, fewer than the {need} that carry {MIN_SECRET_BITS} bits")]
+pub struct WeakSecret {
+    /// Its length, in `unit`s.
+    pub have: usize,
+    /// The least length, in `unit`s.
+    pub need: usize,
+    /// `hex digits`, `characters` or `bytes`.
+    pub unit: &'static str,
+}
+
+/// Whether `b` (a secret file's contents, before trimming) can carry [`MIN_SECRET_BITS`]
+/// bits. Surrounding whitespace (a trailing newline) does not count. The rule, by what the
+/// rest holds:
+///
+/// * only hex digits (`tcptune secret new` writes 64): at least 32 of them (4 bits each);
+/// * other text (every byte printable ASCII or a space: base64, a passphrase): at least 22
+///   characters, what base64 needs for 128 bits; text carries at most 6.6 bits a character
+///   and much less when a person chose it, so a short password is refused;
+/// * anything else (binary, e.g. `head -c 32 /dev/urandom`): at least 16 bytes.
+///
+/// This bounds the length, not the randomness: a long phrase a person chose passes and is
+/// still guessable. `tcptune secret new` gives 256 random bits.
+pub fn check_strength(b: &[u8]) -> Result<(), WeakSecret> {
+    let s = b.trim_ascii();
+    let (need, unit) = if !s.is_empty() && s.iter().all(u8::is_ascii_hexdigit) {
+        (MIN_SECRET_BITS as usize / 4, "hex digits")
+    } else if s.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
+        (22, "characters")
+    } else {
+        (MIN_SECRET_BITS as usize / 8, "bytes")
+    };
+    if s.len() >= need {
+        Ok(())
+    } else {
+        Err(WeakSecret {
+            have: s.len(),
+            need,
+            unit,
+        })
+    }
+}
+
 /// A shared secret (the transfer crate reads it from a file).
 #[derive(Clone)]
 pub struct Secret(Vec<u8>);
@@ -115,6 +163,46 @@ mod tests {
         assert!(!s.verify_answer(&[2u8; 32], &t, &a));
         assert_ne!(a, p, "a proof is not an answer");
         assert!(Secret::from_bytes(b" \n").is_none());
+    }
+
+    #[test]
+    fn a_secret_shorter_than_128_bits_is_weak_by_what_it_holds() {
+        let weak = |b: &[u8]| check_strength(b).err();
+        // Hex: 32 digits are 128 bits; `secret new`'s 64 and a newline pass.
+        assert_eq!(weak(&[b'a'; 32]), None);
+        assert_eq!(weak(format!("{}\n", "0f".repeat(32)).as_bytes()), None);
+        assert_eq!(
+            weak(&[b'a'; 31]),
+            Some(WeakSecret {
+                have: 31,
+                need: 32,
+                unit: "hex digits"
+            })
+        );
+        // Text: 22 characters (base64 of 128 bits); a short password is refused.
+        assert_eq!(weak(b"hunter2\n").map(|w| w.need), Some(22));
+        assert_eq!(weak(b"correct horse battery").map(|w| w.have), Some(21));
+        assert_eq!(weak(b"correct horse battery staple"), None);
+        assert_eq!(weak(b"AAECAwQFBgcICQoLDA0ODw=="), None);
+        assert_eq!(weak(b"AAECAwQFBgcICQoLDA0O").map(|w| w.have), Some(20));
+        // Binary: 16 bytes.
+        assert_eq!(weak(&[0xff; 16]), None);
+        assert_eq!(
+            weak(&[0xff; 15]),
+            Some(WeakSecret {
+                have: 15,
+                need: 16,
+                unit: "bytes"
+            })
+        );
+        // Whitespace around it does not count; nothing at all is weak.
+        assert_eq!(weak(b"  \n").map(|w| w.have), Some(0));
+        assert_eq!(
+            weak(format!("\n {} \n", "ab".repeat(15)).as_bytes()).map(|w| w.have),
+            Some(30)
+        );
+        let msg = weak(b"x").map(|w| w.to_string()).unwrap_or_default();
+        assert_eq!(msg, "1 characters, fewer than the 22 that carry 128 bits");
     }
 
     #[test]

@@ -14,7 +14,6 @@ use tcptune_core::pathdb::Direction;
 use tcptune_core::{human_bps, human_duration, Bytes, HostLimits};
 use tcptune_sys::os::unix_now;
 use tcptune_transfer::advice::{Advice, Host, Sockopt, Sysctl};
-use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::advise::{advise, AdviceResult, AdviseConfig};
 use tcptune_transfer::client::ClientError;
 
@@ -334,12 +333,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.force_buffers = opts.force_buffers;
     cfg.connect_timeout = opts.connect_timeout;
     if let Some(path) = &opts.secret_file {
-        let secret = Secret::from_file(path).map_err(|e| {
-            exit::msg(
-                exit::USAGE,
-                format!("--secret-file: {e}: give the file the server was started with"),
-            )
-        })?;
+        let secret = super::secret::load(path, "give the file the server was started with")?;
         cfg.secret = Some(secret);
     }
     match advise(&cfg) {

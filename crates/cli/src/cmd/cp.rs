@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{Bytes, Rate, TuneMode};
-use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::copy::{copy, CopyConfig, CopyProgress, CopyReport, Direction};
 use tcptune_transfer::client::{Cancel, ClientConfig, ClientError};
 use tcptune_transfer::files::FailKind;
@@ -219,12 +218,7 @@ impl Opts {
                 .or_else(tcptune_transfer::pathdb::default_location)
         };
         if let Some(path) = &self.secret_file {
-            let secret = Secret::from_file(path).map_err(|e| {
-                exit::msg(
-                    exit::USAGE,
-                    format!("--secret-file: {e}: give the file the server was started with"),
-                )
-            })?;
+            let secret = super::secret::load(path, "give the file the server was started with")?;
             c.secret = Some(secret);
         }
         let mut cfg = CopyConfig::new(c, direction);

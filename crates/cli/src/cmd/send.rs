@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::{human_bps, Bytes, TuneMode};
-use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::client::{self, Cancel, ClientConfig, ClientError, Progress};
 use tcptune_transfer::human;
 use tcptune_transfer::report::{FailureReport, Report};
@@ -266,12 +265,7 @@ impl Opts {
         c.probe = !self.no_probe;
         c.resume_rate = !self.no_resume_rate;
         if let Some(path) = &self.secret_file {
-            let secret = Secret::from_file(path).map_err(|e| {
-                exit::msg(
-                    exit::USAGE,
-                    format!("--secret-file: {e}: give the file the server was started with"),
-                )
-            })?;
+            let secret = super::secret::load(path, "give the file the server was started with")?;
             c.secret = Some(secret);
         }
         Ok(Plan { cfg: c, host, port })

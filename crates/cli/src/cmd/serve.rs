@@ -1,5 +1,7 @@
 //! `tcptune serve`: serve transfers for `tcptune send` clients.
 
+mod posture;
+
 use crate::args::{self, ms, secs};
 use crate::exit;
 use crate::out;
@@ -13,7 +15,6 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcptune_core::{format_duration, Bytes};
-use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
 /// Options of `tcptune serve`.
@@ -30,6 +31,9 @@ Examples:
   tcptune serve                                  # port 5310, IPv6 and IPv4 on one socket
   tcptune serve -4                               # IPv4 only (0.0.0.0)
   tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
+  umask 077; tcptune secret new > /etc/tcptune.secret   # make the secret; clients get a copy
+  tcptune serve --root /srv/data --secret-file /etc/tcptune.secret   # share files
+  tcptune serve --root /srv/data --read-only     # share files for anyone to read
   tcptune serve -1 --json                        # one session, log as JSON lines
   tcptune serve --memory-budget 64m              # psc/auto send buffers of all sessions share 64 MiB
   tcptune serve --logfile /var/log/tcptune.log   # log lines appended to a file
@@ -37,6 +41,10 @@ Examples:
   tcptune serve --metrics 127.0.0.1:9310         # Prometheus metrics on /metrics
 
 Everything (control and data connections) arrives on the one port: one firewall rule.
+A writable --root without --secret-file on an address other hosts reach is refused (exit 2):
+give a secret, listen on loopback (-B 127.0.0.1), add --read-only, or --allow-anonymous-writes.
+Every start says its posture in one line (with --json: a `start` record with the limits):
+the listening address, auth (shared secret or none), the share (writable, read-only, none).
 What the server measures of each client's path (its own TCP_INFO of the data streams) goes
 into its path database, bounded per client address and in all, at most a few writes a
 minute per address; `tcptune advise` asks the server for it.
@@ -44,7 +52,8 @@ Refusals are counted by kind; the first of each kind from each address is logged
 in a summary line every 10 s. Every log line starts with the time (UTC, RFC 3339).
 
 Exit status: 0 success (with -1: the session succeeded), 1 failure (with -1: the session
-failed), 2 usage (a bad option, an unreadable --secret-file or --logfile), 5 environment (the
+failed), 2 usage (a bad option, an unreadable or short --secret-file, an unreadable --logfile,
+a writable --root open to other hosts), 5 environment (the
 port is in use, or the address is not this host's).")]
 pub(crate) struct Opts {
     /// Address to listen on (default: every IPv6 and IPv4 address, on one socket).
@@ -107,6 +116,11 @@ pub(crate) struct Opts {
     /// Refuse every copy to this server (clients may still copy from it).
     #[arg(long, requires = "root")]
     read_only: bool,
+    /// Serve a writable --root without --secret-file on addresses other hosts reach: anyone
+    /// who reaches the port may then write and overwrite files in it. Without this flag
+    /// such a server refuses to start (loopback only, -B 127.0.0.1, needs neither).
+    #[arg(long)]
+    allow_anonymous_writes: bool,
     /// Most files and directories in one copy (each costs the server some memory).
     #[arg(long, value_name = "N", default_value_t = server::DEFAULT_MAX_FILES)]
     max_files: u64,
@@ -552,6 +566,27 @@ fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
     }
 }
 
+/// The address `opts` asks to listen on (before binding it).
+fn intended_addr(opts: &Opts) -> SocketAddr {
+    let ip = match (opts.bind, opts.ipv4) {
+        (Some(ip), _) => ip,
+        (None, true) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        (None, false) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    SocketAddr::new(ip, opts.port)
+}
+
+/// The IP versions the bound socket `local` accepts.
+fn ip_versions(opts: &Opts, local: &SocketAddr) -> &'static [&'static str] {
+    let dual = opts.bind.is_none() && !opts.ipv6 && local.ip() == Ipv6Addr::UNSPECIFIED;
+    match local {
+        SocketAddr::V6(_) if dual => &["ipv6", "ipv4"],
+        SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some() => &["ipv4"],
+        SocketAddr::V6(_) => &["ipv6"],
+        SocketAddr::V4(_) => &["ipv4"],
+    }
+}
+
 /// Run `tcptune serve`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let mut cfg = ServerConfig::default();
@@ -580,12 +615,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         cfg.memory_budget = Some(b.0);
     }
     if let Some(path) = &opts.secret_file {
-        let secret = Secret::from_file(path).map_err(|e| {
-            exit::msg(
-                exit::USAGE,
-                format!("--secret-file: {e}: write the secret (any text) into the file first"),
-            )
-        })?;
+        let secret = super::secret::load(
+            path,
+            &format!("make one with `{}`", super::secret::MAKE_ONE),
+        )?;
         cfg.secret = Some(secret);
     }
     if let Some(root) = &opts.root {
@@ -601,6 +634,15 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         share.max_file_size = opts.max_file_size.0;
         share.max_manifest_bytes = opts.max_manifest.0;
         cfg.files = Some(share);
+    }
+    if let Some(why) = posture::refusal(
+        intended_addr(&opts),
+        opts.root.as_deref(),
+        opts.read_only,
+        cfg.secret.is_some(),
+        opts.allow_anonymous_writes,
+    ) {
+        return Err(exit::msg(exit::USAGE, why));
     }
     let sink = match &opts.logfile {
         Some(path) => {
@@ -665,7 +707,17 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), opts.port));
     let stamp = |text: &str| sink.line(&format!("{} {text}", now_rfc3339()));
-    if !json {
+    let posture = posture::Posture {
+        listen: local,
+        ip_versions: ip_versions(&opts, &local),
+        cfg: &cfg,
+    };
+    if json {
+        let record = posture.record(now_rfc3339(), cfg.path_db.as_deref());
+        if let Ok(s) = serde_json::to_string(&record) {
+            sink.line(&s);
+        }
+    } else {
         let family = match (opts.bind, opts.ipv4, opts.ipv6) {
             (Some(_), _, _) => "",
             (None, true, _) => " (IPv4 only)",
@@ -677,6 +729,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         if let Some(n) = &note {
             stamp(&format!("note: {n}"));
         }
+        stamp(&posture.line());
         stamp(&format!("limits: {}", server::describe_limits(&cfg)));
         stamp(&match &cfg.path_db {
             Some(p) => format!(
