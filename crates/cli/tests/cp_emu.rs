@@ -54,6 +54,18 @@ impl Path2 {
         Path2(name)
     }
 
+    /// The shared secret of the server in side b and its clients: the server is writable
+    /// and listens on every address, which needs one.
+    fn secret(&self) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("tcptune-{}.secret", self.0));
+        if !p.exists() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(&p, format!("{}\n", "c0".repeat(32))).expect("write the secret");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        }
+        p
+    }
+
     fn side(&self, side: char, program: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &format!("tt-{}-{side}", self.0), program]);
@@ -64,6 +76,8 @@ impl Path2 {
 impl Drop for Path2 {
     fn drop(&mut self) {
         let _ = Command::new(BIN).args(["emu", "down", &self.0]).output();
+        let _ =
+            std::fs::remove_file(std::env::temp_dir().join(format!("tcptune-{}.secret", self.0)));
     }
 }
 
@@ -85,6 +99,8 @@ fn serve(p: &Path2, root: &Path) -> ChildGuard {
             .arg("serve")
             .arg("--root")
             .arg(root)
+            .arg("--secret-file")
+            .arg(p.secret())
             .stdout(Stdio::null()),
     );
     // Wait until side a reaches it.
@@ -106,7 +122,8 @@ fn serve(p: &Path2, root: &Path) -> ChildGuard {
 
 fn cp(p: &Path2) -> Command {
     let mut c = p.side('a', BIN);
-    c.args(["cp", "--no-progress", "--no-path-db"]);
+    c.args(["cp", "--no-progress", "--no-path-db", "--secret-file"]);
+    c.arg(p.secret());
     c
 }
 

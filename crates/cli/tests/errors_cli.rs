@@ -257,9 +257,12 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
         3,
         &["refused", "nothing listens", "tcptune serve"],
     );
-    let s = Server::start(&["--secret-file", "/etc/hostname"]);
+    // Secrets of at least 128 bits, readable by their owner only (else a warning line).
+    let right = std::env::temp_dir().join(format!("tcptune-right-{}", std::process::id()));
+    private_file(&right, &"5e".repeat(32));
+    let s = Server::start(&["--secret-file", right.to_str().unwrap_or_default()]);
     let wrong = std::env::temp_dir().join(format!("tcptune-wrong-{}", std::process::id()));
-    std::fs::write(&wrong, "not the secret").expect("write");
+    private_file(&wrong, "not the server's secret, but long enough");
     fails(
         &[
             "send",
@@ -295,6 +298,14 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
         stderr(&o)
     );
     let _ = std::fs::remove_file(&wrong);
+    let _ = std::fs::remove_file(&right);
+}
+
+/// Write `text` into a file only its owner may read (a secret file).
+fn private_file(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
 }
 
 #[test]

@@ -323,6 +323,15 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
             &serde_json::from_str(line).expect("a JSON line"),
         );
     }
+    // The first line is the start record: the posture and the limits.
+    let start: Value = serde_json::from_str(log.lines().next().unwrap_or_default()).expect("JSON");
+    assert_eq!(start["event"], "start", "{start}");
+    assert_eq!(start["listen"][0], format!("127.0.0.1:{port}"), "{start}");
+    assert_eq!(start["loopback_only"], true, "{start}");
+    assert_eq!(start["auth"], "none", "{start}");
+    assert_eq!(start["share"], "none", "{start}");
+    assert_eq!(start["open"], false, "{start}");
+    assert_eq!(start["limits"]["max_sessions"], 16, "{start}");
 }
 
 #[test]
@@ -477,6 +486,13 @@ fn cp_reports_and_failures_match_their_schemas() {
         let v: Value = serde_json::from_str(line).expect("a log line");
         assert_valid("serve-log", &v);
     }
+    // Writable and anonymous on loopback: open to this host, and the record says so.
+    let start: Value = serde_json::from_str(log.lines().next().unwrap_or_default()).expect("JSON");
+    assert_eq!(start["event"], "start", "{start}");
+    assert_eq!(start["share"], "writable", "{start}");
+    assert_eq!(start["root"], share.to_str().expect("utf8"), "{start}");
+    assert_eq!(start["open"], true, "{start}");
+    assert_eq!(start["limits"]["max_files"], 250_000, "{start}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -201,8 +201,15 @@ fn secret_file_guards_the_server() {
     std::fs::create_dir_all(&dir).expect("dir");
     let good = dir.join("good");
     let bad = dir.join("bad");
-    std::fs::write(&good, "s3cret\n").expect("write");
-    std::fs::write(&bad, "guess\n").expect("write");
+    // 128 bits or more each (shorter ones are refused before any connection).
+    for (path, text) in [
+        (&good, "6b".repeat(32)),
+        (&bad, "a guess of the secret, long enough".into()),
+    ] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, format!("{text}\n")).expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
     let s = Server::start(&["--secret-file", good.to_str().expect("utf-8")]);
     let o = s.send(&["--tune", "kernel", "-n", "2"]);
     assert_eq!(
