@@ -188,9 +188,12 @@ cp_part() {
     for i in $(seq 1 500); do head -c $((256 << 10)) /dev/urandom >"$shm/src/tree/f$i"; done
     cp "$shm/src/big" "$shm/old/pull"
     cp "$shm/src/big" "$shm/new/pull"
-    ip netns exec "$b" "$OLD" serve --no-path-db --root "$shm/old" --port 5311 >/dev/null 2>&1 &
+    # Both servers are anonymous and writable in the emulated side b, as before: a binary that
+    # refuses that without a secret (issue 21) is told --allow-anonymous-writes.
+    open_flag() { "$1" serve --help | grep -- --allow-anonymous-writes >/dev/null && echo --allow-anonymous-writes || true; }
+    ip netns exec "$b" "$OLD" serve --no-path-db --root "$shm/old" --port 5311 $(open_flag "$OLD") >/dev/null 2>&1 &
     CP_PIDS+=($!)
-    ip netns exec "$b" "$NEW" serve --no-path-db --root "$shm/new" --port 5312 >/dev/null 2>&1 &
+    ip netns exec "$b" "$NEW" serve --no-path-db --root "$shm/new" --port 5312 $(open_flag "$NEW") >/dev/null 2>&1 &
     CP_PIDS+=($!)
     sleep 1
     # timed CASE TOOL OPTIONS CMD...: one line of the TSV; the command runs in side a.

@@ -57,7 +57,8 @@ up() {
     mkdir -p "$shm/srv"
     # The GridFTP server writes as nobody: the way down to the shared folder must be open.
     chmod 755 "$shm" "$shm/srv"
-    ip netns exec "$B" "$TCPTUNE" serve --force-buffers --no-path-db --root "$shm/srv" \
+    # Anonymous and writable, as the GridFTP server beside it (-aa): only side a reaches it.
+    ip netns exec "$B" "$TCPTUNE" serve --force-buffers --no-path-db --root "$shm/srv" --allow-anonymous-writes \
         >/dev/null 2>&1 &
     sleep 0.5
 }
