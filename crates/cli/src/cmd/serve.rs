@@ -30,8 +30,8 @@ use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 Examples:
   tcptune serve                                  # port 5310, IPv6 and IPv4 on one socket
   tcptune serve -4                               # IPv4 only (0.0.0.0)
+  umask 077; tcptune secret new > /etc/tcptune.secret   # make a secret; clients get a copy
   tcptune serve --bind 10.0.0.2 --secret-file /etc/tcptune.secret
-  umask 077; tcptune secret new > /etc/tcptune.secret   # make the secret; clients get a copy
   tcptune serve --root /srv/data --secret-file /etc/tcptune.secret   # share files
   tcptune serve --root /srv/data --read-only     # share files for anyone to read
   tcptune serve -1 --json                        # one session, log as JSON lines
@@ -53,8 +53,8 @@ in a summary line every 10 s. Every log line starts with the time (UTC, RFC 3339
 
 Exit status: 0 success (with -1: the session succeeded), 1 failure (with -1: the session
 failed), 2 usage (a bad option, an unreadable or short --secret-file, an unreadable --logfile,
-a writable --root open to other hosts), 5 environment (the
-port is in use, or the address is not this host's).")]
+a writable --root open to other hosts), 5 environment (the port is in use, or the address is
+not this host's).")]
 pub(crate) struct Opts {
     /// Address to listen on (default: every IPv6 and IPv4 address, on one socket).
     #[arg(short = 'B', long, value_name = "ADDR", conflicts_with_all = ["ipv4", "ipv6"])]
@@ -102,7 +102,9 @@ pub(crate) struct Opts {
     /// End a session with no control message and no data for this long.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = args::duration(ms(10), secs(86_400)))]
     idle_timeout: Duration,
-    /// Require clients to know the secret in this file (HMAC-SHA256 challenge-response).
+    /// Require clients to know the secret in this file (HMAC-SHA256 challenge-response): at
+    /// least 128 bits (see `tcptune secret --help`), made with
+    /// `umask 077; tcptune secret new > FILE`.
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
