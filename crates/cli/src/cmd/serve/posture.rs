@@ -88,7 +88,7 @@ impl Posture<'_> {
             None => "none (any client)",
         };
         let share = match &self.cfg.files {
-            None => "none (copies refused)".to_string(),
+            None => "none (no --root)".to_string(),
             Some(f) if f.read_only => format!("read-only {}", f.root.display()),
             Some(f) => format!("writable {}", f.root.display()),
         };
