@@ -162,7 +162,13 @@ fn random_trees_round_trip_both_ways() {
         random_tree(&src, seed);
         let o = cp(
             port,
-            &["-r", "-P", "3", src.to_str().expect("utf8"), "tcptune://127.0.0.1/"],
+            &[
+                "-r",
+                "-P",
+                "3",
+                src.to_str().expect("utf8"),
+                "tcptune://127.0.0.1/",
+            ],
         );
         ok(&o);
         diff(&src, &share.join(format!("src{seed}")));
@@ -213,7 +219,12 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
             6,
             "no such file",
         ),
-        (port, vec!["tcptune://127.0.0.1/nope", fs], 6, "no such file"),
+        (
+            port,
+            vec!["tcptune://127.0.0.1/nope", fs],
+            6,
+            "no such file",
+        ),
         (
             port,
             vec![fs, "tcptune://127.0.0.1/../out"],
@@ -228,7 +239,12 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
         ),
         (ro_port, vec![fs, "tcptune://127.0.0.1/"], 7, "read-only"),
         (port, vec!["tcptune://127.0.0.1/dir", fs], 2, "use -r"),
-        (port, vec![fs, fs2, "tcptune://127.0.0.1/f"], 2, "not a directory"),
+        (
+            port,
+            vec![fs, fs2, "tcptune://127.0.0.1/f"],
+            2,
+            "not a directory",
+        ),
         (port, vec![fs, fs], 2, "remote"),
         (free_port(), vec![fs, "tcptune://127.0.0.1/"], 3, "refused"),
     ];
@@ -249,7 +265,10 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
     // Reading a read-only share works.
     let o = cp(
         ro_port,
-        &["tcptune://127.0.0.1/f", t.0.join("got").to_str().expect("utf8")],
+        &[
+            "tcptune://127.0.0.1/f",
+            t.0.join("got").to_str().expect("utf8"),
+        ],
     );
     ok(&o);
     assert_eq!(std::fs::read(t.0.join("got")).expect("read"), b"x");
