@@ -358,7 +358,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             cfg.secret = Some(f.secret.clone());
             Some(f)
         }
-        None => None,
+        None => {
+            opts.remote.only_over_ssh("HOST (without --ssh)")?;
+            None
+        }
     };
     let result = advise(&cfg);
     // Over ssh, the far end exits with the session: wait for it (or end it) now.

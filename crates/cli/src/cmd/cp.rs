@@ -301,6 +301,7 @@ impl Opts {
         };
         let (mut c, started) = match &far {
             Far::Server { host, port } => {
+                self.ssh.only_over_ssh("a tcptune:// URL")?;
                 let mut c = ClientConfig::new(host.clone());
                 c.port = port.unwrap_or(self.port);
                 c.secret = secret;

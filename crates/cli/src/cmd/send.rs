@@ -293,7 +293,10 @@ impl Opts {
                 c.secret = Some(f.secret.clone());
                 Some(f)
             }
-            None => None,
+            None => {
+                self.remote.only_over_ssh("HOST (without --ssh)")?;
+                None
+            }
         };
         let (host, port) = (c.server.clone(), c.port);
         Ok(Plan {

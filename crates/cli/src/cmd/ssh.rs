@@ -26,6 +26,20 @@ pub(crate) struct SshOpts {
     pub(crate) port_range: Option<PortRange>,
 }
 
+impl SshOpts {
+    /// Refuse these options where nothing is started over ssh (`what` says what the user
+    /// named instead).
+    pub(crate) fn only_over_ssh(&self, what: &str) -> anyhow::Result<()> {
+        if self.rsh.is_some() || self.remote_tcptune.is_some() || self.port_range.is_some() {
+            return Err(exit::msg(
+                exit::USAGE,
+                format!("-e/--rsh, --remote-tcptune and --port-range start a far end over ssh: {what} reaches a running server, where they do nothing"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The far end, started: where its data port is, the session's key, and the process.
 pub(crate) struct Far {
     /// The host to connect to (the far end's address, or the ssh host).

@@ -950,3 +950,19 @@ impl Driver {
         p.engine.add_stream(self.now, index, stream, driver)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dest_base;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_push_to_slash_lands_at_the_root_only_when_unconfined() {
+        assert_eq!(dest_base("/", false), PathBuf::from("/"));
+        assert_eq!(dest_base("//", false), PathBuf::from("/"));
+        assert_eq!(dest_base("/", true), PathBuf::new());
+        assert_eq!(dest_base("", false), PathBuf::new());
+        assert_eq!(dest_base("/data/", false), PathBuf::from("/data"));
+        assert_eq!(dest_base("isos/", true), PathBuf::from("isos"));
+    }
+}
