@@ -193,7 +193,7 @@ cp_files() {
         sshd_server
         local warm="$out/cpwarm$rtt.sqlite"
         mkdir -p "$dst"; chmod 777 "$dst"
-        timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "$PEER:dst/big"
+        timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "tcptune://$PEER/dst/big"
         for rep in $(seq 1 "$REPS"); do
             for what in $whats; do
                 local runs=(new known g1 g4 g8 scp rsync)
@@ -205,8 +205,8 @@ cp_files() {
                     if [ "$what" = file ]; then s="$src/big"; else s="$src/tree"; fi
                     case $r in
                         new) rm -f "$out/cpnew.sqlite"*
-                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "$PEER:dst/" ;;
-                        known) timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "$PEER:dst/" ;;
+                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "tcptune://$PEER/dst/" ;;
+                        known) timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "tcptune://$PEER/dst/" ;;
                         g*) if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
                             else

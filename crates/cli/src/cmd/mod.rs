@@ -10,4 +10,5 @@ pub(crate) mod paths;
 pub(crate) mod secret;
 pub(crate) mod send;
 pub(crate) mod serve;
+pub(crate) mod ssh;
 pub(crate) mod watch;

@@ -186,15 +186,34 @@ fn endpoint_config(config: &ServerConfig, nofile: u64) -> EndpointConfig {
     }
 }
 
+/// Where a pushed copy lands, beneath the share: the destination without trailing `/`s
+/// (empty: the share's top). Unconfined (`serve --stdio`), `/` is the file system's root,
+/// not the home directory.
+fn dest_base(dest: &str, confined: bool) -> PathBuf {
+    let trimmed = dest.trim_end_matches('/');
+    if trimmed.is_empty() && !confined && dest.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        PathBuf::from(trimmed)
+    }
+}
+
 /// The shared directory (`--root`), if the server shares one.
 fn open_share(config: &ServerConfig) -> Result<Option<Arc<Dir>>, ServerError> {
     match &config.files {
-        Some(f) => Ok(Some(Arc::new(Dir::open(&f.root).map_err(|e| {
-            ServerError::Io {
-                op: "open the shared directory (--root)",
-                source: e.source,
-            }
-        })?))),
+        Some(f) => {
+            let open = if f.confined {
+                Dir::open
+            } else {
+                Dir::open_unconfined
+            };
+            Ok(Some(Arc::new(open(&f.root).map_err(|e| {
+                ServerError::Io {
+                    op: "open the shared directory (--root)",
+                    source: e.source,
+                }
+            })?)))
+        }
         None => Ok(None),
     }
 }
@@ -890,7 +909,7 @@ impl Driver {
                 Spec::Recv {
                     dest: DestSpec {
                         root,
-                        base: PathBuf::from(dest.trim_end_matches('/')),
+                        base: dest_base(&dest, share.confined),
                         shown: crate::server::escape(&dest, 200),
                         must_be_dir: dest.ends_with('/') && dest.len() > 1,
                         expect_tops: None,
@@ -929,5 +948,21 @@ impl Driver {
         )
         .map_err(io::Error::other)?;
         p.engine.add_stream(self.now, index, stream, driver)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dest_base;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_push_to_slash_lands_at_the_root_only_when_unconfined() {
+        assert_eq!(dest_base("/", false), PathBuf::from("/"));
+        assert_eq!(dest_base("//", false), PathBuf::from("/"));
+        assert_eq!(dest_base("/", true), PathBuf::new());
+        assert_eq!(dest_base("", false), PathBuf::new());
+        assert_eq!(dest_base("/data/", false), PathBuf::from("/data"));
+        assert_eq!(dest_base("isos/", true), PathBuf::from("isos"));
     }
 }
