@@ -65,6 +65,7 @@ pub mod auth;
 pub mod client;
 mod engine;
 pub mod files;
+mod keys;
 pub mod pathdb;
 mod pattern;
 mod phase;
