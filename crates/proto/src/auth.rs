@@ -2,10 +2,11 @@
 //! usual case.
 //!
 //! * **Proof in `Hello`** ([`Secret::prove`]): the client sends a fresh random 32-byte nonce,
-//!   its clock (Unix seconds) and `HMAC-SHA256(secret, "tcptune-auth-v2" || nonce || time ||
-//!   token)`. The server accepts it when the MAC verifies (constant time), the time is within
+//!   its clock (Unix seconds) and `HMAC-SHA256(secret, "tcptune-auth-v3" || nonce || time ||
+//!   token || key share)`, the key share being its X25519 public key (see [`crate::keys`]). The server accepts it when the MAC verifies (constant time), the time is within
 //!   [`CLOCK_SKEW`] of its own clock and the nonce was not seen within that window (a bounded
-//!   replay cache). The token is covered, so a captured proof cannot open another session.
+//!   replay cache). The token is covered, so a captured proof cannot open another session; the key share
+//!   is covered, so a man in the middle cannot swap it under a proof.
 //! * **Challenge** ([`Secret::answer`]): when the clocks disagree or the nonce cannot be
 //!   checked, the server sends a random challenge and the client answers with
 //!   `HMAC-SHA256(secret, "tcptune-challenge-v2" || challenge || token)`: one round trip more.
@@ -17,7 +18,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-const PROOF_CONTEXT: &[u8] = b"tcptune-auth-v2";
+const PROOF_CONTEXT: &[u8] = b"tcptune-auth-v3";
 const CHALLENGE_CONTEXT: &[u8] = b"tcptune-challenge-v2";
 
 /// How far the client's clock may be from the server's for a proof without a challenge.
@@ -98,12 +99,31 @@ impl Secret {
         m
     }
 
-    /// The proof a client sends in `Hello` for `token`, with its `nonce` and clock.
-    pub fn prove(&self, nonce: &[u8; 32], time_unix_s: u64, token: &[u8; 16]) -> [u8; 32] {
-        self.mac(&[PROOF_CONTEXT, nonce, &time_unix_s.to_be_bytes(), token])
-            .finalize()
-            .into_bytes()
-            .into()
+    /// SHA-256 of the secret: what the session keys take of it (see [`crate::keys`]).
+    pub fn digest(&self) -> [u8; 32] {
+        use sha2::Digest;
+        Sha256::digest(&self.0).into()
+    }
+
+    /// The proof a client sends in `Hello` for `token` and its `key_share`, with its `nonce`
+    /// and clock.
+    pub fn prove(
+        &self,
+        nonce: &[u8; 32],
+        time_unix_s: u64,
+        token: &[u8; 16],
+        key_share: &[u8; 32],
+    ) -> [u8; 32] {
+        self.mac(&[
+            PROOF_CONTEXT,
+            nonce,
+            &time_unix_s.to_be_bytes(),
+            token,
+            key_share,
+        ])
+        .finalize()
+        .into_bytes()
+        .into()
     }
 
     /// Whether `mac` is the right proof (constant time). Freshness (clock, replay) is the
@@ -113,11 +133,18 @@ impl Secret {
         nonce: &[u8; 32],
         time_unix_s: u64,
         token: &[u8; 16],
+        key_share: &[u8; 32],
         mac: &[u8],
     ) -> bool {
-        self.mac(&[PROOF_CONTEXT, nonce, &time_unix_s.to_be_bytes(), token])
-            .verify_slice(mac)
-            .is_ok()
+        self.mac(&[
+            PROOF_CONTEXT,
+            nonce,
+            &time_unix_s.to_be_bytes(),
+            token,
+            key_share,
+        ])
+        .verify_slice(mac)
+        .is_ok()
     }
 
     /// The answer to a server's `challenge` for `token`.
@@ -144,20 +171,25 @@ mod tests {
     fn right_secret_verifies_and_wrong_one_does_not() {
         let s = Secret::from_bytes(b"hunter2\n").expect("secret");
         let (n, t) = ([1u8; 32], [5u8; 16]);
-        let p = s.prove(&n, 1000, &t);
-        assert!(s.verify_proof(&n, 1000, &t, &p));
-        assert!(!s.verify_proof(&n, 1001, &t, &p), "bound to the time");
+        let k = [3u8; 32];
+        let p = s.prove(&n, 1000, &t, &k);
+        assert!(s.verify_proof(&n, 1000, &t, &k, &p));
+        assert!(!s.verify_proof(&n, 1001, &t, &k, &p), "bound to the time");
         assert!(
-            !s.verify_proof(&n, 1000, &[6u8; 16], &p),
+            !s.verify_proof(&n, 1000, &[6u8; 16], &k, &p),
             "bound to the token"
         );
         assert!(
-            !s.verify_proof(&[2u8; 32], 1000, &t, &p),
+            !s.verify_proof(&[2u8; 32], 1000, &t, &k, &p),
             "bound to the nonce"
         );
+        assert!(
+            !s.verify_proof(&n, 1000, &t, &[4u8; 32], &p),
+            "bound to the key share"
+        );
         let other = Secret::from_bytes(b"hunter3").expect("secret");
-        assert!(!other.verify_proof(&n, 1000, &t, &p));
-        assert!(!s.verify_proof(&n, 1000, &t, &p[..31]));
+        assert!(!other.verify_proof(&n, 1000, &t, &k, &p));
+        assert!(!s.verify_proof(&n, 1000, &t, &k, &p[..31]));
         let a = s.answer(&n, &t);
         assert!(s.verify_answer(&n, &t, &a));
         assert!(!s.verify_answer(&[2u8; 32], &t, &a));

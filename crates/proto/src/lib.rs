@@ -24,6 +24,7 @@ pub mod auth;
 pub mod copy;
 pub mod events;
 pub mod files;
+pub mod keys;
 #[cfg(test)]
 mod pair;
 pub mod result;

@@ -25,10 +25,11 @@ mod seeded;
 
 use crate::auth::Secret;
 use crate::events::ServerEvent;
+use crate::keys::{test_kx, SessionKeys};
 use crate::result::{SideResult, StreamSide};
 use crate::session::client::{
     ClientOutput, ClientPlan, ClientSession, Failure, Goal, InBand, Observe, PhaseOutcome,
-    PhaseRequest,
+    PhaseRequest, Violation,
 };
 use crate::session::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
 use crate::session::fuzz::Rng;
@@ -65,6 +66,9 @@ enum Ev {
         conn: ConnId,
         hello: [u8; DATA_HELLO_LEN],
     },
+    /// The client's connect of data connection `conn` (stream `stream` of phase `seq`)
+    /// returned: it sends its hello once the client has the session's keys.
+    Up { conn: ConnId, seq: u32, stream: u32 },
     /// The client's connect of stream `index` returned.
     Connected(u32),
     /// The client's stream `index` wrote its last byte and closed its side.
@@ -234,6 +238,12 @@ pub(crate) struct Pair {
     attached: BTreeSet<u32>,
     /// Connections from another host than the client's.
     foreign: BTreeSet<ConnId>,
+    /// The client's X25519 secret key, until the server's key share gives the keys.
+    client_kx: Option<x25519_dalek::StaticSecret>,
+    /// The client's session keys, once derived.
+    client_keys: Option<SessionKeys>,
+    /// Data connections that are up and wait for the keys to send their hello.
+    keyless: Vec<(ConnId, u32, u32)>,
     pub(crate) trace: Trace,
 }
 
@@ -369,6 +379,7 @@ impl Pair {
         let secret = cfg.secret.and_then(Secret::from_bytes);
         let p = params(cfg.streams);
         let per_stream = p.message_size * p.messages / u64::from(cfg.streams.max(1));
+        let (client_kx, key_share) = test_kx::pair(200);
         let plan = ClientPlan {
             params: p,
             token: Token([9; 16]),
@@ -376,6 +387,7 @@ impl Pair {
                 .client_secret
                 .and_then(Secret::from_bytes)
                 .map(|s| (s, [3; 32], cfg.client_unix_s)),
+            key_share,
             max_streams: 8,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
@@ -385,7 +397,13 @@ impl Pair {
         };
         // The control connection's handshake: one RTT before the first flight.
         let now = t0 + cfg.rtt;
-        let mut server = Endpoint::new(t0, endpoint_config(secret), host(), Box::new(|| [5; 32]));
+        let mut server = Endpoint::new(
+            t0,
+            endpoint_config(secret),
+            host(),
+            Box::new(|| [5; 32]),
+            Box::new(test_kx::Server(0)),
+        );
         server.on_accept(now + cfg.rtt / 2, CTRL, peer(1000));
         let mut client = ClientSession::new(now, plan);
         client.start_phase(
@@ -423,9 +441,57 @@ impl Pair {
             waiting_done: BTreeSet::new(),
             attached: BTreeSet::new(),
             foreign: BTreeSet::new(),
+            client_kx: Some(client_kx),
+            client_keys: None,
+            keyless: Vec::new(),
             trace: Trace::default(),
             cfg,
         }
+    }
+
+    /// As the client's driver does: once the server sent its key share, derive the keys
+    /// and send the hellos that waited for them (a key share that does not contribute
+    /// fails the client).
+    fn take_keys(&mut self) {
+        if self.client_keys.is_some() {
+            return;
+        }
+        let Some((server, secret)) = self.client.key_agreement() else {
+            return;
+        };
+        let secret = secret.cloned();
+        let Some(kx) = self.client_kx.take() else {
+            return;
+        };
+        let dh = test_kx::dh(&kx, &server);
+        let (_, client) = test_kx::pair(200);
+        match SessionKeys::derive(&dh, secret.as_ref(), &Token([9; 16]), &client, &server) {
+            Ok(k) => self.client_keys = Some(k),
+            Err(_) => {
+                self.trace.failures += 1;
+                self.trace
+                    .failure
+                    .get_or_insert(Failure::Protocol(Violation::WeakKeyShare));
+                if !self.cut {
+                    let at = self.ctrl_arrival(true);
+                    self.at(at, Ev::ServerSeesClose);
+                }
+                return;
+            }
+        }
+        for (conn, seq, stream) in std::mem::take(&mut self.keyless) {
+            self.send_hello(conn, seq, stream);
+        }
+    }
+
+    /// Data connection `conn` sends its hello (tagged with the client's keys).
+    fn send_hello(&mut self, conn: ConnId, seq: u32, stream: u32) {
+        let Some(keys) = &self.client_keys else {
+            return self.keyless.push((conn, seq, stream));
+        };
+        let hello = DataHello::sealed(keys, Token([9; 16]), seq, stream).encode();
+        let at = self.now + self.half();
+        self.at(at, Ev::Accept { conn, hello });
     }
 
     fn at(&mut self, when: Instant, ev: Ev) {
@@ -573,7 +639,10 @@ impl Pair {
                 loop {
                     match self.reader.take_frame() {
                         Ok(Some(f)) => match wire::decode::<ServerMsg>(&f) {
-                            Ok(m) => self.client.handle_msg(now, m),
+                            Ok(m) => {
+                                self.client.handle_msg(now, m);
+                                self.take_keys();
+                            }
                             Err(_) => self.client.handle_closed(now),
                         },
                         Ok(None) => break,
@@ -614,6 +683,7 @@ impl Pair {
                     rest = later;
                 }
             }
+            Ev::Up { conn, seq, stream } => self.send_hello(conn, seq, stream),
             Ev::Connected(i) => {
                 self.trace.first_data.get_or_insert(self.since());
                 self.client.handle_stream_open(now, i);
@@ -667,16 +737,15 @@ impl Pair {
                     for i in from..to {
                         let conn = self.next_conn;
                         self.next_conn += 1;
-                        let hello = DataHello {
-                            token: Token([9; 16]),
-                            seq,
-                            stream: i,
-                        }
-                        .encode();
                         let rtt = self.cfg.rtt;
                         let extra = self.data_extra();
                         self.at(now + rtt + extra, Ev::Connected(i));
-                        self.at(now + rtt + rtt / 2 + extra, Ev::Accept { conn, hello });
+                        let up = Ev::Up {
+                            conn,
+                            seq,
+                            stream: i,
+                        };
+                        self.at(now + rtt + extra, up);
                     }
                 }
                 ClientOutput::PhaseDone { outcome, .. } => {

@@ -67,6 +67,7 @@ pub mod auth;
 pub mod client;
 mod engine;
 pub mod files;
+mod keys;
 pub mod pathdb;
 mod pattern;
 mod phase;

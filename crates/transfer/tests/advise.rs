@@ -208,6 +208,7 @@ fn hello(t: u8) -> ClientMsg {
         version: "test".into(),
         token: Some(Token([t; 16])),
         auth: None,
+        key_share: Some(proto::to_hex(&[9; 32])),
     }
 }
 

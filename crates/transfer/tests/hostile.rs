@@ -4,16 +4,17 @@
 
 mod common;
 
-use common::TestServer;
+use common::{RawKeys, TestServer};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use tcptune_core::{PathHint, TuneMode};
+use tcptune_proto::keys::SessionKeys;
 use tcptune_transfer::client::{run, ClientError};
 use tcptune_transfer::proto::{
-    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
+    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token,
 };
-use tcptune_transfer::server::ServerConfig;
+use tcptune_transfer::server::{ServerConfig, ServerEvent};
 
 /// xorshift64*: deterministic "random" bytes for the attacks.
 fn noise(seed: u64, n: usize) -> Vec<u8> {
@@ -29,12 +30,7 @@ fn noise(seed: u64, n: usize) -> Vec<u8> {
 }
 
 fn hello(token: u8) -> ClientMsg {
-    ClientMsg::Hello {
-        protocol: PROTOCOL_VERSION,
-        version: "test".into(),
-        token: Some(Token([token; 16])),
-        auth: None,
-    }
+    RawKeys::new(token).hello(token, "test")
 }
 
 fn params() -> TestParams {
@@ -113,6 +109,7 @@ fn attack(addr: SocketAddr, kind: usize, seed: u64) -> Option<ServerMsg> {
                     version: "x".into(),
                     token: None,
                     auth: None,
+                    key_share: None,
                 },
             )
             .ok()?;
@@ -331,11 +328,12 @@ fn strangers_on_the_port_do_not_end_a_session() {
             token: Token([0xee; 16]),
             seq: 0,
             stream: 0,
+            tag: [0; 16],
         }
         .encode(),
     );
     let mut garbage = TcpStream::connect(server.addr).expect("stranger");
-    let _ = garbage.write_all(b"tcptune\x02 but not a hello at all.....");
+    let _ = garbage.write_all(b"tcptune\x03 but not a hello at all, nor its tag.....");
     let mut c = server.client();
     c.tune = TuneMode::Kernel;
     c.streams = 2;
@@ -344,8 +342,9 @@ fn strangers_on_the_port_do_not_end_a_session() {
     assert!(r.end.tcptune.complete);
 }
 
-/// Open a session by hand up to its main phase; returns the control connection.
-fn open_phase(addr: SocketAddr, token: u8) -> (TcpStream, FrameReader) {
+/// Open a session by hand up to its main phase; returns the control connection and the
+/// session's keys.
+fn open_phase(addr: SocketAddr, token: u8) -> (TcpStream, FrameReader, SessionKeys) {
     let mut s = TcpStream::connect(addr).expect("connect");
     let mut r = FrameReader::new(proto::MAX_SERVER_FRAME);
     proto::write_msg(&mut s, &hello(token)).expect("hello");
@@ -360,24 +359,15 @@ fn open_phase(addr: SocketAddr, token: u8) -> (TcpStream, FrameReader) {
         },
     )
     .expect("start");
-    assert!(matches!(
-        recv(&mut s, &mut r),
-        Some(ServerMsg::Accepted { .. })
-    ));
-    (s, r)
+    let accepted = recv(&mut s, &mut r).expect("an answer");
+    let keys = RawKeys::new(token).keys(&accepted, token);
+    (s, r, keys)
 }
 
-fn data(addr: SocketAddr, token: u8, stream: u32) -> TcpStream {
+fn data(addr: SocketAddr, keys: &SessionKeys, token: u8, stream: u32) -> TcpStream {
     let mut d = TcpStream::connect(addr).expect("data");
-    d.write_all(
-        &DataHello {
-            token: Token([token; 16]),
-            seq: 0,
-            stream,
-        }
-        .encode(),
-    )
-    .expect("hello");
+    d.write_all(&DataHello::sealed(keys, Token([token; 16]), 0, stream).encode())
+        .expect("hello");
     d
 }
 
@@ -387,8 +377,8 @@ fn a_client_vanishing_mid_transfer_frees_its_session_for_the_next() {
         max_sessions: 1,
         ..ServerConfig::default()
     });
-    let (ctrl, _r) = open_phase(server.addr, 5);
-    let mut d = data(server.addr, 5, 0);
+    let (ctrl, _r, keys) = open_phase(server.addr, 5);
+    let mut d = data(server.addr, &keys, 5, 0);
     d.write_all(&noise(3, 16)).expect("data");
     drop(d);
     drop(ctrl);
@@ -415,8 +405,8 @@ fn a_client_vanishing_mid_transfer_frees_its_session_for_the_next() {
 #[test]
 fn a_sender_of_garbage_data_is_told_it_failed_integrity() {
     let server = TestServer::start(ServerConfig::default());
-    let (mut ctrl, mut r) = open_phase(server.addr, 6);
-    let mut d = data(server.addr, 6, 0);
+    let (mut ctrl, mut r, keys) = open_phase(server.addr, 6);
+    let mut d = data(server.addr, &keys, 6, 0);
     let _ = d.write_all(&noise(11, 4096));
     match recv(&mut ctrl, &mut r) {
         Some(ServerMsg::Abort { integrity, reason }) => {
@@ -486,4 +476,111 @@ fn absurd_probe_lengths_and_hints_end_only_that_session() {
     c.tune = TuneMode::Kernel;
     c.messages = 2;
     assert!(run(&c, None).expect("still serving").end.tcptune.complete);
+}
+
+/// A man on the path: forwards every connection to `to` and hands out the token of each
+/// control connection's `Hello`, which crosses the network in clear.
+fn tap(to: SocketAddr) -> (SocketAddr, std::sync::mpsc::Receiver<Token>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the tap");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let Ok(mut s) = TcpStream::connect(to) else {
+                return;
+            };
+            let (mut c2, mut s2) = match (c.try_clone(), s.try_clone()) {
+                (Ok(a), Ok(b)) => (a, b),
+                _ => return,
+            };
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                // A control connection starts with a frame: read its Hello as it passes.
+                let mut len = [0u8; 4];
+                if c.read_exact(&mut len).is_err() || s.write_all(&len).is_err() {
+                    return;
+                }
+                if len[0] == 0 {
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if c.read_exact(&mut body).is_err() || s.write_all(&body).is_err() {
+                        return;
+                    }
+                    if let Ok(ClientMsg::Hello { token: Some(t), .. }) = proto::decode(&body) {
+                        let _ = tx.send(t);
+                    }
+                }
+                let _ = std::io::copy(&mut c, &mut s);
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn a_stream_with_a_stolen_token_but_no_key_is_refused_and_the_transfer_completes() {
+    let refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = refused.clone();
+    let server = TestServer::start(ServerConfig {
+        log: Some(std::sync::Arc::new(move |ev: &ServerEvent| {
+            if let ServerEvent::Refused { kind, reason, .. } = ev {
+                if let Ok(mut v) = seen.lock() {
+                    v.push(format!("{kind}: {reason}"));
+                }
+            }
+        })),
+        ..ServerConfig::default()
+    });
+    let (tapped, tokens) = tap(server.addr);
+    let mut c = tcptune_transfer::client::ClientConfig::new(tapped.to_string());
+    c.tune = TuneMode::Kernel;
+    c.streams = 2;
+    c.messages = 64;
+    let client = std::thread::spawn(move || run(&c, None));
+    let token = tokens
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the tap saw the hello");
+    // The thief, on the client's host (behind the same NAT), opens streams into the
+    // session with the stolen token and a tag it had to guess, and feeds them data.
+    let thieves: Vec<TcpStream> = (0..2)
+        .map(|stream| {
+            let mut d = TcpStream::connect(server.addr).expect("thief connects");
+            let hello = DataHello {
+                token,
+                seq: 0,
+                stream,
+                tag: [0; 16],
+            };
+            let _ = d.write_all(&hello.encode());
+            let _ = d.write_all(&noise(u64::from(stream) + 5, 4096));
+            d
+        })
+        .collect();
+    let r = client
+        .join()
+        .expect("client thread")
+        .expect("the real transfer completes");
+    assert!(r.end.tcptune.complete);
+    assert_eq!(r.end.sum_received.bytes, 64 << 20);
+    // The thief's connections were closed by the server.
+    for mut d in thieves {
+        d.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut b = [0u8; 16];
+        assert!(
+            matches!(d.read(&mut b), Ok(0) | Err(_)),
+            "a thief's stream is still open"
+        );
+    }
+    let lines = refused.lock().map(|v| v.clone()).unwrap_or_default();
+    assert!(
+        lines.iter().any(|l| l.starts_with("data_key:")),
+        "{lines:?}"
+    );
+    server.stop();
 }

@@ -11,17 +11,21 @@
 
 mod common;
 
-use common::TestServer;
+use common::{RawKeys, TestServer};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tcptune_core::{PathHint, TuneMode};
+use tcptune_proto::copy::digest::block_cv;
+use tcptune_proto::copy::wire::{Header, Tag, ToSender, Trailer};
+use tcptune_proto::files::BLOCK_SIZE;
+use tcptune_proto::keys::{BlockKey, SessionKeys};
 use tcptune_transfer::client::copy::{copy, CopyConfig, Direction};
 use tcptune_transfer::files::{FileJob, DEFAULT_MAX_MANIFEST_BYTES};
 use tcptune_transfer::proto::{
-    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
+    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token,
 };
 use tcptune_transfer::server::{FileShare, ServerConfig};
 
@@ -121,6 +125,8 @@ struct Raw {
     ctrl: TcpStream,
     reader: FrameReader,
     data: TcpStream,
+    /// The session's keys (its blocks are tagged with them).
+    keys: SessionKeys,
 }
 
 impl Raw {
@@ -141,13 +147,9 @@ impl Raw {
             corrupt_message: None,
             files: Some(job),
         };
+        let kx = RawKeys::new(token);
         let msgs = [
-            ClientMsg::Hello {
-                protocol: PROTOCOL_VERSION,
-                version: "hostile".into(),
-                token: Some(Token([token; 16])),
-                auth: None,
-            },
+            kx.hello(token, "hostile"),
             ClientMsg::Setup { params },
             ClientMsg::StartPhase {
                 seq: 0,
@@ -160,18 +162,19 @@ impl Raw {
             proto::write_msg(&mut ctrl, m).expect("control message");
         }
         let mut reader = FrameReader::new(proto::MAX_SERVER_FRAME);
-        match next(&mut ctrl, &mut reader, Duration::from_secs(10)) {
-            Some(ServerMsg::Accepted { .. }) => {}
+        let keys = match next(&mut ctrl, &mut reader, Duration::from_secs(10)) {
+            Some(m @ ServerMsg::Accepted { .. }) => kx.keys(&m, token),
             other => panic!("expected the session to be accepted, got {other:?}"),
-        }
-        let mut data = connect_from(from, addr);
-        let hello = DataHello {
-            token: Token([token; 16]),
-            seq: 0,
-            stream: 0,
         };
+        let mut data = connect_from(from, addr);
+        let hello = DataHello::sealed(&keys, Token([token; 16]), 0, 0);
         data.write_all(&hello.encode()).expect("data hello");
-        Raw { ctrl, reader, data }
+        Raw {
+            ctrl,
+            reader,
+            data,
+            keys,
+        }
     }
 
     /// A JSON record of the sender (the 24-byte header, then the body).
@@ -439,5 +442,86 @@ fn a_file_listed_many_times_is_refused_before_it_is_hashed_even_once() {
     assert!(line.contains("'d/big' twice"), "{line}");
     // The share's file is untouched (not rewritten, its mode not changed).
     assert_eq!(std::fs::read(&big).expect("read").len(), 8 << 20);
+    server.stop();
+}
+
+impl Raw {
+    /// The receiver's next frame on the data stream (keep-alives skipped).
+    fn answer(&mut self) -> ToSender {
+        self.data
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        loop {
+            let mut len = [0u8; 4];
+            self.data.read_exact(&mut len).expect("a frame's length");
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            self.data.read_exact(&mut body).expect("a frame");
+            match serde_json::from_slice(&body).expect("a frame of the receiver") {
+                ToSender::Planning { .. } => {}
+                m => return m,
+            }
+        }
+    }
+
+    /// A block record: header, data, then the checksum and its tag.
+    fn block(&mut self, h: &Header, data: &[u8], trailer: &Trailer) -> std::io::Result<()> {
+        self.data.write_all(&h.encode())?;
+        self.data.write_all(data)?;
+        self.data.write_all(&trailer.encode())
+    }
+}
+
+#[test]
+fn a_forged_block_with_a_right_checksum_but_no_key_is_refused_and_sent_again() {
+    let root = share("forged");
+    let server = server(&root.0);
+    let attacker = loopback(105);
+    let (first, second) = meanwhile(&server, attacker, || {
+        let mut raw = Raw::open(server.addr, attacker, 7, job(false));
+        let body = manifest(vec![entry("forged", 5, 0)]);
+        raw.record(&body).expect("manifest");
+        raw.record(br#"{"type":"manifest_end","warnings":[]}"#)
+            .expect("manifest end");
+        while raw.answer() != ToSender::PlanEnd {}
+        let h = |round| Header {
+            tag: Tag::Block,
+            file: 0,
+            offset: 0,
+            len: 5,
+            round,
+        };
+        // A forger on the path: its own bytes, hashed as BLAKE3 does (the checksum is
+        // right), but without the session's key its tag is a guess.
+        let evil = b"EVIL!";
+        let cv = block_cv(5, BLOCK_SIZE, 0, evil);
+        let forged = Trailer::sealed(&BlockKey::from_bytes([0; 32]), &h(0), cv);
+        raw.block(&h(0), evil, &forged).expect("forged block");
+        raw.record(br#"{"type":"end","round":0,"records":1}"#)
+            .expect("end");
+        let first = raw.answer();
+        // The real sender sends it again, tagged.
+        let good = b"hello";
+        let cv = block_cv(5, BLOCK_SIZE, 0, good);
+        let trailer = Trailer::sealed(&raw.keys.block_key(), &h(1), cv);
+        raw.block(&h(1), good, &trailer).expect("block");
+        raw.record(br#"{"type":"end","round":1,"records":2}"#)
+            .expect("end");
+        (first, raw.answer())
+    });
+    assert_eq!(
+        first,
+        ToSender::Resend {
+            blocks: vec![(0, 0)],
+            last: true
+        }
+    );
+    assert!(
+        matches!(second, ToSender::Done { files: 1, .. }),
+        "{second:?}"
+    );
+    if external().is_none() {
+        let got = std::fs::read(root.0.join("in/forged")).expect("the copy is in place");
+        assert_eq!(got, b"hello", "not one forged byte is in place");
+    }
     server.stop();
 }

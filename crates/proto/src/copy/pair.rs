@@ -16,7 +16,13 @@ use super::queue::Item;
 use super::receiver::{Body, Receiver, ReceiverOutput};
 use super::sender::{Sender, SenderOutput};
 use super::table::{Received, RecvTable};
-use super::wire::{Header, PlanFile, Tag, CV_LEN, HEADER_LEN, MAX_JSON};
+use super::wire::{Header, PlanFile, Tag, Trailer, HEADER_LEN, MAX_JSON, TRAILER_LEN};
+use crate::keys::BlockKey;
+
+/// The session's block key both sides of the pair hold.
+pub(super) fn block_key() -> BlockKey {
+    BlockKey::from_bytes([0x42; 32])
+}
 use crate::files::{Entry, EntryKind, BLOCK_SIZE};
 use crate::pair::set;
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,6 +60,9 @@ pub(super) enum Mutation {
 pub(super) struct Trouble {
     /// Corrupt the data of one block record in `n` (0: never).
     pub(super) corrupt_one_in: u64,
+    /// A forger on the path replaces one block record in `n` (0: never) with its own bytes,
+    /// their checksum right (it hashed them) and a tag made without the session's key.
+    pub(super) forge_one_in: u64,
     /// Lose the connection after this many records.
     pub(super) lose_after: Option<usize>,
     /// A hostile side.
@@ -89,6 +98,8 @@ pub(super) struct Outcome {
     /// Records the sender wrote and frames the receiver wrote.
     pub(super) records: usize,
     pub(super) frames: usize,
+    /// Records whose tag the receiver refused.
+    pub(super) forged: u64,
 }
 
 /// A stream's bytes not yet taken, and the body awaited after a header.
@@ -137,7 +148,7 @@ impl Pair {
             rng: Rng(seed),
             tree,
             sender,
-            receiver: Receiver::new(limits, IDLE),
+            receiver: Receiver::new(limits, IDLE, block_key()),
             store,
             trouble,
             events: BTreeMap::new(),
@@ -191,6 +202,7 @@ impl Pair {
             sender_digest: self.sender.tree_digest(),
             receiver_digest: self.receiver.tree_digest().map(str::to_string),
             peak: self.meter.peak(),
+            forged: self.receiver.table().forged,
             records: self.records,
             frames: self.frames,
         };
@@ -322,7 +334,8 @@ impl Pair {
                         tag: Tag::Confirm,
                         ..h
                     };
-                    return [&h.encode()[..], &cv].concat();
+                    let t = Trailer::sealed(&block_key(), &h, cv).encode();
+                    return [&h.encode()[..], &t].concat();
                 }
                 self.sender.block_done(file, block, cv, len, 0);
                 let mut data = data;
@@ -331,7 +344,16 @@ impl Pair {
                     let i = data.len() / 2;
                     data[i] ^= 1;
                 }
-                [&h.encode()[..], &data, &cv].concat()
+                let forge = self.trouble.forge_one_in;
+                if forge > 0 && self.rng.one_in(forge) {
+                    // Its own bytes, hashed as BLAKE3 does: only the tag gives it away.
+                    data.iter_mut().for_each(|b| *b = !*b);
+                    let forged = block_cv(size, BLOCK_SIZE, block * BLOCK_SIZE, &data);
+                    let t = Trailer::sealed(&BlockKey::from_bytes([0x66; 32]), &h, forged);
+                    return [&h.encode()[..], &data, &t.encode()].concat();
+                }
+                let t = Trailer::sealed(&block_key(), &h, cv).encode();
+                [&h.encode()[..], &data, &t].concat()
             }
             Item::CheckFile { file, digest: d } => {
                 let blocks = self.tree.entries[file as usize].blocks();
@@ -346,7 +368,8 @@ impl Pair {
                     round: 0,
                 };
                 if ok {
-                    [&h.encode()[..], &d].concat()
+                    let t = Trailer::sealed(&block_key(), &h, d).encode();
+                    [&h.encode()[..], &t].concat()
                 } else {
                     Vec::new()
                 }
@@ -423,8 +446,8 @@ impl Pair {
             };
             let need = match body {
                 Body::Json(n) => n,
-                Body::Block { .. } => h.len as usize + CV_LEN,
-                Body::Confirm { .. } | Body::ConfirmFile { .. } => CV_LEN,
+                Body::Block { .. } => h.len as usize + TRAILER_LEN,
+                Body::Confirm { .. } | Body::ConfirmFile { .. } => TRAILER_LEN,
             };
             if self.inbox[s].0.len() < need {
                 return;
@@ -436,11 +459,12 @@ impl Pair {
     }
 
     fn take_body(&mut self, now: Instant, stream: u32, h: &Header, body: Body, bytes: &[u8]) {
-        let cv_at = bytes.len().saturating_sub(CV_LEN);
-        let mut cv = [0u8; 32];
-        if let Some(tail) = bytes.get(cv_at..).filter(|t| t.len() == CV_LEN) {
-            cv.copy_from_slice(tail);
+        let cv_at = bytes.len().saturating_sub(TRAILER_LEN);
+        let mut tail = [0u8; TRAILER_LEN];
+        if let Some(t) = bytes.get(cv_at..).filter(|t| t.len() == TRAILER_LEN) {
+            tail.copy_from_slice(t);
         }
+        let sent = Trailer::decode(&tail);
         let r = &mut self.receiver;
         let (file, got) = match body {
             Body::Json(_) => {
@@ -464,15 +488,14 @@ impl Pair {
                     self.store
                         .write(&self.receiver.entries()[file as usize], block, data);
                 }
-                let len = data.len() as u64;
                 let r = &mut self.receiver;
                 let got = self.meter.delta(bytes.len(), || {
-                    r.handle_block(now, file, block, cv, computed, len)
+                    r.handle_block(now, h, block, sent, computed)
                 });
                 (file, got)
             }
-            Body::Confirm { file, block } => (file, r.handle_confirm(now, file, block, cv)),
-            Body::ConfirmFile { file } => (file, r.handle_confirm_file(now, file, cv)),
+            Body::Confirm { file, block } => (file, r.handle_confirm(now, h, block, sent)),
+            Body::ConfirmFile { file } => (file, r.handle_confirm_file(now, h, sent)),
         };
         if got == (Received::Verified { complete: true }) {
             let e = self.receiver.entries()[file as usize].clone();
@@ -760,6 +783,30 @@ mod tests {
             resent += u64::from(out.rounds > 1);
         }
         assert!(resent > 5, "only {resent} copies needed a second round");
+    }
+
+    #[test]
+    fn blocks_forged_with_a_right_checksum_but_no_key_are_refused_and_sent_again() {
+        let mut resent = 0;
+        for seed in 0..40 {
+            let trouble = Trouble {
+                forge_one_in: 3,
+                ..Trouble::default()
+            };
+            let (t, out, store) = honest(seed, trouble);
+            if out.failure.as_deref().is_some_and(|f| f.contains("rounds")) {
+                // A forger at it for four rounds: the copy fails cleanly, in one line.
+                assert!(out.forged >= 4, "seed {seed}: {out:?}");
+                continue;
+            }
+            // Not one forged byte is in place: every file is the sender's.
+            assert_same_tree(seed, &t, &out, &store);
+            resent += u64::from(out.forged > 0 && out.rounds > 1);
+        }
+        assert!(
+            resent > 5,
+            "only {resent} copies had a forged block sent again"
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! 2. For every record header on any stream, [`Receiver::handle_header`]: it answers what
 //!    to read next ([`Body`]) or refuses (nothing is read or allocated for a refused record).
 //!    Then, with exactly that body: [`Receiver::handle_json`], or for a block
-//!    [`Receiver::handle_block`] (its checksum as sent and as computed over what was read),
+//!    [`Receiver::handle_block`] (its trailer as sent, whose tag it checks, and the checksum
+//!    computed over what was read),
 //!    [`Receiver::handle_confirm`], [`Receiver::handle_confirm_file`]. A record that makes a
 //!    file complete ([`Received::Verified`] with `complete`) is put into place by the driver,
 //!    which then calls [`Receiver::handle_finalized`].
@@ -27,9 +28,12 @@
 use super::manifest_in::{ManifestIn, ManifestStep};
 use super::table::{Received, RecvTable};
 use super::wire::MAX_JSON;
-use super::wire::{parse_record, Header, PlanFile, Tag, ToReceiver, ToSender, ITEMS_PER_RECORD};
+use super::wire::{
+    parse_record, Header, PlanFile, Tag, ToReceiver, ToSender, Trailer, ITEMS_PER_RECORD,
+};
 use super::{budget::CopyLimits, digest::Cv, violation, MAX_ROUNDS};
 use crate::files::{Entry, FailKind, FileFailure};
+use crate::keys::BlockKey;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,12 +116,15 @@ pub struct Receiver {
     heard: Option<Instant>,
     alive_sent: Option<Instant>,
     out: VecDeque<ReceiverOutput>,
+    /// The session's block key: every trailer's tag is checked with it.
+    key: BlockKey,
 }
 
 impl Receiver {
     /// A copy to receive: the manifest held to `limits`; a round's records awaited at most
-    /// `idle_timeout` without one arriving.
-    pub fn new(limits: CopyLimits, idle_timeout: Duration) -> Receiver {
+    /// `idle_timeout` without one arriving; every block's and confirmation's tag checked
+    /// with the session's block `key`.
+    pub fn new(limits: CopyLimits, idle_timeout: Duration, key: BlockKey) -> Receiver {
         Receiver {
             state: State::Manifest,
             manifest: ManifestIn::new(limits),
@@ -131,6 +138,7 @@ impl Receiver {
             heard: None,
             alive_sent: None,
             out: VecDeque::new(),
+            key,
         }
     }
 
@@ -291,28 +299,46 @@ impl Receiver {
     pub fn handle_block(
         &mut self,
         now: Instant,
-        file: u32,
+        h: &Header,
         block: u64,
-        sent: Cv,
+        sent: Trailer,
         computed: Cv,
-        len: u64,
     ) -> Received {
         self.heard = Some(now);
-        let r = self.table.on_block(file, block, sent, computed, len);
+        let r = if sent.verify(&self.key, h) {
+            self.table
+                .on_block(h.file, block, sent.cv, computed, u64::from(h.len))
+        } else {
+            self.table.on_forged(h, block)
+        };
         self.received(r)
     }
 
-    /// A confirmation of the receiver's copy of a block.
-    pub fn handle_confirm(&mut self, now: Instant, file: u32, block: u64, cv: Cv) -> Received {
+    /// A confirmation (header `h`) of the receiver's copy of a block.
+    pub fn handle_confirm(
+        &mut self,
+        now: Instant,
+        h: &Header,
+        block: u64,
+        sent: Trailer,
+    ) -> Received {
         self.heard = Some(now);
-        let r = self.table.on_confirm(file, block, cv);
+        let r = if sent.verify(&self.key, h) {
+            self.table.on_confirm(h.file, block, sent.cv)
+        } else {
+            self.table.on_forged(h, block)
+        };
         self.received(r)
     }
 
-    /// A confirmation of the receiver's complete copy of a file.
-    pub fn handle_confirm_file(&mut self, now: Instant, file: u32, digest: Cv) -> Received {
+    /// A confirmation (header `h`) of the receiver's complete copy of a file.
+    pub fn handle_confirm_file(&mut self, now: Instant, h: &Header, sent: Trailer) -> Received {
         self.heard = Some(now);
-        let r = self.table.on_confirm_file(file, digest);
+        let r = if sent.verify(&self.key, h) {
+            self.table.on_confirm_file(h.file, sent.cv)
+        } else {
+            self.table.on_forged(h, 0)
+        };
         self.received(r)
     }
 
@@ -469,7 +495,7 @@ mod tests {
     fn planned(entries: Vec<Entry>) -> (Receiver, Instant) {
         let t0 = Instant::now();
         let limits = CopyLimits::server(100, 1 << 40);
-        let mut r = Receiver::new(limits, Duration::from_secs(10));
+        let mut r = Receiver::new(limits, Duration::from_secs(10), key());
         feed(&mut r, t0, &ToReceiver::Manifest { entries }).expect("manifest");
         feed(&mut r, t0, &ToReceiver::ManifestEnd { warnings: vec![] }).expect("end");
         assert_eq!(
@@ -485,6 +511,10 @@ mod tests {
         (r, t0)
     }
 
+    fn key() -> BlockKey {
+        BlockKey::from_bytes([1; 32])
+    }
+
     fn small(data: &[u8]) -> Vec<Entry> {
         vec![Entry {
             path: "a".into(),
@@ -498,7 +528,7 @@ mod tests {
 
     #[test]
     fn refuses_a_block_before_the_plan() {
-        let mut r = Receiver::new(CopyLimits::server(10, 100), Duration::from_secs(1));
+        let mut r = Receiver::new(CopyLimits::server(10, 100), Duration::from_secs(1), key());
         let h = Header {
             tag: Tag::Block,
             ..json_header(10)
@@ -527,7 +557,8 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(r.handle_block(t0, 0, 0, cv, [0; 32], 5), Received::Mismatch);
+        let sent = Trailer::sealed(&key(), &h, cv);
+        assert_eq!(r.handle_block(t0, &h, 0, sent, [0; 32]), Received::Mismatch);
         feed(
             &mut r,
             t0,
@@ -545,7 +576,7 @@ mod tests {
             }))
         );
         r.handle_header(t0, 1, &h).expect("block again");
-        let got = r.handle_block(t0, 0, 0, cv, cv, 5);
+        let got = r.handle_block(t0, &h, 0, sent, cv);
         assert_eq!(got, Received::Verified { complete: true });
         feed(
             &mut r,
@@ -572,11 +603,69 @@ mod tests {
     }
 
     #[test]
+    fn a_forged_block_with_a_right_checksum_but_no_key_is_a_mismatch_asked_again() {
+        let data = b"hello";
+        let (mut r, t0) = planned(small(data));
+        let cv = block_cv(5, crate::files::BLOCK_SIZE, 0, data);
+        let h = Header {
+            tag: Tag::Block,
+            len: 5,
+            ..json_header(5)
+        };
+        r.handle_header(t0, 1, &h).expect("block");
+        // The forger hashed what it sent: the checksum is right, the tag is not.
+        let forged = Trailer::sealed(&BlockKey::from_bytes([2; 32]), &h, cv);
+        assert_eq!(r.handle_block(t0, &h, 0, forged, cv), Received::Mismatch);
+        // A right tag moved to another header (another offset or round) fails too.
+        let other = Header { round: 1, ..h };
+        let moved = Trailer::sealed(&key(), &other, cv);
+        assert_eq!(r.handle_block(t0, &h, 0, moved, cv), Received::Mismatch);
+        assert_eq!((r.table().forged, r.table().mismatches), (2, 2));
+        // A confirmation or a file's with a wrong tag is not taken either.
+        let confirm = Header {
+            tag: Tag::ConfirmFile,
+            len: 0,
+            ..h
+        };
+        let digest = file_digest(&[cv]);
+        let bad = Trailer::sealed(&BlockKey::from_bytes([2; 32]), &confirm, digest);
+        assert_eq!(r.handle_confirm_file(t0, &confirm, bad), Received::Mismatch);
+        feed(
+            &mut r,
+            t0,
+            &ToReceiver::End {
+                round: 0,
+                records: 3,
+            },
+        )
+        .expect("end");
+        assert_eq!(
+            r.poll_output(),
+            Some(ReceiverOutput::Frame(ToSender::Resend {
+                blocks: vec![(0, 0)],
+                last: true
+            }))
+        );
+        let again = Header { round: 1, ..h };
+        r.handle_header(t0, 1, &again).expect("block again");
+        let sent = Trailer::sealed(&key(), &again, cv);
+        assert_eq!(
+            r.handle_block(t0, &again, 0, sent, cv),
+            Received::Verified { complete: true }
+        );
+    }
+
+    #[test]
     fn more_records_than_the_sender_counted_is_a_violation() {
         let data = b"x";
         let (mut r, t0) = planned(small(data));
         let cv = block_cv(1, crate::files::BLOCK_SIZE, 0, data);
-        r.handle_block(t0, 0, 0, cv, [0; 32], 1);
+        let h = Header {
+            tag: Tag::Block,
+            len: 1,
+            ..json_header(1)
+        };
+        r.handle_block(t0, &h, 0, Trailer::sealed(&key(), &h, cv), [0; 32]);
         feed(
             &mut r,
             t0,

@@ -58,8 +58,11 @@ pub struct RecvTable {
     pub carried_bytes: u64,
     /// Bytes that were there already (confirmed by the sender).
     pub present_bytes: u64,
-    /// Blocks whose checksum did not match.
+    /// Blocks whose checksum did not match (forged ones included).
     pub mismatches: u64,
+    /// Records whose tag did not verify under the session's block key (see
+    /// [`crate::keys::BlockKey`]): forged, or damaged in the trailer.
+    pub forged: u64,
 }
 
 impl RecvTable {
@@ -91,6 +94,7 @@ impl RecvTable {
             carried_bytes: 0,
             present_bytes: 0,
             mismatches: 0,
+            forged: 0,
         }
     }
 
@@ -231,6 +235,32 @@ impl RecvTable {
             return Received::Mismatch;
         }
         self.verify(id, block, sent)
+    }
+
+    /// A record (a block, or a confirmation of a block or file) whose tag did not verify:
+    /// what it says is not taken, and what it covered is asked for again as a mismatch is.
+    pub fn on_forged(&mut self, h: &Header, block: u64) -> Received {
+        self.records += 1;
+        self.mismatches += 1;
+        self.forged += 1;
+        if let Some(f) = self.file(h.file) {
+            match h.tag {
+                Tag::Block => {
+                    // What a write of its bytes left there is not this end's copy any more.
+                    f.have.remove(&block);
+                    f.present = None;
+                }
+                Tag::ConfirmFile if !f.done => {
+                    f.present = None;
+                    f.fresh = true;
+                }
+                _ => {}
+            }
+        }
+        if h.tag == Tag::Block {
+            self.carried_bytes += u64::from(h.len);
+        }
+        Received::Mismatch
     }
 
     /// The sender confirms this end's copy of a block (its checksum `cv`).

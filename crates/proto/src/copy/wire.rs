@@ -7,25 +7,37 @@
 //! | tag | reserved | file   | offset   | len    | round |
 //! ```
 //!
-//! * [`Tag::Block`]: `len` bytes of the file at `offset`, then their 32-byte checksum.
-//! * [`Tag::Confirm`]: no data, the 32-byte checksum of the block at `offset` (`len` its
-//!   length): the receiver's copy of it, from an earlier run, is right.
-//! * [`Tag::ConfirmFile`]: the 32-byte digest of the whole file: the receiver's complete
+//! * [`Tag::Block`]: `len` bytes of the file at `offset`, then their [`Trailer`]: the
+//!   32-byte checksum (BLAKE3's chaining value) and its 16-byte tag.
+//! * [`Tag::Confirm`]: no data, the trailer of the block at `offset` (`len` its length):
+//!   the receiver's copy of it, from an earlier run, is right.
+//! * [`Tag::ConfirmFile`]: the trailer of the whole file's digest: the receiver's complete
 //!   copy is right.
+//!
+//! The tag is BLAKE3's keyed mode under the session's block key, over the 24-byte header
+//! and the checksum ([`crate::keys::BlockKey`]): the receiver checks it after hashing what
+//! it received, so a forger who hashes what it sends still fails it; the record then counts
+//! as a mismatch and its block is sent again.
 //! * [`Tag::Json`] (stream 0 only): `len` bytes of JSON, a [`ToReceiver`].
 //!
 //! From the receiver, on stream 0 only: frames of a 4-byte big-endian length and JSON, a
 //! [`ToSender`] each. Numbers are big-endian. Every length is checked against the manifest
 //! (a block's) or a bound ([`MAX_JSON`]) before anything is read or allocated.
 
+use super::digest::Cv;
 use super::violation;
 use crate::files::{Entry, FileFailure};
+use crate::keys::BlockKey;
 use serde::{Deserialize, Serialize};
 
 /// Length of a record header.
 pub const HEADER_LEN: usize = 24;
-/// Length of a checksum trailer.
+/// Length of a checksum.
 pub const CV_LEN: usize = 32;
+/// Length of a checksum's tag.
+pub use crate::keys::TAG_LEN;
+/// Length of the trailer of a block or confirmation: the checksum, then its tag.
+pub const TRAILER_LEN: usize = CV_LEN + TAG_LEN;
 /// Largest JSON record either way.
 pub const MAX_JSON: usize = 4 << 20;
 /// Deepest nesting of arrays and objects in a JSON record (the deepest record, a plan,
@@ -138,6 +150,49 @@ impl Header {
             len: w32(16),
             round: w32(20),
         })
+    }
+}
+
+/// What follows a block's data, or a confirmation's header: the checksum and its tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    /// The block's chaining value, or the file's digest.
+    pub cv: Cv,
+    /// Its tag under the session's block key.
+    pub tag: [u8; TAG_LEN],
+}
+
+impl Trailer {
+    /// The trailer of the record with header `h` and checksum `cv`, tagged with `key`.
+    pub fn sealed(key: &BlockKey, h: &Header, cv: Cv) -> Trailer {
+        Trailer {
+            cv,
+            tag: key.tag(&h.encode(), &cv),
+        }
+    }
+
+    /// Whether the tag is right for header `h` under `key` (constant time).
+    pub fn verify(&self, key: &BlockKey, h: &Header) -> bool {
+        key.verify(&h.encode(), &self.cv, &self.tag)
+    }
+
+    /// The trailer's bytes.
+    pub fn encode(&self) -> [u8; TRAILER_LEN] {
+        let mut b = [0u8; TRAILER_LEN];
+        b[..CV_LEN].copy_from_slice(&self.cv);
+        b[CV_LEN..].copy_from_slice(&self.tag);
+        b
+    }
+
+    /// A trailer from its bytes.
+    pub fn decode(b: &[u8; TRAILER_LEN]) -> Trailer {
+        let mut t = Trailer {
+            cv: [0; CV_LEN],
+            tag: [0; TAG_LEN],
+        };
+        t.cv.copy_from_slice(&b[..CV_LEN]);
+        t.tag.copy_from_slice(&b[CV_LEN..]);
+        t
     }
 }
 

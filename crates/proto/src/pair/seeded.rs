@@ -51,6 +51,9 @@ enum Intruder {
     StreamOutOfRange,
     /// Bytes that are not a hello (from another host).
     Garbage,
+    /// The session's token read off the wire, without the session's keys (a wrong tag),
+    /// from the client's host (behind the same NAT).
+    StolenToken,
 }
 
 #[derive(Debug)]
@@ -107,10 +110,11 @@ fn case(seed: u64) -> Case {
             (0..1 + r.below(4))
                 .map(|_| {
                     let at = Duration::from_micros(r.below(4 * rtt.as_micros() as u64 + 1));
-                    let who = match r.below(4) {
+                    let who = match r.below(5) {
                         0 => Intruder::WrongToken,
                         1 => Intruder::FuturePhase,
                         2 => Intruder::StreamOutOfRange,
+                        3 => Intruder::StolenToken,
                         _ => Intruder::Garbage,
                     };
                     (at, who)
@@ -136,11 +140,13 @@ fn case(seed: u64) -> Case {
 
 fn hello(who: Intruder, streams: u32) -> [u8; DATA_HELLO_LEN] {
     // The pair's client uses token [9; 16] and phase 0.
+    // Nobody but the client has the session's keys: the intruders' tags are guesses.
     let h = |token: [u8; 16], seq: u32, stream: u32| {
         DataHello {
             token: Token(token),
             seq,
             stream,
+            tag: [0x3c; 16],
         }
         .encode()
     };
@@ -149,6 +155,7 @@ fn hello(who: Intruder, streams: u32) -> [u8; DATA_HELLO_LEN] {
         Intruder::FuturePhase => h([9; 16], 5, 0),
         Intruder::StreamOutOfRange => h([9; 16], 0, MAX_STREAMS + streams),
         Intruder::Garbage => [0x5a; DATA_HELLO_LEN],
+        Intruder::StolenToken => h([9; 16], 0, 0),
     }
 }
 
@@ -160,7 +167,7 @@ fn play(seed: u64, cfg: &PairConfig, shuffle_max: Duration, adv: &Adversity) -> 
         Adversity::Intruders(list) => {
             for (at, who) in list {
                 // Only a process on the client's host would have the token.
-                let local = matches!(who, Intruder::StreamOutOfRange);
+                let local = matches!(who, Intruder::StreamOutOfRange | Intruder::StolenToken);
                 p.inject_hello(*at, hello(*who, cfg.streams), local);
             }
         }
@@ -202,12 +209,16 @@ fn check(seed: u64) {
     );
     let legal = match &c.adversity {
         Adversity::None => true,
-        // A hello of a guessed token or garbage never reaches the session. An intruder with
-        // the session's token may take one of the slots its hellos wait in before the
-        // session is admitted (the honest session may then fail, cleanly).
-        Adversity::Intruders(list) => list
-            .iter()
-            .all(|(_, w)| matches!(w, Intruder::WrongToken | Intruder::Garbage)),
+        // A hello of a guessed token or garbage never reaches the session, nor does one with
+        // the stolen token but no key. An intruder with the session's token may take one of
+        // the slots its hellos wait in before the session is admitted (the honest session
+        // may then fail, cleanly).
+        Adversity::Intruders(list) => list.iter().all(|(_, w)| {
+            matches!(
+                w,
+                Intruder::WrongToken | Intruder::Garbage | Intruder::StolenToken
+            )
+        }),
         _ => false,
     };
     if legal {
@@ -278,10 +289,22 @@ fn data_hellos_before_during_and_after_the_control_setup_are_all_accepted() {
     // exists, and one arriving after it.
     let (mut early, mut late) = (0, 0);
     for seed in 1..=200 {
+        // Data hellos go once the client has the server's key share: in `Accepted` (after
+        // the session is admitted, so a hello comes early only when the shuffle delays the
+        // phase's start) or, when the server challenges a proof (a client clock that is
+        // off), in the challenge (the hellos then race the client's answer).
+        let base = if seed % 2 == 0 {
+            PairConfig::default()
+        } else {
+            PairConfig {
+                client_unix_s: UNIX_S + 3600,
+                ..PairConfig::with_secret(b"a shared secret of 128 bits at least")
+            }
+        };
         let cfg = PairConfig {
             streams: 4,
             write_time: Duration::from_millis(50),
-            ..PairConfig::default()
+            ..base
         };
         let max = cfg.rtt * 4;
         println!("shuffle seed {seed}");

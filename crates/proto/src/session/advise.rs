@@ -26,6 +26,7 @@
 use super::client::{Failure, StreamFailed, Violation};
 use crate::advice::Advice;
 use crate::auth::Secret;
+use crate::keys::KeyShare;
 use crate::wire::{self, AdviseRequest, ClientAuth, ClientMsg, ServerMsg, Token, PROTOCOL_VERSION};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ pub struct AdvisePlan {
     pub token: Token,
     /// The shared secret, a fresh nonce and this host's clock (Unix seconds).
     pub auth: Option<(Secret, [u8; 32], u64)>,
+    /// This end's ephemeral X25519 public key (see [`crate::keys`]).
+    pub key_share: KeyShare,
     /// What the client asks for.
     pub request: AdviseRequest,
     /// Time for the server to answer (or to ask for a measurement).
@@ -67,6 +70,9 @@ pub struct MeasureSpec {
     pub message_size: u64,
     /// The pattern's seed.
     pub seed: u64,
+    /// The server's ephemeral X25519 public key: with this end's secret key, the session's
+    /// keys, which tag the streams' hellos (see [`crate::keys`]).
+    pub key_share: KeyShare,
 }
 
 /// What the session asks of its driver.
@@ -101,7 +107,7 @@ impl AdviseClient {
         let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
             nonce: wire::to_hex(nonce),
             time_unix_s: *time,
-            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0, &plan.key_share)),
         });
         let mut s = AdviseClient {
             deadline: Some(now + plan.connect_timeout),
@@ -117,6 +123,7 @@ impl AdviseClient {
             version: env!("CARGO_PKG_VERSION").to_string(),
             token: Some(s.plan.token),
             auth,
+            key_share: Some(wire::to_hex(&s.plan.key_share)),
         }));
         s.out.push_back(AdviseOutput::Send(s.request()));
         s
@@ -193,11 +200,15 @@ impl AdviseClient {
                 duration_ms,
                 message_size,
                 seed,
+                key_share,
             } => {
                 self.heard = true;
                 if self.measuring {
                     return self.fail(Failure::Protocol(Violation::MeasureTwice));
                 }
+                let Some(key_share) = wire::from_hex::<32>(&key_share) else {
+                    return self.fail(Failure::Protocol(Violation::BadKeyShare));
+                };
                 let duration = Duration::from_millis(duration_ms);
                 if streams == 0
                     || streams > MAX_MEASURE_STREAMS
@@ -221,6 +232,7 @@ impl AdviseClient {
                     duration,
                     message_size,
                     seed,
+                    key_share,
                 }));
             }
             ServerMsg::Advice { advice } => {
@@ -283,6 +295,7 @@ mod tests {
         AdvisePlan {
             token: Token([5; 16]),
             auth: secret.map(|s| (s, [9; 32], 1_000)),
+            key_share: [4; 32],
             request: AdviseRequest {
                 direction: Direction::Send,
                 limits: Some(HostLimits::linux_defaults()),
@@ -326,6 +339,7 @@ mod tests {
             duration_ms,
             message_size: 128 * 1024,
             seed: 3,
+            key_share: crate::wire::to_hex(&[6; 32]),
         }
     }
 
@@ -367,6 +381,7 @@ mod tests {
                 duration: Duration::from_secs(2),
                 message_size: 128 * 1024,
                 seed: 3,
+                key_share: [6; 32],
             })]
         );
         let due = t0 + Duration::from_secs(2) + ANSWER_GRACE;
@@ -405,6 +420,15 @@ mod tests {
                 duration_ms: 1000,
                 message_size: u64::MAX,
                 seed: 0,
+                key_share: crate::wire::to_hex(&[6; 32]),
+            },
+            ServerMsg::Measure {
+                seq: 0,
+                streams: 2,
+                duration_ms: 1000,
+                message_size: 128 * 1024,
+                seed: 0,
+                key_share: "not hex".into(),
             },
             ServerMsg::WantStreams {
                 known_streams: 1,
@@ -436,6 +460,7 @@ mod tests {
         let challenge = || ServerMsg::Challenge {
             nonce: wire::to_hex(&[1; 32]),
             reason: "clock".into(),
+            key_share: None,
         };
         s.handle_msg(t0, challenge());
         let out = drain(&mut s);

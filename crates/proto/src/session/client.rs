@@ -31,6 +31,7 @@
 //!   the handshake within the connect timeout or to `EndPhase` within the idle timeout.
 
 use crate::auth::Secret;
+use crate::keys::KeyShare;
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
@@ -51,6 +52,8 @@ pub struct ClientPlan {
     pub token: Token,
     /// The shared secret, a fresh nonce and this host's clock (Unix seconds) for the proof.
     pub auth: Option<(Secret, [u8; 32], u64)>,
+    /// This end's ephemeral X25519 public key (see [`crate::keys`]).
+    pub key_share: KeyShare,
     /// Most streams this client opens.
     pub max_streams: u32,
     /// Time for the server to admit the session.
@@ -125,6 +128,9 @@ pub struct ServerInfo {
     pub congestion: String,
     /// The server asks for authentication.
     pub auth_required: bool,
+    /// The server's ephemeral X25519 public key: with this end's secret key, the session's
+    /// keys (see [`crate::keys`]).
+    pub key_share: KeyShare,
 }
 
 /// How a phase ended, for the report.
@@ -175,6 +181,12 @@ pub enum Violation {
         /// The kind of session.
         during: &'static str,
     },
+    /// A key share that is not 32 bytes of hex, or another than the server sent before.
+    #[error("a malformed or changed key share")]
+    BadKeyShare,
+    /// A key share whose X25519 result is all zeros (a low-order key: see [`crate::keys`]).
+    #[error("a key share that does not contribute (a low-order X25519 key)")]
+    WeakKeyShare,
     /// A second measurement request in an advice session.
     #[error("asked to measure twice")]
     MeasureTwice,
@@ -319,6 +331,8 @@ pub struct ClientSession {
     server: Option<ServerInfo>,
     handshake_deadline: Option<Instant>,
     challenged: bool,
+    /// The server's key share, from a challenge or `Accepted`.
+    server_share: Option<KeyShare>,
     phase: Option<PhaseState>,
     next_seq: u32,
     /// Results still to come that nobody waits for (the probe's).
@@ -333,13 +347,14 @@ impl ClientSession {
         let auth = plan.auth.as_ref().map(|(secret, nonce, time)| ClientAuth {
             nonce: wire::to_hex(nonce),
             time_unix_s: *time,
-            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0)),
+            mac: wire::to_hex(&secret.prove(nonce, *time, &plan.token.0, &plan.key_share)),
         });
         let mut s = ClientSession {
             handshake_deadline: Some(now + plan.connect_timeout),
             sent: Vec::new(),
             server: None,
             challenged: false,
+            server_share: None,
             phase: None,
             next_seq: 0,
             ignored_results: BTreeSet::new(),
@@ -352,6 +367,7 @@ impl ClientSession {
             version: env!("CARGO_PKG_VERSION").to_string(),
             token: Some(s.plan.token),
             auth,
+            key_share: Some(wire::to_hex(&s.plan.key_share)),
         }));
         s.send(ClientMsg::Setup {
             params: s.plan.params.clone(),
@@ -378,6 +394,33 @@ impl ClientSession {
     /// What the server said about itself, once it admitted the session.
     pub fn server(&self) -> Option<&ServerInfo> {
         self.server.as_ref()
+    }
+
+    /// What the session's keys are derived from, once the server sent its key share (in a
+    /// challenge or `Accepted`): its key share, and whether the shared secret goes into the
+    /// keys (the client has one and the server checks one: it challenged, or says so in
+    /// `Accepted`). See [`crate::keys`].
+    pub fn key_agreement(&self) -> Option<(KeyShare, Option<&Secret>)> {
+        let share = self.server_share?;
+        let checks = self.challenged || self.server.as_ref().is_some_and(|s| s.auth_required);
+        let secret = self.plan.auth.as_ref().map(|a| &a.0).filter(|_| checks);
+        Some((share, secret))
+    }
+
+    /// The server's key share `hex`: `false` (the session failed) when it is malformed or
+    /// not the one the server sent before.
+    fn take_share(&mut self, hex: &str) -> bool {
+        match (wire::from_hex::<32>(hex), self.server_share) {
+            (Some(k), None) => {
+                self.server_share = Some(k);
+                true
+            }
+            (Some(k), Some(before)) if k == before => true,
+            _ => {
+                self.fail(Failure::Protocol(Violation::BadKeyShare));
+                false
+            }
+        }
     }
 
     /// The next thing to do.
@@ -551,7 +594,14 @@ impl ClientSession {
             return;
         }
         match msg {
-            ServerMsg::Challenge { nonce, .. } => {
+            ServerMsg::Challenge {
+                nonce, key_share, ..
+            } => {
+                if let Some(k) = key_share {
+                    if !self.take_share(&k) {
+                        return;
+                    }
+                }
                 let answer = super::challenge_answer(
                     &self.plan.auth,
                     self.challenged,
@@ -575,17 +625,25 @@ impl ClientSession {
                 host_limits,
                 congestion,
                 auth_required,
+                key_share,
                 ..
             } => {
                 if self.server.is_some() {
                     return self.fail(Failure::Protocol(Violation::AcceptedTwice));
                 }
+                if !self.take_share(&key_share) {
+                    return;
+                }
+                let Some(key_share) = self.server_share else {
+                    return;
+                };
                 self.handshake_deadline = None;
                 self.server = Some(ServerInfo {
                     limits,
                     host_limits,
                     congestion,
                     auth_required,
+                    key_share,
                 });
                 self.open_wanted();
             }

@@ -21,8 +21,11 @@
 //! * **File descriptors**: every pending connection costs one and every session reserves
 //!   one plus its stream allowance against [`EndpointConfig::fd_budget`]; the allowance is
 //!   what the client is told it may open.
+//! * **Keys**: every admitted session gets keys from an X25519 exchange (the driver's
+//!   [`KeyExchange`]) mixed with the shared secret if any ([`crate::keys`]).
 //! * **Data connections** join the session whose token they carry, from its control
-//!   connection's address only; one that arrives before its session or phase waits, parked,
+//!   connection's address only, with a hello tagged under the session's keys (a wrong tag
+//!   closes that connection, never the session); one that arrives before its session or phase waits, parked,
 //!   until its handshake deadline.
 //! * **Logs**: every refusal is counted by kind; the first of each kind from each address is
 //!   logged, the rest in periodic summaries.
@@ -51,6 +54,7 @@ use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionO
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
 use crate::events::{ServerEvent, ServerStats};
+use crate::keys::{BlockKey, KeyExchange, KeyShare, SessionKeys};
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
@@ -152,6 +156,8 @@ pub enum EndpointEvent {
         spec: EngineSpec,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
         mode: &'static str,
+        /// The key of the copy's block tags (see [`crate::keys`]).
+        block_key: Box<BlockKey>,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -284,6 +290,11 @@ struct Handshake {
     reader: FrameReader,
     stage: Stage,
     token: Option<Token>,
+    /// The client's X25519 public key (from `Hello`).
+    key_share: Option<KeyShare>,
+    /// The server's key share and the session's keys, once agreed (at a challenge, or at
+    /// admission).
+    agreed: Option<(KeyShare, SessionKeys)>,
 }
 
 #[derive(Debug)]
@@ -328,6 +339,8 @@ struct SessionEntry {
     reserved: u64,
     /// When its control connection was accepted; `None` once its first phase started.
     accepted: Option<Instant>,
+    /// The session's keys: its data connections' hellos and its blocks are tagged with them.
+    keys: SessionKeys,
 }
 
 /// The server's control plane. See the module documentation.
@@ -349,6 +362,7 @@ pub struct Endpoint {
     stats: ServerStats,
     next_session: SessionId,
     nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
+    kx: Box<dyn KeyExchange>,
     records: RateLimiter,
     measures: RateLimiter,
 }
@@ -364,12 +378,14 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint created at `now`; `nonces` gives fresh random challenges.
+    /// An endpoint created at `now`; `nonces` gives fresh random challenges, `kx` the
+    /// server's half of each session's key exchange (see [`crate::keys`]).
     pub fn new(
         now: Instant,
         cfg: EndpointConfig,
         host: HostInfo,
         nonces: Box<dyn FnMut() -> [u8; 32] + Send>,
+        kx: Box<dyn KeyExchange>,
     ) -> Endpoint {
         Endpoint {
             cfg,
@@ -389,6 +405,7 @@ impl Endpoint {
             stats: ServerStats::default(),
             next_session: 1,
             nonces,
+            kx,
             records: RateLimiter::new(
                 now,
                 RECORD_BURST,
@@ -646,6 +663,8 @@ impl Endpoint {
                         reader,
                         stage: Stage::Hello,
                         token: None,
+                        key_share: None,
+                        agreed: None,
                     }));
                     self.handshake_frames(now, unix_s, conn);
                 } else if got.len() >= DATA_MAGIC.len() {
@@ -725,6 +744,16 @@ impl Endpoint {
             );
             self.close_conn(now, conn);
             return self.refused(now, peer, "data_address", why);
+        }
+        if !hello.verify(&e.keys) {
+            // Someone who read the token off the wire, without the session's keys: that
+            // connection goes, the session stays.
+            let why = format!(
+                "a data connection for session {} without the session's key (a wrong tag)",
+                e.label
+            );
+            self.close_conn(now, conn);
+            return self.refused(now, peer, "data_key", why);
         }
         match e.session.accepts(hello.seq, hello.stream) {
             Ok(()) => {
@@ -894,6 +923,7 @@ impl Endpoint {
                         label: e.label.clone(),
                         spec,
                         mode,
+                        block_key: Box::new(e.keys.block_key()),
                     });
                     self.unpark(now, token);
                 }

@@ -11,6 +11,7 @@ use super::client::{ClientPlan, ClientSession, Goal, Observe, PhaseRequest};
 use super::endpoint::{Endpoint, EndpointConfig, EndpointEvent, HostInfo, ReadLimit};
 use super::server::advise::KnownPath;
 use super::server::Observation;
+use crate::keys::test_kx;
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
@@ -167,6 +168,12 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                 r.next() as u32
             },
             version: "fuzz".into(),
+            key_share: match r.below(10) {
+                0 => None,
+                1 => Some(wire::to_hex(&r.bytes(31))),
+                2 => Some(wire::to_hex(&[0; 32])),
+                _ => Some(wire::to_hex(&test_kx::pair(token).1)),
+            },
             token: r.chance(95).then_some(Token([token; 16])),
             auth: r.chance(20).then(|| ClientAuth {
                 nonce: wire::to_hex(&r.bytes(32)),
@@ -258,7 +265,13 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
             available_cc: vec!["cubic".into()],
         };
         let mut now = Instant::now();
-        let mut e = Endpoint::new(now, cfg, host, Box::new(|| [7; 32]));
+        let mut e = Endpoint::new(
+            now,
+            cfg,
+            host,
+            Box::new(|| [7; 32]),
+            Box::new(test_kx::Server(0)),
+        );
         let mut conns: Vec<u64> = Vec::new();
         let mut next_conn = 1u64;
         let mut finishing: Vec<(u64, u32)> = Vec::new();
@@ -295,12 +308,23 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                     if r.chance(70) {
                         let peer = SocketAddr::from((ip, 2000 + next_conn as u16));
                         e.on_accept(now, next_conn, peer);
-                        let hello = DataHello {
-                            token: Token([t; 16]),
-                            seq: r.below(2) as u32,
-                            stream: r.below(3) as u32,
+                        let token = Token([t; 16]);
+                        let (seq, stream) = (r.below(2) as u32, r.below(3) as u32);
+                        let mut hello = if r.chance(85) {
+                            let keys = test_kx::client_keys(t, 0, None, &token);
+                            DataHello::sealed(&keys, token, seq, stream)
+                        } else {
+                            DataHello {
+                                token,
+                                seq,
+                                stream,
+                                tag: [0; 16],
+                            }
+                        };
+                        if r.chance(5) {
+                            hello.tag[r.below(16) as usize] ^= 1;
                         }
-                        .encode();
+                        let hello = hello.encode();
                         e.on_bytes(now, 0, next_conn, &hello[..8]);
                         e.on_bytes(now, 0, next_conn, &hello[8..]);
                         conns.push(next_conn);
@@ -326,6 +350,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                             token: Token([tokens[r.below(4) as usize]; 16]),
                             seq: r.below(3) as u32,
                             stream: r.below(10) as u32,
+                            tag: r.bytes(16).try_into().unwrap_or([0; 16]),
                         }
                         .encode()
                         .to_vec(),
@@ -347,6 +372,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                                 version: "fuzz".into(),
                                 token: Some(Token([t; 16])),
                                 auth: None,
+                                key_share: Some(wire::to_hex(&test_kx::pair(t).1)),
                             };
                             let flight = if r.chance(40) {
                                 vec![
@@ -516,6 +542,7 @@ fn the_client_session_survives_random_servers() {
             ClientPlan {
                 params: params(&mut r),
                 token: Token([1; 16]),
+                key_share: [4; 32],
                 auth: r
                     .chance(30)
                     .then(|| crate::auth::Secret::from_bytes(b"x"))
@@ -547,6 +574,7 @@ fn the_client_session_survives_random_servers() {
                         0 => ServerMsg::Challenge {
                             nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
+                            key_share: r.chance(50).then(|| wire::to_hex(&r.bytes(32))),
                         },
                         1 => ServerMsg::Accepted {
                             limits: config().limits,
@@ -554,6 +582,12 @@ fn the_client_session_survives_random_servers() {
                             congestion: "cubic".into(),
                             can_force: false,
                             auth_required: r.chance(50),
+                            key_share: if r.chance(90) {
+                                wire::to_hex(&r.bytes(32))
+                            } else {
+                                let n = r.below(40) as usize;
+                                wire::to_hex(&r.bytes(n))
+                            },
                         },
                         2 => ServerMsg::WantStreams {
                             known_streams: r.below(10) as u32,

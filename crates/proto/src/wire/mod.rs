@@ -1,4 +1,4 @@
-//! The wire protocol between `tcptune send` and `tcptune serve` (version 2).
+//! The wire protocol between `tcptune send` and `tcptune serve` (version 3).
 //!
 //! Everything arrives on the server's one listening port: a control connection per session
 //! and the session's data connections, told apart by their first bytes (a data connection
@@ -18,14 +18,19 @@
 //! ```text
 //! client                                       server
 //!   [TCP handshake of the control connection: the client reads the RTT from TCP_INFO]
-//!   Hello{protocol, version, token, auth?} ->
+//!   Hello{protocol, version, token, auth?,
+//!         key_share}                       ->
 //!   Setup{params}                          ->
 //!   StartPhase{seq 0, phase, hint}         ->
-//!   [data connections: DataHello{token, seq, stream}, then data at once when the client
+//!   [data connections: TCP handshakes start]
+//!                                          <-  Accepted{limits, host limits, key_share}
+//!                                              | Rejected
+//!   [both ends derive the session keys; each data connection sends
+//!    DataHello{token, seq, stream, tag}, then data at once when the client
 //!    sends]                                ->  a data connection joins the session whose
 //!                                              token it carries, from the control
-//!                                              connection's address only
-//!                                          <-  Accepted{limits, host limits} | Rejected
+//!                                              connection's address only, when its tag
+//!                                              verifies under the session's keys
 //!                                          <-  WantStreams{..}   (a server tuner asks)
 //!   Hint{seq, hint, streams}               ->  (the rate, measured in band: both ends
 //!                                              settle their buffers)
@@ -45,20 +50,31 @@
 //!
 //! ```text
 //! client                                       server
-//!   Hello{protocol, version, token, auth?} ->
+//!   Hello{protocol, version, token, auth?,
+//!         key_share}                       ->
 //!   Advise{direction, limits, ..}          ->  (looks the path up in its path database)
 //!                                          <-  Advice{advice}       (a fresh entry)
-//!                                          <-  Measure{streams, ..} (none: it measures)
-//!   [data connections DataHello{token, 0, i} for i < streams; data flows in the
+//!                                          <-  Measure{streams, key_share, ..} (none: it
+//!                                              measures)
+//!   [data connections DataHello{token, 0, i, tag} for i < streams; data flows in the
 //!    direction asked until the server has seen the pipe full]  ->
 //!                                          <-  Advice{advice}       (and it ends the data
 //!                                              connections)
 //!   Bye                                    ->
 //! ```
 //!
-//! The token is chosen by the client (16 random bytes): data connections need no answer
-//! from the server before they can be opened, so data flows one round trip after the
-//! control connection is up. The server refuses a token already in use.
+//! The token is chosen by the client (16 random bytes). The data connections' TCP
+//! handshakes start with the first flight; each sends its hello once the client has the
+//! server's key share (in `Accepted`, which comes back in about the time a TCP handshake
+//! takes), so data still flows about one round trip after the control connection is up.
+//! The server refuses a token already in use.
+//!
+//! # Keys
+//!
+//! Every session has keys (see [`crate::keys`]): an ephemeral X25519 exchange on the
+//! control connection (`Hello.key_share`, `Accepted.key_share` or `Measure.key_share`),
+//! mixed with the shared secret when there is one. Each data connection's hello is tagged
+//! with them and so is each copy block ([`crate::copy::wire`]).
 //!
 //! # Authentication
 //!
@@ -82,7 +98,7 @@ use tcptune_core::pathdb::Direction;
 use tcptune_core::{HostLimits, PathHint, TuneMode};
 
 /// Version of this protocol; both ends must speak the same.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame the server accepts from a client.
 pub const MAX_CLIENT_FRAME: usize = 64 * 1024;
 /// Largest frame the client accepts from the server (a phase result with `--samples`).
@@ -261,6 +277,10 @@ pub enum ClientMsg {
         /// Proof of the shared secret, when the client has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         auth: Option<ClientAuth>,
+        /// The client's ephemeral X25519 public key, hex (see [`crate::keys`]; required,
+        /// optional in the encoding for the same reason as the token).
+        #[serde(default)]
+        key_share: Option<String>,
     },
     /// The answer to a [`ServerMsg::Challenge`]: HMAC-SHA256 over the server's nonce and
     /// the token, hex.
@@ -328,6 +348,11 @@ pub enum ServerMsg {
         nonce: String,
         /// Why the client's own proof was not enough.
         reason: String,
+        /// The server's ephemeral X25519 public key for the session, hex (sent this early
+        /// so that the client's data connections need not wait for `Accepted`; `Accepted`
+        /// repeats it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_share: Option<String>,
     },
     /// The test is accepted.
     Accepted {
@@ -342,6 +367,9 @@ pub enum ServerMsg {
         /// Whether this server checks a shared secret (a client that sent a proof to a
         /// server without a secret should say so).
         auth_required: bool,
+        /// The server's ephemeral X25519 public key for this session, hex (see
+        /// [`crate::keys`]).
+        key_share: String,
     },
     /// Refused, with the reason.
     Rejected {
@@ -388,6 +416,9 @@ pub enum ServerMsg {
         message_size: u64,
         /// Seed of the data pattern.
         seed: u64,
+        /// The server's ephemeral X25519 public key for this session, hex (the measurement's
+        /// data connections are tagged with the keys, see [`crate::keys`]).
+        key_share: String,
     },
     /// The answer to `Advise`.
     Advice {
@@ -495,6 +526,7 @@ mod tests {
                     time_unix_s: 5,
                     mac: "cd".into(),
                 }),
+                key_share: Some("ef".repeat(32)),
             },
             ClientMsg::Setup { params: params() },
             ClientMsg::StartPhase {

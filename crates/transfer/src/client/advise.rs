@@ -17,6 +17,7 @@ use super::{resolve_target, ClientError, ConfigError, ProtocolError};
 use crate::advice::{advise as derive, bounded_limits, Advice};
 use crate::auth::Secret;
 use crate::engine::{Engine, EngineConfig};
+use crate::keys::Ephemeral;
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
 use crate::proto::{
@@ -33,6 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::Direction;
 use tcptune_core::{HostLimits, PathHint, Role};
+use tcptune_proto::keys::SessionKeys;
+use tcptune_proto::session::client::Violation;
 
 /// What to ask. Build with [`AdviseConfig::new`] and adjust the public fields.
 #[derive(Clone, Debug)]
@@ -124,8 +127,10 @@ pub fn advise(cfg: &AdviseConfig) -> Result<AdviceResult, ClientError> {
     let (ctrl, control_rtt) = connect_control(cfg, addr)?;
     // The session starts now (its authentication's timestamp is the wall clock's).
     let (start, unix_s) = (Instant::now(), tcptune_sys::os::unix_now_secs());
-    let plan = advise_plan(cfg, &limits, unix_s)?;
+    let ephemeral = Ephemeral::new().map_err(local("getrandom (session key pair)"))?;
+    let plan = advise_plan(cfg, &limits, unix_s, ephemeral.public())?;
     let mut asking = Asking {
+        ephemeral,
         answer: None,
         measuring: None,
         reader: FrameReader::new(MAX_SERVER_FRAME),
@@ -186,12 +191,13 @@ fn connect_control(
     Ok((ctrl, control_rtt))
 }
 
-/// The session's plan, with a fresh random token (and nonce and the Unix time `unix_s`,
-/// with a shared secret).
+/// The session's plan, with a fresh random token, this end's X25519 public key (and nonce
+/// and the Unix time `unix_s`, with a shared secret).
 fn advise_plan(
     cfg: &AdviseConfig,
     limits: &HostLimits,
     unix_s: u64,
+    key_share: tcptune_proto::keys::KeyShare,
 ) -> Result<AdvisePlan, ClientError> {
     let mut token = [0u8; 16];
     tcptune_sys::os::random_bytes(&mut token).map_err(local("getrandom (session token)"))?;
@@ -206,6 +212,7 @@ fn advise_plan(
     Ok(AdvisePlan {
         token: Token(token),
         auth,
+        key_share,
         request: AdviseRequest {
             direction: cfg.direction,
             limits: Some(limits.clone()),
@@ -240,6 +247,8 @@ struct Asking<'a> {
     limits: &'a HostLimits,
     control_rtt: Option<Duration>,
     token: Token,
+    /// This end's X25519 key pair (the server's key share comes with `Measure`).
+    ephemeral: Ephemeral,
 }
 
 impl Asking<'_> {
@@ -308,7 +317,14 @@ impl Asking<'_> {
                 AdviseOutput::Measure(spec) => {
                     let (cfg, addr, limits) = (self.cfg, self.addr, self.limits);
                     let rtt = self.control_rtt;
-                    match start_measuring(now, cfg, addr, limits, rtt, self.token, &spec) {
+                    let keys = self
+                        .ephemeral
+                        .client_keys(&spec.key_share, cfg.secret.as_ref(), &self.token)
+                        .map_err(|_| {
+                            ClientError::Protocol(ProtocolError::Violation(Violation::WeakKeyShare))
+                        })?;
+                    let session = (self.token, &keys);
+                    match start_measuring(now, cfg, addr, limits, rtt, session, &spec) {
                         Ok(m) => self.measuring = Some(m),
                         // Opening the streams waited for their connects: the failure is
                         // the session's at the time it was seen.
@@ -368,7 +384,7 @@ fn start_measuring(
     addr: SocketAddr,
     limits: &HostLimits,
     rtt: Option<Duration>,
-    token: Token,
+    session: (Token, &SessionKeys),
     spec: &MeasureSpec,
 ) -> Result<Measuring, (u32, String, Instant)> {
     let role = if spec.send {
@@ -442,7 +458,7 @@ fn start_measuring(
                 continue;
             };
             let _ = poll.registry().deregister(&mut stream);
-            let stream = connected(stream, addr, cfg, token, spec.seq, index as u32)
+            let stream = connected(stream, addr, cfg, session, spec.seq, index as u32)
                 .map_err(|(i, why)| (i, why, now))?;
             engine
                 .add_stream(now, index as u32, stream, driver)
@@ -461,7 +477,7 @@ fn connected(
     stream: MioStream,
     addr: SocketAddr,
     cfg: &AdviseConfig,
-    token: Token,
+    (token, keys): (Token, &SessionKeys),
     seq: u32,
     index: u32,
 ) -> Result<TcpStream, (u32, String)> {
@@ -474,12 +490,7 @@ fn connected(
     }
     // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
     let mut stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
-    let hello = DataHello {
-        token,
-        seq,
-        stream: index,
-    }
-    .encode();
+    let hello = DataHello::sealed(keys, token, seq, index).encode();
     stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_write_timeout(Some(cfg.connect_timeout)))

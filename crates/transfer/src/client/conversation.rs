@@ -4,11 +4,13 @@
 
 use super::{Cancel, ClientConfig, ClientError, Progress, ProgressFn, ProtocolError};
 use crate::engine::{Engine, EngineConfig, Notify, SideResult};
+use crate::keys::Ephemeral;
 use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
 use crate::probe::ProbeResult;
 use crate::proto::{self, DataHello, FrameReader, Phase, ServerMsg, Token, MAX_SERVER_FRAME};
 use crate::report::Interval;
+use crate::session::client::Violation;
 use crate::session::client::{
     ClientOutput, ClientPlan, ClientSession, Failure, Goal, InBand, Measured, Observe,
     PhaseOutcome, PhaseRequest, ServerInfo,
@@ -25,6 +27,7 @@ use tcptune_core::fullpipe::ProbePlan;
 use tcptune_core::{
     Action, ConnEvent, HostLimits, PathHint, Role, Time, Tuner, TunerContext, TunerFactory,
 };
+use tcptune_proto::keys::SessionKeys;
 use tcptune_sys::driver::TunerDriver;
 
 const CTRL: MioToken = MioToken(0);
@@ -130,6 +133,12 @@ pub(super) struct Conversation<'a> {
     /// Careful resume's route (a large initial window to the server), until every stream
     /// of the phase is connected.
     route: Option<tcptune_sys::route::InitialWindow>,
+    /// This end's X25519 key pair, until the server's answer gives the session's keys.
+    ephemeral: Option<Ephemeral>,
+    /// The session's keys (once the server admitted it).
+    keys: Option<SessionKeys>,
+    /// Data connections that are up and wait for the keys to send their hello.
+    keyless: Vec<(u32, std::net::TcpStream, Box<TunerDriver>)>,
 }
 
 impl<'a> Conversation<'a> {
@@ -137,7 +146,7 @@ impl<'a> Conversation<'a> {
         cfg: &'a ClientConfig,
         addr: SocketAddr,
         ctrl: std::net::TcpStream,
-        plan: ClientPlan,
+        (plan, ephemeral): (ClientPlan, Ephemeral),
         local_limits: HostLimits,
         force: bool,
     ) -> Result<Conversation<'a>, ClientError> {
@@ -179,7 +188,35 @@ impl<'a> Conversation<'a> {
             measured: None,
             files: None,
             route: None,
+            ephemeral: Some(ephemeral),
+            keys: None,
+            keyless: Vec::new(),
         })
+    }
+
+    /// Once the server sent its key share (admitting the session, or challenging its
+    /// proof): derive its keys, and send the hellos of the data connections that waited.
+    fn take_keys(&mut self, now: Instant) -> Result<(), ClientError> {
+        if self.keys.is_some() {
+            return Ok(());
+        }
+        let Some((server, secret)) = self.session.key_agreement() else {
+            return Ok(());
+        };
+        let Some(e) = self.ephemeral.take() else {
+            return Ok(());
+        };
+        let keys = e.client_keys(&server, secret, &self.token).map_err(|_| {
+            ClientError::Protocol(ProtocolError::Violation(Violation::WeakKeyShare))
+        })?;
+        if let Some(work) = &self.files {
+            work.set_block_key(keys.block_key());
+        }
+        self.keys = Some(keys);
+        for (index, stream, driver) in std::mem::take(&mut self.keyless) {
+            self.join(now, index, stream, driver);
+        }
+        Ok(())
     }
 
     /// The main phase copies these files.
@@ -818,33 +855,47 @@ impl<'a> Conversation<'a> {
             );
         }
         // SAFETY: the descriptor moves from the mio stream to a std stream that owns it.
-        let mut stream = unsafe { std::net::TcpStream::from_raw_fd(o.stream.into_raw_fd()) };
-        let Some(p) = &mut self.phase else { return };
-        let hello = DataHello {
-            token: self.token,
-            seq: p.seq,
-            stream: o.index,
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(o.stream.into_raw_fd()) };
+        if self.keys.is_none() {
+            // The hello is tagged with the session's keys: it waits for the server's answer
+            // (which comes back in about the time the TCP handshake took).
+            self.keyless.push((o.index, stream, o.driver));
+            return;
         }
-        .encode();
-        // A new connection's send buffer is empty: 32 bytes go at once.
+        self.join(now, o.index, stream, o.driver);
+    }
+
+    /// A connected data connection sends its hello (the keys are known) and joins the
+    /// phase's engine.
+    fn join(
+        &mut self,
+        now: Instant,
+        index: u32,
+        mut stream: std::net::TcpStream,
+        driver: Box<TunerDriver>,
+    ) {
+        let Some(keys) = &self.keys else { return };
+        let Some(p) = &mut self.phase else { return };
+        let hello = DataHello::sealed(keys, self.token, p.seq, index).encode();
+        // A new connection's send buffer is empty: 48 bytes go at once.
         if let Err(e) = stream.write_all(&hello) {
             return self.session.handle_stream_failed(
                 now,
-                o.index,
+                index,
                 format!("sending its hello: {e}"),
             );
         }
-        let added = p.engine.add_stream(now, o.index, stream, o.driver);
+        let added = p.engine.add_stream(now, index, stream, driver);
         // Every stream asked for is connected: the initial window was taken from the route,
         // which goes at once (other connections to the peer must not inherit it).
         if self.opening.is_empty() {
             self.route = None;
         }
         match added {
-            Ok(()) => self.session.handle_stream_open(now, o.index),
+            Ok(()) => self.session.handle_stream_open(now, index),
             Err(e) => {
                 self.session
-                    .handle_stream_failed(now, o.index, format!("starting its thread: {e}"))
+                    .handle_stream_failed(now, index, format!("starting its thread: {e}"))
             }
         }
     }
@@ -888,7 +939,10 @@ impl<'a> Conversation<'a> {
                     }
                 };
                 match proto::decode::<ServerMsg>(&body) {
-                    Ok(m) => self.session.handle_msg(now, m),
+                    Ok(m) => {
+                        self.session.handle_msg(now, m);
+                        self.take_keys(now)?;
+                    }
                     Err(e) if self.session.server().is_none() => {
                         return Err(ClientError::NotTcptune {
                             addr: self.addr,

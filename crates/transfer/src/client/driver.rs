@@ -8,6 +8,7 @@ use super::measure::{self, PathDbUse, Plan, Source};
 use super::workload::{Transferred, Workload};
 use super::{resolve, validate, ClientConfig, ClientError, ConfigError, ProgressFn};
 use crate::engine::SideResult;
+use crate::keys::Ephemeral;
 use crate::proto::{self, TestParams, Token};
 use crate::report::assemble::{assemble_at, Assembly, Verdict};
 use crate::report::{InBandReport, MeasurementReport, ProbeReport, Report, ResumeReport};
@@ -65,9 +66,9 @@ fn open<'a>(cfg: &'a ClientConfig, workload: Workload<'_>) -> Result<Opened<'a>,
     let addr = resolve(cfg)?;
     let (local_limits, force) = local_limits(cfg)?;
     let (ctrl, hint) = connect_control(cfg, &addr)?;
-    let (params, plan, token) = session_plan(cfg, workload.file_job())?;
+    let (params, plan, token, ephemeral) = session_plan(cfg, workload.file_job())?;
     let db = PathDbUse::new(cfg, addr.ip().to_string());
-    let mut conv = Conversation::new(cfg, addr, ctrl, plan, local_limits, force)?;
+    let mut conv = Conversation::new(cfg, addr, ctrl, (plan, ephemeral), local_limits, force)?;
     if let Some(work) = workload.engine_files() {
         conv.set_files(work);
     }
@@ -281,12 +282,13 @@ fn connect_control(
     Ok((ctrl, hint))
 }
 
-/// The session's parameters and plan, with fresh random session token, data seed and (with
-/// a shared secret) authentication nonce; the token comes back for the report.
+/// The session's parameters and plan, with fresh random session token, data seed, X25519
+/// key pair and (with a shared secret) authentication nonce; the token comes back for the
+/// report.
 fn session_plan(
     cfg: &ClientConfig,
     files: Option<crate::files::FileJob>,
-) -> Result<(TestParams, ClientPlan, [u8; 16]), ClientError> {
+) -> Result<(TestParams, ClientPlan, [u8; 16], Ephemeral), ClientError> {
     let random = |op: &str, buf: &mut [u8]| {
         tcptune_sys::os::random_bytes(buf).map_err(|source| ClientError::Local {
             op: op.to_string(),
@@ -305,11 +307,16 @@ fn session_plan(
         }
         None => None,
     };
+    let ephemeral = Ephemeral::new().map_err(|source| ClientError::Local {
+        op: "getrandom (session key pair)".to_string(),
+        source,
+    })?;
     let params = test_params(cfg, u64::from_ne_bytes(seed), files);
     let plan = ClientPlan {
         params: params.clone(),
         token: Token(token),
         auth,
+        key_share: ephemeral.public(),
         max_streams: cfg.max_streams,
         connect_timeout: cfg.connect_timeout,
         idle_timeout: cfg.idle_timeout,
@@ -317,7 +324,7 @@ fn session_plan(
         max_time: cfg.max_time,
         sender: !cfg.reverse,
     };
-    Ok((params, plan, token))
+    Ok((params, plan, token, ephemeral))
 }
 
 /// The test the server is asked for. A copy moves files, not messages.

@@ -18,7 +18,9 @@ use crate::files::queue::Item;
 use crate::files::table::Received;
 use crate::files::violation;
 use crate::files::walk::{self, Manifest};
-use crate::files::wire::{Header, Tag, ToReceiver, ToSender, CV_LEN, HEADER_LEN, MAX_JSON};
+use crate::files::wire::{
+    Header, Tag, ToReceiver, ToSender, Trailer, HEADER_LEN, MAX_JSON, TRAILER_LEN,
+};
 use crate::files::work::{FileWork, Run, Source, Spec};
 use crate::files::FileFailureExt;
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
@@ -181,10 +183,22 @@ impl Ctx<'_> {
             .map_err(|e| self.fatal(violation(e)))
     }
 
-    fn cv(&mut self) -> Result<Cv, Halt> {
-        let mut cv = [0u8; CV_LEN];
-        self.read_exact(&mut cv).map_err(closed_in_record)?;
-        Ok(cv)
+    /// A block's or confirmation's trailer (checksum and tag).
+    fn trailer(&mut self) -> Result<Trailer, Halt> {
+        let mut t = [0u8; TRAILER_LEN];
+        self.read_exact(&mut t).map_err(closed_in_record)?;
+        Ok(Trailer::decode(&t))
+    }
+
+    /// The trailer of the record with header `h` and checksum `cv`, tagged with the
+    /// session's block key.
+    fn seal(&mut self, h: &Header, cv: Cv) -> Result<[u8; TRAILER_LEN], Halt> {
+        match self.work.block_key() {
+            Some(k) => Ok(Trailer::sealed(k, h, cv).encode()),
+            None => Err(self.fatal(FileFailure::protocol(
+                "a copy block before the session's keys were agreed",
+            ))),
+        }
     }
 
     /// The `len` bytes of a record whose length was admitted.
@@ -584,18 +598,22 @@ fn send_block(
         c.work.touch(len);
         let cv = digest::block_cv(size, BLOCK_SIZE, offset, &buf[..len as usize]);
         if cv == theirs {
-            c.write_all(&header(Tag::Confirm).encode())?;
-            c.write_all(&cv)?;
+            let h = header(Tag::Confirm);
+            let trailer = c.seal(&h, cv)?;
+            c.write_all(&h.encode())?;
+            c.write_all(&trailer)?;
             return block_done(c, file, block, cv, 0, len);
         }
-        c.write_all(&header(Tag::Block).encode())?;
+        let h = header(Tag::Block);
+        let trailer = c.seal(&h, cv)?;
+        c.write_all(&h.encode())?;
         let data = buf[..len as usize].to_vec();
         for piece in data.chunks(PIECE) {
             c.write_all(piece)?;
             let now = c.now;
             c.io_mark(piece.len() as u64, now);
         }
-        c.write_all(&cv)?;
+        c.write_all(&trailer)?;
         return block_done(c, file, block, cv, len, 0);
     }
     let seq = if round == 0 {
@@ -622,7 +640,8 @@ fn send_block(
         at += n as u64;
     }
     let cv = h.finish();
-    c.write_all(&cv)?;
+    let trailer = c.seal(&header(Tag::Block), cv)?;
+    c.write_all(&trailer)?;
     block_done(c, file, block, cv, len, 0)
 }
 
@@ -688,8 +707,9 @@ fn check_file(
             len: 0,
             round: 0,
         };
+        let trailer = c.seal(&h, theirs)?;
         c.write_all(&h.encode())?;
-        c.write_all(&theirs)?;
+        c.write_all(&trailer)?;
     }
     if let Run::Send(s) = &mut *c.work.lock() {
         s.sender.check_done(file, cvs, confirmed);
@@ -743,7 +763,12 @@ fn lead_recv(c: &mut Ctx<'_>) -> Result<(), Halt> {
     };
     // The manifest: every record and entry admitted before it is read or kept. The stalls
     // of a stream are found where its bytes are read (`read_exact`), not by the machine.
-    let mut r = Receiver::new(limits, Duration::MAX);
+    let Some(key) = c.work.block_key().cloned() else {
+        return Err(c.fatal(FileFailure::protocol(
+            "a copy before the session's keys were agreed",
+        )));
+    };
+    let mut r = Receiver::new(limits, Duration::MAX, key);
     loop {
         let Some(h) = c.header()? else {
             return Err(Halt::Stream(
@@ -896,12 +921,12 @@ fn records(c: &mut Ctx<'_>) -> Result<(), Halt> {
                 write,
             } => recv_block(c, &h, file, block, size, write, &mut buf)?,
             Body::Confirm { file, block } => {
-                let cv = c.cv()?;
-                received(c, file, now, |r| r.handle_confirm(now, file, block, cv))?;
+                let t = c.trailer()?;
+                received(c, file, now, |r| r.handle_confirm(now, &h, block, t))?;
             }
             Body::ConfirmFile { file } => {
-                let cv = c.cv()?;
-                received(c, file, now, |r| r.handle_confirm_file(now, file, cv))?;
+                let t = c.trailer()?;
+                received(c, file, now, |r| r.handle_confirm_file(now, &h, t))?;
             }
         }
     }
@@ -980,10 +1005,10 @@ fn recv_block(
         }
         at += n as u64;
     }
-    let sent = c.cv()?;
+    let sent = c.trailer()?;
     let computed = hasher.finish();
     drop(target);
     received(c, file, now, |r| {
-        r.handle_block(now, file, block, sent, computed, len)
+        r.handle_block(now, h, block, sent, computed)
     })
 }

@@ -100,6 +100,9 @@ pub(crate) struct FileWork {
     /// The engine's delivered-bytes count when blocks began (the in-band measurement starts
     /// there, not with the manifest's bytes).
     pub(crate) delivered_base: AtomicU64,
+    /// The session's block key (set once the session's keys are known, before any stream
+    /// joins): every block's and confirmation's tag is made and checked with it.
+    block_key: std::sync::OnceLock<tcptune_proto::keys::BlockKey>,
 }
 
 impl std::fmt::Debug for FileWork {
@@ -141,7 +144,18 @@ impl FileWork {
             block_seq: AtomicU64::new(0),
             warnings: Mutex::new(Vec::new()),
             delivered_base: AtomicU64::new(u64::MAX),
+            block_key: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The session's block key (once; a second call keeps the first).
+    pub(crate) fn set_block_key(&self, key: tcptune_proto::keys::BlockKey) {
+        let _ = self.block_key.set(key);
+    }
+
+    /// The session's block key, once set.
+    pub(crate) fn block_key(&self) -> Option<&tcptune_proto::keys::BlockKey> {
+        self.block_key.get()
     }
 
     /// The spec, once (stream 0's thread takes it).

@@ -31,6 +31,7 @@ use tcptune_core::pathdb::{Direction, Measurement};
 use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
 use tcptune_pathdb::Source;
+use tcptune_proto::keys::BlockKey;
 use tcptune_sys::fs::Dir;
 
 const LISTENER: MioToken = MioToken(0);
@@ -123,7 +124,8 @@ pub fn run(
     });
     // The loop's start: the endpoint's, the budget's and the counters' clocks begin here.
     let start = Instant::now();
-    let mut endpoint = Endpoint::new(start, ecfg, host_info(force), nonces);
+    let kx = Box::new(crate::keys::ServerExchange);
+    let mut endpoint = Endpoint::new(start, ecfg, host_info(force), nonces, kx);
     let (tx, rx) = mpsc::channel::<Finished>();
     let paths = match &config.path_db {
         Some(p) => Some(
@@ -636,7 +638,8 @@ impl Driver {
                     label,
                     spec,
                     mode,
-                } => self.start_engine(session, &label, spec, mode),
+                    block_key,
+                } => self.start_engine(session, &label, spec, (mode, *block_key)),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -819,7 +822,7 @@ impl Driver {
         session: SessionId,
         label: &str,
         spec: EngineSpec,
-        mode: &'static str,
+        (mode, block_key): (&'static str, BlockKey),
     ) {
         let role = if spec.params.reverse {
             Role::Sender
@@ -833,6 +836,9 @@ impl Driver {
             let _ = waker.wake();
         });
         let files = self.file_work(&spec, role);
+        if let Some(work) = &files {
+            work.set_block_key(block_key);
+        }
         let engine = Engine::new(EngineConfig {
             files: files.clone(),
             role,

@@ -77,3 +77,50 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// A raw client's half of a session's key exchange (as the real client's driver does it):
+/// its X25519 key pair, its `Hello`, and the session's keys once the server answered.
+pub(crate) struct RawKeys {
+    secret: x25519_dalek::StaticSecret,
+    /// This end's public key.
+    pub(crate) share: [u8; 32],
+}
+
+impl RawKeys {
+    /// A key pair from a seed byte (tests are deterministic).
+    pub(crate) fn new(seed: u8) -> RawKeys {
+        let secret = x25519_dalek::StaticSecret::from([seed | 1; 32]);
+        let share = x25519_dalek::PublicKey::from(&secret).to_bytes();
+        RawKeys { secret, share }
+    }
+
+    /// A `Hello` for the session of `token`, without a secret.
+    pub(crate) fn hello(&self, token: u8, version: &str) -> tcptune_transfer::proto::ClientMsg {
+        tcptune_transfer::proto::ClientMsg::Hello {
+            protocol: tcptune_transfer::proto::PROTOCOL_VERSION,
+            version: version.into(),
+            token: Some(tcptune_transfer::proto::Token([token; 16])),
+            auth: None,
+            key_share: Some(tcptune_transfer::proto::to_hex(&self.share)),
+        }
+    }
+
+    /// The session's keys, the server having answered with `msg` (`Accepted`).
+    pub(crate) fn keys(
+        &self,
+        msg: &tcptune_transfer::proto::ServerMsg,
+        token: u8,
+    ) -> tcptune_proto::keys::SessionKeys {
+        let tcptune_transfer::proto::ServerMsg::Accepted { key_share, .. } = msg else {
+            panic!("expected accepted, got {msg:?}");
+        };
+        let server = tcptune_transfer::proto::from_hex::<32>(key_share).expect("key share");
+        let dh = self
+            .secret
+            .diffie_hellman(&x25519_dalek::PublicKey::from(server))
+            .to_bytes();
+        let token = tcptune_transfer::proto::Token([token; 16]);
+        tcptune_proto::keys::SessionKeys::derive(&dh, None, &token, &self.share, &server)
+            .expect("contributory")
+    }
+}

@@ -16,6 +16,7 @@ fn plan() -> ClientPlan {
         params: params(),
         token: Token([7; 16]),
         auth: None,
+        key_share: [4; 32],
         max_streams: 8,
         connect_timeout: CONNECT,
         idle_timeout: IDLE,
@@ -51,6 +52,7 @@ fn accepted(max_streams: u32) -> ServerMsg {
         congestion: "cubic".into(),
         can_force: false,
         auth_required: false,
+        key_share: wire::to_hex(&[6; 32]),
     }
 }
 
@@ -126,12 +128,17 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
         panic!("{out:?}")
     };
     let mac = wire::from_hex::<32>(&a.mac).expect("hex");
-    assert!(secret.verify_proof(&[1; 32], 1000, &[7; 16], &mac));
+    assert!(secret.verify_proof(&[1; 32], 1000, &[7; 16], &[4; 32], &mac));
+    assert!(
+        !secret.verify_proof(&[1; 32], 1000, &[7; 16], &[5; 32], &mac),
+        "the proof covers the key share"
+    );
     s.handle_msg(
         t0,
         ServerMsg::Challenge {
             nonce: wire::to_hex(&[9; 32]),
             reason: "clock".into(),
+            key_share: None,
         },
     );
     let out = drain(&mut s);
@@ -147,6 +154,7 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
         ServerMsg::Challenge {
             nonce: wire::to_hex(&[8; 32]),
             reason: "again".into(),
+            key_share: None,
         },
     );
     assert!(drain(&mut s)
@@ -163,6 +171,7 @@ fn a_challenge_without_a_secret_is_a_protocol_error() {
         ServerMsg::Challenge {
             nonce: wire::to_hex(&[9; 32]),
             reason: "x".into(),
+            key_share: None,
         },
     );
     assert!(matches!(

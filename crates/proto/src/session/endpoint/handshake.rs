@@ -1,5 +1,5 @@
-//! The handshake part of the [`Endpoint`]: `Hello` (protocol, token, proof of the shared
-//! secret), the challenge when the proof's freshness cannot be checked, and `Setup` (or
+//! The handshake part of the [`Endpoint`]: `Hello` (protocol, token, key share, proof of
+//! the shared secret), the challenge when the proof's freshness cannot be checked, and `Setup` (or
 //! `Advise`), which admits the session or refuses it saying why.
 
 use super::{
@@ -8,6 +8,7 @@ use super::{
 };
 use crate::auth::CLOCK_SKEW;
 use crate::events::ServerEvent;
+use crate::keys::{KeyShare, SessionKeys};
 use crate::session::guard::Freshness;
 use crate::session::server::{ServerSession, SessionPolicy, MAX_PROBE};
 use crate::session::ConnId;
@@ -71,6 +72,7 @@ impl Endpoint {
                     protocol,
                     token,
                     auth,
+                    key_share,
                     ..
                 },
             ) => {
@@ -90,6 +92,16 @@ impl Endpoint {
                     );
                 };
                 h.token = Some(token);
+                let Some(key_share) = key_share.and_then(|k| wire::from_hex::<32>(&k)) else {
+                    return self.reject(
+                        now,
+                        conn,
+                        "protocol",
+                        "hello without a key share (32 bytes of hex)".into(),
+                        None,
+                    );
+                };
+                h.key_share = Some(key_share);
                 if self.tokens.contains_key(&token) {
                     return self.reject(now, conn, "protocol", "session token in use".into(), None);
                 }
@@ -105,7 +117,7 @@ impl Endpoint {
                     );
                     return self.reject(now, conn, "auth_backoff", why, Some(wait));
                 }
-                self.check_proof(now, unix_s, conn, peer, token, auth);
+                self.check_proof(now, unix_s, conn, peer, (token, key_share), auth);
             }
             (Stage::Hello, other) => {
                 let why = format!("expected hello, got {}", other.kind());
@@ -154,7 +166,7 @@ impl Endpoint {
         unix_s: u64,
         conn: ConnId,
         peer: SocketAddr,
-        token: Token,
+        (token, key_share): (Token, KeyShare),
         auth: Option<ClientAuth>,
     ) {
         let Some(secret) = self.cfg.secret.clone() else {
@@ -172,7 +184,7 @@ impl Endpoint {
         let (Some(nonce), Some(mac)) = (nonce, mac) else {
             return self.auth_failed(now, conn, peer);
         };
-        if !secret.verify_proof(&nonce, auth.time_unix_s, &token.0, &mac) {
+        if !secret.verify_proof(&nonce, auth.time_unix_s, &token.0, &key_share, &mac) {
             return self.auth_failed(now, conn, peer);
         }
         self.addrs.entry(peer.ip()).or_default().backoff.succeed();
@@ -192,10 +204,15 @@ impl Endpoint {
         match reason {
             None => self.set_stage(conn, Stage::Setup),
             Some(reason) => {
+                // The keys now: the client's data connections need not wait for `Accepted`.
+                let Some((key_share, _)) = self.agree(now, conn, token) else {
+                    return;
+                };
                 let nonce = (self.nonces)();
                 let msg = ServerMsg::Challenge {
                     nonce: wire::to_hex(&nonce),
                     reason,
+                    key_share: Some(wire::to_hex(&key_share)),
                 };
                 if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
                     self.events.push_back(EndpointEvent::Send { conn, frame });
@@ -272,6 +289,9 @@ impl Endpoint {
         ) else {
             return;
         };
+        let Some((key_share, keys)) = self.agree(now, conn, token) else {
+            return;
+        };
         let mut limits = self.cfg.limits.clone();
         limits.max_streams = allowance;
         let congestion = params
@@ -284,6 +304,7 @@ impl Endpoint {
             congestion,
             can_force: self.host.limits.can_force,
             auth_required: self.cfg.secret.is_some(),
+            key_share: wire::to_hex(&key_share),
         };
         if let Ok(frame) = wire::encode_limited(&accepted, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });
@@ -296,7 +317,7 @@ impl Endpoint {
                 params: Box::new(params.clone()),
             }));
         let session = ServerSession::new(now, params, self.policy(limits));
-        self.install(now, conn, peer, token, reserved, session);
+        self.install(now, conn, (peer, token, keys), reserved, session);
     }
 
     /// Admit an advice session (the same bounds as a transfer's; descriptors for the
@@ -311,6 +332,9 @@ impl Endpoint {
         else {
             return;
         };
+        let Some((key_share, keys)) = self.agree(now, conn, token) else {
+            return;
+        };
         let mut limits = self.cfg.limits.clone();
         limits.max_streams = allowance;
         let seed = u64::from_le_bytes((self.nonces)()[..8].try_into().unwrap_or([7; 8]));
@@ -320,8 +344,9 @@ impl Endpoint {
             self.policy(limits),
             self.host.limits.clone(),
             seed,
+            key_share,
         );
-        self.install(now, conn, peer, token, reserved, session);
+        self.install(now, conn, (peer, token, keys), reserved, session);
     }
 
     fn policy(&self, limits: ServerLimits) -> SessionPolicy {
@@ -407,14 +432,43 @@ impl Endpoint {
         Some((peer, token, allowance, reserved))
     }
 
-    /// Make the handshake on `conn` the control connection of `session`, which reserves
-    /// `reserved` descriptors.
+    /// The server's half of the key exchange for the session of the handshake on `conn`:
+    /// its public key and the session's keys, or `None` (refused, the client was told why)
+    /// when the client's key share does not contribute (a low-order point).
+    fn agree(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        token: Token,
+    ) -> Option<(KeyShare, SessionKeys)> {
+        let h = match self.conns.get_mut(&conn).map(|c| &mut c.state) {
+            Some(ConnState::Handshake(h)) => h,
+            _ => return None,
+        };
+        if let Some(agreed) = &h.agreed {
+            return Some(agreed.clone());
+        }
+        let client = h.key_share?;
+        let (server, dh) = self.kx.respond(&client);
+        match SessionKeys::derive(&dh, self.cfg.secret.as_ref(), &token, &client, &server) {
+            Ok(keys) => {
+                h.agreed = Some((server, keys.clone()));
+                Some((server, keys))
+            }
+            Err(e) => {
+                self.reject(now, conn, "key", e.to_string(), None);
+                None
+            }
+        }
+    }
+
+    /// Make the handshake on `conn` the control connection of `session` (of the client at
+    /// `peer`, with its token and keys), which reserves `reserved` descriptors.
     fn install(
         &mut self,
         now: Instant,
         conn: ConnId,
-        peer: SocketAddr,
-        token: Token,
+        (peer, token, keys): (SocketAddr, Token, SessionKeys),
         reserved: u64,
         session: ServerSession,
     ) {
@@ -455,6 +509,7 @@ impl Endpoint {
                 label,
                 reserved,
                 accepted: Some(accepted),
+                keys,
             },
         );
         // What the client pipelined after its request is the session's.

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::events::ServerEvent;
+use crate::keys::test_kx;
 use crate::wire::PROTOCOL_VERSION;
 use crate::wire::{encode, ClientAuth, Phase, TestParams};
 use tcptune_core::PathHint;
@@ -45,7 +46,13 @@ fn host() -> HostInfo {
 }
 
 fn endpoint(cfg: EndpointConfig) -> Endpoint {
-    Endpoint::new(Instant::now(), cfg, host(), Box::new(|| [42; 32]))
+    Endpoint::new(
+        Instant::now(),
+        cfg,
+        host(),
+        Box::new(|| [42; 32]),
+        Box::new(test_kx::Server(0)),
+    )
 }
 
 fn peer(last: u8, port: u16) -> SocketAddr {
@@ -65,6 +72,7 @@ fn hello(token: u8, auth: Option<ClientAuth>) -> ClientMsg {
         version: "test".into(),
         token: Some(Token([token; 16])),
         auth,
+        key_share: Some(wire::to_hex(&test_kx::pair(token).1)),
     }
 }
 
@@ -110,14 +118,12 @@ fn refused_kinds(evs: &[EndpointEvent]) -> Vec<&'static str> {
         .collect()
 }
 
+/// The data hello of the session of `token` (its client's key pair from the same byte, no
+/// shared secret), tagged with the session's keys.
 fn data_hello(token: u8, seq: u32, stream: u32) -> Vec<u8> {
-    DataHello {
-        token: Token([token; 16]),
-        seq,
-        stream,
-    }
-    .encode()
-    .to_vec()
+    let t = Token([token; 16]);
+    let keys = test_kx::client_keys(token, 0, None, &t);
+    DataHello::sealed(&keys, t, seq, stream).encode().to_vec()
 }
 
 fn start(seq: u32) -> ClientMsg {
@@ -174,7 +180,8 @@ fn a_data_hello_is_read_exactly_and_never_past_its_end() {
     e.on_accept(t0, 2, peer(1, 1001));
     assert_eq!(e.read_limit(2), ReadLimit::Exact(8));
     e.on_bytes(t0, 0, 2, &data_hello(7, 0, 0)[..8]);
-    assert_eq!(e.read_limit(2), ReadLimit::Exact(24));
+    // The rest of the hello: token, phase, stream and tag.
+    assert_eq!(e.read_limit(2), ReadLimit::Exact(40));
     e.on_bytes(t0, 0, 2, &data_hello(7, 0, 0)[8..]);
     assert_eq!(e.read_limit(2), ReadLimit::None, "the rest is the engine's");
     assert_eq!(
@@ -384,7 +391,7 @@ fn sessions_are_bounded_per_address_and_in_all_and_a_refusal_says_when_to_retry(
 }
 
 fn proof(secret: &Secret, token: u8, nonce: u8, time: u64) -> ClientAuth {
-    let mac = secret.prove(&[nonce; 32], time, &[token; 16]);
+    let mac = secret.prove(&[nonce; 32], time, &[token; 16], &test_kx::pair(token).1);
     ClientAuth {
         nonce: wire::to_hex(&[nonce; 32]),
         time_unix_s: time,
@@ -430,7 +437,7 @@ fn a_shared_secret_is_proved_without_a_round_trip_and_checked_for_freshness() {
         ]),
     );
     let r = replies(&events(&mut e));
-    let [ServerMsg::Challenge { nonce, reason }] = &r[..] else {
+    let [ServerMsg::Challenge { nonce, reason, .. }] = &r[..] else {
         panic!("{r:?}")
     };
     assert!(reason.contains("seen before"), "{reason}");
@@ -554,7 +561,7 @@ fn another_protocol_version_is_told_which_one_the_server_speaks() {
     );
     let r = replies(&events(&mut e));
     assert!(
-        matches!(&r[..], [ServerMsg::Rejected { reason, .. }] if reason.contains("speaks 2")),
+        matches!(&r[..], [ServerMsg::Rejected { reason, .. }] if reason.contains("speaks 3")),
         "{r:?}"
     );
 }

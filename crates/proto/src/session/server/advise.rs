@@ -73,6 +73,8 @@ pub(crate) struct AdviseCtx {
     client_limits: HostLimits,
     server_limits: HostLimits,
     seed: u64,
+    /// The server's X25519 public key for the session (sent in `Measure`).
+    key_share: crate::keys::KeyShare,
     known: Option<KnownPath>,
     note: Option<String>,
     /// The wall clock at an instant (for the time of a measurement).
@@ -83,13 +85,15 @@ pub(crate) struct AdviseCtx {
 
 impl ServerSession {
     /// An advice session admitted at `now` for `request`; `server_limits` are this host's,
-    /// `seed` the data pattern's should it measure. Queues [`SessionOutput::Lookup`].
+    /// `seed` the data pattern's should it measure, `key_share` the server's X25519 public
+    /// key for the session. Queues [`SessionOutput::Lookup`].
     pub(crate) fn advise(
         now: Instant,
         request: AdviseRequest,
         policy: SessionPolicy,
         server_limits: HostLimits,
         seed: u64,
+        key_share: crate::keys::KeyShare,
     ) -> ServerSession {
         let client_limits = request
             .limits
@@ -126,6 +130,7 @@ impl ServerSession {
             client_limits,
             server_limits,
             seed,
+            key_share,
             known: None,
             note: None,
             clock: None,
@@ -250,6 +255,7 @@ impl ServerSession {
         a.streams = streams;
         let duration_ms = u64::try_from(plan.max_duration.as_millis()).unwrap_or(u64::MAX);
         let seed = a.seed;
+        let key_share = crate::wire::to_hex(&a.key_share);
         self.params.streams = streams;
         self.params.duration_ms = Some(duration_ms);
         self.send(ServerMsg::Measure {
@@ -258,6 +264,7 @@ impl ServerSession {
             duration_ms,
             message_size: MEASURE_MESSAGE,
             seed,
+            key_share,
         });
         self.next_seq = 1;
         let kind = Phase::Probe { duration_ms };
