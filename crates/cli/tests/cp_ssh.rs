@@ -409,3 +409,120 @@ fn the_far_end_exits_when_the_client_is_killed_in_the_middle_of_a_copy() {
     );
     assert_far_end_gone(&server, "the client was killed");
 }
+
+/// The far end alone, as the client starts it: `ssh HOST TCPTUNE serve --stdio` prints its
+/// one line (`tcptune-stdio VERSION addr=IP port=PORT key=HEX`) on the ssh channel.
+struct FarEnd {
+    ssh: ChildGuard,
+    fields: Vec<(String, String)>,
+}
+
+impl FarEnd {
+    fn start(topo: &Topology, server: &Sshd) -> FarEnd {
+        use std::io::BufRead;
+        let mut ssh = ChildGuard::spawn(
+            topo.command(Side::A, "ssh")
+                .args(server.ssh_args())
+                .arg(server.destination())
+                .args([BIN, "serve", "--stdio", "--no-path-db"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+        );
+        let stdout = ssh.0.child_mut().stdout.take().expect("ssh's stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("reading the far end's line");
+        assert!(
+            line.starts_with("tcptune-stdio "),
+            "the far end's line: {line:?}\nsshd's log:\n{}",
+            std::fs::read_to_string(server.log()).unwrap_or_default()
+        );
+        let fields = line
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        FarEnd { ssh, fields }
+    }
+
+    fn field(&self, key: &str) -> &str {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {key}= in the far end's line: {:?}", self.fields))
+    }
+
+    /// Whether ssh (and so the session) ended within `limit`; its status.
+    fn ended_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        match self
+            .ssh
+            .0
+            .wait_until(Some(Instant::now() + limit), || false)
+        {
+            Ok(Waited::Exited(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+#[test]
+fn the_far_end_over_ssh_serves_one_session_with_its_key_and_exits_when_the_channel_closes() {
+    let test = "the_far_end_over_ssh_serves_one_session_with_its_key";
+    if !can_run(test) {
+        return;
+    }
+    let t = Tmp::new("far");
+    let topo = topology(None);
+    let server = Sshd::start(&topo, Side::B);
+
+    // It listens on the address the ssh connection came in on, with a key of 256 bits that
+    // a client uses as the shared secret; after that one session it is gone.
+    let mut far = FarEnd::start(&topo, &server);
+    assert_eq!(far.field("addr"), topo.addr(Side::B).to_string());
+    let key = far.field("key").to_string();
+    assert_eq!(key.len(), 64, "{key}");
+    assert!(key.chars().all(|c| c.is_ascii_hexdigit()), "{key}");
+    let secret = t.0.join("key");
+    std::fs::write(&secret, &key).expect("write key");
+    let send = topo
+        .command(Side::A, BIN)
+        .args(["send", &topo.addr(Side::B).to_string(), "-p"])
+        .arg(far.field("port"))
+        .arg("--secret-file")
+        .arg(&secret)
+        .args(["-n", "16", "--no-progress", "--no-path-db"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("send");
+    assert!(
+        send.status.success(),
+        "send with the far end's key: {}",
+        String::from_utf8_lossy(&send.stderr)
+    );
+    let st = far.ended_within(Duration::from_secs(10));
+    assert!(
+        st.is_some(),
+        "the far end still runs after its session: {:?}",
+        far_ends(&server)
+    );
+    assert_far_end_gone(&server, "its one session");
+
+    // Nobody connects, and the channel closes (the client ended): it exits.
+    let mut far = FarEnd::start(&topo, &server);
+    drop(far.ssh.0.child_mut().stdin.take());
+    assert!(far.ended_within(Duration::from_secs(10)).is_some());
+    assert_far_end_gone(&server, "its stdin closed");
+
+    // The ssh client is killed: sshd closes the channel, and the far end exits.
+    let far = FarEnd::start(&topo, &server);
+    assert!(!far_ends(&server).is_empty(), "{:?}", server.processes());
+    // SAFETY: signalling a child of this test.
+    unsafe {
+        libc::kill(far.ssh.id() as i32, libc::SIGKILL);
+    }
+    drop(far);
+    assert_far_end_gone(&server, "the ssh client was killed");
+}
