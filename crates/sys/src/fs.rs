@@ -142,6 +142,9 @@ struct OpenHow {
 #[derive(Debug)]
 pub struct Dir {
     fd: OwnedFd,
+    /// Resolve with `RESOLVE_BENEATH` (the default); `false` only for
+    /// [`Dir::open_unconfined`].
+    beneath: bool,
 }
 
 impl AsFd for Dir {
@@ -186,7 +189,25 @@ impl Dir {
         // SAFETY: a fresh descriptor that nothing else owns.
         Ok(Dir {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            beneath: true,
         })
+    }
+
+    /// Open a directory as [`Dir::open`] does, but resolve paths from it as a process does
+    /// from its working directory: a relative path starts here, an absolute path at `/`, and
+    /// `..` and symlinks go wherever they lead (only magic links of `/proc` are refused).
+    /// This is `tcptune serve --stdio`'s home directory, where paths resolve as scp's do
+    /// with the remote user's own permissions; a server's `--root` always uses
+    /// [`Dir::open`]. Directories opened from it ([`Dir::dir_beneath`]) are unconfined too.
+    pub fn open_unconfined(path: &Path) -> Result<Dir, FsError> {
+        let mut d = Dir::open(path)?;
+        d.beneath = false;
+        Ok(d)
+    }
+
+    /// Whether paths are resolved beneath this directory only (see [`Dir::open_unconfined`]).
+    pub fn is_confined(&self) -> bool {
+        self.beneath
     }
 
     /// Open `rel` beneath this directory (see the module documentation). An empty path or
@@ -222,7 +243,11 @@ impl Dir {
             } else {
                 0
             },
-            resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS,
+            resolve: if self.beneath {
+                libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS
+            } else {
+                libc::RESOLVE_NO_MAGICLINKS
+            },
         };
         // openat2 may answer EAGAIN when a rename elsewhere raced with the walk: try again.
         for _ in 0..16 {
@@ -275,6 +300,7 @@ impl Dir {
     pub fn dir_beneath(&self, rel: &Path) -> Result<Dir, FsError> {
         Ok(Dir {
             fd: self.open_beneath(rel, OpenMode::DirectoryPath)?,
+            beneath: self.beneath,
         })
     }
 
@@ -282,6 +308,7 @@ impl Dir {
     pub fn listable_beneath(&self, rel: &Path) -> Result<Dir, FsError> {
         Ok(Dir {
             fd: self.open_beneath(rel, OpenMode::Directory)?,
+            beneath: self.beneath,
         })
     }
 
@@ -540,6 +567,43 @@ mod tests {
             Some(Kind::Symlink)
         );
         assert_eq!(d.look(Path::new("nope")).expect("look"), None);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn an_unconfined_directory_resolves_like_a_working_directory() {
+        let base = tmp("unconfined");
+        let home = base.join("home");
+        std::fs::create_dir_all(home.join("sub")).expect("mkdir");
+        std::fs::write(base.join("outside"), b"x").expect("write");
+        std::fs::write(home.join("sub/ok"), b"y").expect("write");
+        symlink("../../outside", home.join("sub/out")).expect("symlink");
+        let d = Dir::open_unconfined(&home).expect("open");
+        assert!(!d.is_confined());
+        let abs = base.join("outside");
+        for good in [
+            "sub/ok",
+            "../outside",
+            "sub/out",
+            abs.to_str().expect("utf-8"),
+        ] {
+            assert!(
+                d.open_beneath(Path::new(good), OpenMode::Read).is_ok(),
+                "{good}"
+            );
+        }
+        // Directories opened from it are unconfined too; the plain open stays confined.
+        let sub = d.dir_beneath(Path::new("sub")).expect("sub");
+        assert!(!sub.is_confined());
+        assert!(sub
+            .open_beneath(Path::new("../../outside"), OpenMode::Read)
+            .is_ok());
+        let confined = Dir::open(&home).expect("open");
+        assert!(confined.is_confined());
+        assert!(confined
+            .open_beneath(Path::new("../outside"), OpenMode::Read)
+            .expect_err("confined")
+            .is_escape());
         let _ = std::fs::remove_dir_all(&base);
     }
 

@@ -12,6 +12,8 @@
 //!   from [`tcptune_proto::wire`]; [`auth`] the optional shared-secret authentication.
 //! * [`report`] is the report: its types, how it is assembled from both ends' results,
 //!   what it says about itself ([`diagnose`]) and how it reads for people ([`human`]).
+//! * [`remote`] starts the far end over ssh (`tcptune cp HOST:PATH`, `send --ssh`): the
+//!   line the far end prints, ssh's failures in one line, and the process's guard.
 //! * [`probe`] is the pre-transfer bandwidth probe, [`pathdb`] the client's use of the
 //!   database of per-path measurements ([`tcptune_pathdb`]) that spares it on known paths.
 //!
@@ -70,6 +72,7 @@ mod pattern;
 mod phase;
 pub mod probe;
 pub use tcptune_proto::wire as proto;
+pub mod remote;
 pub mod report;
 pub mod server;
 pub use tcptune_proto::session;

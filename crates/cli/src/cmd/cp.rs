@@ -1,5 +1,6 @@
-//! `tcptune cp`: copy files and directory trees to or from a `tcptune serve --root DIR`
-//! server, every stream tuned.
+//! `tcptune cp`: copy files and directory trees to or from another host over ssh
+//! (`HOST:PATH`) or a `tcptune serve --root DIR` server (`tcptune://HOST/PATH`), every
+//! stream tuned.
 
 use crate::exit;
 use crate::out;
@@ -15,22 +16,37 @@ use tcptune_transfer::client::copy::{copy, CopyConfig, CopyProgress, CopyReport,
 use tcptune_transfer::client::{Cancel, ClientConfig, ClientError};
 use tcptune_transfer::files::FailKind;
 
+use super::ssh;
+
 /// Options of `tcptune cp`.
 ///
-/// Copies files and directory trees between this host and a `tcptune serve --root DIR`
-/// server, like cp and scp: a remote side is HOST:PATH (PATH under the server's shared
-/// directory; [IPV6]:PATH for an IPv6 address), and exactly one side is remote. Files are
-/// cut into 4 MiB blocks striped over parallel streams, each tuned like `send`'s, checked
-/// with BLAKE3 and written at their offsets under a temporary name that is renamed into
-/// place once every block is verified. Run the same command again after an interruption
-/// and only what is missing is sent.
+/// Copies files and directory trees between this host and another, like scp and rsync, and
+/// exactly one side is remote. `[USER@]HOST:PATH` goes over ssh, as scp's does: the far end
+/// (`tcptune serve --stdio`) is started through your ssh, so nothing runs there but the
+/// tcptune binary, PATH is relative to the remote home (`HOST:` alone is the home) or
+/// absolute, with the remote user's permissions, and the data streams connect directly,
+/// keyed by a one-time key agreed over ssh. `tcptune://HOST[:PORT]/PATH` reaches a running
+/// `tcptune serve --root DIR` server instead (PATH beneath its DIR), as rsync separates
+/// `host:path` from `rsync://`. Files are cut into 4 MiB blocks striped over parallel
+/// streams, each tuned like `send`'s, checked with BLAKE3 and written at their offsets under
+/// a temporary name that is renamed into place once every block is verified. Run the same
+/// command again after an interruption and only what is missing is sent.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-Examples:
-  tcptune cp big.iso server:isos/              # into the directory isos/ of the share
-  tcptune cp -r dataset server:                 # the tree dataset/ into the share's top
-  tcptune cp -r server:results ./results-copy   # pull a tree to a new local name
-  tcptune cp 'server:logs/a log.txt' 'server:x' /tmp/   # several sources into a directory
+Examples, over ssh (HOST:PATH, as scp):
+  tcptune cp big.iso alice@dtn2:/data/          # into /data/ on dtn2, as alice
+  tcptune cp -r dataset dtn2:                    # the tree dataset/ into the remote home
+  tcptune cp -r dtn2:results ./results-copy      # pull ~/results to a new local name
+  tcptune cp -e 'ssh -p 2222 -i ~/.ssh/dtn' big.iso dtn2:isos/   # ssh options, as rsync -e
+  tcptune cp --remote-tcptune '~/bin/tcptune' --port-range 50000-50100 big.iso dtn2:
+
+Examples, against a tcptune server (tcptune://HOST[:PORT]/PATH, PATH beneath its --root):
+  tcptune cp big.iso tcptune://server/isos/      # into the directory isos/ of the share
+  tcptune cp -r dataset tcptune://server/        # the tree dataset/ into the share's top
+  tcptune cp 'tcptune://server/logs/a log.txt' tcptune://server:5999/x /tmp/   # (one server)
+
+HOST:PATH means ssh, as in scp, rsync and bbcp (it used to mean a tcptune server: write
+tcptune://HOST/PATH for that now). A local name with a colon before any slash: ./a:b.
 
 What lands where follows cp: SRC copied into an existing directory DST lands at
 DST/basename(SRC); otherwise a single SRC becomes DST. Modes (rwx bits) and modification
@@ -40,20 +56,23 @@ hashed and left alone when identical. Partial files of an interrupted run are ke
 .NAME.tcptune-part) and resumed.
 
 Exit status: 0 success, 1 failure, 2 usage (a directory without -r, several sources to one
-file), 3 connection, 4 integrity (blocks kept failing their checksums), 6 not found (a
+file), 3 connection (ssh failed: the line says why and what to do), 4 integrity (blocks kept failing their checksums), 6 not found (a
 source, or the destination's directory), 7 permission denied (including a read-only server
 and paths outside the server's shared directory), 8 no space left on the destination,
 130 interrupted (the partial files stay for a resume).")]
 pub(crate) struct Opts {
-    /// Sources, then the destination: local paths or HOST:PATH.
+    /// Sources, then the destination: local paths, [USER@]HOST:PATH (ssh) or
+    /// tcptune://HOST[:PORT]/PATH (a server).
     #[arg(value_name = "SRC... DST", num_args = 2.., required = true)]
     paths: Vec<String>,
     /// Copy directories and everything in them.
     #[arg(short = 'r', long)]
     recursive: bool,
-    /// Server port.
+    /// Port of a tcptune:// server whose URL names none.
     #[arg(short = 'p', long, default_value_t = tcptune_transfer::server::DEFAULT_PORT)]
     port: u16,
+    #[command(flatten)]
+    ssh: ssh::SshOpts,
     /// Parallel streams to start with (auto opens more when the path needs them).
     #[arg(
         short = 'P',
@@ -69,7 +88,7 @@ pub(crate) struct Opts {
     /// probe, auto.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     tune: TuneMode,
-    /// File holding the shared secret of a server started with --secret-file.
+    /// File holding the shared secret of a tcptune:// server started with --secret-file.
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
     /// Print the report as JSON (files, bytes, transferred_bytes, seconds,
@@ -108,37 +127,91 @@ pub(crate) struct Opts {
 #[derive(Debug, PartialEq, Eq)]
 enum Operand {
     Local(String),
-    Remote { host: String, path: String },
+    Remote { far: Far, path: String },
 }
 
-/// scp's rule: `HOST:PATH` when a `:` comes before any `/`; `[V6]:PATH`; else a local path
-/// (write `./a:b` for a local name with a colon).
-fn operand(s: &str) -> Operand {
-    if let Some(rest) = s.strip_prefix('[') {
-        if let Some((host, path)) = rest.split_once("]:") {
-            return Operand::Remote {
-                host: format!("[{host}]"),
+/// Where the remote side is: over ssh (`[USER@]HOST:PATH`, as scp) or a tcptune server
+/// (`tcptune://HOST[:PORT]/PATH`, as rsync's `rsync://`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Far {
+    /// `[USER@]HOST` (an IPv6 address in brackets) to reach with ssh.
+    Ssh(String),
+    /// A server: its host (IPv6 in brackets) and port, if the URL has one.
+    Server { host: String, port: Option<u16> },
+}
+
+/// The URL scheme of a tcptune server.
+const SCHEME: &str = "tcptune://";
+
+/// `tcptune://HOST[:PORT]/PATH`: PATH beneath the server's --root (`tcptune://HOST/` or
+/// `tcptune://HOST`: the root itself).
+fn url(rest: &str) -> Result<Operand, String> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let bad = || format!("'{SCHEME}{rest}': write {SCHEME}HOST[:PORT]/PATH");
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, tail) = v6.split_once(']').ok_or_else(bad)?;
+            (format!("[{h}]"), tail)
+        }
+        None => match authority.split_once(':') {
+            Some((h, _)) => (h.to_string(), &authority[h.len()..]),
+            None => (authority.to_string(), ""),
+        },
+    };
+    let port = match port.strip_prefix(':') {
+        Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(bad)?),
+        None if port.is_empty() => None,
+        None => return Err(bad()),
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(bad());
+    }
+    Ok(Operand::Remote {
+        far: Far::Server { host, port },
+        path: path.to_string(),
+    })
+}
+
+/// `tcptune://...` is a server; else scp's rule: `[USER@]HOST:PATH` when a `:` comes before
+/// any `/`, `[USER@][V6]:PATH`; else a local path (write `./a:b` for a local name with a
+/// colon).
+fn operand(s: &str) -> Result<Operand, String> {
+    if let Some(rest) = s.strip_prefix(SCHEME) {
+        return url(rest);
+    }
+    let (user, rest) = match s.split_once('@') {
+        Some((u, r)) if !u.is_empty() && !u.contains(['/', ':']) => (Some(u), r),
+        _ => (None, s),
+    };
+    let at = |host: &str| user.map_or(host.to_string(), |u| format!("{u}@{host}"));
+    if let Some(v6) = rest.strip_prefix('[') {
+        if let Some((host, path)) = v6.split_once("]:") {
+            return Ok(Operand::Remote {
+                far: Far::Ssh(at(&format!("[{host}]"))),
                 path: path.to_string(),
-            };
+            });
         }
     }
-    match s.split_once(':') {
+    Ok(match rest.split_once(':') {
         Some((host, path)) if !host.is_empty() && !host.contains('/') => Operand::Remote {
-            host: host.to_string(),
+            far: Far::Ssh(at(host)),
             path: path.to_string(),
         },
         _ => Operand::Local(s.to_string()),
-    }
+    })
 }
 
-/// The server and the direction from the operands.
-fn plan(paths: &[String]) -> Result<(String, Direction), String> {
+/// The far side and the direction from the operands.
+fn plan(paths: &[String]) -> Result<(Far, Direction), String> {
     let (dst, srcs) = paths
         .split_last()
         .ok_or("name a source and a destination")?;
-    let ops: Vec<Operand> = srcs.iter().map(|s| operand(s)).collect();
-    match operand(dst) {
-        Operand::Remote { host, path } => {
+    let ops = srcs
+        .iter()
+        .map(|s| operand(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    match operand(dst)? {
+        Operand::Remote { far, path } => {
             let mut sources = Vec::new();
             for o in ops {
                 match o {
@@ -151,7 +224,7 @@ fn plan(paths: &[String]) -> Result<(String, Direction), String> {
                 }
             }
             Ok((
-                host,
+                far,
                 Direction::Push {
                     sources,
                     dest: path,
@@ -159,28 +232,29 @@ fn plan(paths: &[String]) -> Result<(String, Direction), String> {
             ))
         }
         Operand::Local(dest) => {
-            let mut host_seen: Option<String> = None;
+            let mut far_seen: Option<Far> = None;
             let mut sources = Vec::new();
             for o in ops {
                 match o {
-                    Operand::Remote { host, path } => {
-                        if host_seen.as_ref().is_some_and(|h| *h != host) {
-                            return Err("all remote sources must be on the same server".into());
+                    Operand::Remote { far, path } => {
+                        if far_seen.as_ref().is_some_and(|f| *f != far) {
+                            return Err("all remote sources must be on the same host".into());
                         }
-                        host_seen = Some(host);
+                        far_seen = Some(far);
                         sources.push(path);
                     }
                     Operand::Local(_) => {
                         return Err(
-                            "no side is remote (HOST:PATH): for a local copy use cp; mixing local and remote sources is not supported"
+                            "no side is remote ([USER@]HOST:PATH or tcptune://HOST/PATH): for a local copy use cp; mixing local and remote sources is not supported"
                                 .into(),
                         )
                     }
                 }
             }
-            let host = host_seen.ok_or("no side is remote (HOST:PATH)")?;
+            let far =
+                far_seen.ok_or("no side is remote ([USER@]HOST:PATH or tcptune://HOST/PATH)")?;
             Ok((
-                host,
+                far,
                 Direction::Pull {
                     sources,
                     dest: PathBuf::from(dest),
@@ -190,9 +264,22 @@ fn plan(paths: &[String]) -> Result<(String, Direction), String> {
     }
 }
 
+/// What a user of the old form (`HOST:PATH` for a server) would write now, for the error
+/// when ssh fails and a server answers: `tcptune://HOST/PATH`.
+fn url_form(user_host: &str, direction: &Direction) -> String {
+    let host = user_host.rsplit_once('@').map_or(user_host, |(_, h)| h);
+    let path = match direction {
+        Direction::Push { dest, .. } => dest.as_str(),
+        Direction::Pull { sources, .. } => sources.first().map_or("", String::as_str),
+    };
+    format!("{SCHEME}{host}/{}", path.trim_start_matches('/'))
+}
+
 impl Opts {
-    fn config(&self) -> anyhow::Result<CopyConfig> {
-        let (host, direction) =
+    /// The copy's configuration; over ssh, the far end is started here and returned with
+    /// it (its guard must live until the copy ends).
+    fn config(&self) -> anyhow::Result<(CopyConfig, Option<ssh::Far>)> {
+        let (far, direction) =
             plan(&self.paths).map_err(|m| exit::fail(exit::USAGE, anyhow::anyhow!(m)))?;
         if self.streams == 0 || self.max_streams < self.streams {
             return Err(exit::fail(
@@ -203,8 +290,37 @@ impl Opts {
                 ),
             ));
         }
-        let mut c = ClientConfig::new(host);
-        c.port = self.port;
+        let secret = match &self.secret_file {
+            Some(path) => Some(Secret::from_file(path).map_err(|e| {
+                exit::msg(
+                    exit::USAGE,
+                    format!("--secret-file: {e}: give the file the server was started with"),
+                )
+            })?),
+            None => None,
+        };
+        let (mut c, started) = match &far {
+            Far::Server { host, port } => {
+                let mut c = ClientConfig::new(host.clone());
+                c.port = port.unwrap_or(self.port);
+                c.secret = secret;
+                (c, None)
+            }
+            Far::Ssh(user_host) => {
+                if secret.is_some() {
+                    return Err(exit::msg(
+                        exit::USAGE,
+                        "--secret-file is for a tcptune:// server: over ssh ([USER@]HOST:PATH) the session's key is agreed over the ssh channel",
+                    ));
+                }
+                let hint = url_form(user_host, &direction);
+                let f = ssh::start(&self.ssh, user_host, Some(&hint))?;
+                let mut c = ClientConfig::new(f.host.clone());
+                c.port = f.port;
+                c.secret = Some(f.secret.clone());
+                (c, Some(f))
+            }
+        };
         c.tune = self.tune.clone();
         c.streams = self.streams;
         c.max_streams = self.max_streams;
@@ -218,20 +334,11 @@ impl Opts {
                 .clone()
                 .or_else(tcptune_transfer::pathdb::default_location)
         };
-        if let Some(path) = &self.secret_file {
-            let secret = Secret::from_file(path).map_err(|e| {
-                exit::msg(
-                    exit::USAGE,
-                    format!("--secret-file: {e}: give the file the server was started with"),
-                )
-            })?;
-            c.secret = Some(secret);
-        }
         let mut cfg = CopyConfig::new(c, direction);
         cfg.files.recursive = self.recursive;
         cfg.files.resume = !self.no_resume;
         cfg.files.fsync = self.fsync;
-        Ok(cfg)
+        Ok((cfg, started))
     }
 }
 
@@ -351,7 +458,7 @@ fn summary(r: &CopyReport) -> String {
 
 /// Run `tcptune cp`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    let mut cfg = opts.config()?;
+    let (mut cfg, far) = opts.config()?;
     let cancel = Cancel::new();
     cfg.client.cancel = Some(cancel.clone());
     // Ctrl-C (or SIGTERM) ends the copy at both ends and keeps the partial files; a second
@@ -368,6 +475,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     if let Some(b) = &bar {
         b.done();
     }
+    // Over ssh, the far end exits with the session: wait for it (or end it) now.
+    let far = far.map(ssh::Far::finish);
     match result {
         Ok(r) => {
             for w in &r.warnings {
@@ -388,7 +497,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                     "interrupted by {}: the partial files stay for a resume (run the same command again)",
                     signals::fired().unwrap_or_else(|| "a stop signal".into())
                 ),
-                e => anyhow::Error::new(e),
+                e => match &far {
+                    Some(f) => f.explain(e),
+                    None => anyhow::Error::new(e),
+                },
             };
             Err(exit::fail(code, e))
         }
@@ -399,43 +511,96 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
 mod tests {
     use super::*;
 
+    fn ssh(user_host: &str, path: &str) -> Operand {
+        Operand::Remote {
+            far: Far::Ssh(user_host.into()),
+            path: path.into(),
+        }
+    }
+
+    fn server(host: &str, port: Option<u16>, path: &str) -> Operand {
+        Operand::Remote {
+            far: Far::Server {
+                host: host.into(),
+                port,
+            },
+            path: path.into(),
+        }
+    }
+
     #[test]
-    fn operands_follow_scp() {
+    fn host_colon_path_is_ssh_as_in_scp() {
+        let op = |s: &str| operand(s).expect(s);
+        assert_eq!(op("host:a/b c"), ssh("host", "a/b c"));
+        assert_eq!(op("alice@dtn2:/data/"), ssh("alice@dtn2", "/data/"));
+        assert_eq!(op("[::1]:x"), ssh("[::1]", "x"));
+        assert_eq!(op("bob@[2001:db8::2]:x"), ssh("bob@[2001:db8::2]", "x"));
+        assert_eq!(op("h:"), ssh("h", ""));
+        assert_eq!(op("./a:b"), Operand::Local("./a:b".into()));
+        assert_eq!(op("dir/a:b"), Operand::Local("dir/a:b".into()));
+        assert_eq!(op("/abs/x"), Operand::Local("/abs/x".into()));
+        assert_eq!(op("a@b"), Operand::Local("a@b".into()));
+        assert_eq!(op("./x@y:z"), Operand::Local("./x@y:z".into()));
+    }
+
+    #[test]
+    fn tcptune_urls_name_a_server_and_a_path_beneath_its_root() {
+        let op = |s: &str| operand(s).expect(s);
+        assert_eq!(op("tcptune://srv/isos/"), server("srv", None, "isos/"));
         assert_eq!(
-            operand("host:a/b c"),
-            Operand::Remote {
-                host: "host".into(),
-                path: "a/b c".into()
-            }
+            op("tcptune://srv:5999/a b"),
+            server("srv", Some(5999), "a b")
         );
-        assert_eq!(
-            operand("[::1]:x"),
-            Operand::Remote {
-                host: "[::1]".into(),
-                path: "x".into()
-            }
-        );
-        assert_eq!(operand("./a:b"), Operand::Local("./a:b".into()));
-        assert_eq!(operand("/abs/x"), Operand::Local("/abs/x".into()));
-        assert_eq!(
-            operand("h:"),
-            Operand::Remote {
-                host: "h".into(),
-                path: String::new()
-            }
-        );
+        assert_eq!(op("tcptune://srv"), server("srv", None, ""));
+        assert_eq!(op("tcptune://srv/"), server("srv", None, ""));
+        assert_eq!(op("tcptune://[::1]:7/x"), server("[::1]", Some(7), "x"));
+        assert_eq!(op("tcptune://[::1]/x"), server("[::1]", None, "x"));
+        for bad in [
+            "tcptune://",
+            "tcptune:///x",
+            "tcptune://h:/x",
+            "tcptune://h:0/x",
+            "tcptune://h:99999/x",
+            "tcptune://h:p/x",
+            "tcptune://[::1/x",
+            "tcptune://[::1]x/y",
+        ] {
+            assert!(operand(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_copy_has_exactly_one_remote_side() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(matches!(
             plan(&s(&["a", "b", "h:d"])),
-            Ok((h, Direction::Push { .. })) if h == "h"
+            Ok((Far::Ssh(h), Direction::Push { .. })) if h == "h"
         ));
         assert!(matches!(
             plan(&s(&["h:a", "h:b", "."])),
             Ok((_, Direction::Pull { .. }))
         ));
+        assert!(matches!(
+            plan(&s(&["tcptune://h/a", "."])),
+            Ok((Far::Server { .. }, Direction::Pull { .. }))
+        ));
         assert!(plan(&s(&["a", "b"])).is_err(), "no side remote");
         assert!(plan(&s(&["h:a", "g:b"])).is_err(), "both remote");
-        assert!(plan(&s(&["h:a", "g:b", "."])).is_err(), "two servers");
+        assert!(plan(&s(&["h:a", "g:b", "."])).is_err(), "two hosts");
+        assert!(
+            plan(&s(&["h:a", "tcptune://h/b", "."])).is_err(),
+            "ssh and a server"
+        );
         assert!(plan(&s(&["h:a", "b", "."])).is_err(), "mixed sources");
+        assert!(plan(&s(&["a", "tcptune://"])).is_err(), "a bad URL");
+    }
+
+    #[test]
+    fn the_url_form_replaces_an_old_host_colon_path() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (_, d) = plan(&s(&["a", "alice@srv:isos/"])).expect("push");
+        assert_eq!(url_form("alice@srv", &d), "tcptune://srv/isos/");
+        let (_, d) = plan(&s(&["srv:/x", "."])).expect("pull");
+        assert_eq!(url_form("srv", &d), "tcptune://srv/x");
     }
 }

@@ -9,4 +9,5 @@ pub(crate) mod lab;
 pub(crate) mod paths;
 pub(crate) mod send;
 pub(crate) mod serve;
+pub(crate) mod ssh;
 pub(crate) mod watch;

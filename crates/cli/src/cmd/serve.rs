@@ -16,6 +16,8 @@ use tcptune_core::{format_duration, Bytes};
 use tcptune_transfer::auth::{Secret, SecretFile};
 use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
 
+mod stdio;
+
 /// Options of `tcptune serve`.
 ///
 /// Accepts any number of clients concurrently on one port: each a control connection plus
@@ -35,6 +37,15 @@ Examples:
   tcptune serve --logfile /var/log/tcptune.log   # log lines appended to a file
 
   tcptune serve --metrics 127.0.0.1:9310         # Prometheus metrics on /metrics
+
+`tcptune serve --stdio` is the far end of `tcptune cp HOST:PATH`, `send --ssh` and
+`advise --ssh`: the client starts it through ssh, and it is not run by hand. It prints one
+line on stdout, `tcptune-stdio 1 addr=IP port=PORT key=HEX` (version 1: the address and
+port it listens on, from $SSH_CONNECTION's local address, and a one-time key of 256 random
+bits that crosses only the ssh channel and is the session's shared secret), serves that one
+session, resolving paths as scp does (relative to $HOME, absolute as given, with the user's
+own permissions: no --root), and exits when it ends, when stdin closes (the client or ssh
+died) or when no client connected within 30 s.
 
 Everything (control and data connections) arrives on the one port: one firewall rule.
 What the server measures of each client's path (its own TCP_INFO of the data streams) goes
@@ -159,6 +170,14 @@ pub(crate) struct Opts {
     /// replaced (a flood of addresses cannot push out what is in use).
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     path_db_max_entries: u32,
+    /// Serve one session to a client that started this over ssh (see below); not for
+    /// running by hand.
+    #[arg(long, conflicts_with_all = ["root", "bind", "ipv4", "ipv6", "port", "secret_file", "one_off", "json", "logfile", "metrics"])]
+    stdio: bool,
+    /// With --stdio: listen on the first free port of FIRST-LAST (default: any free port),
+    /// for a firewall that passes only those.
+    #[arg(long, value_name = "FIRST-LAST", requires = "stdio")]
+    port_range: Option<tcptune_transfer::remote::PortRange>,
 }
 
 /// Where log lines go: stdout, or the end of a file.
@@ -554,6 +573,9 @@ fn listen(opts: &Opts) -> anyhow::Result<(TcpListener, Option<String>)> {
 
 /// Run `tcptune serve`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    if opts.stdio {
+        return stdio::run(&opts);
+    }
     let mut cfg = ServerConfig::default();
     cfg.limits.max_streams = opts.max_streams;
     cfg.limits.max_message_size = opts.max_message_size.0;

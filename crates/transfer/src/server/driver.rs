@@ -186,15 +186,34 @@ fn endpoint_config(config: &ServerConfig, nofile: u64) -> EndpointConfig {
     }
 }
 
+/// Where a pushed copy lands, beneath the share: the destination without trailing `/`s
+/// (empty: the share's top). Unconfined (`serve --stdio`), `/` is the file system's root,
+/// not the home directory.
+fn dest_base(dest: &str, confined: bool) -> PathBuf {
+    let trimmed = dest.trim_end_matches('/');
+    if trimmed.is_empty() && !confined && dest.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        PathBuf::from(trimmed)
+    }
+}
+
 /// The shared directory (`--root`), if the server shares one.
 fn open_share(config: &ServerConfig) -> Result<Option<Arc<Dir>>, ServerError> {
     match &config.files {
-        Some(f) => Ok(Some(Arc::new(Dir::open(&f.root).map_err(|e| {
-            ServerError::Io {
-                op: "open the shared directory (--root)",
-                source: e.source,
-            }
-        })?))),
+        Some(f) => {
+            let open = if f.confined {
+                Dir::open
+            } else {
+                Dir::open_unconfined
+            };
+            Ok(Some(Arc::new(open(&f.root).map_err(|e| {
+                ServerError::Io {
+                    op: "open the shared directory (--root)",
+                    source: e.source,
+                }
+            })?)))
+        }
         None => Ok(None),
     }
 }
@@ -890,7 +909,7 @@ impl Driver {
                 Spec::Recv {
                     dest: DestSpec {
                         root,
-                        base: PathBuf::from(dest.trim_end_matches('/')),
+                        base: dest_base(&dest, share.confined),
                         shown: crate::server::escape(&dest, 200),
                         must_be_dir: dest.ends_with('/') && dest.len() > 1,
                         expect_tops: None,

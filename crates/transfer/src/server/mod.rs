@@ -134,6 +134,11 @@ pub struct FileShare {
     pub max_file_size: u64,
     /// Most bytes of a pushed copy's manifest (`--max-manifest`): the memory it may take.
     pub max_manifest_bytes: u64,
+    /// Resolve every path beneath `root` (the default, `serve --root`). `false` is
+    /// `serve --stdio`'s mode: `root` is the user's home, relative paths start there and
+    /// absolute paths are taken as they are, as scp's are, with the permissions of the user
+    /// the process runs as ([`tcptune_sys::fs::Dir::open_unconfined`]).
+    pub confined: bool,
 }
 
 impl FileShare {
@@ -145,6 +150,7 @@ impl FileShare {
             max_files: DEFAULT_MAX_FILES,
             max_file_size: crate::files::DEFAULT_MAX_FILE_SIZE,
             max_manifest_bytes: crate::files::DEFAULT_MAX_MANIFEST_BYTES,
+            confined: true,
         }
     }
 }

@@ -1,0 +1,123 @@
+//! The far end over ssh, for `cp HOST:PATH`, `send --ssh` and `advise --ssh`: the options
+//! the three share and the start of `tcptune serve --stdio` through the user's ssh
+//! (`tcptune_transfer::remote` decides; this maps its errors to exit statuses and lines).
+
+use crate::exit;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+use tcptune_transfer::auth::Secret;
+use tcptune_transfer::client::ClientError;
+use tcptune_transfer::remote::{self, PortRange, RemoteError, RemoteGuard, RemoteSpec};
+
+/// How the far end is started over ssh.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct SshOpts {
+    /// The remote shell for HOST:PATH and --ssh (default: ssh), split into words as rsync
+    /// splits its -e (a shell's quoting): -e 'ssh -p 2222 -i ~/.ssh/dtn_key'.
+    #[arg(short = 'e', long = "rsh", value_name = "CMD")]
+    pub(crate) rsh: Option<String>,
+    /// The tcptune program on the far host, run by its shell (default: tcptune, found on
+    /// its PATH): --remote-tcptune '~/bin/tcptune'.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) remote_tcptune: Option<String>,
+    /// Make the far end listen on the first free port of FIRST-LAST (default: any free
+    /// port), for a firewall that passes only those: --port-range 50000-50100.
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub(crate) port_range: Option<PortRange>,
+}
+
+/// The far end, started: where its data port is, the session's key, and the process.
+pub(crate) struct Far {
+    /// The host to connect to (the far end's address, or the ssh host).
+    pub(crate) host: String,
+    /// Its port.
+    pub(crate) port: u16,
+    /// The one-time key as the session's shared secret.
+    pub(crate) secret: Secret,
+    /// The process; dropping it ends the far end.
+    pub(crate) guard: RemoteGuard,
+}
+
+impl Far {
+    /// After the session: wait for the far end to exit (it does when the session ends), or
+    /// end it; what is left is where its data port was, to explain an error.
+    pub(crate) fn finish(self) -> DataPort {
+        let _ = self.guard.finish();
+        DataPort {
+            host: self.host,
+            port: self.port,
+        }
+    }
+}
+
+/// Where the far end listened.
+pub(crate) struct DataPort {
+    host: String,
+    port: u16,
+}
+
+impl DataPort {
+    /// The error of a session with the far end: a connect that failed names the data port
+    /// and `--port-range`; the rest as they are.
+    pub(crate) fn explain(&self, e: ClientError) -> anyhow::Error {
+        match &e {
+            ClientError::Connect { source } => anyhow::anyhow!(remote::data_port_unreachable(
+                &self.host,
+                self.port,
+                &source.source.to_string()
+            )),
+            _ => anyhow::Error::new(e),
+        }
+    }
+}
+
+/// Whether a tcptune server answers on `host`'s default port (a short TCP connect).
+fn server_answers(host: &str) -> bool {
+    let Ok(addrs) = (host, tcptune_transfer::server::DEFAULT_PORT).to_socket_addrs() else {
+        return false;
+    };
+    addrs
+        .take(2)
+        .any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(700)).is_ok())
+}
+
+/// Start the far end on `user_host`. `url_hint` is what the user would write to reach a
+/// tcptune server on that host instead (`tcptune://HOST/PATH`), said when ssh failed and
+/// a server answers on port 5310.
+pub(crate) fn start(
+    opts: &SshOpts,
+    user_host: &str,
+    url_hint: Option<&str>,
+) -> anyhow::Result<Far> {
+    let spec = RemoteSpec::new(
+        user_host,
+        opts.rsh.as_deref(),
+        opts.remote_tcptune.as_deref(),
+        opts.port_range,
+    )
+    .map_err(|m| exit::msg(exit::USAGE, m))?;
+    match remote::launch(&spec) {
+        Ok((offer, guard)) => {
+            let secret = Secret::from_bytes(offer.key.as_bytes())
+                .ok_or_else(|| exit::msg(exit::FAILURE, "the far end sent an empty key"))?;
+            Ok(Far {
+                host: offer.connect_host(&spec.host),
+                port: offer.port,
+                secret,
+                guard,
+            })
+        }
+        Err(RemoteError::Ssh { failure, message }) => {
+            let hint = match url_hint {
+                Some(url) if failure.ssh_failed() && server_answers(&spec.host) => format!(
+                    " (HOST:PATH means ssh, as in scp; a tcptune server answers on {}:{}: to copy through it, write {url})",
+                    spec.host,
+                    tcptune_transfer::server::DEFAULT_PORT
+                ),
+                _ => String::new(),
+            };
+            Err(exit::msg(exit::CONNECT, format!("{message}{hint}")))
+        }
+        Err(e) => Err(exit::msg(exit::CONNECT, e.to_string())),
+    }
+}
