@@ -168,6 +168,12 @@ for s in servers.values():
 PY
 }
 
+# A server's file in the binary's own spelling: tcptune://HOST/PATH since HOST:PATH means ssh,
+# HOST:PATH in binaries from before that.
+remote_operand() {
+    if "$1" cp --help 2>/dev/null | grep -q 'tcptune://'; then echo "tcptune://$2/$3"; else echo "$2:$3"; fi
+}
+
 cp_cleanup() {
     [ ${#CP_PIDS[@]} -eq 0 ] || kill "${CP_PIDS[@]}" 2>/dev/null || true
     "$NEW" emu down "$CP_NAME" >/dev/null 2>&1 || true
@@ -217,11 +223,11 @@ cp_part() {
                 rm -rf "$dst/big" "$dst/tree" "$shm/got" "$out/db.sqlite"*
                 case $case in
                     push_file) timed "$case" "$t" "cp --json --no-progress --path-db FRESH" "$rep" \
-                        "$bin" cp --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$shm/src/big" "$peer:big" ;;
+                        "$bin" cp --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$shm/src/big" "$(remote_operand "$bin" "$peer" big)" ;;
                     pull_file) timed "$case" "$t" "cp --json --no-progress --path-db FRESH" "$rep" \
-                        "$bin" cp --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$peer:pull" "$shm/got" ;;
+                        "$bin" cp --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$(remote_operand "$bin" "$peer" pull)" "$shm/got" ;;
                     push_tree) timed "$case" "$t" "cp -r --json --no-progress --path-db FRESH" "$rep" \
-                        "$bin" cp -r --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$shm/src/tree" "$peer:" ;;
+                        "$bin" cp -r --json --no-progress --path-db "$out/db.sqlite" -p "$port" "$shm/src/tree" "$(remote_operand "$bin" "$peer" "")" ;;
                 esac
             done
         done

@@ -162,7 +162,13 @@ fn random_trees_round_trip_both_ways() {
         random_tree(&src, seed);
         let o = cp(
             port,
-            &["-r", "-P", "3", src.to_str().expect("utf8"), "127.0.0.1:"],
+            &[
+                "-r",
+                "-P",
+                "3",
+                src.to_str().expect("utf8"),
+                "tcptune://127.0.0.1/",
+            ],
         );
         ok(&o);
         diff(&src, &share.join(format!("src{seed}")));
@@ -172,7 +178,7 @@ fn random_trees_round_trip_both_ways() {
             &[
                 "-r",
                 "--json",
-                &format!("127.0.0.1:src{seed}"),
+                &format!("tcptune://127.0.0.1/src{seed}"),
                 back.to_str().expect("utf8"),
             ],
         );
@@ -209,28 +215,38 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
     let cases: Vec<(u16, Vec<&str>, i32, &str)> = vec![
         (
             port,
-            vec![missing.to_str().expect("utf8"), "127.0.0.1:"],
+            vec![missing.to_str().expect("utf8"), "tcptune://127.0.0.1/"],
             6,
             "no such file",
         ),
-        (port, vec!["127.0.0.1:nope", fs], 6, "no such file"),
         (
             port,
-            vec![fs, "127.0.0.1:../out"],
+            vec!["tcptune://127.0.0.1/nope", fs],
+            6,
+            "no such file",
+        ),
+        (
+            port,
+            vec![fs, "tcptune://127.0.0.1/../out"],
             7,
             "outside the shared directory",
         ),
         (
             port,
-            vec!["127.0.0.1:/etc/passwd", fs],
+            vec!["tcptune://127.0.0.1//etc/passwd", fs],
             7,
             "outside the shared directory",
         ),
-        (ro_port, vec![fs, "127.0.0.1:"], 7, "read-only"),
-        (port, vec!["127.0.0.1:dir", fs], 2, "use -r"),
-        (port, vec![fs, fs2, "127.0.0.1:f"], 2, "not a directory"),
+        (ro_port, vec![fs, "tcptune://127.0.0.1/"], 7, "read-only"),
+        (port, vec!["tcptune://127.0.0.1/dir", fs], 2, "use -r"),
+        (
+            port,
+            vec![fs, fs2, "tcptune://127.0.0.1/f"],
+            2,
+            "not a directory",
+        ),
         (port, vec![fs, fs], 2, "remote"),
-        (free_port(), vec![fs, "127.0.0.1:"], 3, "refused"),
+        (free_port(), vec![fs, "tcptune://127.0.0.1/"], 3, "refused"),
     ];
     for (p, args, code, says) in cases {
         let o = cp(p, &args);
@@ -242,14 +258,17 @@ fn errors_are_one_line_with_distinct_exit_statuses() {
     // Nothing was created outside the share, and the read-only share is unchanged.
     assert!(!t.0.join("out").exists());
     assert!(!share.join("local").exists());
-    let o = cp(port, &["--json", "127.0.0.1:nope", fs]);
+    let o = cp(port, &["--json", "tcptune://127.0.0.1/nope", fs]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json error document");
     assert_eq!(v["error"]["exit_code"], 6);
     assert_eq!(v["command"], "cp");
     // Reading a read-only share works.
     let o = cp(
         ro_port,
-        &["127.0.0.1:f", t.0.join("got").to_str().expect("utf8")],
+        &[
+            "tcptune://127.0.0.1/f",
+            t.0.join("got").to_str().expect("utf8"),
+        ],
     );
     ok(&o);
     assert_eq!(std::fs::read(t.0.join("got")).expect("read"), b"x");
@@ -294,7 +313,7 @@ fn a_full_disk_fails_with_status_8_and_the_copy_resumes_when_there_is_room() {
     let bs = big.to_str().expect("utf8");
     // Refused before anything moves: 40 MiB do not fit in 24 MiB.
     let (server, port) = small_disk_server(&t.0.join("disk1"), "24m", &[]);
-    let o = cp(port, &[bs, "127.0.0.1:"]);
+    let o = cp(port, &[bs, "tcptune://127.0.0.1/"]);
     assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("not enough space"),
@@ -306,7 +325,7 @@ fn a_full_disk_fails_with_status_8_and_the_copy_resumes_when_there_is_room() {
     // file stays; with more room the same command finishes and carries less.
     let dir = t.0.join("disk2");
     let (server, port) = small_disk_server(&dir, "24m", &[("TCPTUNE_CP_NO_SPACE_CHECK", "1")]);
-    let o = cp(port, &[bs, "127.0.0.1:"]);
+    let o = cp(port, &[bs, "tcptune://127.0.0.1/"]);
     assert_eq!(o.status.code(), Some(8), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("no space left"),
@@ -332,7 +351,7 @@ fn a_full_disk_fails_with_status_8_and_the_copy_resumes_when_there_is_room() {
         .status()
         .expect("remount");
     assert!(st.success());
-    let o = cp(port, &["--json", bs, "127.0.0.1:"]);
+    let o = cp(port, &["--json", bs, "tcptune://127.0.0.1/"]);
     ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let carried = v["transferred_bytes"].as_u64().expect("transferred");

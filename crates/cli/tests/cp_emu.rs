@@ -150,7 +150,7 @@ fn a_copy_resumes_after_the_client_or_the_server_is_killed() {
     let client = ChildGuard::spawn(
         cp(&p)
             .arg(&big)
-            .arg(format!("{PEER}:"))
+            .arg(format!("tcptune://{PEER}/"))
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
@@ -159,7 +159,7 @@ fn a_copy_resumes_after_the_client_or_the_server_is_killed() {
     let v = ok(&cp(&p)
         .arg("--json")
         .arg(&big)
-        .arg(format!("{PEER}:"))
+        .arg(format!("tcptune://{PEER}/"))
         .output()
         .expect("cp"));
     let carried = v["transferred_bytes"].as_u64().expect("transferred");
@@ -182,7 +182,7 @@ fn a_copy_resumes_after_the_client_or_the_server_is_killed() {
     let dest = t.0.join("pulled");
     let client = ChildGuard::spawn(
         cp(&p)
-            .arg(format!("{PEER}:big"))
+            .arg(format!("tcptune://{PEER}/big"))
             .arg(&dest)
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
@@ -199,7 +199,7 @@ fn a_copy_resumes_after_the_client_or_the_server_is_killed() {
     server = serve(&p, &share);
     let v = ok(&cp(&p)
         .arg("--json")
-        .arg(format!("{PEER}:big"))
+        .arg(format!("tcptune://{PEER}/big"))
         .arg(&dest)
         .output()
         .expect("cp"));
@@ -250,14 +250,14 @@ fn a_tree_crosses_a_lossy_reordering_path_both_ways_intact() {
     let v = ok(&cp(&p)
         .args(["-r", "--json", "-P", "4"])
         .arg(&src)
-        .arg(format!("{PEER}:"))
+        .arg(format!("tcptune://{PEER}/"))
         .output()
         .expect("cp"));
     assert_eq!(v["files"], 20, "{v}");
     let back = t.0.join("back");
     ok(&cp(&p)
         .args(["-r", "--json"])
-        .arg(format!("{PEER}:tree"))
+        .arg(format!("tcptune://{PEER}/tree"))
         .arg(&back)
         .output()
         .expect("cp"));

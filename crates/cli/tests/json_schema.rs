@@ -428,8 +428,24 @@ fn cp_reports_and_failures_match_their_schemas() {
     let back = dir.join("back");
     let back = back.to_str().expect("utf8");
     for args in [
-        vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:"],
-        vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:"],
+        vec![
+            "cp",
+            "-p",
+            &port,
+            "--json",
+            "-r",
+            src,
+            "tcptune://127.0.0.1/",
+        ],
+        vec![
+            "cp",
+            "-p",
+            &port,
+            "--json",
+            "-r",
+            src,
+            "tcptune://127.0.0.1/",
+        ],
         vec![
             "cp",
             "-p",
@@ -438,7 +454,7 @@ fn cp_reports_and_failures_match_their_schemas() {
             "-r",
             "-P",
             "2",
-            "127.0.0.1:src",
+            "tcptune://127.0.0.1/src",
             back,
         ],
     ] {
@@ -459,10 +475,31 @@ fn cp_reports_and_failures_match_their_schemas() {
         }
     }
     for (args, code) in [
-        (vec!["cp", "-p", &port, "--json", "127.0.0.1:nope", back], 6),
-        (vec!["cp", "-p", &port, "--json", src, "127.0.0.1:../x"], 2),
         (
-            vec!["cp", "-p", &port, "--json", "-r", src, "127.0.0.1:../x"],
+            vec![
+                "cp",
+                "-p",
+                &port,
+                "--json",
+                "tcptune://127.0.0.1/nope",
+                back,
+            ],
+            6,
+        ),
+        (
+            vec!["cp", "-p", &port, "--json", src, "tcptune://127.0.0.1/../x"],
+            2,
+        ),
+        (
+            vec![
+                "cp",
+                "-p",
+                &port,
+                "--json",
+                "-r",
+                src,
+                "tcptune://127.0.0.1/../x",
+            ],
             7,
         ),
     ] {

@@ -32,6 +32,7 @@ Examples:
   tcptune advise dtn.example.org                 # sending to dtn.example.org
   tcptune advise dtn.example.org -R --json       # receiving from it, as JSON
   tcptune advise 10.0.0.2:5310 --fresh           # measure now, even if the server knows
+  tcptune advise --ssh alice@dtn2                # no server: the far end is started over ssh
 
 The advice is for an application on this host that sends (or with -R receives) data to (or
 from) a peer on the server's host, or on a host with the same limits:
@@ -45,9 +46,15 @@ application', has a Python example).
 Exit status: 0 success, 1 failure, 2 usage, 3 connection (refused, unreachable, rejected or
 refused by the server: a recent measurement, busy, wrong secret).")]
 pub(crate) struct Opts {
-    /// Server: HOST, HOST:PORT or [IPV6]:PORT.
-    #[arg(value_name = "HOST[:PORT]")]
-    server: String,
+    /// Server: HOST, HOST:PORT or [IPV6]:PORT (a running `tcptune serve`).
+    #[arg(value_name = "HOST[:PORT]", required_unless_present = "ssh")]
+    server: Option<String>,
+    /// Instead of a server, start the far end on [USER@]HOST over ssh (as `tcptune cp
+    /// HOST:PATH` does) and measure the path to it.
+    #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["server", "port", "secret_file"])]
+    ssh: Option<String>,
+    #[command(flatten)]
+    remote: super::ssh::SshOpts,
     /// Server port when HOST has none (default 5310).
     #[arg(short = 'p', long)]
     port: Option<u16>,
@@ -301,8 +308,9 @@ fn failure_code(e: &ClientError) -> u8 {
 
 /// Run `tcptune advise`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    let (host, spec_port) = super::send::split_port(&opts.server);
-    if host.is_empty() {
+    let server = opts.server.as_deref().unwrap_or("");
+    let (host, spec_port) = super::send::split_port(server);
+    if host.is_empty() && opts.ssh.is_none() {
         return Err(exit::msg(
             exit::USAGE,
             "no server given: tcptune advise HOST[:PORT]",
@@ -314,7 +322,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 exit::USAGE,
                 format!(
                     "the port is given twice ({} and -p {b}): give it once, either as HOST:PORT or with -p",
-                    opts.server.trim()
+                    server.trim()
                 ),
             ))
         }
@@ -342,7 +350,20 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         })?;
         cfg.secret = Some(secret);
     }
-    match advise(&cfg) {
+    let far = match &opts.ssh {
+        Some(user_host) => {
+            let f = super::ssh::start(&opts.remote, user_host, None)?;
+            cfg.server = f.host.clone();
+            cfg.port = f.port;
+            cfg.secret = Some(f.secret.clone());
+            Some(f)
+        }
+        None => None,
+    };
+    let result = advise(&cfg);
+    // Over ssh, the far end exits with the session: wait for it (or end it) now.
+    let far = far.map(super::ssh::Far::finish);
+    match result {
         Ok(r) => {
             if opts.json {
                 out::json(&doc(&r))?;
@@ -351,6 +372,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => Err(exit::fail(failure_code(&e), e)),
+        Err(e) => {
+            let code = failure_code(&e);
+            match &far {
+                Some(f) => Err(exit::fail(code, f.explain(e))),
+                None => Err(exit::fail(code, e)),
+            }
+        }
     }
 }

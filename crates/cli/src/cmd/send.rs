@@ -27,6 +27,7 @@ Examples:
   tcptune send 10.0.0.2                       # 128 x 1 MiB, 1 stream, --tune auto
   tcptune send 10.0.0.2 -P 4 --tune fixed:4m  # 4 streams with 4 MiB buffers
   tcptune send 10.0.0.2 -t 10 -R --json       # 10 s from the server to us, JSON report
+  tcptune send --ssh alice@dtn2 -t 10         # no server: the far end is started over ssh
 
 As in iperf3, -t, -i, --max-time and --connect-timeout take a bare number as seconds (-t 10);
 a unit is accepted too (-t 500ms). Ctrl-C ends the transfer at both ends and prints what moved
@@ -35,9 +36,15 @@ until then (with --json a complete report with \"interrupted\": true), exit stat
 Exit status: 0 success, 1 failure, 2 usage, 3 connection (refused, unreachable, rejected),
 4 integrity (a byte mismatch or a short transfer), 130 interrupted (Ctrl-C, SIGTERM).")]
 pub(crate) struct Opts {
-    /// Server: HOST, HOST:PORT or [IPV6]:PORT.
-    #[arg(value_name = "HOST[:PORT]")]
-    server: String,
+    /// Server: HOST, HOST:PORT or [IPV6]:PORT (a running `tcptune serve`).
+    #[arg(value_name = "HOST[:PORT]", required_unless_present = "ssh")]
+    server: Option<String>,
+    /// Instead of a server, start the far end on [USER@]HOST over ssh (as `tcptune cp
+    /// HOST:PATH` does: nothing to run there but the tcptune binary).
+    #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["server", "port", "secret_file"])]
+    ssh: Option<String>,
+    #[command(flatten)]
+    remote: super::ssh::SshOpts,
     /// Server port when HOST has none [default: 5310].
     #[arg(short = 'p', long, value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
@@ -193,12 +200,15 @@ struct Plan {
     cfg: ClientConfig,
     host: String,
     port: u16,
+    /// The far end over ssh (`--ssh`), alive until the transfer ends.
+    far: Option<super::ssh::Far>,
 }
 
 impl Opts {
     fn plan(&self) -> anyhow::Result<Plan> {
-        let (host, spec_port) = split_port(&self.server);
-        if host.is_empty() {
+        let server = self.server.as_deref().unwrap_or("");
+        let (host, spec_port) = split_port(server);
+        if host.is_empty() && self.ssh.is_none() {
             return Err(exit::msg(
                 exit::USAGE,
                 "no server given: tcptune send HOST[:PORT]",
@@ -210,7 +220,7 @@ impl Opts {
                     exit::USAGE,
                     format!(
                         "the port is given twice ({} and -p {b}): give it once, either as HOST:PORT or with -p",
-                        self.server.trim()
+                        server.trim()
                     ),
                 ))
             }
@@ -274,7 +284,24 @@ impl Opts {
             })?;
             c.secret = Some(secret);
         }
-        Ok(Plan { cfg: c, host, port })
+        // Everything is checked: now start the far end, if over ssh.
+        let far = match &self.ssh {
+            Some(user_host) => {
+                let f = super::ssh::start(&self.remote, user_host, None)?;
+                c.server = f.host.clone();
+                c.port = f.port;
+                c.secret = Some(f.secret.clone());
+                Some(f)
+            }
+            None => None,
+        };
+        let (host, port) = (c.server.clone(), c.port);
+        Ok(Plan {
+            cfg: c,
+            host,
+            port,
+            far,
+        })
     }
 }
 
@@ -317,6 +344,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         mut cfg,
         host,
         port,
+        far,
     } = opts.plan()?;
     let cancel = Cancel::new();
     cfg.cancel = Some(cancel.clone());
@@ -368,6 +396,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     if progress_shown {
         eprint!("\r{:79}\r", "");
     }
+    // Over ssh, the far end exits with the session: wait for it (or end it) now.
+    let far = far.map(super::ssh::Far::finish);
     let print = |r: &Report| -> anyhow::Result<()> {
         if opts.json {
             out::json(r)
@@ -404,7 +434,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 let interrupted = matches!(e, ClientError::Interrupted);
                 out::json(&FailureReport::new(e.to_string()).with_exit(code, interrupted))?;
             }
-            Err(exit::fail(code, e))
+            match &far {
+                Some(f) => Err(exit::fail(code, f.explain(e))),
+                None => Err(exit::fail(code, e)),
+            }
         }
     }
 }
