@@ -274,6 +274,7 @@ fn cp_pushes_and_pulls_a_file_and_a_tree_through_sshd_and_no_far_end_is_left() {
 /// own included), saying something that names the cause (any of `hints`, ignoring case).
 fn assert_fails_briefly(what: &str, run: &Run, hints: &[&str]) {
     let lines = run.lines();
+    eprintln!("{what}, after {:?}:\n{}", run.took, run.output.trim_end());
     assert!(
         run.status.is_some_and(|s| !s.success()),
         "{what}: {:?} after {:?} (a failure within 10 s expected)\n{}",
