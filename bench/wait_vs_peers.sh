@@ -172,6 +172,10 @@ sshd_server() {
     mkdir -p "$out/ssh" /run/sshd
     [ -f "$out/ssh/host" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/host"
     [ -f "$out/ssh/user" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/user"
+    # The far end of tcptune cp over ssh: this binary, without a path database like the
+    # running server in side b (and so not touching the host's ~/.cache/tcptune).
+    printf '#!/bin/sh\nexec %q "$@" --no-path-db\n' "$TCPTUNE" >"$out/ssh/tcptune-far"
+    chmod 755 "$out/ssh/tcptune-far"
     cat >"$out/ssh/sshd_config" <<CONF
 Port 2222
 ListenAddress $PEER
@@ -231,11 +235,11 @@ cp_files() {
                              timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "${srv}dst/" ;;
                         known) opts="cp -r --json (warm path db) SRC ${srv}dst/"
                                timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "${srv}dst/" ;;
-                        # The far end is this binary, started by ssh (serve --stdio); the
-                        # client's path database is the warm one, as for known.
-                        ssh) opts="cp -r --json (warm path db) -e 'ssh -p 2222' --remote-tcptune TCPTUNE SRC root@$PEER:DST/"
+                        # The far end is this binary, started by ssh (serve --stdio, no path
+                        # database, as the server); the client's is the warm one, as for known.
+                        ssh) opts="cp -r --json (warm path db) -e 'ssh -p 2222' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
                              timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" \
-                                 -e "ssh $ssh_opts -p 2222" --remote-tcptune "$TCPTUNE" "$s" "root@$PEER:$dst/" ;;
+                                 -e "ssh $ssh_opts -p 2222" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
                         g*) opts="globus-url-copy -p ${r#g}"
                             if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
