@@ -13,8 +13,9 @@
 //!    makes the failures (a key sshd refuses, a host key the client does not know).
 //! 4. [`processes`](Sshd::processes) lists what still runs in the server's namespace (the
 //!    far end must be gone after a copy).
-//! 5. Drop stops sshd and everything it started (also when the test panics) and removes the
-//!    temporary directory.
+//! 5. Drop stops sshd and everything it started (also when the test panics), which is
+//!    everything else still running in its namespace too, and removes the temporary
+//!    directory.
 
 use crate::{wait_for, ChildGuard, Need};
 use std::fs::File;
