@@ -58,7 +58,7 @@ enum Command {
     Send(cmd::send::Opts),
     /// Serve transfers for `tcptune send` clients.
     Serve(cmd::serve::Opts),
-    /// Copy files and directory trees to or from a server, every stream tuned.
+    /// Copy files and directory trees to or from another host over ssh, or a server, every stream tuned.
     Cp(cmd::cp::Opts),
     /// Emulate a WAN path (delay, rate, queue, loss) between two network namespaces.
     Emu(cmd::emu::Opts),
