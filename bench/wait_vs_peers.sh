@@ -15,14 +15,24 @@
 #   cp      : files, pushed from tmpfs in side a to tmpfs in side b, at CP_RTTS (default
 #             "100 25") ms / 1 Gbit/s: a 1 GiB file of random bytes and a tree of 2,000 files
 #             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
-#             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b), scp and rsync over ssh (sshd in
-#             side b, a key made for the run); user and system CPU seconds of the client
-#             beside the wall clock. CP_WHAT="file" or "tree" runs one of the two (GridFTP
-#             takes 8-9 minutes per tree at 100 ms).
+#             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b), scp, rsync -W
+#             over ssh and tcptune cp over ssh (sshd in side b, a key made for the run; the far
+#             end `tcptune serve --stdio` is this same binary, started by ssh); user and system
+#             CPU seconds of the client (with its ssh) beside the wall clock, which includes
+#             ssh's own setup. CP_WHAT="file" or "tree" runs one of the two (GridFTP takes 8-9
+#             minutes per tree at 100 ms); CP_TOOLS picks the tools (default all: "new known
+#             g1 g4 g8 scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
+#             rsync"). Every cp run is also one raw line of docs/bench/wait_cp.tsv (OUT_TSV).
+#             Same buffer limits for every tool: here `tcptune serve` runs without
+#             --force-buffers (gridftp and matrix keep it), so neither end of tcptune exceeds
+#             the host's maxima, as ssh, scp and rsync cannot.
 #
 # Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
-# docs/bench/wait.md. Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix]  (default: both)
+# docs/bench/wait.md (WAIT_MD= elsewhere; a part run alone leaves the others out of it).
+# Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix] [cp]  (default: all three)
 # Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
+# The issue-21 rows alone, once, at 100 ms:
+#   sudo CP_RTTS=100 CP_TOOLS="known ssh scp rsync" REPS=1 bench/wait_vs_peers.sh cp
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/emu_common.sh
@@ -31,6 +41,8 @@ need ip python3
 PARTS=("$@")
 [ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix cp)
 TCPTUNE=$(readlink -f "$TCPTUNE")
+# The raw line of every cp run (the cp part rewrites it).
+OUT_TSV=$(readlink -f "${OUT_TSV:-docs/bench/wait_cp.tsv}")
 
 out=$(mktemp -d)
 # Files live in tmpfs, so that the disk is not what is measured.
@@ -49,16 +61,17 @@ A="tt-$NAME-a"
 B="tt-$NAME-b"
 PEER=198.19.0.1
 
-# up RTT_MS: the emulated path (default limits: no sysctl changes) with servers in side b.
+# up RTT_MS [SERVE_OPTION...]: the emulated path (default limits: no sysctl changes) with a
+# tcptune server in side b (gridftp and matrix: --force-buffers; cp: none, the limits of ssh).
 up() {
-    local rtt=$1
+    local rtt=$1; shift
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
     "$TCPTUNE" emu up "$NAME" --rtt "${rtt}ms" --rate 1gbit >/dev/null
     mkdir -p "$shm/srv"
     # The GridFTP server writes as nobody: the way down to the shared folder must be open.
     chmod 755 "$shm" "$shm/srv"
     # Anonymous and writable, as the GridFTP server beside it (-aa): only side a reaches it.
-    ip netns exec "$B" "$TCPTUNE" serve --force-buffers --no-path-db --root "$shm/srv" --allow-anonymous-writes \
+    ip netns exec "$B" "$TCPTUNE" serve "$@" --no-path-db --root "$shm/srv" --allow-anonymous-writes \
         >/dev/null 2>&1 &
     sleep 0.5
 }
@@ -95,7 +108,7 @@ timed() {
 SEND=("$TCPTUNE" send "$PEER" --json --no-progress)
 
 gridftp() {
-    up 100
+    up 100 --force-buffers
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
     timed warmup "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm"
@@ -121,7 +134,7 @@ gridftp() {
 matrix() {
     local size_mib=128
     for rtt in 25 100 200; do
-        up "$rtt"
+        up "$rtt" --force-buffers
         local bdp=$(( 1000000000 / 8 * rtt / 1000 ))
         local warm="$out/warm$rtt.sqlite"
         for p in 1 4 8; do
@@ -160,6 +173,10 @@ sshd_server() {
     mkdir -p "$out/ssh" /run/sshd
     [ -f "$out/ssh/host" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/host"
     [ -f "$out/ssh/user" ] || ssh-keygen -q -t ed25519 -N '' -f "$out/ssh/user"
+    # The far end of tcptune cp over ssh: this binary, without a path database like the
+    # running server in side b (and so not touching the host's ~/.cache/tcptune).
+    printf '#!/bin/sh\nexec %q "$@" --no-path-db\n' "$TCPTUNE" >"$out/ssh/tcptune-far"
+    chmod 755 "$out/ssh/tcptune-far"
     cat >"$out/ssh/sshd_config" <<CONF
 Port 2222
 ListenAddress $PEER
@@ -179,42 +196,64 @@ CONF
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\n' >"$OUT_TSV"
     local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
-    head -c $((1 << 30)) /dev/urandom >"$src/big"
+    # CP_FILE_MIB / CP_TREE_FILES make a quick check of the script smaller (the table says so).
+    head -c $(( ${CP_FILE_MIB:-1024} << 20 )) /dev/urandom >"$src/big"
     if [[ " $whats " == *" tree "* ]]; then
-        for i in $(seq 1 2000); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
+        for i in $(seq 1 "${CP_TREE_FILES:-2000}"); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
     fi
     # No -p here: scp reads -p as "preserve" (its port is -P); ssh and rsync get -p 2222.
     local ssh_opts="-i $out/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    local tools=${CP_TOOLS:-new known g1 g4 g8 scp rsync ssh}
+    # A running server is reached as tcptune://HOST/PATH since issue 21 (HOST:PATH is ssh
+    # there); a binary from before keeps HOST:PATH.
+    local srv="$PEER:"
+    "$TCPTUNE" cp --help | grep -q 'tcptune://' && srv="tcptune://$PEER/"
+    local commit
+    commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
     for rtt in ${CP_RTTS:-100 25}; do
         up "$rtt"
-        gridftp_server
+        [[ " $tools " != *" g"* ]] || gridftp_server
         sshd_server
         local warm="$out/cpwarm$rtt.sqlite"
         mkdir -p "$dst"; chmod 777 "$dst"
-        timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "tcptune://$PEER/dst/big"
+        timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "${srv}dst/big"
         for rep in $(seq 1 "$REPS"); do
             for what in $whats; do
-                local runs=(new known g1 g4 g8 scp rsync)
+                local runs
+                read -r -a runs <<<"$tools"
                 local k=$(( rep % ${#runs[@]} ))
                 runs=("${runs[@]:$k}" "${runs[@]:0:$k}")
                 for r in "${runs[@]}"; do
                     rm -rf "$dst"; mkdir -p "$dst"; chmod 777 "$dst"
-                    local tag="cp.$rtt.$what.$r" s d
+                    local tag="cp.$rtt.$what.$r" s d opts
                     if [ "$what" = file ]; then s="$src/big"; else s="$src/tree"; fi
                     case $r in
                         new) rm -f "$out/cpnew.sqlite"*
-                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "tcptune://$PEER/dst/" ;;
-                        known) timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "tcptune://$PEER/dst/" ;;
-                        g*) if [ "$what" = file ]; then
+                             opts="cp -r --json (new path db) SRC ${srv}dst/"
+                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$out/cpnew.sqlite" "$s" "${srv}dst/" ;;
+                        known) opts="cp -r --json (warm path db) SRC ${srv}dst/"
+                               timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" "$s" "${srv}dst/" ;;
+                        # The far end is this binary, started by ssh (serve --stdio, no path
+                        # database, as the server); the client's is the warm one, as for known.
+                        ssh) opts="cp -r --json (warm path db) -e 'ssh -p 2222' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
+                             timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" \
+                                 -e "ssh $ssh_opts -p 2222" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
+                        g*) opts="globus-url-copy -p ${r#g}"
+                            if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
                             else
+                                opts="globus-url-copy -r -cd -pp -p ${r#g}"
                                 timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                             fi ;;
                         # shellcheck disable=SC2086
-                        scp) timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
-                        rsync) timed "$tag" rsync -a -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
+                        scp) opts="scp -r -q -P 2222"
+                             timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
+                        rsync) opts="rsync -a -W -e 'ssh -p 2222'"
+                               timed "$tag" rsync -a -W -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
+                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh)" >&2; exit 2 ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
@@ -222,6 +261,11 @@ cp_files() {
                     want=$(du -sb "$s" | cut -f1)
                     got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
                     [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
+                    local _l us rc cpu
+                    read -r _l us rc cpu < <(tail -1 "$out/times")
+                    printf 'cp\t%s ms %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rtt" "$what" "$r" \
+                        "$commit" "$opts" "$rep" "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" \
+                        "$got" "${cpu:-nan}" "$rc" >>"$OUT_TSV"
                 done
             done
             echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
@@ -313,24 +357,46 @@ if cps:
     print("## Files: tcptune cp against GridFTP, scp and rsync\n")
     print("Pushed from tmpfs in side a to tmpfs in side b (the disk is not measured): `file` is "
           "1 GiB of random bytes, `tree` 2,000 files of 256 KiB (500 MiB). Seconds from the "
-          "command's start to its end; CPU is the client's user + system seconds.\n")
+          "command's start to its end (for the tools over ssh, ssh's own setup included); CPU "
+          "is the client's user + system seconds (with the ssh it runs). `tcptune serve` runs "
+          "without --force-buffers here: every tool is under the host's buffer limits. Raw "
+          "runs: `docs/bench/wait_cp.tsv`.\n")
     names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
+             ("ssh", "tcptune cp over ssh (-e ssh, far end serve --stdio), known path"),
              ("g1", "globus-url-copy -p 1"), ("g4", "globus-url-copy -p 4"),
-             ("g8", "globus-url-copy -p 8"), ("scp", "scp"), ("rsync", "rsync -a over ssh")]
+             ("g8", "globus-url-copy -p 8"), ("scp", "scp"), ("rsync", "rsync -a -W over ssh")]
+    nan = float("nan")
     for rtt, what in cps:
         tag = f"cp.{rtt}.{what}"
-        base = med(tag + ".new")
-        best_g = min(med(tag + ".g" + n) for n in "148")
+        base_key = "new" if tag + ".new" in times else "known"
+        base = med(f"{tag}.{base_key}")
         print(f"### {what}, {rtt} ms\n")
-        print("| tool | seconds | CPU s | vs tcptune new | goodput | runs |")
+        size = (int(os.environ.get("CP_FILE_MIB", "1024")) * 2**20 if what == "file"
+                else int(os.environ.get("CP_TREE_FILES", "2000")) * 256 * 1024)
+        if size not in (2**30, 2000 * 256 * 1024):
+            print(f"Not the benchmark's sizes: {size} bytes (CP_FILE_MIB, CP_TREE_FILES).\n")
+        print(f"| tool | seconds | CPU s | vs tcptune {base_key} | goodput | runs |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        size = 2**30 if what == "file" else 2000 * 256 * 1024
         for key, name in names:
+            if f"{tag}.{key}" not in times:
+                continue
             m = med(f"{tag}.{key}")
             print(f"| {name} | {m:.2f} | {cmed(f'{tag}.{key}'):.2f} | {m / base:.2f} | "
                   f"{size * 8 / m / 1e6:.0f} Mbit/s | {len(times.get(f'{tag}.{key}', []))} |")
-        print(f"\ntcptune cp on a new path / best GridFTP: **{base / best_g:.2f}** "
-              f"(below 1: tcptune faster)\n")
+        gs = [med(tag + ".g" + n) for n in "148" if f"{tag}.g{n}" in times]
+        if gs and tag + ".new" in times:
+            print(f"\ntcptune cp on a new path / best GridFTP: **{base / min(gs):.2f}** "
+                  f"(below 1: tcptune faster)")
+        if tag + ".ssh" in times:
+            ssh = med(tag + ".ssh")
+            server = med(tag + ".known") if tag + ".known" in times else nan
+            scp = med(tag + ".scp") if tag + ".scp" in times else nan
+            rsync = med(tag + ".rsync") if tag + ".rsync" in times else nan
+            print(f"\nOver ssh / against a running server (both on the known path): "
+                  f"**{ssh / server:.2f}** (target <= 1.10); scp / over ssh: **{scp / ssh:.2f}**"
+                  f"{' (target >= 4)' if what == 'file' else ''}; rsync -W / over ssh: "
+                  f"**{rsync / ssh:.2f}**")
+        print()
 failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2] != "0"]
 if failed:
     print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")

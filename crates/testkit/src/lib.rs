@@ -21,6 +21,8 @@
 //! the `tcptune` command and the lab. This crate depends on `tcptune-emu` for it; the emu
 //! crate takes this one as a dev-dependency only, a cycle Cargo allows (the emu crate's own
 //! unit tests do not use the test kit, so only one build of it meets the kit's).
+//! * [`Sshd`]: a real sshd in one side of an emulated topology, with keys made for the test
+//!   (the tests of `tcptune cp` over ssh); [`sshd::NEEDS`] says what it needs.
 //! * [`median`], [`wait_for`]: small helpers that several test files need.
 
 use std::path::Path;
@@ -28,6 +30,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tcptune_sys::process::{self, Supervised};
+
+pub mod sshd;
+pub use sshd::Sshd;
 
 /// Whether this is a CI run (`CI=true`), where tests must not skip.
 pub fn ci() -> bool {
@@ -87,6 +92,9 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("diff", "diffutils"),
     ("sysctl", "procps"),
     ("python3", "python3"),
+    ("sshd", "openssh-server"),
+    ("ssh", "openssh-client"),
+    ("ssh-keygen", "openssh-client"),
 ];
 
 /// Every python3 module a test imports (real consumers of tcptune's output), with the pip
