@@ -277,6 +277,7 @@ pub(crate) fn endpoint_config(secret: Option<Secret>) -> EndpointConfig {
         secret,
         fd_budget: 10_000,
         files: None,
+        slots: crate::session::endpoint::SlotRules::default(),
     }
 }
 
@@ -378,6 +379,7 @@ impl Pair {
                 .map(|s| (s, [3; 32], cfg.client_unix_s)),
             max_streams: 8,
             connect_timeout: Duration::from_secs(10),
+            wait: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
             duration: None,
             max_time: None,
@@ -696,7 +698,8 @@ impl Pair {
                 ClientOutput::Measured(_)
                 | ClientOutput::LocalHint { .. }
                 | ClientOutput::StopSenders
-                | ClientOutput::AbortEngine => {}
+                | ClientOutput::AbortEngine
+                | ClientOutput::Queued { .. } => {}
             }
         }
     }

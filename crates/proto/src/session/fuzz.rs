@@ -231,6 +231,7 @@ fn config() -> EndpointConfig {
         secret: None,
         fd_budget: 120,
         files: None,
+        slots: crate::session::endpoint::SlotRules::default(),
     }
 }
 
@@ -523,6 +524,7 @@ fn the_client_session_survives_random_servers() {
                     .map(|k| (k, [3; 32], 1000)),
                 max_streams: 1 + r.below(16) as u32,
                 connect_timeout: Duration::from_secs(10),
+                wait: Duration::from_secs(60),
                 idle_timeout: Duration::from_secs(30),
                 duration: r.chance(30).then(|| Duration::from_millis(r.below(5000))),
                 max_time: r.chance(20).then(|| Duration::from_millis(r.below(5000))),

@@ -18,6 +18,7 @@ fn plan() -> ClientPlan {
         auth: None,
         max_streams: 8,
         connect_timeout: CONNECT,
+        wait: Duration::from_secs(60),
         idle_timeout: IDLE,
         duration: None,
         max_time: None,
