@@ -69,7 +69,7 @@ impl Default for SlotRules {
             grace: SlotRules::DEFAULT_GRACE,
             window: SlotRules::DEFAULT_WINDOW,
             max_queue: SlotRules::DEFAULT_MAX_QUEUE,
-            max_queue_per_addr: 8,
+            max_queue_per_addr: SlotRules::DEFAULT_MAX_QUEUE / 4,
             queue_timeout: Duration::from_secs(120),
         }
     }
