@@ -545,7 +545,7 @@ fn the_client_session_survives_random_servers() {
                     },
                 ),
                 1..=3 => {
-                    let m = match r.below(6) {
+                    let m = match r.below(7) {
                         0 => ServerMsg::Challenge {
                             nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
@@ -569,6 +569,10 @@ fn the_client_session_survives_random_servers() {
                         4 => ServerMsg::Abort {
                             integrity: r.chance(50),
                             reason: "fuzz".into(),
+                        },
+                        5 => ServerMsg::Queued {
+                            place: r.next() as u32,
+                            expected_wait_s: r.chance(50).then(|| r.next()),
                         },
                         _ => ServerMsg::Rejected {
                             reason: "fuzz".into(),
