@@ -535,4 +535,35 @@ mod tests {
             [AdviseOutput::Failed(Failure::Connect(f))] if f.index == 1 && f.to_string().contains("stream 2")
         ));
     }
+
+    #[test]
+    fn a_queued_advice_waits_up_to_its_wait_then_fails_saying_so() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        let queued = ServerMsg::Queued {
+            place: 2,
+            expected_wait_s: Some(5),
+        };
+        s.handle_msg(t0, queued);
+        assert_eq!(
+            drain(&mut s),
+            [AdviseOutput::Queued {
+                place: 2,
+                expected_wait_s: Some(5)
+            }]
+        );
+        // Past the connect timeout it still waits: the wait and then the connect timeout.
+        s.handle_timeout(t0 + CONNECT);
+        assert!(drain(&mut s).is_empty());
+        assert_eq!(
+            s.poll_timeout(),
+            Some(t0 + Duration::from_secs(60) + CONNECT)
+        );
+        s.handle_timeout(t0 + Duration::from_secs(60) + CONNECT);
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Rejected { reason, retry_after_s: Some(5) })] if reason.contains("--wait")
+        ));
+    }
 }

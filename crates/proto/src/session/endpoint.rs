@@ -13,8 +13,16 @@
 //!   new one over either bound evicts the oldest pending one (of its address, or of all),
 //!   so a flood of idle or half-open connections cannot lock a good client out. A pending
 //!   connection has [`EndpointConfig::first_frame_timeout`] to send its first complete
-//!   message and [`EndpointConfig::handshake_timeout`] to be admitted. Sessions are bounded
-//!   per address and in all; a full server says when a slot frees at the latest.
+//!   message and [`EndpointConfig::handshake_timeout`] to be admitted. "Address" is a group
+//!   of addresses: an IPv4 address, an IPv6 /64 (see [`crate::session::guard`]).
+//! * **Slots** ([`SlotRules`]): sessions are bounded in all and, for clients that
+//!   did not prove a shared secret, per address. A session's slot is kept by payload at the
+//!   minimum rate after a grace period: when a client needs a slot and every one is taken,
+//!   the slowest session below the rate is shed (told why, logged). When no slot can be had
+//!   the client waits in a bounded queue ([`ServerMsg::Queued`], told its place as it
+//!   changes) and is admitted in order when a slot frees; its pipelined data connections
+//!   wait with it. A refusal's retry hint is the expected time until a slot frees from the
+//!   running sessions' progress.
 //! * **Authentication** (see [`crate::auth`]): proofs checked in constant time, nonces
 //!   remembered within the clock-skew window, a challenge when freshness cannot be checked,
 //!   and a per-address backoff after each failure.

@@ -739,11 +739,17 @@ fn a_queued_session_waits_without_stalling_and_its_clocks_start_at_admission() {
     s.handle_msg(t1, accepted(8));
     drain(&mut s);
     s.handle_timeout(t1 + IDLE, &mut still);
-    assert!(drain(&mut s).is_empty(), "within the stall limit of admission");
+    assert!(
+        drain(&mut s).is_empty(),
+        "within the stall limit of admission"
+    );
     s.handle_timeout(t1 + IDLE + Duration::from_secs(5), &mut still);
     assert!(matches!(
         &drain(&mut s)[..],
-        [ClientOutput::AbortEngine, ClientOutput::Failed(Failure::Transfer(_))]
+        [
+            ClientOutput::AbortEngine,
+            ClientOutput::Failed(Failure::Transfer(_))
+        ]
     ));
 }
 
@@ -774,7 +780,10 @@ fn a_session_that_waits_too_long_fails_in_one_line_saying_how_to_wait_longer() {
     else {
         panic!("{out:?}")
     };
-    assert!(reason.contains("--wait") && !reason.contains('\n'), "{reason}");
+    assert!(
+        reason.contains("--wait") && !reason.contains('\n'),
+        "{reason}"
+    );
     assert_eq!(*retry_after_s, Some(90));
     // Queued after admission breaks the protocol.
     let mut s = ClientSession::new(t0, plan());
