@@ -292,22 +292,25 @@ impl Endpoint {
 
     /// When the `place`-th slot (of the group `ip`, or any) is expected to free: the
     /// running sessions' expected ends (remaining bytes at their rate; when that is not
-    /// known, when they are gone at the latest), in order.
+    /// known, when they are gone at the latest if that is soon: an idle session's timeout),
+    /// in order. `None` when nothing can be said (copies of unknown size, say).
     pub(super) fn expected_free(
         &self,
         now: Instant,
         ip: Option<IpAddr>,
         place: usize,
     ) -> Option<Duration> {
+        let soon = self.cfg.handshake_timeout + self.cfg.idle_timeout * 2;
         let mut ends: Vec<Duration> = self
             .sessions
             .values()
             .filter(|e| ip.is_none_or(|ip| addr_group(e.peer.ip()) == ip))
-            .map(|e| {
+            .filter_map(|e| {
                 let latest = e.session.gone_by().saturating_duration_since(now);
-                e.progress
-                    .expected_end(now)
-                    .map_or(latest, |d| d.min(latest))
+                match e.progress.expected_end(now) {
+                    Some(d) => Some(d.min(latest)),
+                    None => (latest <= soon).then_some(latest),
+                }
             })
             .collect();
         ends.sort_unstable();

@@ -408,3 +408,25 @@ fn authenticated_clients_are_not_limited_per_address() {
     }
     assert_eq!(e.sessions(), 4);
 }
+
+#[test]
+fn a_retry_hint_is_the_expected_end_of_a_running_session_from_its_progress() {
+    let t0 = Instant::now();
+    let mut cfg = slot_config();
+    cfg.max_sessions = 1;
+    cfg.slots.max_queue = 0;
+    let mut e = endpoint(cfg);
+    // 8 MiB to move (8 x 1 MiB), at 1 MiB/s: after 2 s, 6 s are left.
+    assert!(accepted(&ask(&mut e, t0, 1, peer(1, 1000), 1)));
+    run(&mut e, t0, S(2), &|_| 1 << 20);
+    let r = ask(&mut e, t0 + S(2), 2, peer(2, 1000), 2);
+    let [ServerMsg::Rejected {
+        reason,
+        retry_after_s: Some(s),
+    }] = &r[..]
+    else {
+        panic!("{r:?}")
+    };
+    assert!((5..=7).contains(s), "{s} s: {reason}");
+    assert!(reason.contains("expected to free"), "{reason}");
+}
