@@ -42,3 +42,13 @@ pub(crate) fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
 pub(crate) fn json_printed() -> bool {
     JSON_PRINTED.load(Ordering::Relaxed)
 }
+
+/// Prints a client's place in a server's queue on stderr, whenever it changes.
+pub(crate) fn queued_notice() -> tcptune_transfer::client::OnQueued {
+    tcptune_transfer::client::OnQueued(std::sync::Arc::new(|place, expected| {
+        let when = expected.map_or(String::new(), |s| {
+            format!(", a slot is expected to free in about {s} s")
+        });
+        eprintln!("tcptune: the server has no free session slot: waiting in its queue, place {place}{when}");
+    }))
+}

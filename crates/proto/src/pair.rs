@@ -287,6 +287,7 @@ pub(crate) fn endpoint_config(secret: Option<Secret>) -> EndpointConfig {
         secret,
         fd_budget: 10_000,
         files: None,
+        slots: crate::session::endpoint::SlotRules::default(),
     }
 }
 
@@ -390,6 +391,7 @@ impl Pair {
             key_share,
             max_streams: 8,
             connect_timeout: Duration::from_secs(10),
+            wait: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(30),
             duration: None,
             max_time: None,
@@ -765,7 +767,8 @@ impl Pair {
                 ClientOutput::Measured(_)
                 | ClientOutput::LocalHint { .. }
                 | ClientOutput::StopSenders
-                | ClientOutput::AbortEngine => {}
+                | ClientOutput::AbortEngine
+                | ClientOutput::Queued { .. } => {}
             }
         }
     }

@@ -80,6 +80,10 @@ pub(crate) struct Opts {
     /// Give up connecting, or waiting for the server's answer, after this long.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = args::duration(ms(10), secs(3600)))]
     connect_timeout: Duration,
+    /// When the server has no session slot free, wait this long in its queue (its place is
+    /// printed on stderr as it changes), then fail (seconds, or with a unit; 0: do not wait).
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = args::seconds(Duration::ZERO, secs(86_400)))]
+    wait: Duration,
     /// Print the advice as JSON (schema_version 1, docs/schema/advise.schema.json).
     #[arg(long)]
     json: bool,
@@ -340,6 +344,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.fresh = opts.fresh;
     cfg.force_buffers = opts.force_buffers;
     cfg.connect_timeout = opts.connect_timeout;
+    cfg.wait = opts.wait;
+    cfg.on_queued = Some(crate::out::queued_notice());
     if let Some(path) = &opts.secret_file {
         let secret = super::secret::load(path, "give the file the server was started with")?;
         cfg.secret = Some(secret);

@@ -114,6 +114,10 @@ pub(crate) struct Opts {
     /// Give up connecting after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     connect_timeout: u64,
+    /// When the server has no session slot free, wait this long in its queue (its place is
+    /// printed on stderr as it changes), then fail (seconds; 0: do not wait).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait: u64,
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
@@ -324,6 +328,8 @@ impl Opts {
         c.max_streams = self.max_streams;
         c.congestion = self.congestion.clone();
         c.connect_timeout = Duration::from_secs(self.connect_timeout.max(1));
+        c.wait = Duration::from_secs(self.wait);
+        c.on_queued = Some(crate::out::queued_notice());
         c.corrupt_message = self.inject_corruption;
         c.path_db = if self.no_path_db {
             None

@@ -132,6 +132,15 @@ pub(crate) struct Opts {
         value_parser = args::seconds(ms(1), secs(3600))
     )]
     connect_timeout: Duration,
+    /// When the server has no session slot free, wait this long in its queue (its place is
+    /// printed on stderr as it changes), then fail (seconds, or with a unit; 0: do not wait).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "60",
+        value_parser = args::seconds(Duration::ZERO, secs(86_400))
+    )]
+    wait: Duration,
     /// Most streams to open when a tuner asks for more (the server's --max-streams also
     /// applies).
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -262,6 +271,8 @@ impl Opts {
         c.interval = (!self.interval.is_zero()).then_some(self.interval);
         c.congestion = self.congestion.clone();
         c.connect_timeout = self.connect_timeout;
+        c.wait = self.wait;
+        c.on_queued = Some(crate::out::queued_notice());
         c.max_streams = self.max_streams;
         c.force_buffers = self.force_buffers;
         c.corrupt_message = self.inject_corruption;

@@ -79,10 +79,11 @@ pub(crate) struct Opts {
     /// Port of the control connection (0: any free port, printed at start).
     #[arg(short = 'p', long, default_value_t = server::DEFAULT_PORT)]
     port: u16,
-    /// Sessions running at once (more are refused with "server busy" and when to retry).
+    /// Sessions running at once (more wait in the queue, see --max-queue).
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_sessions: u32,
-    /// Sessions running at once from one address.
+    /// Sessions running at once from one address (an IPv4 address, an IPv6 /64); not for
+    /// clients that prove the --secret-file secret, which only the total limits.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_sessions_per_addr: u32,
     /// Connections not yet in a session (handshakes, early data connections); a new one
@@ -113,6 +114,22 @@ pub(crate) struct Opts {
     /// End a session with no control message and no data for this long.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = args::duration(ms(10), secs(86_400)))]
     idle_timeout: Duration,
+    /// Data a session must move per second (either way, after --grace, over --rate-window)
+    /// to keep its slot when a new client needs one: the slowest session under it is then
+    /// ended to admit the new client. Protocol chatter and trickles are not progress.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = args::size(Bytes(1), Bytes(u64::MAX)))]
+    min_rate: Bytes,
+    /// Time a new session has before its rate is judged (--min-rate).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = args::duration(ms(10), secs(3600)))]
+    grace: Duration,
+    /// The window a session's rate is measured over (--min-rate). With the default --grace,
+    /// a session that moved nothing for 20 s gives up its slot when another client needs it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = args::duration(ms(100), secs(3600)))]
+    rate_window: Duration,
+    /// Clients waiting for a slot when every slot is taken (a quarter of them, at least 1,
+    /// from one address); more are refused saying when a slot is expected to free.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    max_queue: u32,
     /// Require clients to know the secret in this file (HMAC-SHA256 challenge-response): at
     /// least 128 bits (see `tcptune secret --help`), made with
     /// `umask 077; tcptune secret new > FILE`.
@@ -625,6 +642,11 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.first_frame_timeout = opts.first_frame_timeout;
     cfg.handshake_timeout = opts.handshake_timeout;
     cfg.idle_timeout = opts.idle_timeout;
+    cfg.slots.min_rate = opts.min_rate.0;
+    cfg.slots.grace = opts.grace;
+    cfg.slots.window = opts.rate_window;
+    cfg.slots.max_queue = opts.max_queue;
+    cfg.slots.max_queue_per_addr = (opts.max_queue / 4).max(1);
     cfg.force_buffers = opts.force_buffers;
     cfg.one_off = opts.one_off;
     if let Some(b) = opts.memory_budget {

@@ -53,6 +53,8 @@ pub struct AdvisePlan {
     pub request: AdviseRequest,
     /// Time for the server to answer (or to ask for a measurement).
     pub connect_timeout: Duration,
+    /// Longest time to wait in the server's queue for a session slot.
+    pub wait: Duration,
 }
 
 /// The measurement the server asks for.
@@ -86,6 +88,13 @@ pub enum AdviseOutput {
     Done(Box<Advice>),
     /// The advice failed.
     Failed(Failure),
+    /// The server has no slot yet: the request waits in its queue at this place.
+    Queued {
+        /// Place in the queue, from 1.
+        place: u32,
+        /// When a slot is expected to free, seconds, if the server said.
+        expected_wait_s: Option<u64>,
+    },
 }
 
 /// The client's advice session. See the module documentation for the calling order.
@@ -93,6 +102,8 @@ pub enum AdviseOutput {
 pub struct AdviseClient {
     plan: AdvisePlan,
     deadline: Option<Instant>,
+    /// Since when, and at which place, the request waits in the server's queue.
+    queued: Option<(Instant, u32, Option<u64>)>,
     challenged: bool,
     measuring: bool,
     /// The server said something tcptune's (for telling a foreign peer apart).
@@ -111,6 +122,7 @@ impl AdviseClient {
         });
         let mut s = AdviseClient {
             deadline: Some(now + plan.connect_timeout),
+            queued: None,
             challenged: false,
             measuring: false,
             heard: false,
@@ -194,6 +206,26 @@ impl AdviseClient {
                 self.heard = true;
                 self.fail(Failure::Transfer(format!("the server gave up: {reason}")));
             }
+            ServerMsg::Queued {
+                place,
+                expected_wait_s,
+            } => {
+                self.heard = true;
+                if self.measuring {
+                    return self.fail(Failure::Protocol(Violation::Unexpected {
+                        kind: "queued",
+                        during: "an advice",
+                    }));
+                }
+                let since = self.queued.map_or(now, |(t, _, _)| t);
+                self.queued = Some((since, place, expected_wait_s));
+                // Waiting for a slot, then the connect timeout for the answer.
+                self.deadline = Some(since + self.plan.wait + self.plan.connect_timeout);
+                self.out.push_back(AdviseOutput::Queued {
+                    place,
+                    expected_wait_s,
+                });
+            }
             ServerMsg::Measure {
                 seq,
                 streams,
@@ -272,6 +304,15 @@ impl AdviseClient {
     /// Time passed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.deadline.is_some_and(|d| now >= d) {
+            if let (Some((_, place, expected)), false) = (self.queued, self.measuring) {
+                return self.fail(Failure::Rejected {
+                    reason: format!(
+                        "no session slot at the server within {:.0} s of waiting in its queue (place {place}); wait longer with --wait SECONDS",
+                        self.plan.wait.as_secs_f64()
+                    ),
+                    retry_after_s: expected,
+                });
+            }
             let what = if self.measuring {
                 "the server did not answer after its measurement"
             } else {
@@ -296,6 +337,7 @@ mod tests {
             token: Token([5; 16]),
             auth: secret.map(|s| (s, [9; 32], 1_000)),
             key_share: [4; 32],
+            wait: Duration::from_secs(60),
             request: AdviseRequest {
                 direction: Direction::Send,
                 limits: Some(HostLimits::linux_defaults()),
@@ -516,6 +558,37 @@ mod tests {
         assert!(matches!(
             drain(&mut s).as_slice(),
             [AdviseOutput::Failed(Failure::Connect(f))] if f.index == 1 && f.to_string().contains("stream 2")
+        ));
+    }
+
+    #[test]
+    fn a_queued_advice_waits_up_to_its_wait_then_fails_saying_so() {
+        let t0 = Instant::now();
+        let mut s = AdviseClient::new(t0, plan(None));
+        drain(&mut s);
+        let queued = ServerMsg::Queued {
+            place: 2,
+            expected_wait_s: Some(5),
+        };
+        s.handle_msg(t0, queued);
+        assert_eq!(
+            drain(&mut s),
+            [AdviseOutput::Queued {
+                place: 2,
+                expected_wait_s: Some(5)
+            }]
+        );
+        // Past the connect timeout it still waits: the wait and then the connect timeout.
+        s.handle_timeout(t0 + CONNECT);
+        assert!(drain(&mut s).is_empty());
+        assert_eq!(
+            s.poll_timeout(),
+            Some(t0 + Duration::from_secs(60) + CONNECT)
+        );
+        s.handle_timeout(t0 + Duration::from_secs(60) + CONNECT);
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [AdviseOutput::Failed(Failure::Rejected { reason, retry_after_s: Some(5) })] if reason.contains("--wait")
         ));
     }
 }

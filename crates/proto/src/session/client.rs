@@ -58,6 +58,8 @@ pub struct ClientPlan {
     pub max_streams: u32,
     /// Time for the server to admit the session.
     pub connect_timeout: Duration,
+    /// Longest time to wait in the server's queue for a session slot.
+    pub wait: Duration,
     /// Longest time without progress (plus 5 s).
     pub idle_timeout: Duration,
     /// Duration workload.
@@ -283,6 +285,14 @@ pub enum ClientOutput {
     },
     /// The session failed.
     Failed(Failure),
+    /// The server has no slot yet: the session waits in its queue at this place (the
+    /// driver tells the user; nothing else to do).
+    Queued {
+        /// Place in the queue, from 1.
+        place: u32,
+        /// When a slot is expected to free, seconds, if the server said.
+        expected_wait_s: Option<u64>,
+    },
 }
 
 /// The engine, as the session needs to see it when its timer fires.
@@ -330,6 +340,8 @@ pub struct ClientSession {
     sent: Vec<ClientMsg>,
     server: Option<ServerInfo>,
     handshake_deadline: Option<Instant>,
+    /// Since when the session waits in the server's queue (until `Accepted`).
+    queued: Option<(Instant, u32, Option<u64>)>,
     challenged: bool,
     /// The server's key share, from a challenge or `Accepted`.
     server_share: Option<KeyShare>,
@@ -351,6 +363,7 @@ impl ClientSession {
         });
         let mut s = ClientSession {
             handshake_deadline: Some(now + plan.connect_timeout),
+            queued: None,
             sent: Vec::new(),
             server: None,
             challenged: false,
@@ -438,6 +451,10 @@ impl ClientSession {
         if self.failed {
             return None;
         }
+        if self.waiting() {
+            // In the server's queue nothing runs yet: only the wait's end.
+            return self.handshake_deadline;
+        }
         let p = self.phase.as_ref();
         // Once the phase ended (every stream wrote its last byte) it takes no more samples
         // and looks for no stall: those timers stay where they were, in the past, and would
@@ -453,6 +470,45 @@ impl ClientSession {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// Whether the session waits in the server's queue.
+    fn waiting(&self) -> bool {
+        self.queued.is_some() && self.server.is_none()
+    }
+
+    /// The server queued the session: wait up to the plan's wait from the first `Queued`.
+    fn on_queued(&mut self, now: Instant, place: u32, expected_wait_s: Option<u64>) {
+        if self.server.is_some() {
+            return self.fail(Failure::Protocol(Violation::Unexpected {
+                kind: "queued",
+                during: "a transfer",
+            }));
+        }
+        let since = self.queued.map_or(now, |(t, _, _)| t);
+        self.queued = Some((since, place, expected_wait_s));
+        self.handshake_deadline = Some(since + self.plan.wait);
+        self.out.push_back(ClientOutput::Queued {
+            place,
+            expected_wait_s,
+        });
+    }
+
+    /// Admitted after waiting since `since`: the phase's clocks start now (its probe bound,
+    /// its stop, its stall detection), as if it had started now.
+    fn leave_queue(&mut self, now: Instant) {
+        let Some((since, _, _)) = self.queued else {
+            return;
+        };
+        let waited = now.saturating_duration_since(since);
+        if let Some(p) = &mut self.phase {
+            p.epoch += waited;
+            p.next_sample += waited;
+            if let Some((t, cap)) = p.stop_at {
+                p.stop_at = Some((t + waited, cap));
+            }
+            p.last_progress.1 = now;
+        }
     }
 
     fn stall_limit(&self) -> Duration {
@@ -638,6 +694,7 @@ impl ClientSession {
                     return;
                 };
                 self.handshake_deadline = None;
+                self.leave_queue(now);
                 self.server = Some(ServerInfo {
                     limits,
                     host_limits,
@@ -654,6 +711,10 @@ impl ClientSession {
                 reason,
                 retry_after_s,
             }),
+            ServerMsg::Queued {
+                place,
+                expected_wait_s,
+            } => self.on_queued(now, place, expected_wait_s),
             ServerMsg::WantStreams {
                 known_streams,
                 count,
@@ -860,10 +921,22 @@ impl ClientSession {
             return;
         }
         if self.handshake_deadline.is_some_and(|d| now >= d) {
+            if let Some((_, place, expected)) = self.queued {
+                return self.fail(Failure::Rejected {
+                    reason: format!(
+                        "no session slot at the server within {:.0} s of waiting in its queue (place {place}); wait longer with --wait SECONDS",
+                        self.plan.wait.as_secs_f64()
+                    ),
+                    retry_after_s: expected,
+                });
+            }
             return self.fail(Failure::NoAnswer(format!(
                 "the server did not admit the session within {:.0} s",
                 self.plan.connect_timeout.as_secs_f64()
             )));
+        }
+        if self.waiting() {
+            return;
         }
         let stall = self.stall_limit();
         let sender = self.plan.sender;

@@ -13,8 +13,16 @@
 //!   new one over either bound evicts the oldest pending one (of its address, or of all),
 //!   so a flood of idle or half-open connections cannot lock a good client out. A pending
 //!   connection has [`EndpointConfig::first_frame_timeout`] to send its first complete
-//!   message and [`EndpointConfig::handshake_timeout`] to be admitted. Sessions are bounded
-//!   per address and in all; a full server says when a slot frees at the latest.
+//!   message and [`EndpointConfig::handshake_timeout`] to be admitted. "Address" is a group
+//!   of addresses: an IPv4 address, an IPv6 /64 (see [`crate::session::guard`]).
+//! * **Slots** ([`SlotRules`]): sessions are bounded in all and, for clients that
+//!   did not prove a shared secret, per address. A session's slot is kept by payload at the
+//!   minimum rate after a grace period: when a client needs a slot and every one is taken,
+//!   the slowest session below the rate is shed (told why, logged). When no slot can be had
+//!   the client waits in a bounded queue ([`ServerMsg::Queued`], told its place as it
+//!   changes) and is admitted in order when a slot frees; its pipelined data connections
+//!   wait with it. A refusal's retry hint is the expected time until a slot frees from the
+//!   running sessions' progress.
 //! * **Authentication** (see [`crate::auth`]): proofs checked in constant time, nonces
 //!   remembered within the clock-skew window, a challenge when freshness cannot be checked,
 //!   and a per-address backoff after each failure.
@@ -48,7 +56,7 @@
 //! [`Endpoint::poll_timeout`]. After every call drain [`Endpoint::poll_event`] and carry the
 //! events out in order.
 
-use super::guard::{Backoff, LogDecision, LogLimiter, RateLimiter, ReplayCache};
+use super::guard::{addr_group, Backoff, LogDecision, LogLimiter, RateLimiter, ReplayCache};
 use super::server::advise::{KnownPath, LookupAnswer};
 use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
 use super::{ConnId, SessionId};
@@ -61,6 +69,7 @@ use crate::wire::{
     self, ClientMsg, DataHello, FrameReader, ProtoError, ServerLimits, ServerMsg, Token,
     DATA_HELLO_LEN, DATA_MAGIC, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
 };
+use slots::{Progress, WaitQueue};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -111,6 +120,8 @@ pub struct EndpointConfig {
     pub fd_budget: u64,
     /// The directory shared with `tcptune cp` clients, if any: whether it is read-only.
     pub files: Option<ShareRules>,
+    /// The minimum rate that keeps a slot, and the wait queue's bounds.
+    pub slots: SlotRules,
 }
 
 /// What admission needs to know of a shared directory.
@@ -281,8 +292,20 @@ pub enum ReadLimit {
 /// What a handshake waits for.
 enum Stage {
     Hello,
-    Auth { nonce: [u8; 32], discarded: u32 },
+    Auth {
+        nonce: [u8; 32],
+        discarded: u32,
+    },
     Setup,
+    /// In the wait queue with its request, for a slot.
+    Queued(Box<Request>),
+}
+
+/// A request that waits for a slot.
+#[derive(Debug)]
+enum Request {
+    Setup(crate::wire::TestParams),
+    Advise(crate::wire::AdviseRequest),
 }
 
 #[derive(Debug)]
@@ -313,11 +336,14 @@ struct Conn {
     state: ConnState,
     deadline: Option<Instant>,
     accepted: Instant,
+    /// It waits in the queue (a queued handshake, or a data connection of one): counted
+    /// against the queue's bounds, not the pending ones.
+    held: bool,
 }
 
 impl Conn {
     fn pending(&self) -> bool {
-        !matches!(self.state, ConnState::Control(_) | ConnState::Data(_))
+        !self.held && !matches!(self.state, ConnState::Control(_) | ConnState::Data(_))
     }
 }
 
@@ -341,6 +367,8 @@ struct SessionEntry {
     accepted: Option<Instant>,
     /// The session's keys: its data connections' hellos and its blocks are tagged with them.
     keys: SessionKeys,
+    /// The payload it moved, for the minimum rate.
+    progress: Progress,
 }
 
 /// The server's control plane. See the module documentation.
@@ -365,6 +393,15 @@ pub struct Endpoint {
     kx: Box<dyn KeyExchange>,
     records: RateLimiter,
     measures: RateLimiter,
+    /// Clients waiting for a slot.
+    queue: WaitQueue,
+    /// Connections held in the queue.
+    held: u64,
+    /// A session is being shed for a client that is being admitted: its slot is that
+    /// client's, not the queue's.
+    shedding: bool,
+    /// The queue is being served (no re-entry).
+    serving: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -422,6 +459,10 @@ impl Endpoint {
                 MEASURE_ALL_EVERY,
                 LIMITER_KEYS,
             ),
+            queue: WaitQueue::default(),
+            held: 0,
+            shedding: false,
+            serving: false,
         }
     }
 
@@ -456,10 +497,21 @@ impl Endpoint {
             .values()
             .filter_map(|e| e.session.poll_timeout())
             .min();
-        [conns, sessions, self.limiter.next_due()]
-            .into_iter()
-            .flatten()
-            .min()
+        let samples = self
+            .sessions
+            .values()
+            .map(|e| e.progress.next_sample())
+            .min();
+        [
+            conns,
+            sessions,
+            self.limiter.next_due(),
+            samples,
+            self.queue.next_tell(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// How much may be read from `conn` now.
@@ -477,10 +529,10 @@ impl Endpoint {
     /// A connection was accepted from `peer`.
     pub fn on_accept(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
         self.stats.connections += 1;
-        let ip = peer.ip();
+        let ip = addr_group(peer.ip());
         // Descriptors first: a session's reservation is never given to a stranger.
-        let no_fds =
-            self.pending + self.reserved + 1 > self.cfg.fd_budget && !self.evict_oldest(now, None);
+        let no_fds = self.pending + self.held + self.reserved + 1 > self.cfg.fd_budget
+            && !self.evict_oldest(now, None);
         let per_addr = self.addrs.get(&ip).map_or(0, |a| a.pending.len()) as u32;
         if per_addr >= self.cfg.max_pending_per_addr {
             self.evict_oldest(now, Some(ip));
@@ -496,6 +548,7 @@ impl Endpoint {
                 state: ConnState::Unknown(Vec::new()),
                 deadline: Some(deadline),
                 accepted: now,
+                held: false,
             },
         );
         self.deadlines.insert((deadline, conn));
@@ -563,9 +616,12 @@ impl Endpoint {
         if let Some(d) = c.deadline {
             self.deadlines.remove(&(d, conn));
         }
-        if c.pending() {
+        if c.held {
+            self.held = self.held.saturating_sub(1);
+            self.queue.remove(conn);
+        } else if c.pending() {
             self.pending = self.pending.saturating_sub(1);
-            if let Some(a) = self.addrs.get_mut(&c.peer.ip()) {
+            if let Some(a) = self.addrs.get_mut(&addr_group(c.peer.ip())) {
                 a.pending.retain(|x| *x != conn);
             }
         }
@@ -577,7 +633,7 @@ impl Endpoint {
                 }
             }
         }
-        self.tidy_addr(now, c.peer.ip());
+        self.tidy_addr(now, addr_group(c.peer.ip()));
     }
 
     fn tidy_addr(&mut self, now: Instant, ip: IpAddr) {
@@ -713,13 +769,11 @@ impl Endpoint {
         }
     }
 
-    /// When a session slot (of `ip`, or any) frees at the latest.
+    /// When a session slot (of the group `ip`, or any) is expected to free: the soonest
+    /// expected end of a running session, from its progress (remaining bytes at its rate),
+    /// else when it is gone at the latest.
     fn retry_after(&self, now: Instant, ip: Option<IpAddr>) -> Option<Duration> {
-        self.sessions
-            .values()
-            .filter(|e| ip.is_none_or(|ip| e.peer.ip() == ip))
-            .map(|e| e.session.gone_by().saturating_duration_since(now))
-            .min()
+        self.expected_free(now, ip, 1)
     }
 
     // ----- data connections -----
@@ -765,7 +819,7 @@ impl Endpoint {
                     self.deadlines.remove(&(d, conn));
                 }
                 self.pending = self.pending.saturating_sub(1);
-                if let Some(a) = self.addrs.get_mut(&peer.ip()) {
+                if let Some(a) = self.addrs.get_mut(&addr_group(peer.ip())) {
                     a.pending.retain(|x| *x != conn);
                 }
                 if let ConnState::Parked(h) = old {
@@ -804,6 +858,11 @@ impl Endpoint {
         c.state = ConnState::Parked(hello);
         // It waits at most a handshake timeout from its arrival for its session.
         self.set_deadline(conn, now + self.cfg.handshake_timeout);
+        // Or with its session in the queue.
+        if let Some(until) = self.queued_until(&hello.token) {
+            self.hold(conn);
+            self.set_deadline(conn, until);
+        }
     }
 
     fn unpark(&mut self, now: Instant, token: Token) {
@@ -831,6 +890,8 @@ impl Endpoint {
     /// The result of a finished phase.
     pub fn on_phase_result(&mut self, now: Instant, session: SessionId, seq: u32, r: SideResult) {
         if let Some(e) = self.sessions.get_mut(&session) {
+            e.progress
+                .phase_ended(r.streams.iter().map(|s| s.bytes).sum());
             e.session.handle_phase_result(now, seq, r);
             self.pump(now, session);
         }
@@ -908,6 +969,7 @@ impl Endpoint {
                     }
                 }
                 SessionOutput::StartEngine(spec) => {
+                    e.progress.phase_started();
                     let token = e.token;
                     if let Some(t) = e.accepted.take() {
                         if e.session.mode() != "advise" {
@@ -977,7 +1039,7 @@ impl Endpoint {
         };
         self.tokens.remove(&e.token);
         self.reserved = self.reserved.saturating_sub(e.reserved);
-        if let Some(a) = self.addrs.get_mut(&e.peer.ip()) {
+        if let Some(a) = self.addrs.get_mut(&addr_group(e.peer.ip())) {
             a.sessions = a.sessions.saturating_sub(1);
         }
         let error = match end {
@@ -1024,6 +1086,9 @@ impl Endpoint {
                 bytes: e.session.main_bytes(),
                 error,
             }));
+        if !self.shedding {
+            self.serve_queue(now);
+        }
     }
 
     // ----- time -----
@@ -1055,6 +1120,15 @@ impl Endpoint {
                         Stage::Hello => "the client's hello",
                         Stage::Auth { .. } => "the answer to the challenge",
                         Stage::Setup => "the client's setup",
+                        Stage::Queued(_) => {
+                            let why = format!(
+                                "no session slot freed within {:.0} s of waiting in the queue",
+                                self.cfg.slots.queue_timeout.as_secs_f64()
+                            );
+                            let retry = self.retry_after(now, None);
+                            self.reject(now, conn, "queue_timeout", why, retry);
+                            continue;
+                        }
                     };
                     let why = format!("timed out waiting for {what}");
                     self.reject(now, conn, "timeout", why, None);
@@ -1087,6 +1161,9 @@ impl Endpoint {
             }
             self.pump(now, sid);
         }
+        self.sample_progress(now, observe);
+        self.serve_queue(now);
+        self.tell_places(now);
         for (kind, count) in self.limiter.due_summaries(now) {
             if count > 0 {
                 self.events
@@ -1170,5 +1247,8 @@ fn ceil_secs(d: Duration) -> u64 {
 }
 
 mod handshake;
+mod queue;
+mod slots;
+pub use slots::SlotRules;
 #[cfg(test)]
 mod tests;

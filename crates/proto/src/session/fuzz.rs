@@ -238,6 +238,7 @@ fn config() -> EndpointConfig {
         secret: None,
         fd_budget: 120,
         files: None,
+        slots: crate::session::endpoint::SlotRules::default(),
     }
 }
 
@@ -550,6 +551,7 @@ fn the_client_session_survives_random_servers() {
                     .map(|k| (k, [3; 32], 1000)),
                 max_streams: 1 + r.below(16) as u32,
                 connect_timeout: Duration::from_secs(10),
+                wait: Duration::from_secs(60),
                 idle_timeout: Duration::from_secs(30),
                 duration: r.chance(30).then(|| Duration::from_millis(r.below(5000))),
                 max_time: r.chance(20).then(|| Duration::from_millis(r.below(5000))),
@@ -570,7 +572,7 @@ fn the_client_session_survives_random_servers() {
                     },
                 ),
                 1..=3 => {
-                    let m = match r.below(6) {
+                    let m = match r.below(7) {
                         0 => ServerMsg::Challenge {
                             nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
@@ -601,6 +603,10 @@ fn the_client_session_survives_random_servers() {
                         4 => ServerMsg::Abort {
                             integrity: r.chance(50),
                             reason: "fuzz".into(),
+                        },
+                        5 => ServerMsg::Queued {
+                            place: r.next() as u32,
+                            expected_wait_s: r.chance(50).then(|| r.next()),
                         },
                         _ => ServerMsg::Rejected {
                             reason: "fuzz".into(),

@@ -69,6 +69,20 @@ impl ReplayCache {
     }
 }
 
+/// The group of addresses a client counts as for sessions, pending connections and the
+/// authentication backoff: an IPv4 address alone (an IPv4-mapped IPv6 address counts as its
+/// IPv4 address), an IPv6 address by its /64 (one host or LAN commonly holds a whole /64,
+/// so counting its addresses one by one would give it as many slots as it likes).
+pub(crate) fn addr_group(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+    }
+}
+
 /// Backoff after failed authentications, per address: after the n-th failure in a row the
 /// address may try again only after `2^(n-1)` seconds (at most [`Backoff::MAX`]), so guessing
 /// the secret runs at about one try a minute instead of a thousand a second.
@@ -312,6 +326,23 @@ pub fn escape(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_addresses_group_by_their_64_and_mapped_ipv4_by_the_ipv4_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert_eq!(addr_group(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            addr_group(ip("2001:db8:1:2:ffff:eeee:dddd:cccc")),
+            addr_group(ip("2001:db8:1:2::99"))
+        );
+        assert_ne!(
+            addr_group(ip("2001:db8:1:2::1")),
+            addr_group(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(addr_group(ip("::ffff:10.0.0.7")), ip("10.0.0.7"));
+        assert_eq!(addr_group(ip("10.0.0.7")), ip("10.0.0.7"));
+        assert_ne!(addr_group(ip("10.0.0.7")), addr_group(ip("10.0.0.8")));
+    }
 
     #[test]
     fn a_nonce_is_accepted_once_until_it_expires() {

@@ -293,6 +293,20 @@ impl ServerSession {
         self.fail(reason, false);
     }
 
+    /// The endpoint gives this session's slot to another client (it moved too little
+    /// data): the session ends with `reason`, which the client is told.
+    pub(crate) fn shed(&mut self, reason: String) {
+        self.fail(reason, false);
+    }
+
+    /// Payload bytes the session moves in all, when its workload says (a message
+    /// workload; not a duration, a copy or an advice).
+    pub(crate) fn workload_bytes(&self) -> Option<u64> {
+        let p = &self.params;
+        (self.advise.is_none() && p.duration_ms.is_none() && p.files.is_none())
+            .then(|| p.messages.saturating_mul(p.message_size))
+    }
+
     /// The next thing to do.
     pub(crate) fn poll_output(&mut self) -> Option<SessionOutput> {
         self.out.pop_front()

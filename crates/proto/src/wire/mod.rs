@@ -379,6 +379,16 @@ pub enum ServerMsg {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_s: Option<u64>,
     },
+    /// No session slot is free yet: the client waits in the server's queue, at this place
+    /// (from 1), and is told again when its place changes; `Accepted` (or `Rejected`)
+    /// follows. Data connections it opened already wait with it.
+    Queued {
+        /// The client's place in the queue, from 1.
+        place: u32,
+        /// When a slot is expected to free, seconds, from the running sessions' progress.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_wait_s: Option<u64>,
+    },
     /// A server-side tuner asks for more streams.
     WantStreams {
         /// Streams the tuner knew of.
@@ -458,6 +468,7 @@ impl ServerMsg {
             ServerMsg::Challenge { .. } => "challenge",
             ServerMsg::Accepted { .. } => "accepted",
             ServerMsg::Rejected { .. } => "rejected",
+            ServerMsg::Queued { .. } => "queued",
             ServerMsg::WantStreams { .. } => "want_streams",
             ServerMsg::PhaseResult { .. } => "phase_result",
             ServerMsg::FileFailed { .. } => "file_failed",

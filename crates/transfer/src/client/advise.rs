@@ -56,6 +56,10 @@ pub struct AdviseConfig {
     pub secret: Option<Secret>,
     /// Give up connecting, and waiting for the server's first answer, after this long.
     pub connect_timeout: Duration,
+    /// Wait this long in the server's queue when it has no session slot yet, then fail.
+    pub wait: Duration,
+    /// Told the client's place in the server's queue whenever it changes.
+    pub on_queued: Option<super::OnQueued>,
     /// The application may use `SO_*BUFFORCE` (this process has `CAP_NET_ADMIN`): the
     /// advice is then not bounded by this host's `net.core.*mem_max`.
     pub force_buffers: bool,
@@ -74,6 +78,8 @@ impl AdviseConfig {
             fresh: false,
             secret: None,
             connect_timeout: Duration::from_secs(10),
+            wait: super::DEFAULT_WAIT,
+            on_queued: None,
             force_buffers: false,
         }
     }
@@ -220,6 +226,7 @@ fn advise_plan(
             fresh: cfg.fresh,
         },
         connect_timeout: cfg.connect_timeout,
+        wait: cfg.wait,
     })
 }
 
@@ -334,6 +341,14 @@ impl Asking<'_> {
                     }
                 }
                 AdviseOutput::Done(a) => self.answer = Some(a),
+                AdviseOutput::Queued {
+                    place,
+                    expected_wait_s,
+                } => {
+                    if let Some(f) = &self.cfg.on_queued {
+                        (f.0)(place, expected_wait_s);
+                    }
+                }
                 AdviseOutput::Failed(f) => return Err(error(f, self.addr, self.session.heard())),
             }
         }

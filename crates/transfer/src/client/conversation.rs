@@ -502,7 +502,10 @@ impl<'a> Conversation<'a> {
             record_series: main && cfg.samples,
             interval: if main { cfg.interval } else { None },
             epoch,
-            idle_timeout: cfg.idle_timeout,
+            // Streams pipelined before the server's answer wait with the session when it is
+            // queued (the server holds them unread): their own stall limit allows for the
+            // wait; the session's stall detection starts at admission.
+            idle_timeout: cfg.idle_timeout.saturating_add(cfg.wait),
             notify: Some(notify),
         });
         let tuning = match (&cfg.custom_tuner, main) {
@@ -686,6 +689,14 @@ impl<'a> Conversation<'a> {
                     }
                 }
                 ClientOutput::PhaseDone { outcome, .. } => return Ok(Some(outcome)),
+                ClientOutput::Queued {
+                    place,
+                    expected_wait_s,
+                } => {
+                    if let Some(f) = &self.cfg.on_queued {
+                        (f.0)(place, expected_wait_s);
+                    }
+                }
                 ClientOutput::Failed(f) => {
                     if let Some(p) = self.phase.take() {
                         p.engine.abort();

@@ -319,6 +319,7 @@ fn session_plan(
         key_share: ephemeral.public(),
         max_streams: cfg.max_streams,
         connect_timeout: cfg.connect_timeout,
+        wait: cfg.wait,
         idle_timeout: cfg.idle_timeout,
         duration: cfg.duration,
         max_time: cfg.max_time,

@@ -68,6 +68,11 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Give up when a stream or the server makes no progress for this long.
     pub idle_timeout: Duration,
+    /// Wait this long in the server's queue when it has no session slot yet (`--wait`),
+    /// then fail.
+    pub wait: Duration,
+    /// Told the client's place in the server's queue whenever it changes.
+    pub on_queued: Option<OnQueued>,
     /// Use `SO_*BUFFORCE` on this end when the process has `CAP_NET_ADMIN`.
     pub force_buffers: bool,
     /// Most streams this client opens when tuners ask for more (the server's allowance also
@@ -128,6 +133,20 @@ impl Cancel {
     }
 }
 
+/// How long a client waits in a server's queue by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+
+/// Called with the client's place in the server's queue (from 1) and when a slot is
+/// expected to free (seconds, if the server said), whenever the place changes.
+#[derive(Clone)]
+pub struct OnQueued(pub Arc<dyn Fn(u32, Option<u64>) + Send + Sync>);
+
+impl std::fmt::Debug for OnQueued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnQueued(..)")
+    }
+}
+
 /// A function that builds a tuner for one stream of this end.
 #[derive(Clone)]
 pub struct CustomTuner(pub Arc<dyn Fn(TunerContext) -> Box<dyn Tuner> + Send + Sync>);
@@ -158,6 +177,8 @@ impl ClientConfig {
             secret: None,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            wait: DEFAULT_WAIT,
+            on_queued: None,
             force_buffers: false,
             max_streams: 64,
             corrupt_message: None,

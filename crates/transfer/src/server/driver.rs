@@ -185,6 +185,7 @@ fn endpoint_config(config: &ServerConfig, nofile: u64) -> EndpointConfig {
         files: config.files.as_ref().map(|f| ShareRules {
             read_only: f.read_only,
         }),
+        slots: config.slots.clone(),
     }
 }
 

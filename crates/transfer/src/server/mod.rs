@@ -45,6 +45,7 @@ pub use driver::run;
 pub use metrics::ServeMetrics;
 pub use tcptune_proto::escape;
 pub use tcptune_proto::events::{BudgetShare, ServerEvent, ServerStats};
+pub use tcptune_proto::session::endpoint::SlotRules;
 
 /// The default port of `tcptune serve`.
 pub const DEFAULT_PORT: u16 = 5310;
@@ -94,6 +95,10 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// A session with no control message and no data for this long is ended.
     pub idle_timeout: Duration,
+    /// Slots nobody can hold: the minimum rate a session must move (after a grace period,
+    /// over a window) to keep its slot when another client needs one, and the wait queue
+    /// of clients over a limit.
+    pub slots: SlotRules,
     /// Require clients to prove knowledge of this secret.
     pub secret: Option<Secret>,
     /// Use `SO_*BUFFORCE` for the server's buffers when the process has `CAP_NET_ADMIN`.
@@ -169,6 +174,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("first_frame_timeout", &self.first_frame_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("slots", &self.slots)
             .field("secret", &self.secret.is_some())
             .field("force_buffers", &self.force_buffers)
             .field("one_off", &self.one_off)
@@ -198,6 +204,7 @@ impl Default for ServerConfig {
             first_frame_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            slots: SlotRules::default(),
             secret: None,
             force_buffers: false,
             one_off: false,
@@ -228,9 +235,14 @@ pub enum ServerError {
 pub fn describe_limits(cfg: &ServerConfig) -> String {
     let l = &cfg.limits;
     format!(
-        "max {} sessions ({} per address), {} streams/session, {} message size, {} messages, {} total, {:.0}s duration; {} pending connections ({} per address); first message within {:.0}s, handshake {:.0}s, idle timeout {:.0}s{}",
+        "max {} sessions ({} per address{}), {} streams/session, {} message size, {} messages, {} total, {:.0}s duration; {} pending connections ({} per address); first message within {:.0}s, handshake {:.0}s, idle timeout {:.0}s{}",
         cfg.max_sessions,
         cfg.max_sessions_per_addr,
+        if cfg.secret.is_some() {
+            ", not for clients that prove the secret"
+        } else {
+            ""
+        },
         l.max_streams,
         tcptune_core::Bytes(l.max_message_size),
         l.max_messages,
@@ -242,6 +254,14 @@ pub fn describe_limits(cfg: &ServerConfig) -> String {
         cfg.handshake_timeout.as_secs_f64(),
         cfg.idle_timeout.as_secs_f64(),
         if cfg.secret.is_some() { ", shared secret required" } else { "" }
+    ) + &format!(
+        "; a session moving under {}/s after {:.0}s (over {:.0}s) gives its slot to a client that needs it; {} clients wait for a slot ({} per address, up to {:.0}s)",
+        tcptune_core::Bytes(cfg.slots.min_rate),
+        cfg.slots.grace.as_secs_f64(),
+        cfg.slots.window.as_secs_f64(),
+        cfg.slots.max_queue,
+        cfg.slots.max_queue_per_addr,
+        cfg.slots.queue_timeout.as_secs_f64(),
     ) + &match &cfg.files {
         Some(f) => format!(
             "; sharing {}{} (at most {} files per copy, {} per file, {} of manifest)",

@@ -19,6 +19,7 @@ fn plan() -> ClientPlan {
         key_share: [4; 32],
         max_streams: 8,
         connect_timeout: CONNECT,
+        wait: Duration::from_secs(60),
         idle_timeout: IDLE,
         duration: None,
         max_time: None,
@@ -700,4 +701,111 @@ fn an_ended_phase_waking_for_nothing_does_not_ask_to_be_woken_in_the_past() {
         Some(later + IDLE + Duration::from_secs(5)),
         "only the result's deadline"
     );
+}
+
+#[test]
+fn a_queued_session_waits_without_stalling_and_its_clocks_start_at_admission() {
+    let t0 = Instant::now();
+    let s60 = Duration::from_secs(60);
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    s.handle_msg(
+        t0,
+        ServerMsg::Queued {
+            place: 3,
+            expected_wait_s: Some(40),
+        },
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![ClientOutput::Queued {
+            place: 3,
+            expected_wait_s: Some(40)
+        }]
+    );
+    // Only the wait's end is a deadline: no stall (nothing moves while it waits), no answer
+    // timeout at the connect timeout.
+    assert_eq!(s.poll_timeout(), Some(t0 + s60));
+    let mut still = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    s.handle_timeout(t0 + Duration::from_secs(50), &mut still);
+    assert!(drain(&mut s).is_empty());
+    // A new place does not extend the wait.
+    s.handle_msg(
+        t0 + Duration::from_secs(50),
+        ServerMsg::Queued {
+            place: 1,
+            expected_wait_s: None,
+        },
+    );
+    drain(&mut s);
+    assert_eq!(s.poll_timeout(), Some(t0 + s60));
+    // Admitted at 55 s: the stall limit counts from now.
+    let t1 = t0 + Duration::from_secs(55);
+    s.handle_msg(t1, accepted(8));
+    drain(&mut s);
+    s.handle_timeout(t1 + IDLE, &mut still);
+    assert!(
+        drain(&mut s).is_empty(),
+        "within the stall limit of admission"
+    );
+    s.handle_timeout(t1 + IDLE + Duration::from_secs(5), &mut still);
+    assert!(matches!(
+        &drain(&mut s)[..],
+        [
+            ClientOutput::AbortEngine,
+            ClientOutput::Failed(Failure::Transfer(_))
+        ]
+    ));
+}
+
+#[test]
+fn a_session_that_waits_too_long_fails_in_one_line_saying_how_to_wait_longer() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(1));
+    drain(&mut s);
+    s.handle_msg(
+        t0,
+        ServerMsg::Queued {
+            place: 2,
+            expected_wait_s: Some(90),
+        },
+    );
+    drain(&mut s);
+    let mut still = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    s.handle_timeout(t0 + Duration::from_secs(60), &mut still);
+    let out = drain(&mut s);
+    let Some(ClientOutput::Failed(Failure::Rejected {
+        reason,
+        retry_after_s,
+    })) = out.last()
+    else {
+        panic!("{out:?}")
+    };
+    assert!(
+        reason.contains("--wait") && !reason.contains('\n'),
+        "{reason}"
+    );
+    assert_eq!(*retry_after_s, Some(90));
+    // Queued after admission breaks the protocol.
+    let mut s = ClientSession::new(t0, plan());
+    s.handle_msg(t0, accepted(8));
+    s.handle_msg(
+        t0,
+        ServerMsg::Queued {
+            place: 1,
+            expected_wait_s: None,
+        },
+    );
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::Protocol(_)))
+    ));
 }

@@ -2,14 +2,16 @@
 //! the shared secret), the challenge when the proof's freshness cannot be checked, and `Setup` (or
 //! `Advise`), which admits the session or refuses it saying why.
 
+use super::queue::Slot;
+use super::slots::Progress;
 use super::{
-    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, MonitorEvent, SessionEntry, Stage,
-    MAX_DISCARDED,
+    ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, MonitorEvent, Request, SessionEntry,
+    Stage, MAX_DISCARDED,
 };
 use crate::auth::CLOCK_SKEW;
 use crate::events::ServerEvent;
 use crate::keys::{KeyShare, SessionKeys};
-use crate::session::guard::Freshness;
+use crate::session::guard::{addr_group, Freshness};
 use crate::session::server::{ServerSession, SessionPolicy, MAX_PROBE};
 use crate::session::ConnId;
 use crate::wire::{
@@ -29,6 +31,14 @@ impl Endpoint {
             else {
                 return;
             };
+            if matches!(h.stage, Stage::Queued(_)) {
+                // What follows the request is the session's, once it is admitted.
+                if self.queued_overflow(conn) {
+                    let why = "too much sent while waiting in the queue".to_string();
+                    self.reject(now, conn, "protocol", why, None);
+                }
+                return;
+            }
             let body = match h.reader.take_frame() {
                 Ok(Some(b)) => b,
                 Ok(None) => return,
@@ -107,7 +117,7 @@ impl Endpoint {
                 }
                 if let Some(wait) = self
                     .addrs
-                    .get(&peer.ip())
+                    .get(&addr_group(peer.ip()))
                     .and_then(|a| a.backoff.blocked_for(now))
                 {
                     let why = format!(
@@ -132,7 +142,12 @@ impl Endpoint {
                 });
                 if ok {
                     h.stage = Stage::Setup;
-                    self.addrs.entry(peer.ip()).or_default().backoff.succeed();
+                    // The challenge was answered: the proof is fresh.
+                    self.addrs
+                        .entry(addr_group(peer.ip()))
+                        .or_default()
+                        .backoff
+                        .succeed();
                 } else {
                     self.auth_failed(now, conn, peer);
                 }
@@ -157,6 +172,8 @@ impl Endpoint {
                 let why = format!("expected setup or advise, got {}", other.kind());
                 self.reject(now, conn, "protocol", why, None);
             }
+            // Not read while it waits (see `handshake_frames`).
+            (Stage::Queued(_), _) => {}
         }
     }
 
@@ -187,7 +204,6 @@ impl Endpoint {
         if !secret.verify_proof(&nonce, auth.time_unix_s, &token.0, &key_share, &mac) {
             return self.auth_failed(now, conn, peer);
         }
-        self.addrs.entry(peer.ip()).or_default().backoff.succeed();
         let skew = unix_s.abs_diff(auth.time_unix_s);
         let reason = if skew > CLOCK_SKEW.as_secs() {
             Some(format!(
@@ -202,7 +218,16 @@ impl Endpoint {
             }
         };
         match reason {
-            None => self.set_stage(conn, Stage::Setup),
+            None => {
+                // Only a fresh proof resets the backoff: a replayed one (or one whose
+                // freshness cannot be told) waits for the challenge's answer.
+                self.addrs
+                    .entry(addr_group(peer.ip()))
+                    .or_default()
+                    .backoff
+                    .succeed();
+                self.set_stage(conn, Stage::Setup)
+            }
             Some(reason) => {
                 // The keys now: the client's data connections need not wait for `Accepted`.
                 let Some((key_share, _)) = self.agree(now, conn, token) else {
@@ -239,7 +264,7 @@ impl Endpoint {
     }
 
     fn auth_failed(&mut self, now: Instant, conn: ConnId, peer: SocketAddr) {
-        let b = &mut self.addrs.entry(peer.ip()).or_default().backoff;
+        let b = &mut self.addrs.entry(addr_group(peer.ip())).or_default().backoff;
         b.fail(now);
         let wait = b.blocked_for(now).map_or(0, ceil_secs);
         let why = format!(
@@ -249,7 +274,7 @@ impl Endpoint {
     }
 
     /// Admit the session of a complete handshake, or refuse it saying why.
-    fn admit(&mut self, now: Instant, conn: ConnId, params: crate::wire::TestParams) {
+    pub(super) fn admit(&mut self, now: Instant, conn: ConnId, params: crate::wire::TestParams) {
         if let Err(e) = crate::session::server::validate(&params, &self.cfg.limits) {
             return self.reject(now, conn, "bad_request", e, None);
         }
@@ -286,6 +311,7 @@ impl Endpoint {
             params.streams,
             self.cfg.limits.max_streams,
             params.files.is_some(),
+            || Request::Setup(params.clone()),
         ) else {
             return;
         };
@@ -316,19 +342,23 @@ impl Endpoint {
                 session: label,
                 params: Box::new(params.clone()),
             }));
-        let session = ServerSession::new(now, params, self.policy(limits));
+        let session =
+            ServerSession::new(now, params.clone(), self.transfer_policy(limits, &params));
         self.install(now, conn, (peer, token, keys), reserved, session);
     }
 
     /// Admit an advice session (the same bounds as a transfer's; descriptors for the
     /// measurement's streams, should it measure), or refuse it saying why.
-    fn admit_advise(&mut self, now: Instant, conn: ConnId, request: AdviseRequest) {
+    pub(super) fn admit_advise(&mut self, now: Instant, conn: ConnId, request: AdviseRequest) {
         let wanted = self
             .cfg
             .limits
             .max_streams
             .min(tcptune_core::fullpipe::MAX_PROBE_STREAMS);
-        let Some((peer, token, allowance, reserved)) = self.admission(now, conn, 1, wanted, false)
+        let Some((peer, token, allowance, reserved)) =
+            self.admission(now, conn, 1, wanted, false, || {
+                Request::Advise(request.clone())
+            })
         else {
             return;
         };
@@ -349,6 +379,41 @@ impl Endpoint {
         self.install(now, conn, (peer, token, keys), reserved, session);
     }
 
+    /// A transfer's bounds: its lifetime is its workload's time at the minimum rate (its
+    /// bytes, else its duration, at most its cap), after the grace period, a probe and the
+    /// time to connect and to finish.
+    fn transfer_policy(
+        &self,
+        limits: ServerLimits,
+        params: &crate::wire::TestParams,
+    ) -> SessionPolicy {
+        let rules = &self.cfg.slots;
+        let at_min_rate = |bytes: u64| {
+            Duration::from_secs_f64((bytes as f64 / rules.min_rate.max(1) as f64).min(1e8))
+        };
+        let mut work = match (params.duration_ms, &params.files) {
+            (Some(ms), _) => Duration::from_millis(ms),
+            // A copy's size is not known here: the server's byte budget.
+            (None, Some(_)) => at_min_rate(self.cfg.limits.max_total_bytes),
+            (None, None) => at_min_rate(params.messages.saturating_mul(params.message_size)),
+        };
+        if let Some(cap) = params.max_time_ms {
+            work = work.min(Duration::from_millis(cap));
+        }
+        let lifetime = self.cfg.handshake_timeout
+            + MAX_PROBE
+            + rules.grace
+            + work.min(Duration::from_secs(100 * 365 * 86_400))
+            + self.cfg.idle_timeout * 2;
+        SessionPolicy {
+            limits,
+            handshake_timeout: self.cfg.handshake_timeout,
+            idle_timeout: self.cfg.idle_timeout,
+            lifetime,
+        }
+    }
+
+    /// An advice session's bounds (its own: a lookup and at most a short measurement).
     fn policy(&self, limits: ServerLimits) -> SessionPolicy {
         let lifetime = self.cfg.handshake_timeout
             + MAX_PROBE
@@ -374,6 +439,7 @@ impl Endpoint {
         streams: u32,
         wanted: u32,
         files: bool,
+        request: impl FnOnce() -> Request,
     ) -> Option<(SocketAddr, Token, u32, u64)> {
         let c = self.conns.get(&conn)?;
         let peer = c.peer;
@@ -385,28 +451,13 @@ impl Endpoint {
             self.reject(now, conn, "protocol", "session token in use".into(), None);
             return None;
         }
-        let addr_sessions = self.addrs.get(&peer.ip()).map_or(0, |a| a.sessions);
-        if addr_sessions >= self.cfg.max_sessions_per_addr {
-            let why = format!(
-                "{} already runs {addr_sessions} sessions here (the limit per address)",
-                peer.ip()
-            );
-            let retry = self.retry_after(now, Some(peer.ip()));
-            self.reject(now, conn, "addr_sessions", why, retry);
-            return None;
-        }
-        if self.sessions.len() as u32 >= self.cfg.max_sessions {
-            let retry = self.retry_after(now, None);
-            let why = format!(
-                "server busy: all {} session slots are in use{}",
-                self.cfg.max_sessions,
-                retry.map_or(String::new(), |d| format!(
-                    "; one frees within {} s at the latest",
-                    ceil_secs(d)
-                ))
-            );
-            self.reject(now, conn, "busy", why, retry);
-            return None;
+        match self.slot_for(now, addr_group(peer.ip())) {
+            Slot::Free => {}
+            Slot::Shed(victim) => self.shed(now, victim),
+            Slot::Wait { group_limit } => {
+                self.enqueue(now, conn, peer, request(), group_limit);
+                return None;
+            }
         }
         // This connection stops being pending; the session reserves its own descriptors.
         let free = self
@@ -472,6 +523,7 @@ impl Endpoint {
         reserved: u64,
         session: ServerSession,
     ) {
+        let budget = session.workload_bytes();
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -488,7 +540,7 @@ impl Endpoint {
             self.deadlines.remove(&(d, conn));
         }
         self.pending = self.pending.saturating_sub(1);
-        let a = self.addrs.entry(peer.ip()).or_default();
+        let a = self.addrs.entry(addr_group(peer.ip())).or_default();
         a.pending.retain(|x| *x != conn);
         a.sessions += 1;
         self.reserved += reserved;
@@ -510,6 +562,7 @@ impl Endpoint {
                 reserved,
                 accepted: Some(accepted),
                 keys,
+                progress: Progress::new(now, budget, &self.cfg.slots),
             },
         );
         // What the client pipelined after its request is the session's.

@@ -34,6 +34,7 @@ fn config() -> EndpointConfig {
         secret: None,
         fd_budget: 10_000,
         files: None,
+        slots: crate::session::endpoint::SlotRules::default(),
     }
 }
 
@@ -343,7 +344,10 @@ fn a_flood_from_many_addresses_evicts_the_oldest_and_lets_a_new_client_in() {
 #[test]
 fn sessions_are_bounded_per_address_and_in_all_and_a_refusal_says_when_to_retry() {
     let t0 = Instant::now();
-    let mut e = endpoint(config());
+    // No room to wait: refused (the queue's own tests are in `slots`).
+    let mut cfg = config();
+    cfg.slots.max_queue = 0;
+    let mut e = endpoint(cfg);
     let open = |e: &mut Endpoint, conn: ConnId, who: u8, token: u8| {
         e.on_accept(t0, conn, peer(who, 1000 + conn as u16));
         feed(
@@ -746,3 +750,5 @@ fn a_result_too_large_to_send_goes_without_its_series() {
     assert!(result.streams[0].detail.samples.is_empty());
     assert_eq!(result.streams[0].detail.samples_dropped, 200_000);
 }
+
+mod slots;

@@ -1,0 +1,205 @@
+//! Slots nobody can hold (issue 21): trickling sessions give their slots to a client that
+//! needs one, and clients over a limit wait in the server's queue instead of failing. No
+//! assertion on rates or times of this machine beyond generous bounds.
+
+mod common;
+
+use common::TestServer;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tcptune_core::{PathHint, TuneMode};
+use tcptune_transfer::auth::Secret;
+use tcptune_transfer::client::{run, OnQueued};
+use tcptune_transfer::proto::{
+    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
+};
+use tcptune_transfer::server::{ServerConfig, ServerEvent};
+
+fn loopback(n: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, n])
+}
+
+fn connect_from(from: IpAddr, to: SocketAddr) -> TcpStream {
+    let fd = tcptune_sys::net::tcp_socket(&to).expect("socket");
+    tcptune_sys::net::bind(&fd, &SocketAddr::new(from, 0)).expect("bind");
+    tcptune_sys::net::connect(fd, &to, Duration::from_secs(5)).expect("connect")
+}
+
+fn recv(s: &mut TcpStream, r: &mut FrameReader) -> Option<ServerMsg> {
+    s.set_read_timeout(Some(Duration::from_millis(50)))
+        .expect("timeout");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match r.poll_msg(s) {
+            Ok(Some(m)) => return Some(m),
+            Ok(None) if Instant::now() < deadline => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The start of a real push from `from` (1000 x 1 MiB announced, phase started, its stream
+/// connected); returns the control and data connections.
+fn push_start(addr: SocketAddr, from: IpAddr, token: u8) -> (TcpStream, TcpStream) {
+    let mut s = connect_from(from, addr);
+    let mut r = FrameReader::new(proto::MAX_SERVER_FRAME);
+    let params = TestParams {
+        tune: TuneMode::Kernel,
+        streams: 1,
+        message_size: 1 << 20,
+        messages: 1000,
+        duration_ms: None,
+        max_time_ms: None,
+        reverse: false,
+        samples: false,
+        congestion: None,
+        seed: 7,
+        corrupt_message: None,
+        files: None,
+    };
+    let hello = ClientMsg::Hello {
+        protocol: PROTOCOL_VERSION,
+        version: "test".into(),
+        token: Some(Token([token; 16])),
+        auth: None,
+    };
+    proto::write_msg(&mut s, &hello).expect("hello");
+    proto::write_msg(&mut s, &ClientMsg::Setup { params }).expect("setup");
+    let start = ClientMsg::StartPhase {
+        seq: 0,
+        phase: Phase::Main,
+        hint: PathHint::default(),
+        streams: 1,
+    };
+    proto::write_msg(&mut s, &start).expect("start");
+    let a = recv(&mut s, &mut r);
+    assert!(
+        matches!(a, Some(ServerMsg::Accepted { .. })),
+        "{token}: {a:?}"
+    );
+    let mut d = connect_from(from, addr);
+    let hello = DataHello {
+        token: Token([token; 16]),
+        seq: 0,
+        stream: 0,
+    };
+    d.write_all(&hello.encode()).expect("data hello");
+    (s, d)
+}
+
+#[test]
+fn sixteen_trickling_sessions_give_a_slot_to_a_client_from_a_fifth_address() {
+    let shed = Arc::new(AtomicU32::new(0));
+    let count = shed.clone();
+    let mut cfg = ServerConfig::default();
+    cfg.slots.grace = Duration::from_secs(1);
+    cfg.slots.window = Duration::from_secs(2);
+    cfg.log = Some(Arc::new(move |ev: &ServerEvent| {
+        if let ServerEvent::SessionEnded { error: Some(e), .. } = ev {
+            if e.starts_with("shed:") {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }));
+    let server = TestServer::start(cfg);
+    // 16 sessions from 127.0.0.2-5 (4 each, the limit per address): every slot is taken.
+    let mut held = Vec::new();
+    for i in 0..16u8 {
+        held.push(push_start(server.addr, loopback(2 + i / 4), i + 1));
+    }
+    // Each trickles a byte of a record header every half second.
+    let stop = Arc::new(AtomicBool::new(false));
+    let quit = stop.clone();
+    let trickle = std::thread::spawn(move || {
+        while !quit.load(Ordering::SeqCst) {
+            for (_, d) in held.iter_mut() {
+                let _ = d.write_all(&[0]);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        held
+    });
+    // Past grace and a window, a legitimate client from a fifth address is served.
+    std::thread::sleep(Duration::from_millis(3500));
+    let mut c = server.client();
+    c.tune = TuneMode::Kernel;
+    c.messages = 8;
+    c.bind = Some(loopback(6));
+    let t = Instant::now();
+    let r = run(&c, None).expect("served");
+    let took = t.elapsed();
+    assert!(r.end.tcptune.complete);
+    stop.store(true, Ordering::SeqCst);
+    let _ = trickle.join();
+    println!(
+        "served in {took:?}; {} trickling sessions shed",
+        shed.load(Ordering::SeqCst)
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        shed.load(Ordering::SeqCst) >= 1,
+        "the shed session is logged"
+    );
+}
+
+/// Eight `send`s at once from 127.0.0.1: how many were told a place in the queue, and
+/// whether all completed.
+fn eight_at_once(server: &TestServer, secret: Option<Secret>) -> (u32, Vec<String>) {
+    let told = Arc::new(AtomicU32::new(0));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let mut c = server.client();
+            c.tune = TuneMode::Kernel;
+            c.duration = Some(Duration::from_millis(1500));
+            c.secret = secret.clone();
+            let count = told.clone();
+            c.on_queued = Some(OnQueued(Arc::new(move |_, _| {
+                count.fetch_add(1, Ordering::SeqCst);
+            })));
+            let failures = failures.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = run(&c, None) {
+                    if let Ok(mut f) = failures.lock() {
+                        f.push(e.to_string());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    let f = failures.lock().map(|f| f.clone()).unwrap_or_default();
+    (told.load(Ordering::SeqCst), f)
+}
+
+#[test]
+fn eight_concurrent_sends_from_one_address_all_complete() {
+    // Anonymous: four run (the limit per address), the others wait, then run.
+    let server = TestServer::start(ServerConfig::default());
+    let (told, failures) = eight_at_once(&server, None);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(told >= 1, "some waited in the queue");
+    server.await_sessions_ok(8);
+    let stats = server.stop();
+    assert_eq!(stats.sessions_ok, 8, "{stats:?}");
+    // With a secret: not limited per address, all eight run at once.
+    let secret = Secret::from_bytes(b"0123456789abcdef0123456789abcdef").expect("secret");
+    let server = TestServer::start(ServerConfig {
+        secret: Some(secret.clone()),
+        ..ServerConfig::default()
+    });
+    let (told, failures) = eight_at_once(&server, Some(secret));
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(
+        told, 0,
+        "an authenticated client is not limited per address"
+    );
+    server.await_sessions_ok(8);
+    let stats = server.stop();
+    assert_eq!(stats.sessions_ok, 8, "{stats:?}");
+}
