@@ -33,9 +33,10 @@ Exit status (every subcommand):
   0    success
   1    failure: doctor: a finding of severity warning or worse stands; lab: a cell has no
        successful run; serve -1: the session failed; paths: nothing recorded for HOST
-  2    usage: a bad option or value, conflicting options, an unreadable --secret-file or plan
+  2    usage: a bad option or value, conflicting options, an unreadable --secret-file or plan,
+       a secret under 128 bits, serve --root writable from other hosts without a secret
   3    connection: refused, unreachable, timed out, name not resolved, rejected by the server
-       (send, doctor HOST)
+       or no slot within --wait (send, cp, advise, doctor HOST); ssh failed (HOST:PATH, --ssh)
   4    integrity: a byte mismatch or a short transfer (send)
   5    environment: not root where root is needed (doctor --apply; emu and lab when user
        namespaces are not allowed either), no /dev/net/tun, a name or port already taken

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{RawKeys, TestServer};
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -14,7 +14,7 @@ use tcptune_core::{PathHint, TuneMode};
 use tcptune_transfer::auth::Secret;
 use tcptune_transfer::client::{run, OnQueued};
 use tcptune_transfer::proto::{
-    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token, PROTOCOL_VERSION,
+    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token,
 };
 use tcptune_transfer::server::{ServerConfig, ServerEvent};
 
@@ -60,12 +60,8 @@ fn push_start(addr: SocketAddr, from: IpAddr, token: u8) -> (TcpStream, TcpStrea
         corrupt_message: None,
         files: None,
     };
-    let hello = ClientMsg::Hello {
-        protocol: PROTOCOL_VERSION,
-        version: "test".into(),
-        token: Some(Token([token; 16])),
-        auth: None,
-    };
+    let raw = RawKeys::new(token);
+    let hello = raw.hello(token, "test");
     proto::write_msg(&mut s, &hello).expect("hello");
     proto::write_msg(&mut s, &ClientMsg::Setup { params }).expect("setup");
     let start = ClientMsg::StartPhase {
@@ -80,12 +76,9 @@ fn push_start(addr: SocketAddr, from: IpAddr, token: u8) -> (TcpStream, TcpStrea
         matches!(a, Some(ServerMsg::Accepted { .. })),
         "{token}: {a:?}"
     );
+    let keys = raw.keys(&a.expect("accepted"), token);
     let mut d = connect_from(from, addr);
-    let hello = DataHello {
-        token: Token([token; 16]),
-        seq: 0,
-        stream: 0,
-    };
+    let hello = DataHello::sealed(&keys, Token([token; 16]), 0, 0);
     d.write_all(&hello.encode()).expect("data hello");
     (s, d)
 }
@@ -128,6 +121,14 @@ fn sixteen_trickling_sessions_give_a_slot_to_a_client_from_a_fifth_address() {
     c.tune = TuneMode::Kernel;
     c.messages = 8;
     c.bind = Some(loopback(6));
+    // Served by shedding, not by waiting for a slot: it is never told a place in the queue.
+    // (The "within 5 s" is a target of this path's speed, measured in seconds by
+    // the println below; the test asserts the mechanism, which does not depend on load.)
+    let queued = Arc::new(AtomicU32::new(0));
+    let told = queued.clone();
+    c.on_queued = Some(OnQueued(Arc::new(move |_, _| {
+        told.fetch_add(1, Ordering::SeqCst);
+    })));
     let t = Instant::now();
     let r = run(&c, None).expect("served");
     let took = t.elapsed();
@@ -138,7 +139,11 @@ fn sixteen_trickling_sessions_give_a_slot_to_a_client_from_a_fifth_address() {
         "served in {took:?}; {} trickling sessions shed",
         shed.load(Ordering::SeqCst)
     );
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(
+        queued.load(Ordering::SeqCst),
+        0,
+        "admitted at once by shedding a trickler, not queued behind them ({took:?})"
+    );
     assert!(
         shed.load(Ordering::SeqCst) >= 1,
         "the shed session is logged"
