@@ -350,19 +350,11 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         let secret = super::secret::load(path, "give the file the server was started with")?;
         cfg.secret = Some(secret);
     }
-    let far = match &opts.ssh {
-        Some(user_host) => {
-            let f = super::ssh::start(&opts.remote, user_host, None)?;
-            cfg.server = f.host.clone();
-            cfg.port = f.port;
-            cfg.secret = Some(f.secret.clone());
-            Some(f)
-        }
-        None => {
-            opts.remote.only_over_ssh("HOST (without --ssh)")?;
-            None
-        }
-    };
+    let far = super::ssh::start_for(
+        &opts.remote,
+        opts.ssh.as_deref(),
+        (&mut cfg.server, &mut cfg.port, &mut cfg.secret),
+    )?;
     let result = advise(&cfg);
     // Over ssh, the far end exits with the session: wait for it (or end it) now.
     let far = far.map(super::ssh::Far::finish);

@@ -290,19 +290,11 @@ impl Opts {
             c.secret = Some(secret);
         }
         // Everything is checked: now start the far end, if over ssh.
-        let far = match &self.ssh {
-            Some(user_host) => {
-                let f = super::ssh::start(&self.remote, user_host, None)?;
-                c.server = f.host.clone();
-                c.port = f.port;
-                c.secret = Some(f.secret.clone());
-                Some(f)
-            }
-            None => {
-                self.remote.only_over_ssh("HOST (without --ssh)")?;
-                None
-            }
-        };
+        let far = super::ssh::start_for(
+            &self.remote,
+            self.ssh.as_deref(),
+            (&mut c.server, &mut c.port, &mut c.secret),
+        )?;
         let (host, port) = (c.server.clone(), c.port);
         Ok(Plan {
             cfg: c,

@@ -95,6 +95,25 @@ fn server_answers(host: &str) -> bool {
         .any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(700)).is_ok())
 }
 
+/// `send --ssh` and `advise --ssh`: start the far end when `--ssh` names a host and point
+/// `(server, port, secret)` at it; without `--ssh`, refuse the options that only make sense
+/// over ssh.
+pub(crate) fn start_for(
+    opts: &SshOpts,
+    user_host: Option<&str>,
+    (server, port, secret): (&mut String, &mut u16, &mut Option<Secret>),
+) -> anyhow::Result<Option<Far>> {
+    let Some(user_host) = user_host else {
+        opts.only_over_ssh("HOST (without --ssh)")?;
+        return Ok(None);
+    };
+    let f = start(opts, user_host, None)?;
+    *server = f.host.clone();
+    *port = f.port;
+    *secret = Some(f.secret.clone());
+    Ok(Some(f))
+}
+
 /// Start the far end on `user_host`. `url_hint` is what the user would write to reach a
 /// tcptune server on that host instead (`tcptune://HOST/PATH`), said when ssh failed and
 /// a server answers on port 5310.
