@@ -16,6 +16,10 @@ const MAX_STREAMS: u32 = 8;
 
 /// Seeds that run every time.
 const FIXED: std::ops::RangeInclusive<u64> = 1..=40;
+/// Seeds the random part once found failing, run every time after their fix: a stolen-token
+/// hello that arrived before its session's Hello filled the last place its eighth stream
+/// needed (fixed by checking waiting hellos when the keys are agreed).
+const FOUND: [u64; 1] = [2_829_388_240_049_364_229];
 
 /// The random part's time box: `TCPTUNE_FUZZ_SECONDS`, default 1 s.
 fn budget() -> Duration {
@@ -266,7 +270,7 @@ fn seeded_pairs_with_shuffled_streams_and_one_adversity_end_cleanly() {
     {
         return check(seed);
     }
-    for seed in FIXED {
+    for seed in FIXED.chain(FOUND) {
         check(seed);
     }
     // The random part: seeds from the clock, each printed before it runs.

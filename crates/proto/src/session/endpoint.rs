@@ -379,6 +379,10 @@ pub struct Endpoint {
     addrs: HashMap<IpAddr, AddrState>,
     tokens: HashMap<Token, SessionId>,
     parked: HashMap<Token, Vec<ConnId>>,
+    /// Handshakes whose keys are agreed (at a challenge, or in the queue), by token: a data
+    /// connection that arrives before its session is checked against them before it may
+    /// wait, so that nobody without the keys can take a place its session's streams need.
+    agreed: HashMap<Token, ConnId>,
     sessions: BTreeMap<SessionId, SessionEntry>,
     deadlines: BTreeSet<(Instant, ConnId)>,
     order: VecDeque<ConnId>,
@@ -431,6 +435,7 @@ impl Endpoint {
             addrs: HashMap::new(),
             tokens: HashMap::new(),
             parked: HashMap::new(),
+            agreed: HashMap::new(),
             sessions: BTreeMap::new(),
             deadlines: BTreeSet::new(),
             order: VecDeque::new(),
@@ -625,6 +630,13 @@ impl Endpoint {
                 a.pending.retain(|x| *x != conn);
             }
         }
+        if let ConnState::Handshake(h) = &c.state {
+            if let Some(t) = h.token {
+                if self.agreed.get(&t) == Some(&conn) {
+                    self.agreed.remove(&t);
+                }
+            }
+        }
         if let ConnState::Parked(h) = &c.state {
             if let Some(v) = self.parked.get_mut(&h.token) {
                 v.retain(|x| *x != conn);
@@ -782,15 +794,20 @@ impl Endpoint {
         let Some(peer) = self.conns.get(&conn).map(|c| c.peer) else {
             return;
         };
-        let Some(&sid) = self.tokens.get(&hello.token) else {
-            return self.park(now, conn, hello);
+        let sid = match self.tokens.get(&hello.token) {
+            Some(&sid)
+                if self
+                    .sessions
+                    .get(&sid)
+                    .is_some_and(|e| e.token.ct_eq(&hello.token)) =>
+            {
+                sid
+            }
+            _ => return self.before_session(now, conn, peer, hello),
         };
         let Some(e) = self.sessions.get_mut(&sid) else {
-            return self.park(now, conn, hello);
+            return;
         };
-        if !e.token.ct_eq(&hello.token) {
-            return self.park(now, conn, hello);
-        }
         if e.peer.ip() != peer.ip() {
             let why = format!(
                 "a data connection for session {} from another address than its control connection",
@@ -836,6 +853,57 @@ impl Endpoint {
             Err(why) => {
                 self.close_conn(now, conn);
                 self.refused(now, peer, "data_refused", why);
+            }
+        }
+    }
+
+    /// A data connection whose session is not admitted yet. An honest client connects its
+    /// streams only once it has the session's keys, which the server agreed first (at a
+    /// challenge, or while the session waits in the queue): a hello whose token has no
+    /// agreed keys, or a wrong tag, is nobody's stream and goes at once; a right one waits.
+    fn before_session(&mut self, now: Instant, conn: ConnId, peer: SocketAddr, hello: DataHello) {
+        let keys = self
+            .agreed
+            .get(&hello.token)
+            .and_then(|h| self.conns.get(h))
+            .and_then(|c| match &c.state {
+                ConnState::Handshake(h) => h.agreed.as_ref().map(|(_, k)| k),
+                _ => None,
+            });
+        match keys {
+            Some(k) if hello.verify(k) => self.park(now, conn, hello),
+            Some(_) => {
+                self.close_conn(now, conn);
+                let why =
+                    "a data connection for a session being admitted without its key (a wrong tag)";
+                self.refused(now, peer, "data_key", why.into());
+            }
+            // Its session's Hello may still be on its way: it waits (its deadline bounds
+            // it), and is checked when the keys are agreed ([`Endpoint::purge_parked`]).
+            None => self.park(now, conn, hello),
+        }
+    }
+
+    /// The keys of `token`'s session were just agreed: the connections waiting for it that
+    /// are not tagged with them (someone who read the token, without the keys) go now, so
+    /// that they cannot hold the places its streams will need.
+    pub(super) fn purge_parked(&mut self, now: Instant, token: Token, keys: &SessionKeys) {
+        let Some(list) = self.parked.get(&token).cloned() else {
+            return;
+        };
+        for conn in list {
+            let Some(c) = self.conns.get(&conn) else {
+                continue;
+            };
+            let (peer, bad) = match &c.state {
+                ConnState::Parked(h) => (c.peer, !h.verify(keys)),
+                _ => continue,
+            };
+            if bad {
+                self.close_conn(now, conn);
+                let why =
+                    "a data connection for a session being admitted without its key (a wrong tag)";
+                self.refused(now, peer, "data_key", why.into());
             }
         }
     }

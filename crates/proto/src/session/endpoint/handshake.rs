@@ -112,7 +112,7 @@ impl Endpoint {
                     );
                 };
                 h.key_share = Some(key_share);
-                if self.tokens.contains_key(&token) {
+                if self.tokens.contains_key(&token) || self.agreed.contains_key(&token) {
                     return self.reject(now, conn, "protocol", "session token in use".into(), None);
                 }
                 if let Some(wait) = self
@@ -504,6 +504,8 @@ impl Endpoint {
         match SessionKeys::derive(&dh, self.cfg.secret.as_ref(), &token, &client, &server) {
             Ok(keys) => {
                 h.agreed = Some((server, keys.clone()));
+                self.agreed.insert(token, conn);
+                self.purge_parked(now, token, &keys);
                 Some((server, keys))
             }
             Err(e) => {
@@ -549,6 +551,7 @@ impl Endpoint {
             .push_back(EndpointEvent::Monitor(MonitorEvent::Admitted {
                 mode: session.mode(),
             }));
+        self.agreed.remove(&token);
         self.tokens.insert(token, sid);
         self.sessions.insert(
             sid,
