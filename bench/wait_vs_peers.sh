@@ -283,6 +283,7 @@ for part in "${PARTS[@]}"; do
     esac
 done
 
+RAW_TSV=$(realpath --relative-to=. "$OUT_TSV") \
 python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-docs/bench/wait.md}"
 import glob, json, os, statistics, sys
 out, reps, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -360,7 +361,7 @@ if cps:
           "command's start to its end (for the tools over ssh, ssh's own setup included); CPU "
           "is the client's user + system seconds (with the ssh it runs). `tcptune serve` runs "
           "without --force-buffers here: every tool is under the host's buffer limits. Raw "
-          "runs: `docs/bench/wait_cp.tsv`.\n")
+          "runs: `" + os.environ.get("RAW_TSV", "docs/bench/wait_cp.tsv") + "`.\n")
     names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
              ("ssh", "tcptune cp over ssh (-e ssh, far end serve --stdio), known path"),
              ("g1", "globus-url-copy -p 1"), ("g4", "globus-url-copy -p 4"),
