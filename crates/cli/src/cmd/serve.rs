@@ -625,11 +625,9 @@ fn ip_versions(opts: &Opts, local: &SocketAddr) -> &'static [&'static str] {
     }
 }
 
-/// Run `tcptune serve`.
-pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
-    if opts.stdio {
-        return stdio::run(&opts);
-    }
+/// The server's bounds from `opts` (limits, sessions, timeouts, slots, buffers, memory
+/// budget): the same for a service and for the far end of `--stdio`.
+fn bounds(opts: &Opts) -> anyhow::Result<ServerConfig> {
     let mut cfg = ServerConfig::default();
     cfg.limits.max_streams = opts.max_streams;
     cfg.limits.max_message_size = opts.max_message_size.0;
@@ -648,7 +646,6 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     cfg.slots.max_queue = opts.max_queue;
     cfg.slots.max_queue_per_addr = (opts.max_queue / 4).max(1);
     cfg.force_buffers = opts.force_buffers;
-    cfg.one_off = opts.one_off;
     if let Some(b) = opts.memory_budget {
         if b.0 < 64 * 1024 {
             return Err(exit::fail(
@@ -660,6 +657,24 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         }
         cfg.memory_budget = Some(b.0);
     }
+    Ok(cfg)
+}
+
+/// What one pushed copy may claim of `share`, from `opts`.
+fn share_bounds(opts: &Opts, mut share: server::FileShare) -> server::FileShare {
+    share.max_files = opts.max_files.max(1);
+    share.max_file_size = opts.max_file_size.0;
+    share.max_manifest_bytes = opts.max_manifest.0;
+    share
+}
+
+/// Run `tcptune serve`.
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    if opts.stdio {
+        return stdio::run(&opts);
+    }
+    let mut cfg = bounds(&opts)?;
+    cfg.one_off = opts.one_off;
     if let Some(path) = &opts.secret_file {
         let secret = super::secret::load(
             path,
@@ -674,11 +689,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 anyhow::anyhow!("--root {}: not a directory", root.display()),
             ));
         }
-        let mut share = server::FileShare::new(root.clone());
+        let mut share = share_bounds(&opts, server::FileShare::new(root.clone()));
         share.read_only = opts.read_only;
-        share.max_files = opts.max_files.max(1);
-        share.max_file_size = opts.max_file_size.0;
-        share.max_manifest_bytes = opts.max_manifest.0;
         cfg.files = Some(share);
     }
     if let Some(why) = posture::refusal(

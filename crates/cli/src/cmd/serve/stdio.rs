@@ -24,24 +24,12 @@ use tcptune_transfer::server::{self, FileShare, ServerConfig, ServerEvent, Shutd
 /// The server's configuration for the one session: the limits of `opts`, the key as the
 /// secret, the home directory shared unconfined.
 fn config(opts: &Opts, key: &str, home: PathBuf) -> anyhow::Result<ServerConfig> {
-    let mut cfg = ServerConfig::default();
-    cfg.limits.max_streams = opts.max_streams;
-    cfg.limits.max_message_size = opts.max_message_size.0;
-    cfg.limits.max_total_bytes = opts.max_total.0;
-    cfg.limits.max_duration_ms = u64::try_from(opts.max_duration.as_millis()).unwrap_or(u64::MAX);
-    cfg.first_frame_timeout = opts.first_frame_timeout;
-    cfg.handshake_timeout = opts.handshake_timeout;
-    cfg.idle_timeout = opts.idle_timeout;
-    cfg.force_buffers = opts.force_buffers;
-    cfg.memory_budget = opts.memory_budget.map(|b| b.0);
+    let mut cfg = super::bounds(opts)?;
     cfg.one_off = true;
     cfg.secret =
         Some(Secret::from_bytes(key.as_bytes()).ok_or_else(|| anyhow::anyhow!("an empty key"))?);
-    let mut share = FileShare::new(home);
+    let mut share = super::share_bounds(opts, FileShare::new(home));
     share.confined = false;
-    share.max_files = opts.max_files.max(1);
-    share.max_file_size = opts.max_file_size.0;
-    share.max_manifest_bytes = opts.max_manifest.0;
     cfg.files = Some(share);
     cfg.path_db = if opts.no_path_db {
         None
