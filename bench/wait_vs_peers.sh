@@ -49,7 +49,13 @@ out=$(mktemp -d)
 shm=$(mktemp -d -p /dev/shm)
 NAME="wait$$"
 HOSTS_TAG="# tcptune bench/wait_vs_peers.sh $$"
+# The ssh master of the sshcm runs, if one is open.
+close_master() {
+    [ -S "$out/ssh/cm" ] || return 0
+    ip netns exec "$A" ssh -o ControlPath="$out/ssh/cm" -O exit "root@$PEER" >/dev/null 2>&1 || true
+}
 cleanup() {
+    close_master
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
     sed -i "/$HOSTS_TAG/d" /etc/hosts 2>/dev/null || true
     [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null
@@ -217,6 +223,11 @@ cp_files() {
         up "$rtt"
         [[ " $tools " != *" g"* ]] || gridftp_server
         sshd_server
+        if [[ " $tools " == *" sshcm "* ]]; then
+            # shellcheck disable=SC2086
+            ip netns exec "$A" ssh $ssh_opts -p 2222 -o ControlMaster=yes -o ControlPath="$out/ssh/cm" \
+                -o ControlPersist=3600 -N -f "root@$PEER"
+        fi
         local warm="$out/cpwarm$rtt.sqlite"
         mkdir -p "$dst"; chmod 777 "$dst"
         timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "${srv}dst/big"
@@ -241,6 +252,14 @@ cp_files() {
                         ssh) opts="cp -r --json (warm path db) -e 'ssh -p 2222' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
                              timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" \
                                  -e "ssh $ssh_opts -p 2222" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
+                        # The same, through an ssh connection the user already has open
+                        # (ControlMaster, opened before the timed runs and not timed).
+                        sshcm) opts="cp -r --json (warm path db) -e 'ssh -p 2222 -o ControlPath=CM' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
+                               timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" \
+                                   -e "ssh $ssh_opts -p 2222 -o ControlPath=$out/ssh/cm" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
+                        # ssh's own setup alone: log in and run nothing (copies no byte).
+                        sshtrue) opts="ssh -p 2222 HOST true"
+                                 timed "$tag" ssh $ssh_opts -p 2222 "root@$PEER" true ;;
                         g*) opts="globus-url-copy -p ${r#g}"
                             if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
@@ -253,12 +272,13 @@ cp_files() {
                              timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
                         rsync) opts="rsync -a -W -e 'ssh -p 2222'"
                                timed "$tag" rsync -a -W -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
-                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh)" >&2; exit 2 ;;
+                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh sshcm sshtrue)" >&2; exit 2 ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
                     local want got
                     want=$(du -sb "$s" | cut -f1)
+                    [ "$r" != sshtrue ] || want=0
                     got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
                     [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
                     local _l us rc cpu
@@ -270,6 +290,7 @@ cp_files() {
             done
             echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
         done
+        close_master
         kill "$SSHD_PID" 2>/dev/null; SSHD_PID=
     done
 }
@@ -364,6 +385,8 @@ if cps:
           "runs: `" + os.environ.get("RAW_TSV", "docs/bench/wait_cp.tsv") + "`.\n")
     names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
              ("ssh", "tcptune cp over ssh (-e ssh, far end serve --stdio), known path"),
+             ("sshcm", "tcptune cp over an ssh connection already open (ControlMaster), known path"),
+             ("sshtrue", "ssh HOST true (ssh's own setup, copies nothing)"),
              ("g1", "globus-url-copy -p 1"), ("g4", "globus-url-copy -p 4"),
              ("g8", "globus-url-copy -p 8"), ("scp", "scp"), ("rsync", "rsync -a -W over ssh")]
     nan = float("nan")
@@ -382,8 +405,9 @@ if cps:
             if f"{tag}.{key}" not in times:
                 continue
             m = med(f"{tag}.{key}")
+            gp = "-" if key == "sshtrue" else f"{size * 8 / m / 1e6:.0f} Mbit/s"
             print(f"| {name} | {m:.2f} | {cmed(f'{tag}.{key}'):.2f} | {m / base:.2f} | "
-                  f"{size * 8 / m / 1e6:.0f} Mbit/s | {len(times.get(f'{tag}.{key}', []))} |")
+                  f"{gp} | {len(times.get(f'{tag}.{key}', []))} |")
         gs = [med(tag + ".g" + n) for n in "148" if f"{tag}.g{n}" in times]
         if gs and tag + ".new" in times:
             print(f"\ntcptune cp on a new path / best GridFTP: **{base / min(gs):.2f}** "
@@ -397,6 +421,13 @@ if cps:
                   f"**{ssh / server:.2f}** (target <= 1.10); scp / over ssh: **{scp / ssh:.2f}**"
                   f"{' (target >= 4)' if what == 'file' else ''}; rsync -W / over ssh: "
                   f"**{rsync / ssh:.2f}**")
+            if tag + ".sshcm" in times:
+                print(f"\nOver an ssh connection already open / against a running server: "
+                      f"**{med(tag + '.sshcm') / server:.2f}** (target <= 1.10)")
+            if tag + ".sshtrue" in times:
+                print(f"\nssh's own setup (`ssh HOST true`) is {med(tag + '.sshtrue'):.2f} s, "
+                      f"{med(tag + '.sshtrue') / server:.2f} of the running server's whole copy: "
+                      f"the floor of any tool started over a new ssh connection")
         print()
 failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2] != "0"]
 if failed:
