@@ -133,8 +133,17 @@ pub(crate) fn start(
         Ok((offer, guard)) => {
             let secret = Secret::from_bytes(offer.key.as_bytes())
                 .ok_or_else(|| exit::msg(exit::FAILURE, "the far end sent an empty key"))?;
+            // Behind a NAT the far end sees its private address: look up where ssh went.
+            let resolved: Vec<std::net::IpAddr> = if offer.private_addr() {
+                (spec.host.as_str(), 0)
+                    .to_socket_addrs()
+                    .map(|a| a.map(|a| a.ip()).collect())
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             Ok(Far {
-                host: offer.connect_host(&spec.host),
+                host: offer.connect_host(&spec.host, &resolved),
                 port: offer.port,
                 secret,
                 guard,

@@ -75,18 +75,42 @@ impl Offer {
         )
     }
 
+    /// Whether the far end announced a private address (see [`Offer::connect_host`]): only
+    /// then is the ssh host worth resolving.
+    pub fn private_addr(&self) -> bool {
+        is_private(self.addr)
+    }
+
     /// The host the client's data streams connect to: the far end's address, or `ssh_host`
-    /// when it listens on every address. IPv6 in brackets, as the client's configuration
-    /// takes it.
-    pub fn connect_host(&self, ssh_host: &str) -> String {
+    /// when it listens on every address. `resolved` is what `ssh_host` resolves to on the
+    /// client (empty when it does not resolve, e.g. an alias of the ssh config): when the far
+    /// end's address is a private one (RFC 1918, shared 100.64/10, IPv6 ULA) that is not
+    /// among them, the far end sits behind a NAT (a cloud VM sees its private address in
+    /// `$SSH_CONNECTION`) and the streams go where ssh went: the first resolved address of the
+    /// same family, else the first. IPv6 in brackets, as the client's configuration takes it.
+    pub fn connect_host(&self, ssh_host: &str, resolved: &[IpAddr]) -> String {
         if self.addr.is_unspecified() {
-            ssh_host.to_string()
-        } else {
-            match self.addr {
-                IpAddr::V6(a) => format!("[{a}]"),
-                IpAddr::V4(a) => a.to_string(),
+            return ssh_host.to_string();
+        }
+        let mut addr = self.addr;
+        if is_private(addr) && !resolved.is_empty() && !resolved.contains(&addr) {
+            let same = resolved.iter().find(|a| a.is_ipv4() == addr.is_ipv4());
+            if let Some(a) = same.or(resolved.first()) {
+                addr = *a;
             }
         }
+        match addr {
+            IpAddr::V6(a) => format!("[{a}]"),
+            IpAddr::V4(a) => a.to_string(),
+        }
+    }
+}
+
+/// An address that a NAT typically hides: RFC 1918, the shared space 100.64/10, IPv6 ULA.
+fn is_private(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v) => v.is_private() || (v.octets()[0] == 100 && (v.octets()[1] & 0xc0) == 64),
+        IpAddr::V6(v) => (v.segments()[0] & 0xfe00) == 0xfc00,
     }
 }
 

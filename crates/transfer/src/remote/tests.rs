@@ -19,18 +19,18 @@ fn the_offer_line_round_trips() {
         format!("tcptune-stdio 1 addr=10.0.0.2 port=40123 key={KEY}")
     );
     assert_eq!(parse_line(&(o.line() + "\r\n")), Ok(Some(o.clone())));
-    assert_eq!(o.connect_host("dtn2"), "10.0.0.2");
+    assert_eq!(o.connect_host("dtn2", &[]), "10.0.0.2");
     let any = Offer {
         addr: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         ..o.clone()
     };
     assert_eq!(parse_line(&any.line()), Ok(Some(any.clone())));
-    assert_eq!(any.connect_host("dtn2"), "dtn2");
+    assert_eq!(any.connect_host("dtn2", &[]), "dtn2");
     let v6 = Offer {
         addr: "2001:db8::2".parse().expect("v6"),
         ..o
     };
-    assert_eq!(v6.connect_host("dtn2"), "[2001:db8::2]");
+    assert_eq!(v6.connect_host("dtn2", &[]), "[2001:db8::2]");
     assert!(
         !format!("{v6:?}").contains(KEY),
         "the key stays out of Debug"
@@ -303,4 +303,45 @@ fn every_failure_is_one_line_with_a_fix() {
         m.contains("10.0.0.2:40123") && m.contains("--port-range"),
         "{m}"
     );
+}
+
+/// Behind a NAT the far end announces its private address: the streams go where ssh went.
+#[test]
+fn a_private_address_behind_a_nat_is_replaced_by_the_one_ssh_reached() {
+    let o = Offer {
+        addr: "10.0.0.2".parse().expect("v4"),
+        port: 40123,
+        key: KEY.to_string(),
+    };
+    let public: IpAddr = "203.0.113.7".parse().expect("v4");
+    let v6: IpAddr = "2001:db8::7".parse().expect("v6");
+    // The name resolves elsewhere: the address ssh used, of the same family first.
+    assert_eq!(o.connect_host("dtn2", &[v6, public]), "203.0.113.7");
+    assert_eq!(o.connect_host("dtn2", &[v6]), "[2001:db8::7]");
+    // The name resolves to the far end's own address, or not at all (an ssh alias): as told.
+    assert_eq!(o.connect_host("dtn2", &[o.addr, public]), "10.0.0.2");
+    assert_eq!(o.connect_host("dtn2", &[]), "10.0.0.2");
+    // A public address is taken as it is (a multi-homed host answered on another one).
+    let global = Offer {
+        addr: "198.51.100.2".parse().expect("v4"),
+        ..o.clone()
+    };
+    assert_eq!(global.connect_host("dtn2", &[public]), "198.51.100.2");
+    // The shared space of carrier NAT and IPv6 ULA count as private.
+    for private in ["100.64.1.2", "172.16.0.9", "192.168.1.1", "fd00::5"] {
+        let p = Offer {
+            addr: private.parse().expect("addr"),
+            ..o.clone()
+        };
+        assert_eq!(
+            p.connect_host("dtn2", &[public]),
+            "203.0.113.7",
+            "{private}"
+        );
+    }
+    let cgnat_edge = Offer {
+        addr: "100.128.0.1".parse().expect("v4"),
+        ..o
+    };
+    assert_eq!(cgnat_edge.connect_host("dtn2", &[public]), "100.128.0.1");
 }
