@@ -162,6 +162,11 @@ pub enum Violation {
     /// `Accepted` after the session was accepted.
     #[error("accepted twice")]
     AcceptedTwice,
+    /// `Accepted`, without a challenge and saying it checks no secret, by a server this
+    /// client holds a shared secret for: the keys would then not depend on the secret, and
+    /// whoever answers on the path could read and write the copy.
+    #[error("the server admitted this client without checking its shared secret, so it cannot be told from an impersonator on the path (the session's keys would not depend on the secret): refusing; give the server the same --secret-file, or drop it here to reach a server that checks none")]
+    SecretUnchecked,
     /// A phase's result when no phase runs.
     #[error("a result for phase {seq}")]
     ResultWithoutPhase {
@@ -686,6 +691,10 @@ impl ClientSession {
             } => {
                 if self.server.is_some() {
                     return self.fail(Failure::Protocol(Violation::AcceptedTwice));
+                }
+                // A client with a secret takes no server that skips it (no downgrade).
+                if self.plan.auth.is_some() && !self.challenged && !auth_required {
+                    return self.fail(Failure::Protocol(Violation::SecretUnchecked));
                 }
                 if !self.take_share(&key_share) {
                     return;

@@ -809,3 +809,63 @@ fn a_session_that_waits_too_long_fails_in_one_line_saying_how_to_wait_longer() {
         Some(ClientOutput::Failed(Failure::Protocol(_)))
     ));
 }
+
+/// A client that holds a secret refuses a server that admits it without checking it (an
+/// impersonator would otherwise get keys that do not depend on the secret).
+#[test]
+fn a_client_with_a_secret_refuses_a_server_that_does_not_check_it() {
+    let t0 = Instant::now();
+    let with_secret = || {
+        let mut p = plan();
+        p.auth = Some((
+            Secret::from_bytes(b"s3cret").expect("secret"),
+            [1; 32],
+            1000,
+        ));
+        let mut s = ClientSession::new(t0, p);
+        s.start_phase(t0, main_phase(2));
+        drain(&mut s);
+        s
+    };
+    let mut s = with_secret();
+    s.handle_msg(t0, accepted(4));
+    assert_eq!(
+        drain(&mut s).last(),
+        Some(&ClientOutput::Failed(Failure::Protocol(
+            Violation::SecretUnchecked
+        )))
+    );
+    assert!(s.server().is_none());
+    // A server that says it checks the secret is taken (its keys then depend on it).
+    let mut s = with_secret();
+    let ServerMsg::Accepted {
+        limits,
+        host_limits,
+        congestion,
+        can_force,
+        key_share,
+        ..
+    } = accepted(4)
+    else {
+        panic!("accepted")
+    };
+    let checked = ServerMsg::Accepted {
+        limits,
+        host_limits,
+        congestion,
+        can_force,
+        auth_required: true,
+        key_share,
+    };
+    s.handle_msg(t0, checked);
+    assert!(!drain(&mut s)
+        .iter()
+        .any(|o| matches!(o, ClientOutput::Failed(_))));
+    assert!(s.server().is_some());
+    // Without a secret, an open server is taken as before.
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    s.handle_msg(t0, accepted(4));
+    assert!(s.server().is_some());
+}
