@@ -278,7 +278,9 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
         3,
         &["secret does not match"],
     );
-    // A secret given to a server that needs none is said, not silently ignored.
+    // A secret given to a server that checks none: the client refuses it (it could be an
+    // impersonator; the keys would not depend on the secret). This was a warning before
+    // issue 21's no-downgrade rule.
     let open = Server::start(&[]);
     let o = run(&[
         "send",
@@ -291,9 +293,15 @@ fn connection_errors_say_what_to_do_and_the_banner_names_the_real_port() {
         "--secret-file",
         wrong.to_str().unwrap_or_default(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--secret-file was not needed"),
+        stderr(&o).contains("without checking its shared secret")
+            && stderr(&o).contains("nothing was sent"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("does not answer like a tcptune server"),
         "{}",
         stderr(&o)
     );

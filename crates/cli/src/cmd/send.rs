@@ -406,17 +406,9 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
             Ok(())
         }
     };
-    let secret_unused = |r: &Report| {
-        if opts.secret_file.is_some() && r.start.tcptune.server_requires_secret == Some(false) {
-            eprintln!(
-                "tcptune: warning: --secret-file was not needed: this server accepts every client (start it with --secret-file to require the secret)"
-            );
-        }
-    };
     match result {
         Ok(report) => {
             print(&report)?;
-            secret_unused(&report);
             if report.end.tcptune.interrupted {
                 eprintln!(
                     "tcptune: interrupted ({}): the figures above are what moved until then",

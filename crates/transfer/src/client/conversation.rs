@@ -779,6 +779,9 @@ impl<'a> Conversation<'a> {
                 retry_after_s,
             },
             Failure::NoAnswer(m) => ClientError::Timeout(m),
+            Failure::Protocol(Violation::SecretUnchecked) => {
+                ClientError::SecretUnchecked { addr: self.addr }
+            }
             Failure::Protocol(v) if !self.seen_server => ClientError::NotTcptune {
                 addr: self.addr,
                 detail: v.to_string(),

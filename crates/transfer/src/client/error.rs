@@ -107,6 +107,13 @@ pub enum ClientError {
         /// What it answered.
         detail: String,
     },
+    /// This client holds a shared secret and the server admitted it without checking it:
+    /// nothing was sent (it could be anyone on the path).
+    #[error("{addr} admitted this client without checking its shared secret, so it cannot be told from an impersonator on the path: nothing was sent. Start the server with the same --secret-file, or drop --secret-file here to reach a server that checks none")]
+    SecretUnchecked {
+        /// The server.
+        addr: SocketAddr,
+    },
     /// The server refused the test.
     #[error("the server refused: {reason}{}", retry_hint(reason, *retry_after_s))]
     Rejected {
@@ -191,6 +198,7 @@ impl ClientError {
                 | ClientError::Control { .. }
                 | ClientError::NotTcptune { .. }
                 | ClientError::Rejected { .. }
+                | ClientError::SecretUnchecked { .. }
                 | ClientError::Timeout(_)
                 | ClientError::Stream { .. }
         )
