@@ -49,6 +49,21 @@ out=$(mktemp -d)
 shm=$(mktemp -d -p /dev/shm)
 NAME="wait$$"
 HOSTS_TAG="# tcptune bench/wait_vs_peers.sh $$"
+# The servers in side b (tcptune serve, sshd and what it starts, the GridFTP server) run in a
+# cgroup of their own: its cpu.stat before and after a run is the server side's CPU.
+SERVER_CG=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/self/mounts)
+if [ -n "$SERVER_CG" ] && mkdir "$SERVER_CG/tcptune-bench-$$" 2>/dev/null; then
+    SERVER_CG="$SERVER_CG/tcptune-bench-$$"
+else
+    SERVER_CG=
+fi
+# to_server_cg PID: move a server (and what it starts from now on) into that cgroup.
+to_server_cg() {
+    [ -z "$SERVER_CG" ] || echo "$1" >"$SERVER_CG/cgroup.procs" 2>/dev/null || true
+}
+server_cpu_us() {
+    if [ -n "$SERVER_CG" ]; then awk '$1 == "usage_usec" {print $2}' "$SERVER_CG/cpu.stat"; else echo nan; fi
+}
 # The ssh master of the sshcm runs, if one is open.
 close_master() {
     [ -S "$out/ssh/cm" ] || return 0
@@ -60,6 +75,10 @@ cleanup() {
     sed -i "/$HOSTS_TAG/d" /etc/hosts 2>/dev/null || true
     [ -n "${SSHD_PID:-}" ] && kill "$SSHD_PID" 2>/dev/null
     rm -rf "$out" "$shm"
+    if [ -n "$SERVER_CG" ]; then
+        xargs -r kill <"$SERVER_CG/cgroup.procs" 2>/dev/null || true
+        for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$SERVER_CG" 2>/dev/null && break; sleep 0.3; done
+    fi
 }
 trap cleanup EXIT INT TERM
 
@@ -79,6 +98,7 @@ up() {
     # Anonymous and writable, as the GridFTP server beside it (-aa): only side a reaches it.
     ip netns exec "$B" "$TCPTUNE" serve "$@" --no-path-db --root "$shm/srv" --allow-anonymous-writes \
         >/dev/null 2>&1 &
+    to_server_cg $!
     sleep 0.5
 }
 
@@ -92,18 +112,23 @@ gridftp_server() {
         printf '%s tcptune-emu-a %s\n%s tcptune-emu-b %s\n' 198.18.0.1 "$HOSTS_TAG" "$PEER" "$HOSTS_TAG" >>/etc/hosts
     ip netns exec "$B" globus-gridftp-server -aa -anonymous-user nobody -p 2811 \
         -control-interface "$PEER" -data-interface "$PEER" >/dev/null 2>&1 &
+    to_server_cg $!
     sleep 1
 }
 
 # timed LABEL CMD...: run CMD in side a, append "LABEL seconds exitcode" to $out/times.
 timed() {
     local label=$1; shift
-    local t0 t1 rc=0
+    local t0 t1 rc=0 s0 s1
+    s0=$(server_cpu_us)
     t0=$(date +%s%N)
     /usr/bin/time -o "$out/last.cpu" -f "%U %S" \
         ip netns exec "$A" "$@" >"$out/last.out" 2>"$out/last.err" || rc=$?
     t1=$(date +%s%N)
-    echo "$label $(( (t1 - t0) / 1000 )) $rc $(tail -1 "$out/last.cpu" | awk '{print $1 + $2}')" >>"$out/times"
+    # The far end of an ssh copy may still be exiting: let it finish before reading its CPU.
+    sleep 0.3
+    s1=$(server_cpu_us)
+    echo "$label $(( (t1 - t0) / 1000 )) $rc $(tail -1 "$out/last.cpu" | awk '{print $1 + $2}') $(awk -v a="$s0" -v b="$s1" 'BEGIN {if (a == "nan") print "nan"; else printf "%.3f", (b - a) / 1e6}')" >>"$out/times"
     [ "$rc" = 0 ] || { echo "  $label failed ($rc): $(tail -1 "$out/last.err")" >&2; }
     if [ -s "$out/last.out" ] && head -c1 "$out/last.out" | grep -q '{'; then
         cp "$out/last.out" "$out/$label.$(wc -l <"$out/times").json"
@@ -197,12 +222,13 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 CONF
     ip netns exec "$B" /usr/sbin/sshd -D -f "$out/ssh/sshd_config" &
     SSHD_PID=$!
+    to_server_cg "$SSHD_PID"
     sleep 0.5
 }
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
-    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\n' >"$OUT_TSV"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >"$OUT_TSV"
     local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
     # CP_FILE_MIB / CP_TREE_FILES make a quick check of the script smaller (the table says so).
@@ -257,6 +283,10 @@ cp_files() {
                         sshcm) opts="cp -r --json (warm path db) -e 'ssh -p 2222 -o ControlPath=CM' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
                                timed "$tag" "$TCPTUNE" cp -r --json --path-db "$warm" \
                                    -e "ssh $ssh_opts -p 2222 -o ControlPath=$out/ssh/cm" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
+                        # Over ssh with every block sealed (ChaCha20-Poly1305), as scp is.
+                        sshenc) opts="cp -r --json --encrypt (warm path db) -e 'ssh -p 2222' --remote-tcptune 'TCPTUNE ... --no-path-db' SRC root@$PEER:DST/"
+                                timed "$tag" "$TCPTUNE" cp -r --json --encrypt --path-db "$warm" \
+                                    -e "ssh $ssh_opts -p 2222" --remote-tcptune "$out/ssh/tcptune-far" "$s" "root@$PEER:$dst/" ;;
                         # ssh's own setup alone: log in and run nothing (copies no byte).
                         sshtrue) opts="ssh -p 2222 HOST true"
                                  timed "$tag" ssh $ssh_opts -p 2222 "root@$PEER" true ;;
@@ -272,7 +302,7 @@ cp_files() {
                              timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
                         rsync) opts="rsync -a -W -e 'ssh -p 2222'"
                                timed "$tag" rsync -a -W -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
-                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh sshcm sshtrue)" >&2; exit 2 ;;
+                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh sshenc sshcm sshtrue)" >&2; exit 2 ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
@@ -281,11 +311,11 @@ cp_files() {
                     [ "$r" != sshtrue ] || want=0
                     got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
                     [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
-                    local _l us rc cpu
-                    read -r _l us rc cpu < <(tail -1 "$out/times")
-                    printf 'cp\t%s ms %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rtt" "$what" "$r" \
+                    local _l us rc cpu scpu
+                    read -r _l us rc cpu scpu < <(tail -1 "$out/times")
+                    printf 'cp\t%s ms %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rtt" "$what" "$r" \
                         "$commit" "$opts" "$rep" "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" \
-                        "$got" "${cpu:-nan}" "$rc" >>"$OUT_TSV"
+                        "$got" "${cpu:-nan}" "$rc" "${scpu:-nan}" >>"$OUT_TSV"
                 done
             done
             echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
