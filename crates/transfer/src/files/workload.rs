@@ -170,6 +170,9 @@ pub struct CopyReport {
     pub streams: Vec<StreamDetail>,
     /// CPU seconds of this process (user + system).
     pub cpu_s: f64,
+    /// CPU seconds of the far end's session (user + system of the threads that served its
+    /// streams: reading or writing, hashing and checking every block).
+    pub remote_cpu_s: f64,
 }
 
 /// Where a pull lands: the destination's directory (or its parent) as the root.
@@ -327,6 +330,7 @@ impl FilesWorkload {
             entries: self.work.copied(),
             streams: t.streams.clone(),
             cpu_s,
+            remote_cpu_s: t.cpu_s.remote(),
         }
     }
 }

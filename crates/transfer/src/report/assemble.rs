@@ -2,7 +2,7 @@
 //! capped, short, corrupted or failed.
 
 use super::{
-    Connected, ConnectingTo, CpuUtilization, End, EndStream, EndTcptune, Interval,
+    Connected, ConnectingTo, CpuSeconds, CpuUtilization, End, EndStream, EndTcptune, Interval,
     MeasurementReport, Report, ResumeReport, SideDetail, Start, StartTcptune, StreamDetail,
     StreamSum, Sum, TestStart, Timestamp, SCHEMA_VERSION,
 };
@@ -344,6 +344,12 @@ fn end_tcptune(
         setup_round_trips: a.round_trips.0,
         finish_round_trips: a.round_trips.1,
         delivery_rate_max_bps: a.delivery_rate_max_bps,
+        cpu_s: CpuSeconds {
+            host_user: a.host_cpu.user.as_secs_f64(),
+            host_system: a.host_cpu.system.as_secs_f64(),
+            remote_user: a.remote.cpu_user_s,
+            remote_system: a.remote.cpu_system_s,
+        },
         error: failure.map(|v| match v {
             Verdict::Integrity(e) | Verdict::Failed(e) => e.clone(),
         }),

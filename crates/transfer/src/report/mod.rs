@@ -629,6 +629,31 @@ pub struct Sum {
     pub sender: bool,
 }
 
+/// `end.tcptune.cpu_s`: CPU seconds, user and system, of this end and the peer's session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuSeconds {
+    /// This process, user mode.
+    pub host_user: f64,
+    /// This process, kernel mode.
+    pub host_system: f64,
+    /// The peer's session, user mode.
+    pub remote_user: f64,
+    /// The peer's session, kernel mode.
+    pub remote_system: f64,
+}
+
+impl CpuSeconds {
+    /// This end's user + system seconds.
+    pub fn host(&self) -> f64 {
+        self.host_user + self.host_system
+    }
+
+    /// The peer's user + system seconds.
+    pub fn remote(&self) -> f64 {
+        self.remote_user + self.remote_system
+    }
+}
+
 /// iperf3's `end.cpu_utilization_percent`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuUtilization {
@@ -715,6 +740,11 @@ pub struct EndTcptune {
     /// database: a lower bound on the path's rate).
     #[serde(default)]
     pub delivery_rate_max_bps: Option<u64>,
+    /// CPU seconds of both ends during the main phase: this process (all its threads) and
+    /// the peer's session (the threads that served this session's streams; a server's
+    /// control loop, shared by its sessions, is not counted).
+    #[serde(default)]
+    pub cpu_s: CpuSeconds,
     /// Why the run failed (integrity or otherwise), if it did.
     #[serde(default)]
     pub error: Option<String>,
