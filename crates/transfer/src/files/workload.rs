@@ -23,7 +23,7 @@ use super::walk::{self, WalkLimits};
 use super::work::{FileWork, Source, Spec};
 use super::{CopiedFile, FailKind, FileFailure, FileJob, FilesSide};
 use crate::files::FileFailureExt;
-use crate::report::{MeasurementReport, Report, StreamDetail};
+use crate::report::{MeasurementReport, QueueReport, Report, StreamDetail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -170,6 +170,9 @@ pub struct CopyReport {
     pub streams: Vec<StreamDetail>,
     /// CPU seconds of this process (user + system).
     pub cpu_s: f64,
+    /// The wait in the server's queue for a session slot (as `send --json`'s
+    /// `start.tcptune.queue`); `null` when the client never waited.
+    pub queue: Option<QueueReport>,
 }
 
 /// Where a pull lands: the destination's directory (or its parent) as the root.
@@ -327,6 +330,7 @@ impl FilesWorkload {
             entries: self.work.copied(),
             streams: t.streams.clone(),
             cpu_s,
+            queue: report.start.tcptune.queue.clone(),
         }
     }
 }
