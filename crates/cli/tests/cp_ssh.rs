@@ -233,6 +233,74 @@ fn send_and_advise_start_their_far_end_over_ssh() {
     no_far_end_left(&t);
 }
 
+/// A fake ssh that also appends the far end's command line to `argv.log` and points the
+/// far end's path database at `far-paths.sqlite`; the recording's path.
+fn recording_rsh(t: &Tmp) -> (String, PathBuf) {
+    let log = t.0.join("argv.log");
+    let rsh = t.script(
+        "recording-ssh",
+        &format!(
+            "shift\nprintf '%s\\n' \"$*\" >> '{}'\nexport HOME='{}' SSH_CONNECTION='127.0.0.1 50000 127.0.0.1 22' TCPTUNE_PATH_DB='{}'\nexec sh -c \"$*\"\n",
+            log.display(),
+            t.home().display(),
+            t.0.join("far-paths.sqlite").display()
+        ),
+    );
+    (rsh, log)
+}
+
+#[test]
+fn no_path_db_crosses_ssh_to_the_far_end() {
+    let t = Tmp::new("nodb");
+    let (rsh, log) = recording_rsh(&t);
+    let far_db = t.0.join("far-paths.sqlite");
+    let file = t.local().join("f");
+    std::fs::write(&file, bytes(3, 1 << 20)).expect("write");
+    let tcptune = |sub: &str, args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args([sub, "-e", &rsh, "--remote-tcptune", BIN])
+            .args(args)
+            .env("TCPTUNE_PATH_DB", t.0.join("client-paths.sqlite"));
+        c
+    };
+    // With --no-path-db, every far end is told so, and none opens its database.
+    ok(&run(tcptune(
+        "cp",
+        &["--no-progress", "--no-path-db", s(&file), "fake:"],
+    )));
+    ok(&run(tcptune(
+        "send",
+        &["--ssh", "fake", "-n", "4", "--no-path-db"],
+    )));
+    let o = run(tcptune(
+        "advise",
+        &["--ssh", "fake", "--no-path-db", "--json"],
+    ));
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json advice");
+    assert_eq!(v["source"], "measured", "{v}");
+    let argv = std::fs::read_to_string(&log).expect("the far ends' command lines");
+    let lines: Vec<&str> = argv.lines().collect();
+    assert_eq!(lines.len(), 3, "{argv}");
+    for l in &lines {
+        assert!(l.ends_with(" serve --stdio --no-path-db"), "{argv}");
+    }
+    assert!(!far_db.exists(), "a far end opened its path database");
+    // Without it, the far end keeps its database (what the test above would otherwise
+    // not tell apart).
+    ok(&run(tcptune("send", &["--ssh", "fake", "-n", "4"])));
+    let argv = std::fs::read_to_string(&log).expect("the far ends' command lines");
+    let last = argv.lines().last().unwrap_or_default();
+    assert!(last.ends_with(" serve --stdio"), "{argv}");
+    assert!(far_db.exists(), "the far end records the path by default");
+    // advise's --no-path-db is for --ssh only (a running server keeps its own database).
+    let mut c = Command::new(BIN);
+    c.args(["advise", "127.0.0.1", "--no-path-db"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    no_far_end_left(&t);
+}
+
 #[test]
 fn the_far_end_exits_when_its_client_is_killed_mid_copy() {
     let t = Tmp::new("kill");

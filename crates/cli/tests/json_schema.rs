@@ -255,6 +255,11 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
             v.get("error").is_none(),
             "no error key on success: iperf3's consumers"
         );
+        assert!(
+            v["start"]["tcptune"]["queue"].is_null(),
+            "one client at a time never waits: {}",
+            v["start"]["tcptune"]
+        );
     }
     // Receiver intervals: what only the sender knows is null, not 0.
     let o = run(&[
@@ -332,6 +337,63 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
     assert_eq!(start["share"], "none", "{start}");
     assert_eq!(start["open"], false, "{start}");
     assert_eq!(start["limits"]["max_sessions"], 16, "{start}");
+}
+
+#[test]
+fn a_client_that_waited_for_a_slot_says_so_and_the_server_logs_the_queue() {
+    // One slot: of two sends at once, one waits in the queue until the other ends.
+    let s = Server::start_with(&["--max-sessions", "1"]);
+    let port = s.port.to_string();
+    let sends: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(BIN)
+                .args(["send", "127.0.0.1", "-p", &port, "--json", "--no-path-db"])
+                .args(["-t", "1500ms", "--tune", "kernel", "--wait", "60"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start tcptune send")
+        })
+        .collect();
+    let mut queues = Vec::new();
+    for c in sends {
+        let o = c.wait_with_output().expect("send");
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let v = doc(&o);
+        assert_valid("send", &v);
+        let q = v["start"]["tcptune"]["queue"].clone();
+        // The stderr line stays beside the report's field.
+        assert_eq!(
+            !q.is_null(),
+            stderr.contains("waiting in its queue, place 1"),
+            "{q} / {stderr}"
+        );
+        queues.push(q);
+    }
+    let waited: Vec<&Value> = queues.iter().filter(|q| !q.is_null()).collect();
+    assert_eq!(waited.len(), 1, "{queues:?}");
+    assert_eq!(waited[0]["first_place"], 1, "{queues:?}");
+    assert!(waited[0]["places_told"].as_u64() >= Some(1), "{queues:?}");
+    assert!(waited[0]["waited_s"].as_f64() > Some(0.0), "{queues:?}");
+    let log = s.log();
+    let mut lines = Vec::new();
+    for line in log.lines() {
+        let v: Value = serde_json::from_str(line).expect("a JSON line");
+        assert_valid("serve-log", &v);
+        lines.push(v);
+    }
+    let queued: Vec<&Value> = lines.iter().filter(|v| v["event"] == "queued").collect();
+    let left: Vec<&Value> = lines
+        .iter()
+        .filter(|v| v["event"] == "queue_left")
+        .collect();
+    assert_eq!(queued.len(), 1, "{log}");
+    assert_eq!(queued[0]["place"], 1, "{log}");
+    assert_eq!(left.len(), 1, "{log}");
+    assert_eq!(left[0]["outcome"], "admitted", "{log}");
+    assert_eq!(left[0]["session"], queued[0]["session"], "{log}");
+    assert!(left[0]["waited_ms"].as_u64() > Some(0), "{log}");
 }
 
 #[test]
@@ -475,6 +537,7 @@ fn cp_reports_and_failures_match_their_schemas() {
         );
         let v = doc(&o);
         assert_valid("cp", &v);
+        assert!(v["queue"].is_null(), "never waited: {}", v["queue"]);
         if v["direction"] == "push" {
             assert_eq!(
                 v["warnings"].as_array().map(Vec::len),

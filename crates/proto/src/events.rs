@@ -4,6 +4,7 @@
 use crate::wire::TestParams;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 use tcptune_core::pathdb::Direction;
 
 /// Something the server did, for its log. Strings that came from a client are as the
@@ -40,6 +41,31 @@ pub enum ServerEvent {
         kind: &'static str,
         /// Why.
         reason: String,
+    },
+    /// A client that asked for a session waits in the queue for a slot (its group of
+    /// addresses, or the server, runs its most sessions). Logged as refusals are (the first
+    /// from each address per period; the rest counted in [`ServerStats::refused_by`] as
+    /// `queued` and summed up by [`ServerEvent::Suppressed`]).
+    Queued {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label (the first 8 hex digits of its token).
+        session: String,
+        /// Its place in the queue (from 1).
+        place: u32,
+        /// Which limit is reached.
+        reason: String,
+    },
+    /// A client left the queue (logged when its [`ServerEvent::Queued`] was).
+    QueueLeft {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// Admitted, timed out or gone.
+        outcome: QueueOutcome,
+        /// How long it waited.
+        waited: Duration,
     },
     /// Under a memory budget: how the budget is shared now. Logged when streams join or
     /// leave it, and every 5 seconds while any holds a share.
@@ -90,6 +116,30 @@ pub enum ServerEvent {
     },
 }
 
+/// How a client left the wait queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueOutcome {
+    /// A slot could be had: its session was admitted.
+    Admitted,
+    /// No slot freed within the queue's timeout: refused (also counted as the refusal
+    /// `queue_timeout`).
+    TimedOut,
+    /// The client gave up: it closed the connection, or was refused for what it sent while
+    /// waiting.
+    Gone,
+}
+
+impl QueueOutcome {
+    /// Its name in logs: `admitted`, `timed_out`, `gone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueOutcome::Admitted => "admitted",
+            QueueOutcome::TimedOut => "timed_out",
+            QueueOutcome::Gone => "gone",
+        }
+    }
+}
+
 /// One stream's share of a server's memory budget.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetShare {
@@ -124,6 +174,12 @@ pub struct ServerStats {
     pub sessions_active: u64,
     /// Connections pending now.
     pub pending: u64,
+    /// Clients admitted from the wait queue (every client put in it is counted in
+    /// [`ServerStats::refused_by`] as `queued`).
+    pub queue_admitted: u64,
+    /// Clients that gave up waiting in the queue (timeouts are the refusal
+    /// `queue_timeout`).
+    pub queue_gave_up: u64,
     /// Measurements of clients' paths not recorded because too many came from the same
     /// group of addresses, or in all, lately.
     pub records_limited: u64,

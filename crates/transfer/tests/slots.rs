@@ -4,83 +4,20 @@
 
 mod common;
 
-use common::{RawKeys, TestServer};
+use common::push::push_start;
+use common::TestServer;
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tcptune_core::{PathHint, TuneMode};
+use tcptune_core::TuneMode;
 use tcptune_transfer::auth::Secret;
 use tcptune_transfer::client::{run, OnQueued};
-use tcptune_transfer::proto::{
-    self, ClientMsg, DataHello, FrameReader, Phase, ServerMsg, TestParams, Token,
-};
 use tcptune_transfer::server::{ServerConfig, ServerEvent};
 
 fn loopback(n: u8) -> IpAddr {
     IpAddr::from([127, 0, 0, n])
-}
-
-fn connect_from(from: IpAddr, to: SocketAddr) -> TcpStream {
-    let fd = tcptune_sys::net::tcp_socket(&to).expect("socket");
-    tcptune_sys::net::bind(&fd, &SocketAddr::new(from, 0)).expect("bind");
-    tcptune_sys::net::connect(fd, &to, Duration::from_secs(5)).expect("connect")
-}
-
-fn recv(s: &mut TcpStream, r: &mut FrameReader) -> Option<ServerMsg> {
-    s.set_read_timeout(Some(Duration::from_millis(50)))
-        .expect("timeout");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match r.poll_msg(s) {
-            Ok(Some(m)) => return Some(m),
-            Ok(None) if Instant::now() < deadline => {}
-            _ => return None,
-        }
-    }
-}
-
-/// The start of a real push from `from` (1000 x 1 MiB announced, phase started, its stream
-/// connected); returns the control and data connections.
-fn push_start(addr: SocketAddr, from: IpAddr, token: u8) -> (TcpStream, TcpStream) {
-    let mut s = connect_from(from, addr);
-    let mut r = FrameReader::new(proto::MAX_SERVER_FRAME);
-    let params = TestParams {
-        tune: TuneMode::Kernel,
-        streams: 1,
-        message_size: 1 << 20,
-        messages: 1000,
-        duration_ms: None,
-        max_time_ms: None,
-        reverse: false,
-        samples: false,
-        congestion: None,
-        seed: 7,
-        corrupt_message: None,
-        files: None,
-    };
-    let raw = RawKeys::new(token);
-    let hello = raw.hello(token, "test");
-    proto::write_msg(&mut s, &hello).expect("hello");
-    proto::write_msg(&mut s, &ClientMsg::Setup { params }).expect("setup");
-    let start = ClientMsg::StartPhase {
-        seq: 0,
-        phase: Phase::Main,
-        hint: PathHint::default(),
-        streams: 1,
-    };
-    proto::write_msg(&mut s, &start).expect("start");
-    let a = recv(&mut s, &mut r);
-    assert!(
-        matches!(a, Some(ServerMsg::Accepted { .. })),
-        "{token}: {a:?}"
-    );
-    let keys = raw.keys(&a.expect("accepted"), token);
-    let mut d = connect_from(from, addr);
-    let hello = DataHello::sealed(&keys, Token([token; 16]), 0, 0);
-    d.write_all(&hello.encode()).expect("data hello");
-    (s, d)
 }
 
 #[test]

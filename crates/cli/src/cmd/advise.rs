@@ -67,6 +67,11 @@ pub(crate) struct Opts {
     /// minute per address; otherwise the database's numbers come with a note).
     #[arg(long)]
     fresh: bool,
+    /// With --ssh: start the far end with --no-path-db (serve --stdio --no-path-db): it
+    /// neither reads nor records the path in the remote user's database, so the advice is
+    /// measured now. (A running server's database is the server's to keep.)
+    #[arg(long)]
+    no_path_db: bool,
     /// The application may use SO_SNDBUFFORCE/SO_RCVBUFFORCE (it has CAP_NET_ADMIN): the
     /// advice is then not capped by this host's net.core.*mem_max.
     #[arg(long)]
@@ -313,6 +318,12 @@ fn failure_code(e: &ClientError) -> u8 {
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let server = opts.server.as_deref().unwrap_or("");
     let (host, spec_port) = super::send::split_port(server);
+    if opts.no_path_db && opts.ssh.is_none() {
+        return Err(exit::msg(
+            exit::USAGE,
+            "--no-path-db is for --ssh (the far end it starts); a running server keeps its own path database",
+        ));
+    }
     if host.is_empty() && opts.ssh.is_none() {
         return Err(exit::msg(
             exit::USAGE,
@@ -353,6 +364,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let far = super::ssh::start_for(
         &opts.remote,
         opts.ssh.as_deref(),
+        opts.no_path_db,
         (&mut cfg.server, &mut cfg.port, &mut cfg.secret),
     )?;
     let result = advise(&cfg);

@@ -105,7 +105,9 @@ pub(crate) struct Opts {
     /// else ~/.cache/tcptune/paths.sqlite.
     #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
-    /// Neither read nor write the path database.
+    /// Neither read nor write the path database. Over ssh (HOST:PATH) the far end is
+    /// started with it too (serve --stdio --no-path-db): it neither reads nor records the
+    /// path in the remote user's database.
     #[arg(long)]
     no_path_db: bool,
     /// Congestion control for the data connections of both ends.
@@ -316,7 +318,7 @@ impl Opts {
                     ));
                 }
                 let hint = url_form(user_host, &direction);
-                let f = ssh::start(&self.ssh, user_host, Some(&hint))?;
+                let f = ssh::start(&self.ssh, user_host, Some(&hint), self.no_path_db)?;
                 let mut c = ClientConfig::new(f.host.clone());
                 c.port = f.port;
                 c.secret = Some(f.secret.clone());

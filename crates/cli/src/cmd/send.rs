@@ -159,6 +159,8 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
     /// Neither read nor write the path database (every run measures the path afresh).
+    /// With --ssh the far end is started with it too (serve --stdio --no-path-db): it
+    /// neither reads nor records the path in the remote user's database.
     #[arg(long)]
     no_path_db: bool,
     /// Never measure the path's rate (neither auto's in-band measurement nor probe's
@@ -293,6 +295,7 @@ impl Opts {
         let far = super::ssh::start_for(
             &self.remote,
             self.ssh.as_deref(),
+            self.no_path_db,
             (&mut c.server, &mut c.port, &mut c.secret),
         )?;
         let (host, port) = (c.server.clone(), c.port);

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tcptune_core::{format_duration, Bytes};
-use tcptune_transfer::server::{self, ServerConfig, ServerEvent, Shutdown};
+use tcptune_transfer::server::{self, QueueOutcome, ServerConfig, ServerEvent, Shutdown};
 
 mod stdio;
 
@@ -294,6 +294,12 @@ struct LogLine<'a> {
     rate_bps: Option<u64>,
     /// Advice: the rate is the path's (else a lower bound).
     full_pipe: Option<bool>,
+    /// Queued: the client's place in the queue (from 1).
+    place: Option<u32>,
+    /// Queue left: `admitted`, `timed_out` or `gone`.
+    outcome: Option<&'static str>,
+    /// Queue left: how long the client waited.
+    waited_ms: Option<u64>,
 }
 
 /// A JSON log line of the memory budget's shares.
@@ -400,12 +406,16 @@ impl LogLine<'_> {
             rtt_us: None,
             rate_bps: None,
             full_pipe: None,
+            place: None,
+            outcome: None,
+            waited_ms: None,
         }
     }
 }
 
-/// Version of the JSON log lines (2: `time`, canonical IPv4 peers; advice and warning
-/// lines and their fields were added without breaking version 2's readers).
+/// Version of the JSON log lines (2: `time`, canonical IPv4 peers; advice, warning,
+/// queued and queue_left lines and their fields were added without breaking version 2's
+/// readers).
 const LOG_SCHEMA_VERSION: u32 = 2;
 
 fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
@@ -474,6 +484,30 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
         ServerEvent::Warning { message } => LogLine {
             error: Some(message),
             ..LogLine::of("warning")
+        },
+        ServerEvent::Queued {
+            peer,
+            session,
+            place,
+            reason,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            place: Some(*place),
+            error: Some(reason),
+            ..LogLine::of("queued")
+        },
+        ServerEvent::QueueLeft {
+            peer,
+            session,
+            outcome,
+            waited,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            outcome: Some(outcome.as_str()),
+            waited_ms: Some(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)),
+            ..LogLine::of("queue_left")
         },
         ServerEvent::MemoryBudget { .. } => return,
     };
@@ -554,6 +588,25 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             if *full_pipe { "" } else { " (at least)" }
         ),
         ServerEvent::Warning { message } => format!("warning: {}", esc(message)),
+        ServerEvent::Queued { place, reason, .. } => format!(
+            "{} session {} waits in the queue at place {place}: {}",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            esc(reason)
+        ),
+        ServerEvent::QueueLeft {
+            outcome, waited, ..
+        } => format!(
+            "{} session {} left the queue after {}: {}",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            format_duration(*waited),
+            match outcome {
+                QueueOutcome::Admitted => "admitted",
+                QueueOutcome::TimedOut => "no slot freed in time (refused)",
+                QueueOutcome::Gone => "the client gave up",
+            }
+        ),
     };
     sink.line(&format!("{} {text}", line.time));
 }
@@ -826,6 +879,12 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 )
             }
         ));
+        if stats.queue_admitted + stats.queue_gave_up > 0 {
+            stamp(&format!(
+                "of the clients that waited in the queue, {} were admitted and {} gave up",
+                stats.queue_admitted, stats.queue_gave_up
+            ));
+        }
     }
     Ok(if stats.sessions_failed > 0 && opts.one_off {
         ExitCode::from(exit::FAILURE)
@@ -843,6 +902,49 @@ mod tests {
         assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_449_952, 7), "2026-11-23T16:05:52.007Z");
         assert_eq!(rfc3339(951_782_400, 999), "2000-02-29T00:00:00.999Z");
+    }
+
+    #[test]
+    fn the_queue_lines_escape_what_a_client_chose() {
+        let path = std::env::temp_dir().join(format!("tcptune-queue-log-{}", std::process::id()));
+        let file = File::create(&path).expect("log file");
+        let sink = Sink::File(Arc::new(Mutex::new(file)));
+        let peer: SocketAddr = "[2001:db8::1]:4000".parse().expect("addr");
+        let session = "ab\u{1b}[2Jcd".to_string();
+        log_event(
+            &sink,
+            false,
+            &ServerEvent::Queued {
+                peer,
+                session: session.clone(),
+                place: 3,
+                reason: "server busy: all 16 session slots are in use".into(),
+            },
+        );
+        log_event(
+            &sink,
+            false,
+            &ServerEvent::QueueLeft {
+                peer,
+                session,
+                outcome: QueueOutcome::Gone,
+                waited: Duration::from_millis(2500),
+            },
+        );
+        let text = std::fs::read_to_string(&path).expect("read log");
+        let _ = std::fs::remove_file(&path);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(
+            lines[0].ends_with(
+                "waits in the queue at place 3: server busy: all 16 session slots are in use"
+            ),
+            "{text}"
+        );
+        assert!(lines[0].contains("[2001:db8::1]:4000 session ab"), "{text}");
+        assert!(lines[1].ends_with(": the client gave up"), "{text}");
+        assert!(lines[1].contains("left the queue after 2.5"), "{text}");
     }
 
     #[test]

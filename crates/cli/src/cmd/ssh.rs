@@ -97,17 +97,18 @@ fn server_answers(host: &str) -> bool {
 
 /// `send --ssh` and `advise --ssh`: start the far end when `--ssh` names a host and point
 /// `(server, port, secret)` at it; without `--ssh`, refuse the options that only make sense
-/// over ssh.
+/// over ssh. `no_path_db`: the client's `--no-path-db`, which the far end gets too.
 pub(crate) fn start_for(
     opts: &SshOpts,
     user_host: Option<&str>,
+    no_path_db: bool,
     (server, port, secret): (&mut String, &mut u16, &mut Option<Secret>),
 ) -> anyhow::Result<Option<Far>> {
     let Some(user_host) = user_host else {
         opts.only_over_ssh("HOST (without --ssh)")?;
         return Ok(None);
     };
-    let f = start(opts, user_host, None)?;
+    let f = start(opts, user_host, None, no_path_db)?;
     *server = f.host.clone();
     *port = f.port;
     *secret = Some(f.secret.clone());
@@ -116,19 +117,22 @@ pub(crate) fn start_for(
 
 /// Start the far end on `user_host`. `url_hint` is what the user would write to reach a
 /// tcptune server on that host instead (`tcptune://HOST/PATH`), said when ssh failed and
-/// a server answers on port 5310.
+/// a server answers on port 5310. `no_path_db`: start it with `--no-path-db` (the
+/// client's option crosses ssh: the far end neither reads nor records the path).
 pub(crate) fn start(
     opts: &SshOpts,
     user_host: &str,
     url_hint: Option<&str>,
+    no_path_db: bool,
 ) -> anyhow::Result<Far> {
-    let spec = RemoteSpec::new(
+    let mut spec = RemoteSpec::new(
         user_host,
         opts.rsh.as_deref(),
         opts.remote_tcptune.as_deref(),
         opts.port_range,
     )
     .map_err(|m| exit::msg(exit::USAGE, m))?;
+    spec.no_path_db = no_path_db;
     match remote::launch(&spec) {
         Ok((offer, guard)) => {
             let secret = Secret::from_bytes(offer.key.as_bytes())

@@ -61,7 +61,7 @@ use super::server::advise::{KnownPath, LookupAnswer};
 use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
-use crate::events::{ServerEvent, ServerStats};
+use crate::events::{QueueOutcome, ServerEvent, ServerStats};
 use crate::keys::{BlockKey, KeyExchange, KeyShare, SessionKeys};
 use crate::result::SideResult;
 use crate::session::Event;
@@ -623,7 +623,13 @@ impl Endpoint {
         }
         if c.held {
             self.held = self.held.saturating_sub(1);
-            self.queue.remove(conn);
+            if let Some(w) = self.queue.remove(conn) {
+                let token = match &c.state {
+                    ConnState::Handshake(h) => h.token,
+                    _ => None,
+                };
+                self.left_queue(now, c.peer, token, w, QueueOutcome::Gone);
+            }
         } else if c.pending() {
             self.pending = self.pending.saturating_sub(1);
             if let Some(a) = self.addrs.get_mut(&addr_group(c.peer.ip())) {
@@ -663,11 +669,7 @@ impl Endpoint {
 
     /// Count and (rate-limited) log a refusal.
     fn refused(&mut self, now: Instant, peer: SocketAddr, kind: &'static str, reason: String) {
-        self.stats.refused += 1;
-        *self.stats.refused_by.entry(kind.to_string()).or_insert(0) += 1;
-        self.events
-            .push_back(EndpointEvent::Monitor(MonitorEvent::Refused { kind }));
-        if self.limiter.decide(now, kind, peer.ip()) == LogDecision::Log {
+        if self.count_refusal(now, peer, kind) {
             self.events
                 .push_back(EndpointEvent::Log(ServerEvent::Refused {
                     peer,
@@ -675,6 +677,16 @@ impl Endpoint {
                     reason,
                 }));
         }
+    }
+
+    /// Count a refusal of `kind` from `peer` (also a client put in the queue, `queued`);
+    /// whether it is logged (the log limiter's decision).
+    fn count_refusal(&mut self, now: Instant, peer: SocketAddr, kind: &'static str) -> bool {
+        self.stats.refused += 1;
+        *self.stats.refused_by.entry(kind.to_string()).or_insert(0) += 1;
+        self.events
+            .push_back(EndpointEvent::Monitor(MonitorEvent::Refused { kind }));
+        self.limiter.decide(now, kind, peer.ip()) == LogDecision::Log
     }
 
     /// Refuse a client that can still hear it: `Rejected`, then close.
@@ -1183,12 +1195,16 @@ impl Endpoint {
                     self.refused(now, peer, "timeout", why);
                 }
                 ConnState::Handshake(h) => {
+                    let token = h.token;
                     let what = match h.stage {
                         Stage::Hello if h.reader.partial() => "the rest of the client's hello",
                         Stage::Hello => "the client's hello",
                         Stage::Auth { .. } => "the answer to the challenge",
                         Stage::Setup => "the client's setup",
                         Stage::Queued(_) => {
+                            if let Some(w) = self.queue.remove(conn) {
+                                self.left_queue(now, peer, token, w, QueueOutcome::TimedOut);
+                            }
                             let why = format!(
                                 "no session slot freed within {:.0} s of waiting in the queue",
                                 self.cfg.slots.queue_timeout.as_secs_f64()

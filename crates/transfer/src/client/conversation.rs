@@ -9,7 +9,7 @@ use crate::pattern::Pattern;
 use crate::phase::{prepared_socket, DriverSpec, PhaseTuning};
 use crate::probe::ProbeResult;
 use crate::proto::{self, DataHello, FrameReader, Phase, ServerMsg, Token, MAX_SERVER_FRAME};
-use crate::report::Interval;
+use crate::report::{Interval, QueueReport};
 use crate::session::client::Violation;
 use crate::session::client::{
     ClientOutput, ClientPlan, ClientSession, Failure, Goal, InBand, Measured, Observe,
@@ -139,6 +139,18 @@ pub(super) struct Conversation<'a> {
     keys: Option<SessionKeys>,
     /// Data connections that are up and wait for the keys to send their hello.
     keyless: Vec<(u32, std::net::TcpStream, Box<TunerDriver>)>,
+    /// The wait in the server's queue, if the server put this client in it.
+    queue: Option<QueueWait>,
+}
+
+/// A client's wait in the server's queue: from its first place to its admission.
+#[derive(Clone, Copy, Debug)]
+struct QueueWait {
+    since: Instant,
+    first_place: u32,
+    places_told: u32,
+    /// How long it waited, once admitted.
+    waited: Option<Duration>,
 }
 
 impl<'a> Conversation<'a> {
@@ -191,6 +203,7 @@ impl<'a> Conversation<'a> {
             ephemeral: Some(ephemeral),
             keys: None,
             keyless: Vec::new(),
+            queue: None,
         })
     }
 
@@ -693,6 +706,13 @@ impl<'a> Conversation<'a> {
                     place,
                     expected_wait_s,
                 } => {
+                    let wait = self.queue.get_or_insert(QueueWait {
+                        since: now,
+                        first_place: place,
+                        places_told: 0,
+                        waited: None,
+                    });
+                    wait.places_told += 1;
                     if let Some(f) = &self.cfg.on_queued {
                         (f.0)(place, expected_wait_s);
                     }
@@ -704,9 +724,18 @@ impl<'a> Conversation<'a> {
                     return Err(self.error(f));
                 }
             }
-            self.on_server_known(*hint);
+            self.on_server_known(now, *hint);
         }
         Ok(None)
+    }
+
+    /// The client's wait in the server's queue, if it waited.
+    pub(super) fn queue_report(&self) -> Option<QueueReport> {
+        self.queue.map(|q| QueueReport {
+            waited_s: q.waited.unwrap_or_default().as_secs_f64(),
+            first_place: q.first_place,
+            places_told: q.places_told,
+        })
     }
 
     /// The main phase measured the path's rate in band: plan again with it (the streams it
@@ -748,10 +777,13 @@ impl<'a> Conversation<'a> {
 
     /// The first time the server's answer is known: with its limits known, the plan may
     /// want more streams.
-    fn on_server_known(&mut self, hint: Option<&PathHint>) {
+    fn on_server_known(&mut self, now: Instant, hint: Option<&PathHint>) {
         if !self.seen_server {
             if let Some(info) = self.session.server().cloned() {
                 self.seen_server = true;
+                if let Some(q) = &mut self.queue {
+                    q.waited = Some(now.saturating_duration_since(q.since));
+                }
                 self.server = Some(info);
                 if let (Some(h), Some(p)) = (hint, &self.phase) {
                     if p.main {

@@ -214,6 +214,7 @@ fn finish(
             host_wall,
             server_requires_secret: server.as_ref().map(|s| s.auth_required),
             resume: resume_report(learned.resume, &main.resume),
+            queue: s.conv.queue_report(),
             capped: main.outcome.capped,
             interrupted: main.outcome.interrupted,
             streams_reason: main.outcome.streams_reason.clone(),

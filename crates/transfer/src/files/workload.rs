@@ -23,7 +23,7 @@ use super::walk::{self, WalkLimits};
 use super::work::{FileWork, Source, Spec};
 use super::{CopiedFile, FailKind, FileFailure, FileJob, FilesSide};
 use crate::files::FileFailureExt;
-use crate::report::{MeasurementReport, Report, StreamDetail};
+use crate::report::{MeasurementReport, QueueReport, Report, StreamDetail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -173,6 +173,9 @@ pub struct CopyReport {
     /// CPU seconds of the far end's session (user + system of the threads that served its
     /// streams: reading or writing, hashing and checking every block).
     pub remote_cpu_s: f64,
+    /// The wait in the server's queue for a session slot (as `send --json`'s
+    /// `start.tcptune.queue`); `null` when the client never waited.
+    pub queue: Option<QueueReport>,
 }
 
 /// Where a pull lands: the destination's directory (or its parent) as the root.
@@ -331,6 +334,7 @@ impl FilesWorkload {
             streams: t.streams.clone(),
             cpu_s,
             remote_cpu_s: t.cpu_s.remote(),
+            queue: report.start.tcptune.queue.clone(),
         }
     }
 }

@@ -248,6 +248,9 @@ pub struct RemoteSpec {
     pub remote_tcptune: String,
     /// `--port-range`, handed to the far end.
     pub port_range: Option<PortRange>,
+    /// The client's `--no-path-db`, handed to the far end: it neither reads nor records
+    /// the path in the remote user's database.
+    pub no_path_db: bool,
 }
 
 impl RemoteSpec {
@@ -293,6 +296,7 @@ impl RemoteSpec {
             host: host.to_string(),
             remote_tcptune: remote_tcptune.unwrap_or("tcptune").to_string(),
             port_range,
+            no_path_db: false,
         })
     }
 
@@ -307,6 +311,9 @@ impl RemoteSpec {
         if let Some(r) = self.port_range {
             v.push("--port-range".into());
             v.push(r.to_string());
+        }
+        if self.no_path_db {
+            v.push("--no-path-db".into());
         }
         v
     }

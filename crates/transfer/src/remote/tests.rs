@@ -193,6 +193,12 @@ fn the_command_runs_serve_stdio_through_the_remote_shell() {
     );
     s.port_range = None;
     assert_eq!(s.argv().last().map(String::as_str), Some("--stdio"));
+    // The client's --no-path-db crosses to the far end.
+    s.no_path_db = true;
+    assert_eq!(
+        s.argv()[s.argv().len() - 3..],
+        ["serve", "--stdio", "--no-path-db"]
+    );
     assert_eq!(spec(None).argv()[..2], ["ssh", "alice@dtn2"]);
     for bad in ["", "alice@", "@dtn2", "-oProxyCommand=x", "-x@h", "a b"] {
         assert!(RemoteSpec::new(bad, None, None, None).is_err(), "{bad:?}");

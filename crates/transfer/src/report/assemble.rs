@@ -3,8 +3,8 @@
 
 use super::{
     Connected, ConnectingTo, CpuSeconds, CpuUtilization, End, EndStream, EndTcptune, Interval,
-    MeasurementReport, Report, ResumeReport, SideDetail, Start, StartTcptune, StreamDetail,
-    StreamSum, Sum, TestStart, Timestamp, SCHEMA_VERSION,
+    MeasurementReport, QueueReport, Report, ResumeReport, SideDetail, Start, StartTcptune,
+    StreamDetail, StreamSum, Sum, TestStart, Timestamp, SCHEMA_VERSION,
 };
 use crate::client::ClientConfig;
 use crate::engine::{SideResult, StreamSide};
@@ -38,6 +38,7 @@ pub(crate) struct Assembly<'a> {
     /// Whether the server asked for the shared secret (unknown without its answer).
     pub(crate) server_requires_secret: Option<bool>,
     pub(crate) resume: Option<ResumeReport>,
+    pub(crate) queue: Option<QueueReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -401,6 +402,7 @@ fn start(a: Assembly<'_>, now_unix: Duration) -> (Start, Vec<Interval>) {
             measurement: a.measurement,
             server_requires_secret: a.server_requires_secret,
             resume: a.resume,
+            queue: a.queue,
         },
     };
     (start, a.intervals)
@@ -565,6 +567,7 @@ mod tests {
             host_wall: Duration::from_secs(2),
             server_requires_secret: None,
             resume: None,
+            queue: None,
             capped,
             interrupted: false,
             streams_reason: None,

@@ -306,6 +306,21 @@ pub struct StartTcptune {
     /// the path database, so there was nothing to resume).
     #[serde(default)]
     pub resume: Option<ResumeReport>,
+    /// The client's wait in the server's queue for a session slot; `null` when it never
+    /// waited.
+    #[serde(default)]
+    pub queue: Option<QueueReport>,
+}
+
+/// A client's wait in the server's queue for a session slot (`send --wait`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    /// From the server's first answer that the client waits to its admission, seconds.
+    pub waited_s: f64,
+    /// The first place the server told (from 1).
+    pub first_place: u32,
+    /// How many places the server told, the first included (at most one a second).
+    pub places_told: u32,
 }
 
 /// Careful resume: a known path started at its known rate (see

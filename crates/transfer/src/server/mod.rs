@@ -44,7 +44,7 @@ pub use crate::session::server::{validate, MAX_PROBE};
 pub use driver::run;
 pub use metrics::ServeMetrics;
 pub use tcptune_proto::escape;
-pub use tcptune_proto::events::{BudgetShare, ServerEvent, ServerStats};
+pub use tcptune_proto::events::{BudgetShare, QueueOutcome, ServerEvent, ServerStats};
 pub use tcptune_proto::session::endpoint::SlotRules;
 
 /// The default port of `tcptune serve`.

@@ -1,5 +1,8 @@
-//! A server on 127.0.0.1:0 for a test, stopped and joined on drop.
+//! A server on 127.0.0.1:0 for a test, stopped and joined on drop; [`push`]: the start of a
+//! push by a raw client.
 #![allow(dead_code)]
+
+pub(crate) mod push;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +21,14 @@ pub(crate) struct TestServer {
 }
 
 impl TestServer {
-    pub(crate) fn start(mut cfg: ServerConfig) -> TestServer {
+    pub(crate) fn start(cfg: ServerConfig) -> TestServer {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        TestServer::start_on(l, cfg)
+    }
+
+    /// A server on `l` (a listener of the test's own, e.g. in a network namespace; the
+    /// server's thread is spawned from the calling thread and so shares its namespace).
+    pub(crate) fn start_on(l: TcpListener, mut cfg: ServerConfig) -> TestServer {
         let addr = l.local_addr().expect("addr");
         let shutdown = Shutdown::new();
         let sd = shutdown.clone();

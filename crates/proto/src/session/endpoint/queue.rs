@@ -6,10 +6,11 @@
 //! Data connections a queued client pipelined before its answer wait with it (held, bounded
 //! by its stream allowance, until the queue's deadline) and join once it is admitted.
 
-use super::slots::{pick_victim, Candidate, QueueFull};
+use super::slots::{pick_victim, Candidate, QueueFull, Waiting};
 use super::{
     ceil_secs, Conn, ConnState, Endpoint, EndpointEvent, MonitorEvent, Request, SessionId, Stage,
 };
+use crate::events::{QueueOutcome, ServerEvent};
 use crate::session::guard::addr_group;
 use crate::session::server::Observation;
 use crate::session::ConnId;
@@ -19,6 +20,11 @@ use std::time::{Duration, Instant};
 
 /// Bytes a queued client may send after its request (its pipelined phase start).
 const MAX_QUEUED_BYTES: usize = 64 * 1024;
+
+/// A session's label in the log: the first 8 hex digits of its token.
+fn label(token: Option<Token>) -> String {
+    token.map_or_else(|| "-".to_string(), |t| wire::to_hex(&t.0)[..8].to_string())
+}
 
 /// What a client that asks for a session can have now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,12 +155,45 @@ impl Endpoint {
             }
         }
         self.tell_places(now);
-        self.refused(
-            now,
-            peer,
-            "queued",
-            format!("{full}: waits in the queue at place {place}"),
-        );
+        // Counted as the refusals are; logged (rate-limited as they are) as queued.
+        let logged = self.count_refusal(now, peer, "queued");
+        self.queue.set_logged(conn, logged);
+        if logged {
+            self.events
+                .push_back(EndpointEvent::Log(ServerEvent::Queued {
+                    peer,
+                    session: label(token),
+                    place,
+                    reason: full,
+                }));
+        }
+    }
+
+    /// `w` (the client of `token` at `peer`) left the queue: counted, and logged when its
+    /// arrival was.
+    pub(super) fn left_queue(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        token: Option<Token>,
+        w: Waiting,
+        outcome: QueueOutcome,
+    ) {
+        match outcome {
+            QueueOutcome::Admitted => self.stats.queue_admitted += 1,
+            QueueOutcome::Gone => self.stats.queue_gave_up += 1,
+            // Counted as the refusal `queue_timeout`.
+            QueueOutcome::TimedOut => {}
+        }
+        if w.logged {
+            self.events
+                .push_back(EndpointEvent::Log(ServerEvent::QueueLeft {
+                    peer,
+                    session: label(token),
+                    outcome,
+                    waited: now.saturating_duration_since(w.since),
+                }));
+        }
     }
 
     /// When the queued session of `token` stops waiting, if one waits.
@@ -227,7 +266,16 @@ impl Endpoint {
             let Some((_, _, _, conn, slot)) = best else {
                 break;
             };
-            self.queue.remove(conn);
+            if let Some(w) = self.queue.remove(conn) {
+                if let Some(c) = self.conns.get(&conn) {
+                    let token = match &c.state {
+                        ConnState::Handshake(h) => h.token,
+                        _ => None,
+                    };
+                    let peer = c.peer;
+                    self.left_queue(now, peer, token, w, QueueOutcome::Admitted);
+                }
+            }
             if let Slot::Shed(v) = slot {
                 self.shed(now, v);
             }

@@ -202,6 +202,8 @@ pub(crate) struct Waiting {
     pub(crate) since: Instant,
     /// Its place and when it was last told, if it was.
     pub(crate) told: Option<(u32, Instant)>,
+    /// Its arrival was logged (so is its leaving).
+    pub(crate) logged: bool,
 }
 
 /// Why a client could not wait.
@@ -243,8 +245,16 @@ impl WaitQueue {
             group,
             since: now,
             told: None,
+            logged: false,
         });
         Ok(self.entries.len() as u32)
+    }
+
+    /// Whether `conn`'s arrival was logged.
+    pub(crate) fn set_logged(&mut self, conn: ConnId, logged: bool) {
+        if let Some(w) = self.entries.iter_mut().find(|w| w.conn == conn) {
+            w.logged = logged;
+        }
     }
 
     pub(crate) fn remove(&mut self, conn: ConnId) -> Option<Waiting> {

@@ -430,3 +430,80 @@ fn a_retry_hint_is_the_expected_end_of_a_running_session_from_its_progress() {
     assert!((5..=7).contains(s), "{s} s: {reason}");
     assert!(reason.contains("expected to free"), "{reason}");
 }
+
+/// The `(session, place)` of each `Queued` line in the log.
+fn queued_lines(evs: &[EndpointEvent]) -> Vec<(String, u32)> {
+    evs.iter()
+        .filter_map(|ev| match ev {
+            EndpointEvent::Log(ServerEvent::Queued { session, place, .. }) => {
+                Some((session.clone(), *place))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `(session, outcome)` of each `QueueLeft` line in the log.
+fn left_lines(evs: &[EndpointEvent]) -> Vec<(String, QueueOutcome)> {
+    evs.iter()
+        .filter_map(|ev| match ev {
+            EndpointEvent::Log(ServerEvent::QueueLeft {
+                session, outcome, ..
+            }) => Some((session.clone(), *outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_log_tells_who_waits_in_the_queue_and_how_each_left_it() {
+    let t0 = Instant::now();
+    let mut cfg = slot_config();
+    cfg.max_sessions = 1;
+    cfg.idle_timeout = S(600);
+    let mut e = endpoint(cfg);
+    assert!(accepted(&ask(&mut e, t0, 1, peer(1, 1000), 1)));
+    // Asked in turn; answered with their places, and logged with them.
+    let mut evs = Vec::new();
+    for (conn, token) in [(2, 2), (3, 3)] {
+        e.on_accept(t0, conn, peer(token, 1000));
+        let hello = frames(&[hello(token, None), ClientMsg::Setup { params: params() }]);
+        feed(&mut e, t0, conn, &hello);
+        evs.extend(events(&mut e));
+    }
+    assert_eq!(
+        queued_lines(&evs),
+        [("02020202".into(), 1), ("03030303".into(), 2)]
+    );
+    assert!(left_lines(&evs).is_empty());
+    // Client 3 gives up; session 1 ends and client 2 is admitted.
+    e.on_closed(t0 + S(1), 3);
+    feed(&mut e, t0 + S(2), 1, &frames(&[ClientMsg::Bye]));
+    let evs = events(&mut e);
+    assert_eq!(
+        left_lines(&evs),
+        [
+            ("03030303".into(), QueueOutcome::Gone),
+            ("02020202".into(), QueueOutcome::Admitted)
+        ]
+    );
+    assert!(evs.iter().any(|ev| matches!(
+        ev,
+        EndpointEvent::Log(ServerEvent::QueueLeft { waited, outcome: QueueOutcome::Admitted, .. }) if *waited == S(2)
+    )));
+    // A client that waits past the queue's timeout: refused, and logged as timed out.
+    assert_eq!(
+        queued_at(&ask(&mut e, t0 + S(3), 5, peer(5, 1000), 5)),
+        Some(1)
+    );
+    e.on_timeout(t0 + S(63), &|_| None);
+    let evs = events(&mut e);
+    assert_eq!(
+        left_lines(&evs),
+        [("05050505".into(), QueueOutcome::TimedOut)]
+    );
+    assert!(refused_kinds(&evs).contains(&"queue_timeout"));
+    let stats = e.stats();
+    assert_eq!(stats.refused_by.get("queued"), Some(&3));
+    assert_eq!((stats.queue_admitted, stats.queue_gave_up), (1, 1));
+}
