@@ -36,6 +36,8 @@
 
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Tag};
+use tcptune_proto::copy::wire::Header;
+use tcptune_proto::files::BLOCK_SIZE;
 
 /// Length of the Poly1305 tag that follows a sealed body.
 pub(crate) const AEAD_TAG_LEN: usize = 16;
@@ -149,6 +151,54 @@ impl BlockCipher {
         self.0
             .decrypt_in_place_detached(nonce.0.as_ref().into(), header, body, Tag::from_slice(tag))
             .map_err(|_| SealError::Open)
+    }
+}
+
+/// One end's sealing of a copy's blocks: the cipher and the direction the blocks go (both
+/// ends use the same: a push's blocks are the client's, a pull's the server's). The nonce
+/// is derived from the record's header, which is also the associated data.
+#[derive(Clone, Debug)]
+pub(crate) struct Sealing {
+    cipher: BlockCipher,
+    dir: Direction,
+}
+
+impl Sealing {
+    /// The sealing of a session's blocks under its `aead` subkey; `pull` when the server
+    /// sends them.
+    pub(crate) fn new(key: &[u8; 32], pull: bool) -> Sealing {
+        Sealing {
+            cipher: BlockCipher::new(key),
+            dir: if pull {
+                Direction::ServerToClient
+            } else {
+                Direction::ClientToServer
+            },
+        }
+    }
+
+    fn nonce(&self, h: &Header) -> Result<Nonce, SealError> {
+        Nonce::new(self.dir, h.file, h.offset, BLOCK_SIZE, h.round)
+    }
+
+    /// Seal the body of the block record `h` in place; answers the tag that follows it.
+    pub(crate) fn seal(
+        &self,
+        h: &Header,
+        body: &mut [u8],
+    ) -> Result<[u8; AEAD_TAG_LEN], SealError> {
+        self.cipher.seal(&self.nonce(h)?, &h.encode(), body)
+    }
+
+    /// Open the body of the block record `h` in place, or [`SealError::Open`] (the body is
+    /// then not the block: never to be written).
+    pub(crate) fn open(
+        &self,
+        h: &Header,
+        body: &mut [u8],
+        tag: &[u8; AEAD_TAG_LEN],
+    ) -> Result<(), SealError> {
+        self.cipher.open(&self.nonce(h)?, &h.encode(), body, tag)
     }
 }
 
@@ -339,5 +389,36 @@ mod tests {
                 0x06, 0x91
             ]
         );
+    }
+
+    #[test]
+    fn sealing_derives_the_nonce_from_the_header_and_the_two_directions_differ() {
+        let push = Sealing::new(&[9; 32], false);
+        let pull = Sealing::new(&[9; 32], true);
+        let h = Header {
+            tag: RecordTag::Block,
+            file: 4,
+            offset: 3 * BLOCK_SIZE,
+            len: 64,
+            round: 1,
+        };
+        let plain = vec![0xabu8; 64];
+        let mut a = plain.clone();
+        let ta = push.seal(&h, &mut a).expect("seal");
+        let mut b = plain.clone();
+        let tb = pull.seal(&h, &mut b).expect("seal");
+        assert_ne!(a, b, "one key, two directions: two keystreams");
+        // The receiving end of a push opens it; the other direction's does not.
+        assert_eq!(pull.open(&h, &mut a.clone(), &ta), Err(SealError::Open));
+        let mut opened = a.clone();
+        push.open(&h, &mut opened, &ta).expect("open");
+        assert_eq!(opened, plain);
+        // Another round of the same block (a resend) has another keystream.
+        let h2 = Header { round: 2, ..h };
+        let mut c = plain.clone();
+        push.seal(&h2, &mut c).expect("seal");
+        assert_ne!(a, c);
+        assert_eq!(push.open(&h2, &mut a.clone(), &ta), Err(SealError::Open));
+        let _ = tb;
     }
 }

@@ -31,6 +31,7 @@
 //!   the handshake within the connect timeout or to `EndPhase` within the idle timeout.
 
 use crate::auth::Secret;
+use crate::files::{FailKind, FileFailure};
 use crate::keys::KeyShare;
 use crate::result::SideResult;
 use crate::session::Event;
@@ -682,10 +683,20 @@ impl ClientSession {
                 congestion,
                 auth_required,
                 key_share,
+                encrypt,
                 ..
             } => {
                 if self.server.is_some() {
                     return self.fail(Failure::Protocol(Violation::AcceptedTwice));
+                }
+                let asked = self.plan.params.files.as_ref().is_some_and(|f| f.encrypt);
+                if asked && !encrypt {
+                    // An older server ignores the field it does not know: never copy in
+                    // clear what the user asked to be sealed.
+                    return self.fail(Failure::File(FileFailure::new(
+                        FailKind::Refused,
+                        "the server does not encrypt copy blocks (its tcptune predates cp --encrypt): update tcptune there, or copy without --encrypt",
+                    )));
                 }
                 if !self.take_share(&key_share) {
                     return;

@@ -169,6 +169,9 @@ pub enum EndpointEvent {
         mode: &'static str,
         /// The key of the copy's block tags (see [`crate::keys`]).
         block_key: Box<BlockKey>,
+        /// The key that seals the copy's block bodies: the session's `aead` subkey when the
+        /// job asks for it (`FileJob::encrypt`), else `None`.
+        aead_key: Option<Box<[u8; 32]>>,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -1048,9 +1051,11 @@ impl Endpoint {
                         }
                     }
                     let mode = e.session.mode();
+                    let encrypt = spec.params.files.as_ref().is_some_and(|f| f.encrypt);
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
+                        aead_key: encrypt.then(|| Box::new(e.keys.aead_key())),
                         spec,
                         mode,
                         block_key: Box::new(e.keys.block_key()),

@@ -66,6 +66,9 @@ pub struct FilesConfig {
     pub resume: bool,
     /// Flush each file to its device before it is renamed into place.
     pub fsync: bool,
+    /// Seal every block body (ChaCha20-Poly1305 under the session's key, `cp --encrypt`);
+    /// a server that cannot fails the copy before any block goes.
+    pub encrypt: bool,
     /// Most files and directories this end sends or accepts.
     pub max_files: u64,
     /// Largest file this end accepts in a pull (default: no bound but the free space).
@@ -83,6 +86,7 @@ impl FilesConfig {
             recursive: false,
             resume: true,
             fsync: false,
+            encrypt: false,
             max_files: 10_000_000,
             max_file_size: u64::MAX,
             max_manifest_bytes: 1 << 30,
@@ -97,6 +101,7 @@ impl FilesConfig {
             recursive: self.recursive,
             resume: self.resume,
             fsync: self.fsync,
+            encrypt: self.encrypt,
         }
     }
 }

@@ -640,7 +640,8 @@ impl Driver {
                     spec,
                     mode,
                     block_key,
-                } => self.start_engine(session, &label, spec, (mode, *block_key)),
+                    aead_key,
+                } => self.start_engine(session, &label, spec, (mode, *block_key, aead_key)),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -823,7 +824,7 @@ impl Driver {
         session: SessionId,
         label: &str,
         spec: EngineSpec,
-        (mode, block_key): (&'static str, BlockKey),
+        (mode, block_key, aead_key): (&'static str, BlockKey, Option<Box<[u8; 32]>>),
     ) {
         let role = if spec.params.reverse {
             Role::Sender
@@ -839,6 +840,9 @@ impl Driver {
         let files = self.file_work(&spec, role);
         if let Some(work) = &files {
             work.set_block_key(block_key);
+            if let Some(k) = &aead_key {
+                work.set_aead_key(k, spec.params.reverse);
+            }
         }
         let engine = Engine::new(EngineConfig {
             files: files.clone(),

@@ -54,6 +54,7 @@ fn accepted(max_streams: u32) -> ServerMsg {
         can_force: false,
         auth_required: false,
         key_share: wire::to_hex(&[6; 32]),
+        encrypt: false,
     }
 }
 
