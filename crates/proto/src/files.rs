@@ -246,6 +246,7 @@ mod tests {
             recursive: false,
             resume: true,
             fsync: false,
+            encrypt: false,
         };
         assert!(push.check(false, false).is_ok());
         let ro = push.check(false, true).unwrap_err();

@@ -566,12 +566,19 @@ impl ClientSession {
             hint: req.hint.clone(),
             streams,
         });
-        self.out.push_back(ClientOutput::OpenStreams {
-            seq,
-            from: 0,
-            to: streams,
-            total: streams,
-        });
+        // An encrypted copy's streams wait for the server's `Accepted` to confirm that it
+        // seals blocks too (an older server ignores the request): no block goes in clear.
+        let hold = self.server.is_none()
+            && matches!(req.goal, Goal::Main)
+            && self.plan.params.files.as_ref().is_some_and(|f| f.encrypt);
+        if !hold {
+            self.out.push_back(ClientOutput::OpenStreams {
+                seq,
+                from: 0,
+                to: streams,
+                total: streams,
+            });
+        }
         self.phase = Some(PhaseState {
             seq,
             kind,
@@ -582,7 +589,7 @@ impl ClientSession {
             sample_every,
             next_sample: now + sample_every,
             target: streams,
-            requested: streams,
+            requested: if hold { 0 } else { streams },
             initial: streams,
             open: BTreeSet::new(),
             done: BTreeSet::new(),
