@@ -225,6 +225,11 @@ fn cp_encrypt_pushes_and_pulls_over_ssh_with_the_plaintexts_digest() {
     ok(&o);
     assert_eq!(std::fs::read(t.home().join("big")).expect("pushed"), data);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
+    assert_eq!(
+        report["encrypted"],
+        serde_json::Value::Bool(true),
+        "{report}"
+    );
     let want = blake3::hash(&data).to_hex().to_string();
     assert!(
         text(&o.stdout).contains(&want),

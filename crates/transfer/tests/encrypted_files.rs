@@ -192,17 +192,20 @@ fn a_corrupted_sealed_block_fails_to_open_is_not_kept_and_is_sent_again() {
     }
 }
 
+/// What one direction of one relayed connection carried.
+type Capture = Arc<Mutex<Vec<u8>>>;
+
 /// A TCP relay in front of `to` that keeps every byte each connection carries, each way.
 struct Relay {
     addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>,
+    seen: Arc<Mutex<Vec<Capture>>>,
 }
 
 impl Relay {
     fn start(to: SocketAddr) -> Relay {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr");
-        let seen: Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Capture>>> = Arc::default();
         let all = seen.clone();
         std::thread::spawn(move || {
             for c in l.incoming() {
@@ -217,7 +220,7 @@ impl Relay {
                     ),
                     (server, client),
                 ] {
-                    let log: Arc<Mutex<Vec<u8>>> = Arc::default();
+                    let log: Capture = Arc::default();
                     all.lock().expect("lock").push(log.clone());
                     std::thread::spawn(move || {
                         let mut b = vec![0u8; 1 << 16];

@@ -104,9 +104,9 @@ pub(crate) struct Opts {
     /// Encrypt every block on the data streams (ChaCha20-Poly1305 under the session's
     /// one-time key). Off by default: every block is already authenticated (keyed BLAKE3),
     /// integrity without secrecy, as GridFTP's data channel and bbcp default to. File
-    /// names, sizes and times (the manifest) still cross unencrypted; over ssh they travel
-    /// on the data streams, not in the ssh channel. A server whose tcptune predates
-    /// --encrypt fails the copy rather than copy in clear.
+    /// names, sizes and times (the request and the manifest) still cross unencrypted, over
+    /// ssh too (only the key goes through ssh; the streams connect directly). A server
+    /// whose tcptune predates --encrypt fails the copy rather than copy in clear.
     #[arg(long)]
     encrypt: bool,
     /// The database of per-path measurements (as for send). Default: $TCPTUNE_PATH_DB,

@@ -62,7 +62,7 @@ use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionO
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
 use crate::events::{ServerEvent, ServerStats};
-use crate::keys::{BlockKey, KeyExchange, KeyShare, SessionKeys};
+use crate::keys::{CopyKeys, KeyExchange, KeyShare, SessionKeys};
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
@@ -167,11 +167,9 @@ pub enum EndpointEvent {
         spec: EngineSpec,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
         mode: &'static str,
-        /// The key of the copy's block tags (see [`crate::keys`]).
-        block_key: Box<BlockKey>,
-        /// The key that seals the copy's block bodies: the session's `aead` subkey when the
-        /// job asks for it (`FileJob::encrypt`), else `None`.
-        aead_key: Option<Box<[u8; 32]>>,
+        /// The keys of the copy's block tags and, when the job asks for it, of its sealed
+        /// bodies (see [`crate::keys`]).
+        keys: Box<CopyKeys>,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -1055,10 +1053,12 @@ impl Endpoint {
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
-                        aead_key: encrypt.then(|| Box::new(e.keys.aead_key())),
+                        keys: Box::new(CopyKeys {
+                            block: e.keys.block_key(),
+                            aead: encrypt.then(|| e.keys.aead_key()),
+                        }),
                         spec,
                         mode,
-                        block_key: Box::new(e.keys.block_key()),
                     });
                     self.unpark(now, token);
                 }

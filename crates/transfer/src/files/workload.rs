@@ -154,6 +154,8 @@ pub struct CopyReport {
     pub bits_per_second: f64,
     /// Blocks that failed their checksum at the receiver and were sent again.
     pub resent_blocks: u64,
+    /// Every block body was sealed on the wire (`cp --encrypt`).
+    pub encrypted: bool,
     /// Streams used.
     pub streams_used: u32,
     /// Why more streams than asked for (`-P`), if so.
@@ -322,6 +324,7 @@ impl FilesWorkload {
                 0.0
             },
             resent_blocks: receiver.resent_blocks,
+            encrypted: self.job.encrypt,
             streams_used: t.streams_used,
             streams_reason: t.streams_reason.clone(),
             tune: t.tune.clone(),
