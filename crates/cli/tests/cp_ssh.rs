@@ -201,6 +201,70 @@ fn files_and_trees_go_both_ways_over_ssh_and_no_far_end_is_left() {
 }
 
 #[test]
+fn cp_encrypt_pushes_and_pulls_over_ssh_with_the_plaintexts_digest() {
+    let t = Tmp::new("encrypt");
+    let local = t.local();
+    let data = bytes(3, (5 << 20) + 99);
+    std::fs::write(local.join("big"), &data).expect("write");
+    let tree = local.join("tree");
+    std::fs::create_dir_all(tree.join("sub")).expect("mkdir");
+    std::fs::write(tree.join("sub/x"), bytes(4, 123_457)).expect("write");
+    std::fs::write(tree.join("y"), bytes(5, 1)).expect("write");
+    let o = run(over_ssh(
+        &t,
+        "cp",
+        &[
+            "--encrypt",
+            "--json",
+            "--no-progress",
+            "--no-path-db",
+            s(&local.join("big")),
+            "fake:",
+        ],
+    ));
+    ok(&o);
+    assert_eq!(std::fs::read(t.home().join("big")).expect("pushed"), data);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json report");
+    assert_eq!(
+        report["encrypted"],
+        serde_json::Value::Bool(true),
+        "{report}"
+    );
+    let want = blake3::hash(&data).to_hex().to_string();
+    assert!(
+        text(&o.stdout).contains(&want),
+        "the report names b3sum's digest of the plaintext: {report}"
+    );
+    ok(&run(over_ssh(
+        &t,
+        "cp",
+        &[
+            "--encrypt",
+            "--no-progress",
+            "--no-path-db",
+            "-r",
+            s(&tree),
+            "fake:",
+        ],
+    )));
+    let back = local.join("tree-back");
+    ok(&run(over_ssh(
+        &t,
+        "cp",
+        &[
+            "--encrypt",
+            "--no-progress",
+            "--no-path-db",
+            "-r",
+            "fake:tree",
+            s(&back),
+        ],
+    )));
+    diff(&tree, &back);
+    no_far_end_left(&t);
+}
+
+#[test]
 fn send_and_advise_start_their_far_end_over_ssh() {
     let t = Tmp::new("send");
     let o = run(over_ssh(

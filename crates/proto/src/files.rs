@@ -38,6 +38,12 @@ pub struct FileJob {
     /// Flush every file to its device before renaming it into place.
     #[serde(default)]
     pub fsync: bool,
+    /// Seal every block body (`cp --encrypt`: ChaCha20-Poly1305 under the session's `aead`
+    /// subkey, see [`crate::keys`]). A server that takes it says so in `Accepted`
+    /// (`encrypt`); an older one ignores the field, so the client fails the copy when that
+    /// answer lacks it, rather than copying in clear.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypt: bool,
 }
 
 impl FileJob {
@@ -240,6 +246,7 @@ mod tests {
             recursive: false,
             resume: true,
             fsync: false,
+            encrypt: false,
         };
         assert!(push.check(false, false).is_ok());
         let ro = push.check(false, true).unwrap_err();

@@ -14,7 +14,8 @@
 //!
 //! with the subkeys `data-hello` (the data connection's [`crate::wire::DataHello`] tag:
 //! HMAC-SHA256 truncated to 16 bytes), `blocks` (each copy block's tag: BLAKE3's keyed mode,
-//! see [`BlockKey`]) and `aead` (reserved for encrypting blocks).
+//! see [`BlockKey`]) and `aead` (the key that seals block bodies in a copy that asks for it,
+//! `cp --encrypt`: handed to the driver, which holds the cipher; see [`crate::copy::wire`]).
 //!
 //! What this protects, honestly:
 //!
@@ -26,8 +27,9 @@
 //!   reads the token off the wire and opens its own stream, or injects blocks), not against
 //!   an active man in the middle, who can run an exchange with each end. Nothing can be, with
 //!   no secret and no known server key.
-//! * The data itself is not encrypted (integrity, not secrecy, as GridFTP's data channel
-//!   and bbcp by default).
+//! * The data itself is not encrypted by default (integrity, not secrecy, as GridFTP's
+//!   data channel and bbcp by default); `cp --encrypt` seals every block body. The control
+//!   messages and the copy's manifest (paths, sizes, times) are never encrypted.
 //!
 //! An all-zero X25519 result (a low-order public key: the peer did not contribute) is
 //! refused, with or without a secret: an honest peer never produces one.
@@ -130,9 +132,26 @@ impl SessionKeys {
         self.blocks.clone()
     }
 
-    /// The key reserved for encrypting blocks (AEAD).
+    /// The key that seals a copy's block bodies (AEAD, `FileJob::encrypt`).
     pub fn aead_key(&self) -> [u8; 32] {
         self.aead
+    }
+}
+
+/// What a copy's engine needs of the session's keys: the block key, and the key that seals
+/// block bodies when the job asks for it (`FileJob::encrypt`). Its `Debug` shows nothing
+/// of them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CopyKeys {
+    /// The key of the block tags.
+    pub block: BlockKey,
+    /// The session's `aead` subkey, when the blocks are sealed.
+    pub aead: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for CopyKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CopyKeys(.., sealed: {})", self.aead.is_some())
     }
 }
 

@@ -71,7 +71,10 @@ mod keys;
 pub mod pathdb;
 mod pattern;
 mod phase;
+// Not wired to the copy yet (no `cp --encrypt`): the cipher and nonce layout, tested alone.
 pub mod probe;
+#[cfg_attr(not(test), allow(dead_code))]
+mod seal;
 pub use tcptune_proto::wire as proto;
 pub mod remote;
 pub mod report;

@@ -117,6 +117,7 @@ fn job(pull: bool) -> FileJob {
         recursive: true,
         resume: true,
         fsync: false,
+        encrypt: false,
     }
 }
 

@@ -101,6 +101,14 @@ pub(crate) struct Opts {
     /// loss; slower on disks).
     #[arg(long)]
     fsync: bool,
+    /// Encrypt every block on the data streams (ChaCha20-Poly1305 under the session's
+    /// one-time key). Off by default: every block is already authenticated (keyed BLAKE3),
+    /// integrity without secrecy, as GridFTP's data channel and bbcp default to. File
+    /// names, sizes and times (the request and the manifest) still cross unencrypted, over
+    /// ssh too (only the key goes through ssh; the streams connect directly). A server
+    /// whose tcptune predates --encrypt fails the copy rather than copy in clear.
+    #[arg(long)]
+    encrypt: bool,
     /// The database of per-path measurements (as for send). Default: $TCPTUNE_PATH_DB,
     /// else ~/.cache/tcptune/paths.sqlite.
     #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
@@ -344,6 +352,7 @@ impl Opts {
         cfg.files.recursive = self.recursive;
         cfg.files.resume = !self.no_resume;
         cfg.files.fsync = self.fsync;
+        cfg.files.encrypt = self.encrypt;
         Ok((cfg, started))
     }
 }

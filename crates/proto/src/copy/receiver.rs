@@ -314,6 +314,15 @@ impl Receiver {
         self.received(r)
     }
 
+    /// A sealed block (header `h`, `cp --encrypt`) whose body failed to open: corrupted,
+    /// forged or moved on its way. Nothing of it was written; it is asked for again, as a
+    /// block whose tag fails is.
+    pub fn handle_unopened(&mut self, now: Instant, h: &Header, block: u64) -> Received {
+        self.heard = Some(now);
+        let r = self.table.on_forged(h, block);
+        self.received(r)
+    }
+
     /// A confirmation (header `h`) of the receiver's copy of a block.
     pub fn handle_confirm(
         &mut self,
@@ -636,6 +645,45 @@ mod tests {
             &ToReceiver::End {
                 round: 0,
                 records: 3,
+            },
+        )
+        .expect("end");
+        assert_eq!(
+            r.poll_output(),
+            Some(ReceiverOutput::Frame(ToSender::Resend {
+                blocks: vec![(0, 0)],
+                last: true
+            }))
+        );
+        let again = Header { round: 1, ..h };
+        r.handle_header(t0, 1, &again).expect("block again");
+        let sent = Trailer::sealed(&key(), &again, cv);
+        assert_eq!(
+            r.handle_block(t0, &again, 0, sent, cv),
+            Received::Verified { complete: true }
+        );
+    }
+
+    #[test]
+    fn a_sealed_block_that_fails_to_open_is_a_mismatch_asked_again_in_the_next_round() {
+        let data = b"hello";
+        let (mut r, t0) = planned(small(data));
+        let cv = block_cv(5, crate::files::BLOCK_SIZE, 0, data);
+        let h = Header {
+            tag: Tag::Block,
+            len: 5,
+            ..json_header(5)
+        };
+        r.handle_header(t0, 1, &h).expect("block");
+        assert_eq!(r.handle_unopened(t0, &h, 0), Received::Mismatch);
+        assert_eq!((r.table().forged, r.table().mismatches), (1, 1));
+        assert_eq!(r.table().digest(0), None, "nothing of it is taken");
+        feed(
+            &mut r,
+            t0,
+            &ToReceiver::End {
+                round: 0,
+                records: 1,
             },
         )
         .expect("end");

@@ -8,7 +8,13 @@
 //! ```
 //!
 //! * [`Tag::Block`]: `len` bytes of the file at `offset`, then their [`Trailer`]: the
-//!   32-byte checksum (BLAKE3's chaining value) and its 16-byte tag.
+//!   32-byte checksum (BLAKE3's chaining value) and its 16-byte tag. In a copy that seals
+//!   its blocks ([`crate::files::FileJob::encrypt`]) the `len` bytes are the ciphertext
+//!   (ChaCha20-Poly1305, the header as associated data; the driver's: the transfer crate's
+//!   `seal` module documents the nonce), followed by its 16-byte Poly1305 tag, then the
+//!   trailer, whose checksum stays over the plaintext. The receiver reads `len + 16`
+//!   bytes, opens them before it hashes or writes anything, and treats a body that fails
+//!   to open as a forged block ([`super::receiver::Receiver::handle_unopened`]).
 //! * [`Tag::Confirm`]: no data, the trailer of the block at `offset` (`len` its length):
 //!   the receiver's copy of it, from an earlier run, is right.
 //! * [`Tag::ConfirmFile`]: the trailer of the whole file's digest: the receiver's complete

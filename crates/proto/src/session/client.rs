@@ -31,6 +31,7 @@
 //!   the handshake within the connect timeout or to `EndPhase` within the idle timeout.
 
 use crate::auth::Secret;
+use crate::files::{FailKind, FileFailure};
 use crate::keys::KeyShare;
 use crate::result::SideResult;
 use crate::session::Event;
@@ -570,12 +571,19 @@ impl ClientSession {
             hint: req.hint.clone(),
             streams,
         });
-        self.out.push_back(ClientOutput::OpenStreams {
-            seq,
-            from: 0,
-            to: streams,
-            total: streams,
-        });
+        // An encrypted copy's streams wait for the server's `Accepted` to confirm that it
+        // seals blocks too (an older server ignores the request): no block goes in clear.
+        let hold = self.server.is_none()
+            && matches!(req.goal, Goal::Main)
+            && self.plan.params.files.as_ref().is_some_and(|f| f.encrypt);
+        if !hold {
+            self.out.push_back(ClientOutput::OpenStreams {
+                seq,
+                from: 0,
+                to: streams,
+                total: streams,
+            });
+        }
         self.phase = Some(PhaseState {
             seq,
             kind,
@@ -586,7 +594,7 @@ impl ClientSession {
             sample_every,
             next_sample: now + sample_every,
             target: streams,
-            requested: streams,
+            requested: if hold { 0 } else { streams },
             initial: streams,
             open: BTreeSet::new(),
             done: BTreeSet::new(),
@@ -687,6 +695,7 @@ impl ClientSession {
                 congestion,
                 auth_required,
                 key_share,
+                encrypt,
                 ..
             } => {
                 if self.server.is_some() {
@@ -695,6 +704,15 @@ impl ClientSession {
                 // A client with a secret takes no server that skips it (no downgrade).
                 if self.plan.auth.is_some() && !self.challenged && !auth_required {
                     return self.fail(Failure::Protocol(Violation::SecretUnchecked));
+                }
+                let asked = self.plan.params.files.as_ref().is_some_and(|f| f.encrypt);
+                if asked && !encrypt {
+                    // An older server ignores the field it does not know: never copy in
+                    // clear what the user asked to be sealed.
+                    return self.fail(Failure::File(FileFailure::new(
+                        FailKind::Refused,
+                        "the server does not encrypt copy blocks (its tcptune predates cp --encrypt): update tcptune there, or copy without --encrypt",
+                    )));
                 }
                 if !self.take_share(&key_share) {
                     return;

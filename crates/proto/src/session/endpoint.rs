@@ -62,7 +62,7 @@ use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionO
 use super::{ConnId, SessionId};
 use crate::auth::Secret;
 use crate::events::{QueueOutcome, ServerEvent, ServerStats};
-use crate::keys::{BlockKey, KeyExchange, KeyShare, SessionKeys};
+use crate::keys::{CopyKeys, KeyExchange, KeyShare, SessionKeys};
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
@@ -167,8 +167,9 @@ pub enum EndpointEvent {
         spec: EngineSpec,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
         mode: &'static str,
-        /// The key of the copy's block tags (see [`crate::keys`]).
-        block_key: Box<BlockKey>,
+        /// The keys of the copy's block tags and, when the job asks for it, of its sealed
+        /// bodies (see [`crate::keys`]).
+        keys: Box<CopyKeys>,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -1060,12 +1061,16 @@ impl Endpoint {
                         }
                     }
                     let mode = e.session.mode();
+                    let encrypt = spec.params.files.as_ref().is_some_and(|f| f.encrypt);
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
+                        keys: Box::new(CopyKeys {
+                            block: e.keys.block_key(),
+                            aead: encrypt.then(|| e.keys.aead_key()),
+                        }),
                         spec,
                         mode,
-                        block_key: Box::new(e.keys.block_key()),
                     });
                     self.unpark(now, token);
                 }

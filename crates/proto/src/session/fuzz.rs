@@ -590,6 +590,7 @@ fn the_client_session_survives_random_servers() {
                                 let n = r.below(40) as usize;
                                 wire::to_hex(&r.bytes(n))
                             },
+                            encrypt: r.chance(50),
                         },
                         2 => ServerMsg::WantStreams {
                             known_streams: r.below(10) as u32,

@@ -370,6 +370,10 @@ pub enum ServerMsg {
         /// The server's ephemeral X25519 public key for this session, hex (see
         /// [`crate::keys`]).
         key_share: String,
+        /// The server seals the copy's blocks, as the job asked (`FileJob::encrypt`);
+        /// absent (false) from a server that predates it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        encrypt: bool,
     },
     /// Refused, with the reason.
     Rejected {

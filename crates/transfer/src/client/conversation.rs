@@ -130,6 +130,8 @@ pub(super) struct Conversation<'a> {
     measured: Option<Measured>,
     /// A copy's files (the main phase carries them instead of the pattern).
     files: Option<Arc<crate::files::work::FileWork>>,
+    /// The copy's block bodies are sealed (`cp --encrypt`).
+    encrypt: bool,
     /// Careful resume's route (a large initial window to the server), until every stream
     /// of the phase is connected.
     route: Option<tcptune_sys::route::InitialWindow>,
@@ -199,6 +201,7 @@ impl<'a> Conversation<'a> {
             seen_server: false,
             measured: None,
             files: None,
+            encrypt: false,
             route: None,
             ephemeral: Some(ephemeral),
             keys: None,
@@ -224,6 +227,9 @@ impl<'a> Conversation<'a> {
         })?;
         if let Some(work) = &self.files {
             work.set_block_key(keys.block_key());
+            if self.encrypt {
+                work.set_aead_key(&keys.aead_key(), self.cfg.reverse);
+            }
         }
         self.keys = Some(keys);
         for (index, stream, driver) in std::mem::take(&mut self.keyless) {
@@ -232,9 +238,10 @@ impl<'a> Conversation<'a> {
         Ok(())
     }
 
-    /// The main phase copies these files.
-    pub(super) fn set_files(&mut self, work: Arc<crate::files::work::FileWork>) {
+    /// The main phase copies these files (their bodies sealed when `encrypt`).
+    pub(super) fn set_files(&mut self, work: Arc<crate::files::work::FileWork>, encrypt: bool) {
         self.files = Some(work);
+        self.encrypt = encrypt;
     }
 
     /// Run the bandwidth probe (see [`crate::probe`]).

@@ -70,7 +70,8 @@ fn open<'a>(cfg: &'a ClientConfig, workload: Workload<'_>) -> Result<Opened<'a>,
     let db = PathDbUse::new(cfg, addr.ip().to_string());
     let mut conv = Conversation::new(cfg, addr, ctrl, (plan, ephemeral), local_limits, force)?;
     if let Some(work) = workload.engine_files() {
-        conv.set_files(work);
+        let encrypt = workload.file_job().is_some_and(|j| j.encrypt);
+        conv.set_files(work, encrypt);
     }
     Ok(Opened {
         cfg,

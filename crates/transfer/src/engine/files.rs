@@ -24,6 +24,7 @@ use crate::files::wire::{
 use crate::files::work::{FileWork, Run, Source, Spec};
 use crate::files::FileFailureExt;
 use crate::files::{plan, FailKind, FileFailure, BLOCK_SIZE};
+use crate::seal::AEAD_TAG_LEN;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -604,6 +605,9 @@ fn send_block(
             c.write_all(&trailer)?;
             return block_done(c, file, block, cv, 0, len);
         }
+        if c.work.sealing().is_some() {
+            return send_sealed(c, header(Tag::Block), &mut buf[..len as usize], cv, false);
+        }
         let h = header(Tag::Block);
         let trailer = c.seal(&h, cv)?;
         c.write_all(&h.encode())?;
@@ -622,6 +626,15 @@ fn send_block(
         u64::MAX
     };
     let corrupt = c.cfg.corrupt == Some(seq);
+    if c.work.sealing().is_some() {
+        // Sealed: the whole block is read, hashed and sealed before its first byte goes.
+        if buf.len() < len as usize {
+            buf.resize(len as usize, 0);
+        }
+        read_piece(c, &f, &mut buf[..len as usize], offset, &shown)?;
+        let cv = digest::block_cv(size, BLOCK_SIZE, offset, &buf[..len as usize]);
+        return send_sealed(c, header(Tag::Block), &mut buf[..len as usize], cv, corrupt);
+    }
     c.write_all(&header(Tag::Block).encode())?;
     let mut h = BlockHasher::new(size, BLOCK_SIZE, offset);
     let mut at = 0u64;
@@ -643,6 +656,41 @@ fn send_block(
     let trailer = c.seal(&header(Tag::Block), cv)?;
     c.write_all(&trailer)?;
     block_done(c, file, block, cv, len, 0)
+}
+
+/// Send block record `h` (its plaintext `body`, checksum `cv`) sealed (`cp --encrypt`):
+/// the header, the ciphertext, its Poly1305 tag, then the trailer over the plaintext's
+/// checksum. `corrupt` (`--inject-corruption`) flips a ciphertext byte after sealing, as
+/// the network might: the receiver cannot open it and asks for the block again.
+fn send_sealed(
+    c: &mut Ctx<'_>,
+    h: Header,
+    body: &mut [u8],
+    cv: Cv,
+    corrupt: bool,
+) -> Result<(), Halt> {
+    let trailer = c.seal(&h, cv)?;
+    let sealed = match c.work.sealing() {
+        Some(s) => s.seal(&h, body),
+        None => return Err(Halt::Stop),
+    };
+    let tag = sealed.map_err(|e| c.fatal(FileFailure::new(FailKind::Usage, e.to_string())))?;
+    if corrupt && !body.is_empty() {
+        let mid = body.len() / 2;
+        body[mid] ^= 1;
+    }
+    c.write_all(&h.encode())?;
+    for piece in body.chunks(PIECE) {
+        let called = c.now;
+        c.write_all(piece)?;
+        c.out.first.get_or_insert(called);
+        let now = c.now;
+        c.io_mark(piece.len() as u64, now);
+    }
+    c.write_all(&tag)?;
+    c.write_all(&trailer)?;
+    let len = u64::from(h.len);
+    block_done(c, h.file, h.offset / BLOCK_SIZE, cv, len, 0)
 }
 
 fn block_done(
@@ -964,7 +1012,7 @@ fn recv_block(
     block: u64,
     size: u64,
     write: bool,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> Result<(), Halt> {
     let target = if write {
         let mut g = c.work.lock();
@@ -981,6 +1029,9 @@ fn recv_block(
     } else {
         None
     };
+    if c.work.sealing().is_some() {
+        return recv_sealed(c, h, (file, block, size), target, buf);
+    }
     let len = u64::from(h.len);
     let mut hasher = BlockHasher::new(size, BLOCK_SIZE, h.offset);
     let mut at = 0u64;
@@ -1007,6 +1058,60 @@ fn recv_block(
     }
     let sent = c.trailer()?;
     let computed = hasher.finish();
+    drop(target);
+    received(c, file, now, |r| {
+        r.handle_block(now, h, block, sent, computed)
+    })
+}
+
+/// A sealed block (`cp --encrypt`): the whole ciphertext and its tag are read and opened
+/// before anything is hashed or written; one that fails to open is never written and is
+/// asked for again (as a block whose checksum fails).
+fn recv_sealed(
+    c: &mut Ctx<'_>,
+    h: &Header,
+    (file, block, size): (u32, u64, u64),
+    target: Option<std::sync::Arc<File>>,
+    buf: &mut Vec<u8>,
+) -> Result<(), Halt> {
+    let len = h.len as usize;
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    let mut at = 0;
+    let mut now = c.now;
+    while at < len {
+        let n = (len - at).min(PIECE);
+        c.read_exact(&mut buf[at..at + n])
+            .map_err(closed_in_record)?;
+        now = c.now;
+        c.io_mark(n as u64, now);
+        at += n;
+    }
+    let mut tag = [0u8; AEAD_TAG_LEN];
+    c.read_exact(&mut tag).map_err(closed_in_record)?;
+    let sent = c.trailer()?;
+    let opened = match c.work.sealing() {
+        Some(s) => s.open(h, &mut buf[..len], &tag).is_ok(),
+        None => false,
+    };
+    if !opened {
+        drop(target);
+        return received(c, file, now, |r| r.handle_unopened(now, h, block));
+    }
+    let computed = digest::block_cv(size, BLOCK_SIZE, h.offset, &buf[..len]);
+    if let Some(f) = &target {
+        if let Err(e) = f.write_all_at(&buf[..len], h.offset) {
+            let path = with_receiver(c, |r| {
+                r.entries()
+                    .get(file as usize)
+                    .map(|e| e.path.clone())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+            return Err(c.fatal(FileFailure::io(format_args!("write {path}"), &e)));
+        }
+    }
     drop(target);
     received(c, file, now, |r| {
         r.handle_block(now, h, block, sent, computed)

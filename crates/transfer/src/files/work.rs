@@ -103,6 +103,9 @@ pub(crate) struct FileWork {
     /// The session's block key (set once the session's keys are known, before any stream
     /// joins): every block's and confirmation's tag is made and checked with it.
     block_key: std::sync::OnceLock<tcptune_proto::keys::BlockKey>,
+    /// The sealing of the block bodies (`cp --encrypt`), set with the block key when the
+    /// job asks for it; unset, bodies go in clear.
+    sealing: std::sync::OnceLock<crate::seal::Sealing>,
 }
 
 impl std::fmt::Debug for FileWork {
@@ -145,6 +148,7 @@ impl FileWork {
             warnings: Mutex::new(Vec::new()),
             delivered_base: AtomicU64::new(u64::MAX),
             block_key: std::sync::OnceLock::new(),
+            sealing: std::sync::OnceLock::new(),
         }
     }
 
@@ -156,6 +160,17 @@ impl FileWork {
     /// The session's block key, once set.
     pub(crate) fn block_key(&self) -> Option<&tcptune_proto::keys::BlockKey> {
         self.block_key.get()
+    }
+
+    /// Seal every block body under `key` (the session's `aead` subkey); `pull` when the
+    /// server sends the blocks (once; a second call keeps the first).
+    pub(crate) fn set_aead_key(&self, key: &[u8; 32], pull: bool) {
+        let _ = self.sealing.set(crate::seal::Sealing::new(key, pull));
+    }
+
+    /// The sealing of block bodies, when the copy is encrypted.
+    pub(crate) fn sealing(&self) -> Option<&crate::seal::Sealing> {
+        self.sealing.get()
     }
 
     /// The spec, once (stream 0's thread takes it).

@@ -66,6 +66,9 @@ pub struct FilesConfig {
     pub resume: bool,
     /// Flush each file to its device before it is renamed into place.
     pub fsync: bool,
+    /// Seal every block body (ChaCha20-Poly1305 under the session's key, `cp --encrypt`);
+    /// a server that cannot fails the copy before any block goes.
+    pub encrypt: bool,
     /// Most files and directories this end sends or accepts.
     pub max_files: u64,
     /// Largest file this end accepts in a pull (default: no bound but the free space).
@@ -83,6 +86,7 @@ impl FilesConfig {
             recursive: false,
             resume: true,
             fsync: false,
+            encrypt: false,
             max_files: 10_000_000,
             max_file_size: u64::MAX,
             max_manifest_bytes: 1 << 30,
@@ -97,6 +101,7 @@ impl FilesConfig {
             recursive: self.recursive,
             resume: self.resume,
             fsync: self.fsync,
+            encrypt: self.encrypt,
         }
     }
 }
@@ -149,6 +154,8 @@ pub struct CopyReport {
     pub bits_per_second: f64,
     /// Blocks that failed their checksum at the receiver and were sent again.
     pub resent_blocks: u64,
+    /// Every block body was sealed on the wire (`cp --encrypt`).
+    pub encrypted: bool,
     /// Streams used.
     pub streams_used: u32,
     /// Why more streams than asked for (`-P`), if so.
@@ -323,6 +330,7 @@ impl FilesWorkload {
                 0.0
             },
             resent_blocks: receiver.resent_blocks,
+            encrypted: self.job.encrypt,
             streams_used: t.streams_used,
             streams_reason: t.streams_reason.clone(),
             tune: t.tune.clone(),

@@ -31,7 +31,7 @@ use tcptune_core::pathdb::{Direction, Measurement};
 use tcptune_core::tuners::pool::{PoolConfig, SharedPool};
 use tcptune_core::{Bytes, Role, TunerFactory};
 use tcptune_pathdb::Source;
-use tcptune_proto::keys::BlockKey;
+use tcptune_proto::keys::CopyKeys;
 use tcptune_sys::fs::Dir;
 
 const LISTENER: MioToken = MioToken(0);
@@ -639,8 +639,8 @@ impl Driver {
                     label,
                     spec,
                     mode,
-                    block_key,
-                } => self.start_engine(session, &label, spec, (mode, *block_key)),
+                    keys,
+                } => self.start_engine(session, &label, spec, (mode, *keys)),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -823,7 +823,7 @@ impl Driver {
         session: SessionId,
         label: &str,
         spec: EngineSpec,
-        (mode, block_key): (&'static str, BlockKey),
+        (mode, keys): (&'static str, CopyKeys),
     ) {
         let role = if spec.params.reverse {
             Role::Sender
@@ -838,7 +838,10 @@ impl Driver {
         });
         let files = self.file_work(&spec, role);
         if let Some(work) = &files {
-            work.set_block_key(block_key);
+            work.set_block_key(keys.block);
+            if let Some(k) = &keys.aead {
+                work.set_aead_key(k, spec.params.reverse);
+            }
         }
         let engine = Engine::new(EngineConfig {
             files: files.clone(),

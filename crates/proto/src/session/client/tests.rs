@@ -54,6 +54,7 @@ fn accepted(max_streams: u32) -> ServerMsg {
         can_force: false,
         auth_required: false,
         key_share: wire::to_hex(&[6; 32]),
+        encrypt: false,
     }
 }
 
@@ -161,6 +162,93 @@ fn a_secret_is_proved_in_hello_and_a_challenge_gets_an_answer_and_a_resend() {
     assert!(drain(&mut s)
         .iter()
         .any(|o| matches!(o, ClientOutput::Failed(Failure::Protocol(_)))));
+}
+
+fn encrypted_copy() -> ClientPlan {
+    let mut p = plan();
+    p.params.files = Some(crate::files::FileJob {
+        sources: Vec::new(),
+        dest: Some("in".into()),
+        recursive: true,
+        resume: true,
+        fsync: false,
+        encrypt: true,
+    });
+    p
+}
+
+fn accepted_sealing(encrypt: bool) -> ServerMsg {
+    match accepted(8) {
+        ServerMsg::Accepted {
+            limits,
+            host_limits,
+            congestion,
+            can_force,
+            auth_required,
+            key_share,
+            ..
+        } => ServerMsg::Accepted {
+            limits,
+            host_limits,
+            congestion,
+            can_force,
+            auth_required,
+            key_share,
+            encrypt,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn an_encrypted_copys_streams_open_only_once_the_server_confirms_it_seals() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, encrypted_copy());
+    s.start_phase(t0, main_phase(2));
+    let out = drain(&mut s);
+    assert_eq!(sent(&out), vec!["hello", "setup", "start_phase"]);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, ClientOutput::OpenStreams { .. })),
+        "{out:?}"
+    );
+    s.handle_msg(t0, accepted_sealing(true));
+    let out = drain(&mut s);
+    assert!(out.contains(&ClientOutput::OpenStreams {
+        seq: 0,
+        from: 0,
+        to: 2,
+        total: 2
+    }));
+}
+
+#[test]
+fn a_server_that_does_not_confirm_sealing_fails_an_encrypted_copy_before_any_stream() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, encrypted_copy());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    // An older server: its `Accepted` has no `encrypt` (it ignored the job's field).
+    s.handle_msg(t0, accepted_sealing(false));
+    let out = drain(&mut s);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, ClientOutput::OpenStreams { .. })),
+        "{out:?}"
+    );
+    let Some(ClientOutput::Failed(Failure::File(f))) = out.last() else {
+        panic!("{out:?}");
+    };
+    assert_eq!(f.kind, crate::files::FailKind::Refused);
+    assert!(f.message.contains("--encrypt"), "{}", f.message);
+    assert!(!f.message.contains('\n'));
+    // A copy in clear takes the same answer.
+    let mut clear = ClientSession::new(t0, plan());
+    clear.start_phase(t0, main_phase(2));
+    clear.handle_msg(t0, accepted_sealing(false));
+    assert!(!drain(&mut clear)
+        .iter()
+        .any(|o| matches!(o, ClientOutput::Failed(_))));
 }
 
 #[test]
@@ -844,6 +932,7 @@ fn a_client_with_a_secret_refuses_a_server_that_does_not_check_it() {
         congestion,
         can_force,
         key_share,
+        encrypt,
         ..
     } = accepted(4)
     else {
@@ -856,6 +945,7 @@ fn a_client_with_a_secret_refuses_a_server_that_does_not_check_it() {
         can_force,
         auth_required: true,
         key_share,
+        encrypt,
     };
     s.handle_msg(t0, checked);
     assert!(!drain(&mut s)

@@ -331,6 +331,7 @@ impl Endpoint {
             can_force: self.host.limits.can_force,
             auth_required: self.cfg.secret.is_some(),
             key_share: wire::to_hex(&key_share),
+            encrypt: params.files.as_ref().is_some_and(|f| f.encrypt),
         };
         if let Ok(frame) = wire::encode_limited(&accepted, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });
