@@ -172,6 +172,62 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Send `data`, which is `f`'s bytes at `offset` as just read and hashed, with
+    /// `sendfile` (the kernel moves the page cache's pages, saving the copy from user
+    /// space); where `sendfile` cannot (a file system without it) or the file changed
+    /// length meanwhile, the rest goes from `data` with `write`. A file rewritten between
+    /// the read and the send is caught by the receiver's check of the block against the
+    /// trailer's checksum, and the block is sent again.
+    fn send_range(&mut self, f: &File, offset: u64, data: &[u8]) -> Result<(), Halt> {
+        let mut sent = 0usize;
+        let mut last = (self.now, self.counters.tcp_bytes.load(Ordering::Relaxed));
+        while sent < data.len() {
+            if self.stopping() {
+                return Err(Halt::Stop);
+            }
+            match tcptune_sys::net::sendfile(
+                self.stream,
+                f,
+                offset + sent as u64,
+                data.len() - sent,
+            ) {
+                Ok(0) => break,
+                Ok(n) => {
+                    sent += n;
+                    last.0 = self.tick();
+                }
+                Err(e) if is_timeout(&e) => {
+                    let now = self.tick();
+                    let t = self.counters.tcp_bytes.load(Ordering::Relaxed);
+                    if t != last.1 {
+                        last = (now, t);
+                    } else if now.duration_since(last.0) > self.cfg.idle_timeout {
+                        return Err(Halt::Stream(format!(
+                            "no progress for {:.0} s: the receiver stopped reading",
+                            self.cfg.idle_timeout.as_secs_f64()
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => {
+                    if self.stopping() {
+                        return Err(Halt::Stop);
+                    }
+                    return Err(Halt::Stream(format!("sendfile: {e}")));
+                }
+            }
+        }
+        self.write_all(&data[sent..])
+    }
+
     fn header(&mut self) -> Result<Option<Header>, Halt> {
         let mut b = [0u8; HEADER_LEN];
         match self.read_exact(&mut b) {
@@ -646,7 +702,11 @@ fn send_block(
             buf[n / 2] ^= 1;
         }
         let called = c.now;
-        c.write_all(&buf[..n])?;
+        if corrupt && at == 0 {
+            c.write_all(&buf[..n])?;
+        } else {
+            c.send_range(&f, offset + at, &buf[..n])?;
+        }
         c.out.first.get_or_insert(called);
         let now = c.now;
         c.io_mark(n as u64, now);
