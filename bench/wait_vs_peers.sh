@@ -22,13 +22,14 @@
 #             ssh's own setup. CP_WHAT="file" or "tree" runs one of the two (GridFTP takes 8-9
 #             minutes per tree at 100 ms); CP_TOOLS picks the tools (default all: "new known
 #             g1 g4 g8 scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
-#             rsync"). Every cp run is also one raw line of docs/bench/wait_cp.tsv (OUT_TSV).
+#             rsync"). Every cp run is also one raw line of bench/raw/wait_cp.tsv (OUT_TSV).
 #             Same buffer limits for every tool: here `tcptune serve` runs without
 #             --force-buffers (gridftp and matrix keep it), so neither end of tcptune exceeds
 #             the host's maxima, as ssh, scp and rsync cannot.
 #
 # Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
-# docs/bench/wait.md (WAIT_MD= elsewhere; a part run alone leaves the others out of it).
+# a quick look at this run's tables to $out/wait.md (WAIT_MD= elsewhere); the committed tables are
+# bench/tables' (docs/bench/wait*.md from bench/raw/*.tsv: register a new OUT_TSV there).
 # Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix] [cp]  (default: all three)
 # Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
 # The issue-21 rows alone, once, at 100 ms:
@@ -42,7 +43,7 @@ PARTS=("$@")
 [ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix cp)
 TCPTUNE=$(readlink -f "$TCPTUNE")
 # The raw line of every cp run (the cp part rewrites it).
-OUT_TSV=$(readlink -f "${OUT_TSV:-docs/bench/wait_cp.tsv}")
+OUT_TSV=$(readlink -f "${OUT_TSV:-bench/raw/wait_cp.tsv}")
 
 out=$(mktemp -d)
 # Files live in tmpfs, so that the disk is not what is measured.
@@ -228,7 +229,9 @@ CONF
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
-    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >"$OUT_TSV"
+    printf '# command: sudo CP_RTTS="%s" CP_TOOLS="%s" CP_WHAT="%s" REPS=%s bench/wait_vs_peers.sh cp\n' \
+        "${CP_RTTS:-100 25}" "${CP_TOOLS:-}" "${CP_WHAT:-file tree}" "$REPS" >"$OUT_TSV"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$OUT_TSV"
     local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
     # CP_FILE_MIB / CP_TREE_FILES make a quick check of the script smaller (the table says so).
@@ -335,7 +338,7 @@ for part in "${PARTS[@]}"; do
 done
 
 RAW_TSV=$(realpath --relative-to=. "$OUT_TSV") \
-python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-docs/bench/wait.md}"
+python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-$out/wait.md}"
 import glob, json, os, statistics, sys
 out, reps, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 times, cpu = {}, {}
@@ -412,7 +415,7 @@ if cps:
           "command's start to its end (for the tools over ssh, ssh's own setup included); CPU "
           "is the client's user + system seconds (with the ssh it runs). `tcptune serve` runs "
           "without --force-buffers here: every tool is under the host's buffer limits. Raw "
-          "runs: `" + os.environ.get("RAW_TSV", "docs/bench/wait_cp.tsv") + "`.\n")
+          "runs: `" + os.environ.get("RAW_TSV", "bench/raw/wait_cp.tsv") + "`.\n")
     names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
              ("ssh", "tcptune cp over ssh (-e ssh, far end serve --stdio), known path"),
              ("sshcm", "tcptune cp over an ssh connection already open (ControlMaster), known path"),
@@ -463,7 +466,7 @@ failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2]
 if failed:
     print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")
 PY
-cp "$out/times" "${WAIT_MD:-docs/bench/wait.md}.times"
+cp "$out/times" "${WAIT_MD:-$out/wait.md}.times"
 # The cp tables registered in bench/tables are generated from their committed raw files (a new
 # OUT_TSV needs a line there); the table above is this run's quick look.
 if [[ " ${PARTS[*]} " == *" cp "* ]]; then
