@@ -44,6 +44,9 @@ PARTS=("$@")
 TCPTUNE=$(readlink -f "$TCPTUNE")
 # The raw line of every cp run (the cp part rewrites it).
 OUT_TSV=$(readlink -f "${OUT_TSV:-bench/raw/wait_cp.tsv}")
+# ... and of every gridftp-part run (the gridftp part rewrites it). bench/tables writes
+# docs/bench/wait_NAME.md from every bench/raw/wait_NAME.tsv.
+GRIDFTP_TSV=$(readlink -f "${GRIDFTP_TSV:-bench/raw/wait_gridftp.tsv}")
 
 out=$(mktemp -d)
 # Files live in tmpfs, so that the disk is not what is measured.
@@ -136,13 +139,28 @@ timed() {
     fi
 }
 
+# raw_row TSV PART CASE TOOL COMMIT OPTIONS REP BYTES: the last timed run as one raw line.
+raw_row() {
+    local _l us rc cpu scpu
+    read -r _l us rc cpu scpu < <(tail -1 "$out/times")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$6" "$7" \
+        "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" "$8" "${cpu:-nan}" "$rc" "${scpu:-nan}" >>"$1"
+}
+
 # The client's command (timed runs it inside side a, so it must be a program, not a function).
 SEND=("$TCPTUNE" send "$PEER" --json --no-progress)
 
 gridftp() {
-    up 100 --force-buffers
+    # What tcptune serve gets beyond the host's limits here (recorded in the raw file).
+    local serve_opts=(--force-buffers)
+    up 100 "${serve_opts[@]}"
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
+    local commit opts
+    commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+    printf '# command: sudo REPS=%s bench/wait_vs_peers.sh gridftp\n' "$REPS" >"$GRIDFTP_TSV"
+    printf '# serve_options: %s\n' "${serve_opts[*]:-none}" >>"$GRIDFTP_TSV"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$GRIDFTP_TSV"
     timed warmup "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm"
     for rep in $(seq 1 "$REPS"); do
         local runs=(new known kernel8 g1 g4 g8)
@@ -152,12 +170,18 @@ gridftp() {
         for r in "${runs[@]}"; do
             case $r in
                 new) rm -f "$out/new.sqlite"*
+                     opts="send --tune auto -n 1024 -R --path-db NEW (empty)"
                      timed gridftp.auto_new "${SEND[@]}" --tune auto -n 1024 -R --path-db "$out/new.sqlite" ;;
-                known) timed gridftp.auto_known "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm" ;;
-                kernel8) timed gridftp.kernel_P8 "${SEND[@]}" --tune kernel -P 8 -n 1024 -R --no-path-db ;;
-                g*) timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
+                known) opts="send --tune auto -n 1024 -R --path-db WARM"
+                       timed gridftp.auto_known "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm" ;;
+                kernel8) opts="send --tune kernel -P 8 -n 1024 -R --no-path-db"
+                         timed gridftp.kernel_P8 "${SEND[@]}" --tune kernel -P 8 -n 1024 -R --no-path-db ;;
+                g*) opts="globus-url-copy -p ${r#g} -len SIZE"
+                    timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
                         "ftp://tcptune-emu-b:2811/dev/zero" file:///dev/null ;;
             esac
+            # The size asked for (the tools' outputs differ; a failed run has exit != 0).
+            raw_row "$GRIDFTP_TSV" gridftp "100 ms download" "$r" "$commit" "$opts" "$rep" "$size"
         done
         echo "gridftp: repetition $rep of $REPS done" >&2
     done
@@ -314,11 +338,7 @@ cp_files() {
                     [ "$r" != sshtrue ] || want=0
                     got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
                     [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
-                    local _l us rc cpu scpu
-                    read -r _l us rc cpu scpu < <(tail -1 "$out/times")
-                    printf 'cp\t%s ms %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rtt" "$what" "$r" \
-                        "$commit" "$opts" "$rep" "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" \
-                        "$got" "${cpu:-nan}" "$rc" "${scpu:-nan}" >>"$OUT_TSV"
+                    raw_row "$OUT_TSV" cp "$rtt ms $what" "$r" "$commit" "$opts" "$rep" "$got"
                 done
             done
             echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
@@ -467,8 +487,8 @@ if failed:
     print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")
 PY
 cp "$out/times" "${WAIT_MD:-$out/wait.md}.times"
-# The cp tables registered in bench/tables are generated from their committed raw files (a new
-# OUT_TSV needs a line there); the table above is this run's quick look.
-if [[ " ${PARTS[*]} " == *" cp "* ]]; then
+# The committed tables are bench/tables' (every bench/raw/wait_NAME.tsv gives docs/bench/
+# wait_NAME.md); the table above is this run's quick look (the matrix part has no raw file).
+if [[ " ${PARTS[*]} " == *" cp "* || " ${PARTS[*]} " == *" gridftp "* ]]; then
     python3 bench/tables
 fi
