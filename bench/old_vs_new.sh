@@ -10,80 +10,25 @@
 #          path database per run): push of a 1 GiB file, pull of it, push of a tree of 500 files of
 #          256 KiB. Seconds from the command's start to its end and the client's CPU seconds.
 #
-# Every run is one line of docs/bench/old_vs_new.tsv (part, case, tool, commit, options, rep,
+# Every run is one line of bench/raw/old_vs_new.tsv (part, case, tool, commit, options, rep,
 # seconds, bytes, cpu_s, bits_per_s); the tables in docs/bench/old_vs_new.md are made from that
-# file by this script (`--table` redoes them from the file alone).
+# file by bench/tables, which this script runs at its end (`--table` runs it alone).
 #
 # Usage: sudo bench/old_vs_new.sh OLD_BINARY [NEW_BINARY] [send] [cp]   (default: both parts)
 #        bench/old_vs_new.sh --table
-# Environment: REPS (default 5 for send, 3 for cp), DURATION (default 5), OUT_TSV, OUT_MD.
+# Environment: REPS (default 5 for send, 3 for cp), DURATION (default 5), OUT_TSV.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT_TSV=${OUT_TSV:-docs/bench/old_vs_new.tsv}
-OUT_MD=${OUT_MD:-docs/bench/old_vs_new.md}
-export OUT_TSV OUT_MD
+OUT_TSV=${OUT_TSV:-bench/raw/old_vs_new.tsv}
+export OUT_TSV
 
 table() {
-    python3 - <<'PY'
-import csv, os, statistics
-rows = list(csv.DictReader(open(os.environ["OUT_TSV"]), delimiter="\t"))
-def med(xs):
-    return statistics.median(xs) if xs else float("nan")
-tools = []
-for r in rows:
-    if r["tool"] not in tools:
-        tools.append(r["tool"])
-commits = {r["tool"]: r["commit"] for r in rows}
-old, new = "old", "new"
-out = ["# The change against the binary before it, side by side\n",
-       "Made by `bench/old_vs_new.sh` from the raw runs in `docs/bench/old_vs_new.tsv` "
-       f"(old = commit {commits.get(old, '?')}, new = commit {commits.get(new, '?')}; "
-       "repetitions interleaved, order rotating; medians, min-max in brackets). "
-       "A ratio new/old below 1 for seconds and CPU, above 1 for bits/s, is better.\n"]
-cases = []
-for r in rows:
-    k = (r["part"], r["case"])
-    if k not in cases:
-        cases.append(k)
-for part in ("send", "cp"):
-    ks = [c for c in cases if c[0] == part]
-    if not ks:
-        continue
-    if part == "send":
-        out.append("## send on loopback (kernel autotuning, pinned CPUs)\n")
-        out.append("| case | tool | runs | Gbit/s | CPU s | Gbit per CPU-s | new/old Gbit/s | new/old Gbit per CPU-s | tool/iperf3 Gbit/s | tool/iperf3 Gbit per CPU-s |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    else:
-        out.append("## cp across emu, 100 ms / 1 Gbit/s, path never seen\n")
-        out.append("| case | tool | runs | seconds | client CPU s | new/old seconds | new/old CPU |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-    for _, case in ks:
-        sel = {t: [r for r in rows if r["part"] == part and r["case"] == case and r["tool"] == t] for t in tools}
-        def m(t, key):
-            return med([float(r[key]) for r in sel[t]])
-        def eff(t):
-            return med([float(r["bytes"]) * 8 / float(r["cpu_s"]) for r in sel[t] if float(r["cpu_s"]) > 0])
-        for t in tools:
-            if not sel[t]:
-                continue
-            if part == "send":
-                bps = [float(r["bits_per_s"]) for r in sel[t]]
-                line = (f"| {case} | {t} | {len(bps)} | {med(bps)/1e9:.2f} [{min(bps)/1e9:.2f}-{max(bps)/1e9:.2f}] | "
-                        f"{m(t, 'cpu_s'):.2f} | {eff(t)/1e9:.2f} | ")
-                line += (f"**{m(new, 'bits_per_s') / m(old, 'bits_per_s'):.3f}** | **{eff(new) / eff(old):.3f}** |"
-                         if t == new and sel[old] else " | |")
-                line += (f" {m(t, 'bits_per_s') / m('iperf3', 'bits_per_s'):.3f} | {eff(t) / eff('iperf3'):.3f} |"
-                         if t != "iperf3" and sel.get("iperf3") else " | |")
-            else:
-                s = [float(r["seconds"]) for r in sel[t]]
-                line = (f"| {case} | {t} | {len(s)} | {med(s):.2f} [{min(s):.2f}-{max(s):.2f}] | {m(t, 'cpu_s'):.2f} | ")
-                line += (f"**{m(new, 'seconds') / m(old, 'seconds'):.3f}** | **{m(new, 'cpu_s') / m(old, 'cpu_s'):.3f}** |"
-                         if t == new and sel[old] else " | |")
-            out.append(line)
-    out.append("")
-open(os.environ["OUT_MD"], "w").write("\n".join(out))
-print("\n".join(out))
-PY
+    # The tables are bench/tables' (docs/bench/old_vs_new.md from bench/raw/old_vs_new.tsv).
+    if [ "$(readlink -f "$OUT_TSV")" != "$(readlink -f bench/raw/old_vs_new.tsv)" ]; then
+        echo "raw rows in $OUT_TSV; bench/tables reads bench/raw/old_vs_new.tsv only" >&2
+        return 0
+    fi
+    python3 bench/tables
 }
 
 if [ "${1:-}" = --table ]; then
@@ -101,7 +46,8 @@ OLD_COMMIT=$(version_commit "$OLD")
 NEW_COMMIT=$(version_commit "$NEW")
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 1; }
 mkdir -p "$(dirname "$OUT_TSV")"
-printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\tbits_per_s\n' >"$OUT_TSV"
+printf '# command: sudo REPS=%s DURATION=%s bench/old_vs_new.sh OLD_BINARY %s\n' "${REPS:-5}" "${DURATION:-5}" "${PARTS[*]}" >"$OUT_TSV"
+printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\tbits_per_s\n' >>"$OUT_TSV"
 export OLD NEW OLD_COMMIT NEW_COMMIT
 
 send_part() {

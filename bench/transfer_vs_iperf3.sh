@@ -8,7 +8,9 @@
 # so each tool gets at most one core per end however many threads it runs. Throughput is
 # the receiver-measured end.sum_received.bits_per_second of each tool's JSON; CPU is the
 # user+system time of the client and the server process over each run (from /proc).
-# Writes docs/bench/transfer.md with medians and ratios, and the load of the machine.
+# Writes every run to bench/raw/transfer_vs_iperf3.tsv (RAW=) and docs/bench/transfer.md from it
+# with bench/tables (medians and ratios, and the load of the machine); --out FILE writes this
+# script's own table there instead.
 #
 # Usage: bench/transfer_vs_iperf3.sh [--reps N] [--duration SECONDS] [--out FILE]
 set -euo pipefail
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS="$2"; shift 2 ;;
     --duration) DURATION="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +53,7 @@ BIN = os.environ["TCPTUNE_BIN"]
 REPS = int(os.environ["REPS"])
 DUR = float(os.environ["DURATION"])
 OUT = os.environ["OUT"]
+RAW = os.environ.get("RAW", "bench/raw/transfer_vs_iperf3.tsv")
 TICK = os.sysconf("SC_CLK_TCK")
 
 def free_port():
@@ -177,6 +180,26 @@ lines.append("How to read it: the efficiency ratio (bits moved per CPU-second, c
              "stays in cache), which is included in its CPU time.\n")
 lines.append(f"Reproduce: `bench/transfer_vs_iperf3.sh --reps {REPS} --duration {DUR:g}` (installs iperf3 "
              "with apt-get when missing and root; needs python3; builds tcptune in release mode).\n")
+# The raw runs (one row per run) for bench/tables, which writes docs/bench/transfer.md from them.
+ver = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout
+commit = (ver.split("commit ", 1)[1].split(")")[0].split()[0] if "commit " in ver else "unknown")
+iperf_version = subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split()[1]
+with open(RAW, "w") as f:
+    f.write(f"# command: bench/transfer_vs_iperf3.sh --reps {REPS} --duration {DUR:g}\n")
+    f.write(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
+    f.write(f"# host: {os.uname().sysname} {os.uname().release}, {ncpu} CPUs, iperf3 {iperf_version}, "
+            f"pinned: {'yes' if PIN else 'no'}\n")
+    f.write(f"# load: {busy_pct:.0f}% of all CPUs busy on average, steal {steal_pct:.1f}%, load average "
+            f"{' '.join(load_before)} before and {' '.join(load_after)} after\n")
+    f.write("part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\tbits_per_s\texit\n")
+    for (tool, streams), ms in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        opts = (f"send -t {DUR:g} -P {streams} --tune kernel --no-path-db --json" if tool == "tcptune"
+                else f"iperf3 -c -t {DUR:g} -P {streams} -J")
+        for rep, m in enumerate(ms, 1):
+            f.write(f"send\tP{streams}\t{tool}\t{commit if tool == 'tcptune' else '-'}\t{opts}\t{rep}\t"
+                    f"{m['seconds']:.3f}\t{m['bytes']}\t{m['cpu']:.3f}\t{m['bps']:.0f}\t0\n")
+if os.path.abspath(OUT) == os.path.abspath("docs/bench/transfer.md"):
+    sys.exit(subprocess.run([sys.executable, "bench/tables"]).returncode)
 os.makedirs(os.path.dirname(OUT) or ".", exist_ok=True)
 open(OUT, "w").write("\n".join(lines))
 print("\n".join(lines))

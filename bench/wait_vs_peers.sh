@@ -22,13 +22,14 @@
 #             ssh's own setup. CP_WHAT="file" or "tree" runs one of the two (GridFTP takes 8-9
 #             minutes per tree at 100 ms); CP_TOOLS picks the tools (default all: "new known
 #             g1 g4 g8 scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
-#             rsync"). Every cp run is also one raw line of docs/bench/wait_cp.tsv (OUT_TSV).
+#             rsync"). Every cp run is also one raw line of bench/raw/wait_cp.tsv (OUT_TSV).
 #             Same buffer limits for every tool: here `tcptune serve` runs without
 #             --force-buffers (gridftp and matrix keep it), so neither end of tcptune exceeds
 #             the host's maxima, as ssh, scp and rsync cannot.
 #
 # Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
-# docs/bench/wait.md (WAIT_MD= elsewhere; a part run alone leaves the others out of it).
+# a quick look at this run's tables to $out/wait.md (WAIT_MD= elsewhere); the committed tables are
+# bench/tables' (docs/bench/wait*.md from bench/raw/*.tsv: register a new OUT_TSV there).
 # Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix] [cp]  (default: all three)
 # Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
 # The issue-21 rows alone, once, at 100 ms:
@@ -42,7 +43,10 @@ PARTS=("$@")
 [ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix cp)
 TCPTUNE=$(readlink -f "$TCPTUNE")
 # The raw line of every cp run (the cp part rewrites it).
-OUT_TSV=$(readlink -f "${OUT_TSV:-docs/bench/wait_cp.tsv}")
+OUT_TSV=$(readlink -f "${OUT_TSV:-bench/raw/wait_cp.tsv}")
+# ... and of every gridftp-part run (the gridftp part rewrites it). bench/tables writes
+# docs/bench/wait_NAME.md from every bench/raw/wait_NAME.tsv.
+GRIDFTP_TSV=$(readlink -f "${GRIDFTP_TSV:-bench/raw/wait_gridftp.tsv}")
 
 out=$(mktemp -d)
 # Files live in tmpfs, so that the disk is not what is measured.
@@ -135,13 +139,28 @@ timed() {
     fi
 }
 
+# raw_row TSV PART CASE TOOL COMMIT OPTIONS REP BYTES: the last timed run as one raw line.
+raw_row() {
+    local _l us rc cpu scpu
+    read -r _l us rc cpu scpu < <(tail -1 "$out/times")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$5" "$6" "$7" \
+        "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" "$8" "${cpu:-nan}" "$rc" "${scpu:-nan}" >>"$1"
+}
+
 # The client's command (timed runs it inside side a, so it must be a program, not a function).
 SEND=("$TCPTUNE" send "$PEER" --json --no-progress)
 
 gridftp() {
-    up 100 --force-buffers
+    # What tcptune serve gets beyond the host's limits here (recorded in the raw file).
+    local serve_opts=(--force-buffers)
+    up 100 "${serve_opts[@]}"
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
+    local commit opts
+    commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+    printf '# command: sudo REPS=%s bench/wait_vs_peers.sh gridftp\n' "$REPS" >"$GRIDFTP_TSV"
+    printf '# serve_options: %s\n' "${serve_opts[*]:-none}" >>"$GRIDFTP_TSV"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$GRIDFTP_TSV"
     timed warmup "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm"
     for rep in $(seq 1 "$REPS"); do
         local runs=(new known kernel8 g1 g4 g8)
@@ -151,12 +170,18 @@ gridftp() {
         for r in "${runs[@]}"; do
             case $r in
                 new) rm -f "$out/new.sqlite"*
+                     opts="send --tune auto -n 1024 -R --path-db NEW (empty)"
                      timed gridftp.auto_new "${SEND[@]}" --tune auto -n 1024 -R --path-db "$out/new.sqlite" ;;
-                known) timed gridftp.auto_known "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm" ;;
-                kernel8) timed gridftp.kernel_P8 "${SEND[@]}" --tune kernel -P 8 -n 1024 -R --no-path-db ;;
-                g*) timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
+                known) opts="send --tune auto -n 1024 -R --path-db WARM"
+                       timed gridftp.auto_known "${SEND[@]}" --tune auto -n 1024 -R --path-db "$warm" ;;
+                kernel8) opts="send --tune kernel -P 8 -n 1024 -R --no-path-db"
+                         timed gridftp.kernel_P8 "${SEND[@]}" --tune kernel -P 8 -n 1024 -R --no-path-db ;;
+                g*) opts="globus-url-copy -p ${r#g} -len SIZE"
+                    timed "gridftp.globus_p${r#g}" globus-url-copy -p "${r#g}" -len "$size" \
                         "ftp://tcptune-emu-b:2811/dev/zero" file:///dev/null ;;
             esac
+            # The size asked for (the tools' outputs differ; a failed run has exit != 0).
+            raw_row "$GRIDFTP_TSV" gridftp "100 ms download" "$r" "$commit" "$opts" "$rep" "$size"
         done
         echo "gridftp: repetition $rep of $REPS done" >&2
     done
@@ -228,7 +253,9 @@ CONF
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
-    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >"$OUT_TSV"
+    printf '# command: sudo CP_RTTS="%s" CP_TOOLS="%s" CP_WHAT="%s" REPS=%s bench/wait_vs_peers.sh cp\n' \
+        "${CP_RTTS:-100 25}" "${CP_TOOLS:-}" "${CP_WHAT:-file tree}" "$REPS" >"$OUT_TSV"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$OUT_TSV"
     local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
     # CP_FILE_MIB / CP_TREE_FILES make a quick check of the script smaller (the table says so).
@@ -311,11 +338,7 @@ cp_files() {
                     [ "$r" != sshtrue ] || want=0
                     got=$(du -sb "$dst/$(basename "$s")" 2>/dev/null | cut -f1 || echo 0)
                     [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
-                    local _l us rc cpu scpu
-                    read -r _l us rc cpu scpu < <(tail -1 "$out/times")
-                    printf 'cp\t%s ms %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rtt" "$what" "$r" \
-                        "$commit" "$opts" "$rep" "$(awk -v u="$us" 'BEGIN {printf "%.3f", u / 1e6}')" \
-                        "$got" "${cpu:-nan}" "$rc" "${scpu:-nan}" >>"$OUT_TSV"
+                    raw_row "$OUT_TSV" cp "$rtt ms $what" "$r" "$commit" "$opts" "$rep" "$got"
                 done
             done
             echo "cp: ${rtt} ms, repetition $rep of $REPS done" >&2
@@ -335,7 +358,7 @@ for part in "${PARTS[@]}"; do
 done
 
 RAW_TSV=$(realpath --relative-to=. "$OUT_TSV") \
-python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-docs/bench/wait.md}"
+python3 - "$out" "$REPS" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY' | tee "${WAIT_MD:-$out/wait.md}"
 import glob, json, os, statistics, sys
 out, reps, commit = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 times, cpu = {}, {}
@@ -412,7 +435,7 @@ if cps:
           "command's start to its end (for the tools over ssh, ssh's own setup included); CPU "
           "is the client's user + system seconds (with the ssh it runs). `tcptune serve` runs "
           "without --force-buffers here: every tool is under the host's buffer limits. Raw "
-          "runs: `" + os.environ.get("RAW_TSV", "docs/bench/wait_cp.tsv") + "`.\n")
+          "runs: `" + os.environ.get("RAW_TSV", "bench/raw/wait_cp.tsv") + "`.\n")
     names = [("new", "tcptune cp, path never seen"), ("known", "tcptune cp, known path"),
              ("ssh", "tcptune cp over ssh (-e ssh, far end serve --stdio), known path"),
              ("sshcm", "tcptune cp over an ssh connection already open (ControlMaster), known path"),
@@ -463,9 +486,9 @@ failed = [l.split()[0] for l in open(os.path.join(out, "times")) if l.split()[2]
 if failed:
     print(f"Failed runs ({len(failed)}): " + ", ".join(sorted(set(failed))) + "\n")
 PY
-cp "$out/times" "${WAIT_MD:-docs/bench/wait.md}.times"
-# The cp tables registered in bench/tables are generated from their committed raw files (a new
-# OUT_TSV needs a line there); the table above is this run's quick look.
-if [[ " ${PARTS[*]} " == *" cp "* ]]; then
+cp "$out/times" "${WAIT_MD:-$out/wait.md}.times"
+# The committed tables are bench/tables' (every bench/raw/wait_NAME.tsv gives docs/bench/
+# wait_NAME.md); the table above is this run's quick look (the matrix part has no raw file).
+if [[ " ${PARTS[*]} " == *" cp "* || " ${PARTS[*]} " == *" gridftp "* ]]; then
     python3 bench/tables
 fi

@@ -1,0 +1,1 @@
+"""The generators behind bench/tables, one file per benchmark script."""
