@@ -239,6 +239,28 @@ pub fn connect(fd: OwnedFd, addr: &SocketAddr, timeout: Duration) -> Result<TcpS
     Ok(stream)
 }
 
+/// `sendfile(2)`: up to `len` bytes of `file` from `offset` onto the socket, without
+/// copying them through user space (the kernel hands the page cache's pages to TCP). The
+/// bytes sent, 0 at the file's end. A socket with a send timeout fails with `WouldBlock`
+/// when nothing could be sent in time, as `write` does.
+pub fn sendfile(
+    sock: &TcpStream,
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut off = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
+    // SAFETY: both descriptors are open for the call's duration (borrowed), `off` is a
+    // valid off_t that the kernel updates, and no user memory is written.
+    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,27 +334,5 @@ mod tests {
             e.to_string().contains(&format!("connect 127.0.0.1:{port}")),
             "{e}"
         );
-    }
-}
-
-/// `sendfile(2)`: up to `len` bytes of `file` from `offset` onto the socket, without
-/// copying them through user space (the kernel hands the page cache's pages to TCP). The
-/// bytes sent, 0 at the file's end. A socket with a send timeout fails with `WouldBlock`
-/// when nothing could be sent in time, as `write` does.
-pub fn sendfile(
-    sock: &TcpStream,
-    file: &std::fs::File,
-    offset: u64,
-    len: usize,
-) -> io::Result<usize> {
-    let mut off = libc::off_t::try_from(offset)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset past off_t"))?;
-    // SAFETY: both descriptors are open for the call's duration (borrowed), `off` is a
-    // valid off_t that the kernel updates, and no user memory is written.
-    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }

@@ -136,6 +136,22 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A send that timed out: fine while TCP still moves bytes (`last` is when it last did,
+    /// and its byte count then), a stall past the idle timeout otherwise.
+    fn send_timed_out(&mut self, last: &mut (Instant, u64)) -> Result<(), Halt> {
+        let now = self.tick();
+        let t = self.counters.tcp_bytes.load(Ordering::Relaxed);
+        if t != last.1 {
+            *last = (now, t);
+        } else if now.duration_since(last.0) > self.cfg.idle_timeout {
+            return Err(Halt::Stream(format!(
+                "no progress for {:.0} s: the receiver stopped reading",
+                self.cfg.idle_timeout.as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
+
     fn write_all(&mut self, mut buf: &[u8]) -> Result<(), Halt> {
         let mut w = self.stream;
         let mut last = (self.now, self.counters.tcp_bytes.load(Ordering::Relaxed));
@@ -149,18 +165,7 @@ impl Ctx<'_> {
                     buf = &buf[n..];
                     last.0 = self.tick();
                 }
-                Err(e) if is_timeout(&e) => {
-                    let now = self.tick();
-                    let t = self.counters.tcp_bytes.load(Ordering::Relaxed);
-                    if t != last.1 {
-                        last = (now, t);
-                    } else if now.duration_since(last.0) > self.cfg.idle_timeout {
-                        return Err(Halt::Stream(format!(
-                            "no progress for {:.0} s: the receiver stopped reading",
-                            self.cfg.idle_timeout.as_secs_f64()
-                        )));
-                    }
-                }
+                Err(e) if is_timeout(&e) => self.send_timed_out(&mut last)?,
                 Err(e) => {
                     if self.stopping() {
                         return Err(Halt::Stop);
@@ -196,18 +201,7 @@ impl Ctx<'_> {
                     sent += n;
                     last.0 = self.tick();
                 }
-                Err(e) if is_timeout(&e) => {
-                    let now = self.tick();
-                    let t = self.counters.tcp_bytes.load(Ordering::Relaxed);
-                    if t != last.1 {
-                        last = (now, t);
-                    } else if now.duration_since(last.0) > self.cfg.idle_timeout {
-                        return Err(Halt::Stream(format!(
-                            "no progress for {:.0} s: the receiver stopped reading",
-                            self.cfg.idle_timeout.as_secs_f64()
-                        )));
-                    }
-                }
+                Err(e) if is_timeout(&e) => self.send_timed_out(&mut last)?,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)
                     if matches!(
