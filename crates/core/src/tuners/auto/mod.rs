@@ -16,14 +16,15 @@
 //! the streams a full pipe needs to show ([`crate::fullpipe::ProbePlan`]) and starts sending at once.
 //! Meanwhile each sender's buffer follows what its stream delivers (twice the bytes
 //! acknowledged per RTT, shared evenly by [`MeasureShare`], plus the unsent reserve: room
-//! for slow start to double, and 1.75 x once growth stops) and each receiver's window
-//! follows what arrives the same way, so neither end limits slow start. The room to double
-//! is what slow start needs, and only while it lasts: as soon as either end sees the pipe
-//! full (a queue in its RTT, or at the sender slow start over: [`meter`]), about a round
-//! after it fills and three rounds before the aggregate estimator can say so, the streams of
-//! that end size from what is delivered as the plan would (1.75 x in flight at the sender,
-//! a 1.5 x window at the receiver), from samples over at least a round whose median a
-//! burst (a hole filled by a retransmission) does not move. When the aggregate delivery
+//! for slow start to double, and 1.75 x once growth stops) and each
+//! receiver's window follows what arrives the same way (up to 4 x while slow start lasts:
+//! the window reaches the sender half an RTT late), so neither end limits slow start. The
+//! room to double is what slow start needs, and only while it lasts: as soon as either end
+//! sees the pipe full (a queue in its RTT, or at the sender slow start over: [`meter`]),
+//! about a round after it fills and three rounds before the aggregate estimator can say so,
+//! the streams of that end size from what is delivered as the plan would (1.75 x in flight
+//! at the sender, a 1.5 x window at the receiver), from samples over at least a round whose
+//! median a burst (a hole filled by a retransmission) does not move. When the aggregate delivery
 //! stops growing ([`crate::fullpipe`]) the client sends the rate to both ends
 //! ([`Tuner::handle_hint`]): every tuner settles to the plan (senders to their explicit
 //! size, receivers hand over to Dynamic Right-Sizing at the planned window), extra streams
@@ -148,6 +149,25 @@ use std::time::Duration;
 
 /// The receive window a right-sized receiver starts with, in multiples of its share.
 const RECV_HEADROOM: f64 = 1.5;
+
+/// While slow start grows the delivery (by a quarter or more per half-RTT sample) and the pipe is
+/// not yet full, the most the measuring receiver's window holds, in multiples of the bytes per
+/// round it received over the last half RTT (see [`growing_window_factor`]). A window set now
+/// reaches the sender half an RTT later and binds it until the next sample's window arrives,
+/// another half RTT on; the sample itself shows the sender's window of about three quarters of an
+/// RTT before. Slow start doubles per RTT, so the window must cover 2^1.75 = 3.4 x the sample: 2 x
+/// held 8 streams back a round at 200 ms (simulation: 3.27 s against kernel autotuning's 2.90 s;
+/// lab 2026-11-26: 6-7% later at 100-200 ms x 8).
+const RECV_GROWING: f64 = 4.0;
+
+/// The measuring receiver's window while delivery grows by `growth` per half-RTT sample (at
+/// least 1.25): that growth carried over the 1.75 RTT (3.5 samples) until its next window
+/// binds the sender, between 2 and [`RECV_GROWING`]. Slow start (sqrt 2 per sample) gets
+/// 3.4 x; a sample that grows less, as when the bottleneck starts to fill, gets less, so
+/// the window the pipe is full with stays near 2 x the delivery instead of 4 x.
+fn growing_window_factor(growth: f64) -> f64 {
+    growth.powf(3.5).clamp(2.0, RECV_GROWING)
+}
 
 /// Configuration of the [`AutoTuner`].
 #[derive(Clone, Debug)]
@@ -542,9 +562,10 @@ impl AutoTuner {
     /// While the rate is measured, at the receiver: the window (and the buffer behind it)
     /// follows what the streams of this end receive per minimum RTT, measured over half an
     /// RTT (fresher than DRS's whole RTT: in slow start the rate at the end of an RTT is about
-    /// twice its average), twice the average stream's while it grows by a quarter per half
-    /// RTT, 1.5 x otherwise. Once the pipe is full (the receive-side RTT shows a queue, or
-    /// another stream of this end saw one), 1.5 x the median of the
+    /// twice its average), [`growing_window_factor`] x the average stream's while it grows
+    /// by a quarter per half RTT (the window reaches the sender half an RTT late: 3.4 x in
+    /// slow start), 1.5 x otherwise. Once the pipe is full (the receive-side RTT shows a
+    /// queue, or another stream of this end saw one), 1.5 x the median of the
     /// last three samples taken over at least a round (see [`meter`]). It only grows (an
     /// advertised window never shrinks).
     fn measure_window(&mut self, now: Time, s: &TcpSnapshot) {
@@ -573,7 +594,10 @@ impl AutoTuner {
         };
         let own = (rate as f64 * rtt.as_secs_f64()) as u64;
         let d = self.cfg.share.report(self.stream_index, own);
-        let growing = self.measured.is_none_or(|(_, d0)| d * 4 >= d0 * 5);
+        let growth = self.measured.map_or(std::f64::consts::SQRT_2, |(_, d0)| {
+            d as f64 / d0.max(1) as f64
+        });
+        let growing = growth >= 1.25;
         self.measured = Some((now, d));
         self.recent.push(d);
         // A queue in the receive-side RTT: the pipe is full. (Waiting for a second sample
@@ -591,7 +615,7 @@ impl AutoTuner {
         let (d, factor) = if self.full {
             (self.recent.median(), 1.5)
         } else if growing {
-            (d, 2.0)
+            (d, growing_window_factor(growth))
         } else {
             (d, 1.5)
         };

@@ -807,3 +807,50 @@ fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
         "about 2 x {d} + {reserve}: {last}"
     );
 }
+
+#[test]
+fn a_measuring_receivers_window_covers_slow_start_until_its_next_window_arrives() {
+    // Raised limits: the default maximum would cap the window before slow start ends.
+    let mut c = ctx(Role::Receiver, 200.0, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut r = AutoConfig::default().build(c);
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    actions(&mut r);
+    // Slow start, no queue (the receive-side RTT stays at 200 ms): what arrives per half RTT
+    // grows by sqrt(2) per sample, doubling per RTT.
+    let mut now = Time::ZERO;
+    let mut received = 0u64;
+    let mut per_half = 100_000f64;
+    let mut window = 0;
+    for _ in 0..12 {
+        now += Duration::from_millis(100);
+        received += per_half as u64;
+        r.handle_snapshot(now, &receiving_snap(received, 200));
+        if let Some(&w) = clamps(&actions(&mut r)).last() {
+            window = w;
+        }
+        per_half *= std::f64::consts::SQRT_2;
+    }
+    // The last sample's bytes per RTT (twice the last half RTT's).
+    let d = 2.0 * per_half / std::f64::consts::SQRT_2;
+    // The window reaches the sender half an RTT later and holds until the next one arrives
+    // another half RTT on; the sample shows the sender's window of three quarters of an RTT
+    // before: 2^1.75 = 3.4 x. (The rule of 2 x held 8 streams back a round at 200 ms.)
+    assert!(
+        window as f64 >= 3.3 * d * 0.8,
+        "window {window} against {d:.0} per RTT"
+    );
+}
+
+#[test]
+fn a_receiver_whose_delivery_grows_slower_than_slow_start_keeps_a_smaller_window() {
+    let f = super::growing_window_factor;
+    // Slow start (sqrt 2 per half RTT): its growth over the 1.75 RTT the window lags.
+    assert!((f(std::f64::consts::SQRT_2) - 3.36).abs() < 0.05);
+    // Growing by a quarter per half RTT (the bottleneck fills): about the old 2 x.
+    assert!(f(1.25) < 2.25);
+    // Never less than twice, never more than the cap, whatever a burst shows.
+    assert_eq!(f(1.0), 2.0);
+    assert_eq!(f(3.0), super::RECV_GROWING);
+}
