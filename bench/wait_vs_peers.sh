@@ -15,17 +15,19 @@
 #   cp      : files, pushed from tmpfs in side a to tmpfs in side b, at CP_RTTS (default
 #             "100 25") ms / 1 Gbit/s: a 1 GiB file of random bytes and a tree of 2,000 files
 #             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
-#             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b), scp, rsync -W
+#             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b) and with its own
+#             best options (gcc: -cc 8 -fast -p 4 for the tree, -fast -p 4 for the file), scp, rsync -W
 #             over ssh and tcptune cp over ssh (sshd in side b, a key made for the run; the far
 #             end `tcptune serve --stdio` is this same binary, started by ssh); user and system
 #             CPU seconds of the client (with its ssh) beside the wall clock, which includes
 #             ssh's own setup. CP_WHAT="file" or "tree" runs one of the two (GridFTP takes 8-9
 #             minutes per tree at 100 ms); CP_TOOLS picks the tools (default all: "new known
-#             g1 g4 g8 scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
+#             g1 g4 g8 gcc scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
 #             rsync"). Every cp run is also one raw line of bench/raw/wait_cp.tsv (OUT_TSV).
-#             Same buffer limits for every tool: here `tcptune serve` runs without
-#             --force-buffers (gridftp and matrix keep it), so neither end of tcptune exceeds
-#             the host's maxima, as ssh, scp and rsync cannot.
+#             Same buffer limits for every tool: `tcptune serve` runs without --force-buffers
+#             in cp and gridftp, so neither end of tcptune exceeds the host's maxima, as
+#             GridFTP, ssh, scp and rsync cannot (matrix keeps it: it compares tcptune's own
+#             modes, and its "ideal" fixed buffers are forced past the maxima by definition).
 #
 # Needs root. Installs the GridFTP packages, openssh-server and rsync when missing (apt-get). Writes
 # a quick look at this run's tables to $out/wait.md (WAIT_MD= elsewhere); the committed tables are
@@ -91,7 +93,7 @@ B="tt-$NAME-b"
 PEER=198.19.0.1
 
 # up RTT_MS [SERVE_OPTION...]: the emulated path (default limits: no sysctl changes) with a
-# tcptune server in side b (gridftp and matrix: --force-buffers; cp: none, the limits of ssh).
+# tcptune server in side b (matrix: --force-buffers; gridftp and cp: none, the host's limits).
 up() {
     local rtt=$1; shift
     "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true
@@ -151,8 +153,9 @@ raw_row() {
 SEND=("$TCPTUNE" send "$PEER" --json --no-progress)
 
 gridftp() {
-    # What tcptune serve gets beyond the host's limits here (recorded in the raw file).
-    local serve_opts=(--force-buffers)
+    # What tcptune serve gets beyond the host's limits here (recorded in the raw file): nothing,
+    # as the GridFTP server gets nothing (issue 22: the same host limits for every tool).
+    local serve_opts=()
     up 100 "${serve_opts[@]}"
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
@@ -265,7 +268,7 @@ cp_files() {
     fi
     # No -p here: scp reads -p as "preserve" (its port is -P); ssh and rsync get -p 2222.
     local ssh_opts="-i $out/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-    local tools=${CP_TOOLS:-new known g1 g4 g8 scp rsync ssh}
+    local tools=${CP_TOOLS:-new known g1 g4 g8 gcc scp rsync ssh}
     # A running server is reached as tcptune://HOST/PATH since issue 21 (HOST:PATH is ssh
     # there); a binary from before keeps HOST:PATH.
     local srv="$PEER:"
@@ -324,12 +327,21 @@ cp_files() {
                                 opts="globus-url-copy -r -cd -pp -p ${r#g}"
                                 timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                             fi ;;
+                        # GridFTP's own best options for many files: 8 files at once (-cc),
+                        # mode E with data channels kept open between files (-fast), 4 streams.
+                        gcc) opts="globus-url-copy -fast -p 4"
+                             if [ "$what" = file ]; then
+                                 timed "$tag" globus-url-copy -fast -p 4 "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
+                             else
+                                 opts="globus-url-copy -r -cd -cc 8 -fast -p 4"
+                                 timed "$tag" globus-url-copy -r -cd -cc 8 -fast -p 4 "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                             fi ;;
                         # shellcheck disable=SC2086
                         scp) opts="scp -r -q -P 2222"
                              timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
                         rsync) opts="rsync -a -W -e 'ssh -p 2222'"
                                timed "$tag" rsync -a -W -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
-                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 scp rsync ssh sshenc sshcm sshtrue)" >&2; exit 2 ;;
+                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 gcc scp rsync ssh sshenc sshcm sshtrue)" >&2; exit 2 ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
