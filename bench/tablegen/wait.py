@@ -116,16 +116,22 @@ def cp_sections(raw, md, part="cp"):
                     f"**{g:.3f}** ({size['known'] * 8 / med['known'] / 1e6:.0f} Mbit/s, "
                     f"{med['known']:.2f} s, {n['known']} runs)", g >= 0.90, link(md)))
         server = med.get("known")
-        if "ssh" in med and server:
-            r = med["ssh"] / server
-            out.append(f"Over ssh / against a running server (both on the known path): "
-                       f"**{r:.3f}** (target <= 1.10: {'met' if r <= 1.10 else 'missed'})")
+        ssh_rows = (
+            ("ssh", "Over ssh / against a running server (both on the known path)",
+             f"`tcptune cp` over ssh (`HOST:PATH`, far end `serve --stdio`), {what}, {rtt} ms, "
+             "known path, ssh's setup included", "`tcptune cp` against a running server, same run"),
+            ("sshcm", "Over an ssh connection already open / against a running server",
+             f"`tcptune cp` over an ssh connection already open (ControlMaster), {what}, "
+             f"{rtt} ms", "running server, same run"))
+        for key, line, what_row, against in ssh_rows:
+            if key not in med or not server:
+                continue
+            r = med[key] / server
+            out.append(f"{line}: **{r:.3f}** (target <= 1.10: {'met' if r <= 1.10 else 'missed'})")
             out.append("")
             targets.append(Target(
-                f"`tcptune cp` over ssh (`HOST:PATH`, far end `serve --stdio`), {what}, {rtt} ms, "
-                "known path, ssh's setup included", "`tcptune cp` against a running server, "
-                "same run", "<= 1.10", f"**{r:.3f}** ({med['ssh']:.2f} s vs {server:.2f} s; "
-                f"{n['ssh']} runs)", r <= 1.10, link(md)))
+                what_row, against, "<= 1.10", f"**{r:.3f}** ({med[key]:.2f} s vs {server:.2f} s; "
+                f"{n[key]} runs)", r <= 1.10, link(md)))
         for peer, label in (("scp", "scp"), ("rsync", "rsync -W")):
             if peer in med and "ssh" in med:
                 r = med[peer] / med["ssh"]
@@ -157,16 +163,6 @@ def cp_sections(raw, md, part="cp"):
                 f"**{scpu['sshenc']:.2f} s** vs scp {scpu['scp']:.2f} s{clear}; wall "
                 f"{med['sshenc']:.2f} s vs scp {med['scp']:.2f} s ({r:.2f} x faster; "
                 f"{n['sshenc']} runs)", None, link(md)))
-        if "sshcm" in med and server:
-            r = med["sshcm"] / server
-            out.append(f"Over an ssh connection already open / against a running server: "
-                       f"**{r:.3f}** (target <= 1.10: {'met' if r <= 1.10 else 'missed'})")
-            out.append("")
-            targets.append(Target(
-                f"`tcptune cp` over an ssh connection already open (ControlMaster), {what}, "
-                f"{rtt} ms", "running server, same run", "<= 1.10",
-                f"**{r:.3f}** ({med['sshcm']:.2f} s vs {server:.2f} s; {n['sshcm']} runs)",
-                r <= 1.10, link(md)))
         if "sshtrue" in med and server:
             ok = raw.ok(case, "sshtrue", part)
             out.append(f"ssh's own setup (`ssh HOST true`) takes {med['sshtrue']:.2f} s, "

@@ -639,15 +639,19 @@ mod tests {
         let digest = file_digest(&[cv]);
         let bad = Trailer::sealed(&BlockKey::from_bytes([2; 32]), &confirm, digest);
         assert_eq!(r.handle_confirm_file(t0, &confirm, bad), Received::Mismatch);
-        feed(
-            &mut r,
-            t0,
-            &ToReceiver::End {
-                round: 0,
-                records: 3,
-            },
-        )
-        .expect("end");
+        end_round_and_verify_the_resent_block(&mut r, t0, &h, cv, 3);
+    }
+
+    /// Ends round 0 after `records` records, expects block 0 of file 0 asked again, and
+    /// verifies it when it comes in round 1.
+    fn end_round_and_verify_the_resent_block(
+        r: &mut Receiver,
+        t0: Instant,
+        h: &Header,
+        cv: [u8; 32],
+        records: u64,
+    ) {
+        feed(r, t0, &ToReceiver::End { round: 0, records }).expect("end");
         assert_eq!(
             r.poll_output(),
             Some(ReceiverOutput::Frame(ToSender::Resend {
@@ -655,7 +659,7 @@ mod tests {
                 last: true
             }))
         );
-        let again = Header { round: 1, ..h };
+        let again = Header { round: 1, ..*h };
         r.handle_header(t0, 1, &again).expect("block again");
         let sent = Trailer::sealed(&key(), &again, cv);
         assert_eq!(
@@ -678,29 +682,7 @@ mod tests {
         assert_eq!(r.handle_unopened(t0, &h, 0), Received::Mismatch);
         assert_eq!((r.table().forged, r.table().mismatches), (1, 1));
         assert_eq!(r.table().digest(0), None, "nothing of it is taken");
-        feed(
-            &mut r,
-            t0,
-            &ToReceiver::End {
-                round: 0,
-                records: 1,
-            },
-        )
-        .expect("end");
-        assert_eq!(
-            r.poll_output(),
-            Some(ReceiverOutput::Frame(ToSender::Resend {
-                blocks: vec![(0, 0)],
-                last: true
-            }))
-        );
-        let again = Header { round: 1, ..h };
-        r.handle_header(t0, 1, &again).expect("block again");
-        let sent = Trailer::sealed(&key(), &again, cv);
-        assert_eq!(
-            r.handle_block(t0, &again, 0, sent, cv),
-            Received::Verified { complete: true }
-        );
+        end_round_and_verify_the_resent_block(&mut r, t0, &h, cv, 1);
     }
 
     #[test]
