@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::TestServer;
+use common::{bytes, TestServer};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -50,19 +50,6 @@ fn cfg(s: &TestServer, direction: Direction) -> CopyConfig {
     let mut cfg = CopyConfig::new(c, direction);
     cfg.files.recursive = true;
     cfg
-}
-
-/// A deterministic pseudo-random byte stream.
-fn bytes(seed: u64, n: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A tree with every awkward size, names with spaces and non-ASCII letters, an empty

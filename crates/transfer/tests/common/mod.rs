@@ -133,3 +133,16 @@ impl RawKeys {
             .expect("contributory")
     }
 }
+
+/// A deterministic pseudo-random byte stream.
+pub(crate) fn bytes(seed: u64, n: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
