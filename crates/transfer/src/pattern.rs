@@ -72,10 +72,23 @@ impl Pattern {
             as usize
     }
 
+    /// Where payload byte `pos` of message `msg` sits in the template (`0..TEMPLATE_LEN`):
+    /// the payload from there on is the template read cyclically from that offset.
+    pub(crate) fn template_offset(&self, msg: u64, pos: u64) -> usize {
+        (self.rotation(msg) + (pos % TEMPLATE_LEN as u64) as usize) % TEMPLATE_LEN
+    }
+
+    /// The template repeated to `len` bytes: its window `[template_offset(m, p), +n)` is
+    /// `n` bytes of message `m`'s payload from `p`, for any `n <= len - TEMPLATE_LEN`.
+    pub(crate) fn periodic(&self, len: usize) -> Vec<u8> {
+        let template = &self.doubled[..TEMPLATE_LEN];
+        template.iter().copied().cycle().take(len).collect()
+    }
+
     /// The payload of message `msg` from offset `pos`, at most `max` bytes (and at most one
     /// template period): a slice that can be written as is.
     pub(crate) fn chunk(&self, msg: u64, pos: u64, max: usize) -> &[u8] {
-        let start = (self.rotation(msg) + (pos % TEMPLATE_LEN as u64) as usize) % TEMPLATE_LEN;
+        let start = self.template_offset(msg, pos);
         let left = usize::try_from(self.message_size.saturating_sub(pos)).unwrap_or(usize::MAX);
         let len = max.min(TEMPLATE_LEN).min(left);
         &self.doubled[start..start + len]
@@ -311,6 +324,23 @@ mod tests {
             pos += c.len() as u64;
         }
         v
+    }
+
+    #[test]
+    fn a_window_of_the_periodic_template_is_the_payload() {
+        let p = Pattern::new(11, 100_000);
+        let window = 3 * TEMPLATE_LEN + 123;
+        let file = p.periodic(TEMPLATE_LEN + window);
+        for (msg, pos) in [(0u64, 0u64), (5, 777), (9, 40_000), (2, 100_000 - 5)] {
+            let n = window.min((100_000 - pos) as usize);
+            let at = p.template_offset(msg, pos);
+            let mut expected = Vec::new();
+            while expected.len() < n {
+                let q = pos + expected.len() as u64;
+                expected.extend_from_slice(p.chunk(msg, q, n - expected.len()));
+            }
+            assert_eq!(&file[at..at + n], &expected[..], "message {msg} from {pos}");
+        }
     }
 
     #[test]
