@@ -24,8 +24,8 @@
 //!   than [`BELOW`] of its share for [`FairConfig::limited_after`] without its rate growing
 //!   (limited elsewhere: its own path, its application, its receiver) is *limited*: it
 //!   keeps what it uses plus [`DEMAND_HEADROOM`]; what the limited ones leave is split
-//!   equally among the others (the water level). A limited member that reaches its
-//!   allowance is unlimited again. Recomputed every [`FairConfig::interval`] and at once
+//!   equally among the others (the water level). A limited member whose rate grows past
+//!   what it used when judged by more than 10% is unlimited again. Recomputed every [`FairConfig::interval`] and at once
 //!   when a member joins or leaves.
 //! * **The cap** a member is told is its share plus [`CAP_HEADROOM`], so that the members'
 //!   caps together exceed `path` a little and a path faster than measured shows itself.
