@@ -263,9 +263,16 @@ mod tests {
             ..Timeline::default()
         };
         let c = competing(&first, &second, 2.0, second_record());
-        assert!(c.jain_transfers.is_some_and(|j| j < 0.99), "{:?}", c.jain_transfers);
+        assert!(
+            c.jain_transfers.is_some_and(|j| j < 0.99),
+            "{:?}",
+            c.jain_transfers
+        );
         let s = c.settled_bps.expect("a settled window");
-        assert!((s[0] - 50e6).abs() < 1.0 && (s[1] - 50e6).abs() < 1.0, "{s:?}");
+        assert!(
+            (s[0] - 50e6).abs() < 1.0 && (s[1] - 50e6).abs() < 1.0,
+            "{s:?}"
+        );
         assert_eq!(c.jain_settled.map(|j| (j * 1000.0).round()), Some(1000.0));
     }
 

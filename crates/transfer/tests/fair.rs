@@ -88,7 +88,11 @@ fn two_auto_transfers_at_one_server_are_both_told_they_share_it() {
         .filter(|s| s.2 == 2)
         .map(|s| s.0.as_str())
         .collect();
-    assert_eq!(both.len(), 2, "each session told it shares the server: {log:?}");
+    assert_eq!(
+        both.len(),
+        2,
+        "each session told it shares the server: {log:?}"
+    );
     for (who, r) in [("incumbent", &first), ("latecomer", &late)] {
         let share = r
             .end

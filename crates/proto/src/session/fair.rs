@@ -456,7 +456,7 @@ mod tests {
         assert_eq!(told.len(), 1, "told once, at its join: {told:?}");
         assert_eq!(told[&1].rate, None);
         assert_eq!(told[&1].sessions, 1);
-        assert_eq!(f.poll_timeout().is_some(), true);
+        assert!(f.poll_timeout().is_some());
     }
 
     #[test]
