@@ -136,6 +136,15 @@ pub struct Competing {
     pub jain_streams: Option<f64>,
     /// The first transfer's throughput before the second started, bit/s.
     pub alone_bps: Option<f64>,
+    /// Each transfer's throughput once the second had [`crate::scenario::SETTLE_S`] to
+    /// settle, over the next [`crate::scenario::SETTLED_S`] of the overlap (issue 22's
+    /// target: the incumbent's seconds 5-9 against the latecomer's 2-6), bit/s; `None`
+    /// when the overlap is shorter.
+    #[serde(default)]
+    pub settled_bps: Option<[f64; 2]>,
+    /// Jain's index over that window.
+    #[serde(default)]
+    pub jain_settled: Option<f64>,
 }
 
 /// One recorded time series (a path-change run).

@@ -76,6 +76,11 @@ impl Timeline {
     }
 }
 
+/// How long the latecomer has to settle before [`Competing::settled_bps`] is measured.
+pub const SETTLE_S: f64 = 2.0;
+/// How long [`Competing::settled_bps`] is measured over.
+pub const SETTLED_S: f64 = 4.0;
+
 /// How two transfers shared the path: `second` started `second_started_s` after `first`'s
 /// command (both on the runner's clock). The overlap is where both were moving data, on the
 /// first transfer's clock; each one's rate over it gives Jain's index of the transfers, and
@@ -98,6 +103,15 @@ pub fn competing(
     } else {
         [0.0, 0.0]
     };
+    let (s_from, s_to) = (from + SETTLE_S, from + SETTLE_S + SETTLED_S);
+    let settled_bps = (to >= s_to).then(|| {
+        [
+            first.rate_between(s_from, s_to).unwrap_or(0.0),
+            second
+                .rate_between(s_from - shift, s_to - shift)
+                .unwrap_or(0.0),
+        ]
+    });
     let streams: Vec<f64> = first
         .stream_bps
         .iter()
@@ -112,6 +126,8 @@ pub fn competing(
         jain_transfers: if to > from { jain(&overlap_bps) } else { None },
         jain_streams: jain(&streams),
         alone_bps: first.rate_between(0.0, from.min(first.end_s())),
+        jain_settled: settled_bps.as_ref().and_then(|b| jain(b)),
+        settled_bps,
     }
 }
 
@@ -218,6 +234,46 @@ mod tests {
         assert!(c.jain_streams.is_some_and(|j| j < 1.0 && j > 0.9));
         assert!(c.alone_bps.is_some_and(|a| (a - 100e6).abs() < 1.0));
         assert_eq!(c.second_at_s, 2.0);
+        // 4 s of overlap: too short for the settled window (2 s to settle, 4 s measured).
+        assert_eq!(c.settled_bps, None);
+        assert_eq!(c.jain_settled, None);
+    }
+
+    #[test]
+    fn the_settled_window_skips_the_latecomers_first_two_seconds() {
+        // First: 2 s alone at 100, then 6 s at 50; second from 2 s: 2 s at 10, 4 s at 50.
+        let mut first = steady(2, 100.0);
+        first.extend(
+            steady(6, 50.0)
+                .into_iter()
+                .map(|(s, e, b)| (s + 2.0, e + 2.0, b)),
+        );
+        let mut second = steady(2, 10.0);
+        second.extend(
+            steady(4, 50.0)
+                .into_iter()
+                .map(|(s, e, b)| (s + 2.0, e + 2.0, b)),
+        );
+        let first = Timeline {
+            intervals: first,
+            ..Timeline::default()
+        };
+        let second = Timeline {
+            intervals: second,
+            ..Timeline::default()
+        };
+        let c = competing(&first, &second, 2.0, second_record());
+        assert!(
+            c.jain_transfers.is_some_and(|j| j < 0.99),
+            "{:?}",
+            c.jain_transfers
+        );
+        let s = c.settled_bps.expect("a settled window");
+        assert!(
+            (s[0] - 50e6).abs() < 1.0 && (s[1] - 50e6).abs() < 1.0,
+            "{s:?}"
+        );
+        assert_eq!(c.jain_settled.map(|j| (j * 1000.0).round()), Some(1000.0));
     }
 
     #[test]

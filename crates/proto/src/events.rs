@@ -100,6 +100,19 @@ pub enum ServerEvent {
         /// Streams advised.
         streams: u32,
     },
+    /// A session's fair share of the path changed (see [`crate::session::fair`]).
+    Share {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// The cap its senders are paced at, payload bit/s (`None`: no cap).
+        rate_bps: Option<u64>,
+        /// Bulk sessions sharing the server.
+        sessions: u32,
+        /// What the path delivers in all, as far as the server knows, bit/s.
+        path_bps: Option<u64>,
+    },
     /// A problem outside any session (the path database), said once per kind.
     Warning {
         /// What happened.

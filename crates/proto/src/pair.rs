@@ -261,6 +261,7 @@ pub(crate) fn params(streams: u32) -> TestParams {
         seed: 1,
         corrupt_message: None,
         files: None,
+        share: false,
     }
 }
 
@@ -768,7 +769,8 @@ impl Pair {
                 | ClientOutput::LocalHint { .. }
                 | ClientOutput::StopSenders
                 | ClientOutput::AbortEngine
-                | ClientOutput::Queued { .. } => {}
+                | ClientOutput::Queued { .. }
+                | ClientOutput::Pace { .. } => {}
             }
         }
     }

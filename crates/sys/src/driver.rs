@@ -16,12 +16,17 @@
 //!
 //! `OpenStreams` actions are not socket options: the driver collects them and the transfer
 //! engine takes them with [`TunerDriver::take_stream_requests`].
+//!
+//! A pacing cap from outside the tuner (the session's fair share of a path shared with
+//! other transfers, see [`TunerDriver::share_cap`]) may come at any time after step 3: the
+//! socket is then paced at the lower of it and the tuner's own cap ([`lower_cap`]).
 
 use crate::sockopt::{self, SockoptError};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 use tcptune_core::{
-    Action, ConnEvent, Decimated, PathHint, SampleRecord, StreamStats, TcpSnapshot, Time, Tuner,
+    Action, ConnEvent, Decimated, PathHint, Rate, SampleRecord, StreamStats, TcpSnapshot, Time,
+    Tuner,
 };
 
 /// The shortest interval between two samples of one socket.
@@ -79,6 +84,19 @@ pub struct TunerDriver {
     closed: bool,
     /// Smallest `SO_RCVBUF` applied (see [`TunerDriver::accepted`]).
     rcvbuf_floor: Option<tcptune_core::Bytes>,
+    /// The tuner's own pacing cap, as it last asked.
+    tuner_pacing: Option<Rate>,
+    /// The stream's part of the session's fair share (see [`TunerDriver::share_cap`]).
+    share: Option<Rate>,
+}
+
+/// The lower of two pacing caps (`None`: no cap).
+pub fn lower_cap(a: Option<Rate>, b: Option<Rate>) -> Option<Rate> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
 }
 
 impl std::fmt::Debug for TunerDriver {
@@ -125,6 +143,8 @@ impl TunerDriver {
             next_due: Time::ZERO,
             closed: false,
             rcvbuf_floor: None,
+            tuner_pacing: None,
+            share: None,
         }
     }
 
@@ -271,6 +291,17 @@ impl TunerDriver {
                         "raised to {floor}, one segment: a smaller receive buffer set after the handshake stalls the sender"
                     )),
                 ),
+                (Action::SetMaxPacingRate(r), _) => {
+                    self.tuner_pacing = *r;
+                    let cap = lower_cap(*r, self.share);
+                    let note = (cap != *r).then(|| {
+                        format!(
+                            "held at the session's fair share of the path, {}",
+                            cap.map_or_else(|| "no cap".to_string(), |c| c.to_string())
+                        )
+                    });
+                    (Action::SetMaxPacingRate(cap), note)
+                }
                 _ => (action.clone(), None),
             };
             let (effective, error) = match sockopt::apply_action(fd, &applied, self.force) {
@@ -317,6 +348,45 @@ impl TunerDriver {
         self.known_streams = streams;
         self.tuner.handle_hint(now, hint, streams);
         self.drain(now, fd);
+    }
+
+    /// The stream's part of its session's fair share of the path (`None`: no share cap):
+    /// the socket is paced at the lower of it and the tuner's own cap from now on. Applied
+    /// and recorded (as a `set_max_pacing_rate` change with a note) when it changes.
+    pub fn share_cap(&mut self, now: Time, fd: BorrowedFd<'_>, cap: Option<Rate>) {
+        if self.closed || cap == self.share {
+            return;
+        }
+        self.share = cap;
+        let action = Action::SetMaxPacingRate(lower_cap(self.tuner_pacing, cap));
+        let (effective, error) = match sockopt::apply_action(fd, &action, self.force) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(format!("{e} on stream {}", self.stream))),
+        };
+        self.stats.add_change();
+        let note = Some(match cap {
+            Some(c) => format!("the session's fair share of the path: {c} for this stream"),
+            None => "the session's fair share lifted (alone on the path)".to_string(),
+        });
+        let keep = if self.record_series {
+            CHANGES_CAPACITY
+        } else {
+            8
+        };
+        if self.changes.len() < keep {
+            self.changes.push(AppliedChange {
+                at: now,
+                action,
+                effective,
+                error,
+                note,
+            });
+        }
+    }
+
+    /// The share cap in force (see [`TunerDriver::share_cap`]).
+    pub fn share(&self) -> Option<Rate> {
+        self.share
     }
 
     /// Requests for more streams collected since the last call.
@@ -472,6 +542,47 @@ mod tests {
             clamp >= effective / 2,
             "clamp {clamp} stayed below the buffer {effective} set after the data"
         );
+    }
+
+    #[test]
+    fn a_share_cap_holds_the_tuners_pacing_at_the_lower_and_lifts_back_to_it() {
+        /// Asks for a 100 Mbit/s pacing cap on every snapshot.
+        struct Pacer;
+        impl Tuner for Pacer {
+            fn name(&self) -> &'static str {
+                "pacer"
+            }
+            fn handle_event(&mut self, _now: Time, _e: ConnEvent) {}
+            fn handle_snapshot(&mut self, _now: Time, _s: &TcpSnapshot) {}
+            fn poll_action(&mut self) -> Option<Action> {
+                None
+            }
+            fn poll_interval(&self) -> Option<Duration> {
+                None
+            }
+        }
+        assert_eq!(lower_cap(None, None), None);
+        assert_eq!(lower_cap(Some(Rate::mbit(5)), None), Some(Rate::mbit(5)));
+        assert_eq!(
+            lower_cap(Some(Rate::mbit(5)), Some(Rate::mbit(3))),
+            Some(Rate::mbit(3))
+        );
+        let (c, _s) = pair();
+        let mut d = TunerDriver::new(Box::new(Pacer), 1, 1, false, true);
+        d.established(Time::ZERO, c.as_fd());
+        d.share_cap(Time::from_millis(1), c.as_fd(), Some(Rate::mbit(80)));
+        // The same cap again is nothing to do.
+        d.share_cap(Time::from_millis(2), c.as_fd(), Some(Rate::mbit(80)));
+        assert_eq!(d.changes().len(), 1);
+        let ch = &d.changes()[0];
+        assert_eq!(ch.action, Action::SetMaxPacingRate(Some(Rate::mbit(80))));
+        // Read back in bytes per second.
+        assert_eq!(ch.effective, Some(10_000_000));
+        assert!(ch.note.as_deref().is_some_and(|n| n.contains("fair share")));
+        assert_eq!(d.share(), Some(Rate::mbit(80)));
+        d.share_cap(Time::from_millis(3), c.as_fd(), None);
+        assert_eq!(d.changes()[1].action, Action::SetMaxPacingRate(None));
+        assert_eq!(d.changes()[1].effective, Some(u64::MAX));
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn params() -> TestParams {
         seed: 7,
         corrupt_message: None,
         files: None,
+        share: false,
     }
 }
 

@@ -147,6 +147,7 @@ impl Raw {
             seed: 7,
             corrupt_message: None,
             files: Some(job),
+            share: false,
         };
         let kx = RawKeys::new(token);
         let msgs = [

@@ -300,6 +300,10 @@ struct LogLine<'a> {
     outcome: Option<&'static str>,
     /// Queue left: how long the client waited.
     waited_ms: Option<u64>,
+    /// Share: bulk sessions sharing the server.
+    sessions: Option<u32>,
+    /// Share: what the path delivers in all, as far as the server knows.
+    path_bps: Option<u64>,
 }
 
 /// A JSON log line of the memory budget's shares.
@@ -409,6 +413,8 @@ impl LogLine<'_> {
             place: None,
             outcome: None,
             waited_ms: None,
+            sessions: None,
+            path_bps: None,
         }
     }
 }
@@ -484,6 +490,20 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
         ServerEvent::Warning { message } => LogLine {
             error: Some(message),
             ..LogLine::of("warning")
+        },
+        ServerEvent::Share {
+            peer,
+            session,
+            rate_bps,
+            sessions,
+            path_bps,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            rate_bps: *rate_bps,
+            sessions: Some(*sessions),
+            path_bps: *path_bps,
+            ..LogLine::of("share")
         },
         ServerEvent::Queued {
             peer,
@@ -588,6 +608,24 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             if *full_pipe { "" } else { " (at least)" }
         ),
         ServerEvent::Warning { message } => format!("warning: {}", esc(message)),
+        ServerEvent::Share {
+            rate_bps,
+            sessions,
+            path_bps,
+            ..
+        } => format!(
+            "{} session {} fair share: {} ({sessions} session(s) share {})",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            rate_bps.map_or_else(
+                || "no cap".to_string(),
+                |r| format!("paced at {}", tcptune_core::human_bps(r as f64))
+            ),
+            path_bps.map_or_else(
+                || "a path not measured yet".to_string(),
+                |r| tcptune_core::human_bps(r as f64)
+            ),
+        ),
         ServerEvent::Queued { place, reason, .. } => format!(
             "{} session {} waits in the queue at place {place}: {}",
             line.peer.as_deref().unwrap_or(""),

@@ -360,6 +360,8 @@ fn competing_transfers_are_fair_above_a_jain_index_of_0_9() {
         };
         let mut rec = run_cell(&k, 1, 500.0, 1 << 20);
         rec.competing = Some(Box::new(Competing {
+            settled_bps: None,
+            jain_settled: None,
             second: run_cell(&k, 1, 400.0, 1 << 20),
             second_at_s: 4.0,
             overlap_s: [4.0, 8.0],

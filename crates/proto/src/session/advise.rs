@@ -276,12 +276,11 @@ impl AdviseClient {
             other @ (ServerMsg::Accepted { .. }
             | ServerMsg::WantStreams { .. }
             | ServerMsg::PhaseResult { .. }
-            | ServerMsg::FileFailed { .. }) => {
-                self.fail(Failure::Protocol(Violation::Unexpected {
-                    kind: other.kind(),
-                    during: "an advice",
-                }))
-            }
+            | ServerMsg::FileFailed { .. }
+            | ServerMsg::Share { .. }) => self.fail(Failure::Protocol(Violation::Unexpected {
+                kind: other.kind(),
+                during: "an advice",
+            })),
         }
     }
 

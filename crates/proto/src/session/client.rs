@@ -44,6 +44,11 @@ use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
 use tcptune_core::{HostLimits, PathHint, Rate, Time};
 
+/// The budget of a server's fair share ([`ServerMsg::Share`]): a cap below this is raised to
+/// it (a server, or whoever speaks for it, cannot slow a transfer to a crawl this way; it
+/// could still read slowly).
+pub const MIN_SHARE: Rate = Rate(1_000_000);
+
 /// What the client's session needs to know.
 #[derive(Clone, Debug)]
 pub struct ClientPlan {
@@ -291,6 +296,17 @@ pub enum ClientOutput {
     },
     /// The session failed.
     Failed(Failure),
+    /// The server's fair share for this session (see [`crate::session::fair`]): local
+    /// senders pace the phase's streams together at most at `rate` (`None`: no cap); a
+    /// receiving client only reports it (the server paces its own senders).
+    Pace {
+        /// The cap, payload (`None`: no cap), at least [`MIN_SHARE`].
+        rate: Option<Rate>,
+        /// Bulk sessions sharing the server, this one included.
+        sessions: u32,
+        /// What the path delivers in all, as far as the server knows.
+        path: Option<Rate>,
+    },
     /// The server has no slot yet: the session waits in its queue at this place (the
     /// driver tells the user; nothing else to do).
     Queued {
@@ -758,6 +774,25 @@ impl ClientSession {
                     return self.fail(Failure::Protocol(Violation::EarlyResult { seq }));
                 }
                 self.complete(Some(result));
+            }
+            ServerMsg::Share {
+                rate_bps,
+                sessions,
+                path_bps,
+            } => {
+                // Only a running main phase is paced; a share that crosses the phase's end
+                // (or comes before it) is nothing to act on.
+                let main = self
+                    .phase
+                    .as_ref()
+                    .is_some_and(|p| p.kind == Phase::Main && !p.ended && !p.stopped);
+                if main && self.plan.params.share {
+                    self.out.push_back(ClientOutput::Pace {
+                        rate: rate_bps.map(|r| Rate(r.max(MIN_SHARE.0))),
+                        sessions,
+                        path: path_bps.map(Rate),
+                    });
+                }
             }
             ServerMsg::FileFailed { mut failure } => {
                 failure.message = format!("at the server: {}", failure.message);

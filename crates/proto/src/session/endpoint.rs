@@ -44,6 +44,10 @@
 //!   session's measurement likewise has its own, stricter rate per group.
 //! * **Monitoring** ([`EndpointEvent::Monitor`]): admissions, handshake times, refusals by
 //!   kind, ends of sessions and advice, for `serve --metrics`.
+//! * **Fair shares** ([`crate::session::fair`]): every session's main phase shares the path
+//!   with the others'; each session that takes shares ([`crate::wire::TestParams::share`])
+//!   is told its own ([`ServerMsg::Share`]) when it changes, and when the server sends
+//!   (`reverse`) the driver paces the session's engine at it ([`EndpointEvent::Pace`]).
 //!
 //! # Calling order
 //!
@@ -56,6 +60,7 @@
 //! [`Endpoint::poll_timeout`]. After every call drain [`Endpoint::poll_event`] and carry the
 //! events out in order.
 
+use super::fair::{FairConfig, FairShare};
 use super::guard::{addr_group, Backoff, LogDecision, LogLimiter, RateLimiter, ReplayCache};
 use super::server::advise::{KnownPath, LookupAnswer};
 use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
@@ -66,7 +71,7 @@ use crate::keys::{CopyKeys, KeyExchange, KeyShare, SessionKeys};
 use crate::result::SideResult;
 use crate::session::Event;
 use crate::wire::{
-    self, ClientMsg, DataHello, FrameReader, ProtoError, ServerLimits, ServerMsg, Token,
+    self, ClientMsg, DataHello, FrameReader, Phase, ProtoError, ServerLimits, ServerMsg, Token,
     DATA_HELLO_LEN, DATA_MAGIC, MAX_CLIENT_FRAME, MAX_SERVER_FRAME,
 };
 use slots::{Progress, WaitQueue};
@@ -179,6 +184,14 @@ pub enum EndpointEvent {
         conn: ConnId,
         /// Its stream number.
         index: u32,
+    },
+    /// Pace the session's engine (its senders, this end sends): its streams together at
+    /// most at `rate` (`None`: no cap). Its fair share (see [`crate::session::fair`]).
+    Pace {
+        /// The session.
+        session: SessionId,
+        /// The cap.
+        rate: Option<tcptune_core::Rate>,
     },
     /// Tell the engine's tuners what is now known of the path.
     Hint {
@@ -370,6 +383,8 @@ struct SessionEntry {
     keys: SessionKeys,
     /// The payload it moved, for the minimum rate.
     progress: Progress,
+    /// It takes fair shares (the client said so), and the server sends.
+    share: (bool, bool),
 }
 
 /// The server's control plane. See the module documentation.
@@ -407,6 +422,8 @@ pub struct Endpoint {
     shedding: bool,
     /// The queue is being served (no re-entry).
     serving: bool,
+    /// The fair shares of the path between the sessions' main phases.
+    fair: FairShare,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -469,6 +486,7 @@ impl Endpoint {
             held: 0,
             shedding: false,
             serving: false,
+            fair: FairShare::new(FairConfig::default()),
         }
     }
 
@@ -514,6 +532,7 @@ impl Endpoint {
             self.limiter.next_due(),
             samples,
             self.queue.next_tell(),
+            self.fair.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -1051,6 +1070,12 @@ impl Endpoint {
                 }
                 SessionOutput::StartEngine(spec) => {
                     e.progress.phase_started();
+                    if spec.kind == Phase::Main && e.session.mode() != "advise" {
+                        e.share = (spec.params.share, spec.params.reverse);
+                        // A rate measured with a full pipe, fresh (careful resume's).
+                        let known = spec.hint.rate.filter(|_| spec.hint.resume);
+                        self.fair.join(now, sid, known);
+                    }
                     let token = e.token;
                     if let Some(t) = e.accepted.take() {
                         if e.session.mode() != "advise" {
@@ -1082,6 +1107,9 @@ impl Endpoint {
                     });
                 }
                 SessionOutput::Hint { hint, streams } => {
+                    if let (Some(rate), false) = (hint.rate, hint.rate_is_lower_bound) {
+                        self.fair.path_rate(sid, rate);
+                    }
                     self.events.push_back(EndpointEvent::Hint {
                         session: sid,
                         hint,
@@ -1089,14 +1117,17 @@ impl Endpoint {
                     });
                 }
                 SessionOutput::StopSenders => {
+                    self.fair.leave(now, sid);
                     self.events
                         .push_back(EndpointEvent::StopSenders { session: sid });
                 }
                 SessionOutput::AbortEngine => {
+                    self.fair.leave(now, sid);
                     self.events
                         .push_back(EndpointEvent::AbortEngine { session: sid });
                 }
                 SessionOutput::FinishEngine { seq } => {
+                    self.fair.leave(now, sid);
                     self.events
                         .push_back(EndpointEvent::FinishEngine { session: sid, seq });
                 }
@@ -1113,8 +1144,51 @@ impl Endpoint {
                         direction,
                     });
                 }
-                SessionOutput::Close(end) => return self.end_session(now, sid, end),
+                SessionOutput::Close(end) => {
+                    self.end_session(now, sid, end);
+                    return self.tell_shares();
+                }
             }
+            self.tell_shares();
+        }
+    }
+
+    /// Tell the sessions whose fair share changed (a message to each that takes shares, the
+    /// pacing of the server's own senders when it sends) and log it.
+    fn tell_shares(&mut self) {
+        while let Some((sid, share)) = self.fair.poll_share() {
+            let Some(e) = self.sessions.get(&sid) else {
+                continue;
+            };
+            let (tell, reverse) = e.share;
+            if !tell {
+                continue;
+            }
+            let msg = ServerMsg::Share {
+                rate_bps: share.rate.map(|r| r.0),
+                sessions: share.sessions,
+                path_bps: share.path.map(|r| r.0),
+            };
+            if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
+                self.events.push_back(EndpointEvent::Send {
+                    conn: e.ctrl,
+                    frame,
+                });
+            }
+            if reverse {
+                self.events.push_back(EndpointEvent::Pace {
+                    session: sid,
+                    rate: share.rate,
+                });
+            }
+            self.events
+                .push_back(EndpointEvent::Log(ServerEvent::Share {
+                    peer: e.peer,
+                    session: e.label.clone(),
+                    rate_bps: share.rate.map(|r| r.0),
+                    sessions: share.sessions,
+                    path_bps: share.path.map(|r| r.0),
+                }));
         }
     }
 
@@ -1122,6 +1196,7 @@ impl Endpoint {
         let Some(e) = self.sessions.remove(&sid) else {
             return;
         };
+        self.fair.leave(now, sid);
         self.tokens.remove(&e.token);
         self.reserved = self.reserved.saturating_sub(e.reserved);
         if let Some(a) = self.addrs.get_mut(&addr_group(e.peer.ip())) {
@@ -1251,6 +1326,11 @@ impl Endpoint {
             self.pump(now, sid);
         }
         self.sample_progress(now, observe);
+        if self.fair.poll_timeout().is_some_and(|t| t <= now) {
+            self.fair
+                .tick(now, &|sid| observe(sid).map(|o| o.delivered));
+            self.tell_shares();
+        }
         self.serve_queue(now);
         self.tell_places(now);
         for (kind, count) in self.limiter.due_summaries(now) {

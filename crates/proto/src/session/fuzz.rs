@@ -116,6 +116,7 @@ fn params(r: &mut Rng) -> TestParams {
         seed: r.next(),
         corrupt_message: r.chance(5).then(|| r.below(10)),
         files: None,
+        share: r.chance(50),
     }
 }
 
@@ -572,7 +573,7 @@ fn the_client_session_survives_random_servers() {
                     },
                 ),
                 1..=3 => {
-                    let m = match r.below(7) {
+                    let m = match r.below(8) {
                         0 => ServerMsg::Challenge {
                             nonce: wire::to_hex(&r.bytes(32)),
                             reason: "fuzz".into(),
@@ -608,6 +609,11 @@ fn the_client_session_survives_random_servers() {
                         5 => ServerMsg::Queued {
                             place: r.next() as u32,
                             expected_wait_s: r.chance(50).then(|| r.next()),
+                        },
+                        6 => ServerMsg::Share {
+                            rate_bps: r.chance(80).then(|| r.pick_u64()),
+                            sessions: r.next() as u32,
+                            path_bps: r.chance(50).then(|| r.pick_u64()),
                         },
                         _ => ServerMsg::Rejected {
                             reason: "fuzz".into(),

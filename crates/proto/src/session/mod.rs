@@ -10,12 +10,14 @@
 //!   detection).
 //! * [`advise`]: the client's side of an advice (`tcptune advise`); the server's is an
 //!   advice session of [`server`].
+//! * [`fair`]: the fair shares of the path between the bulk sessions of one server.
 //! * [`guard`]: the small defences (replay cache, auth backoff, log limiter, rate limits,
 //!   escaping).
 
 pub mod advise;
 pub mod client;
 pub mod endpoint;
+pub mod fair;
 pub mod guard;
 pub mod server;
 

@@ -202,6 +202,12 @@ pub struct TestParams {
     /// phase's streams carry the files (see [`crate::files`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<crate::files::FileJob>,
+    /// The client takes [`ServerMsg::Share`]: its session shares the path fairly with the
+    /// server's other bulk sessions (the sending end paces at the share). A server that
+    /// predates it ignores the field and never sends a share; one that knows it sends
+    /// shares only to clients that set it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share: bool,
 }
 
 /// What the server allows.
@@ -439,6 +445,21 @@ pub enum ServerMsg {
         /// The path's facts and what to set.
         advice: Box<crate::advice::Advice>,
     },
+    /// The session's fair share of the path it shares with the server's other bulk
+    /// sessions (see [`crate::session::fair`]), sent only to a client that set
+    /// [`TestParams::share`], when its main phase runs and whenever the share changes. The
+    /// sending end (the client, or the server with `reverse`) paces the session's streams
+    /// together at most at `rate_bps`; `null` lifts the cap (the session is alone).
+    Share {
+        /// The cap, payload bit/s (`None`: no cap).
+        #[serde(default)]
+        rate_bps: Option<u64>,
+        /// Bulk sessions sharing the server, this one included.
+        sessions: u32,
+        /// What the path delivers in all, as far as the server knows, bit/s.
+        #[serde(default)]
+        path_bps: Option<u64>,
+    },
     /// The server gives up on the session (integrity failure, error, timeout).
     Abort {
         /// The data did not check out.
@@ -478,6 +499,7 @@ impl ServerMsg {
             ServerMsg::FileFailed { .. } => "file_failed",
             ServerMsg::Measure { .. } => "measure",
             ServerMsg::Advice { .. } => "advice",
+            ServerMsg::Share { .. } => "share",
             ServerMsg::Abort { .. } => "abort",
         }
     }
@@ -526,6 +548,7 @@ mod tests {
             seed: 99,
             corrupt_message: None,
             files: None,
+            share: false,
         }
     }
 
@@ -589,6 +612,26 @@ mod tests {
         other[15] = 0;
         assert!(!t.ct_eq(&Token(other)));
         assert_eq!(format!("{t:?}"), "Token(abababab..)");
+    }
+
+    #[test]
+    fn share_is_opt_in_both_ways_and_older_peers_ignore_it() {
+        // A client that predates shares says nothing; a server reads that as "no".
+        let mut v = serde_json::to_value(params()).expect("serialize");
+        assert!(v.get("share").is_none(), "not sent when false: {v}");
+        v["share"] = serde_json::Value::Bool(true);
+        let p: TestParams = serde_json::from_value(v).expect("parse");
+        assert!(p.share);
+        // The message round-trips; a cap of null lifts it.
+        let m = ServerMsg::Share {
+            rate_bps: None,
+            sessions: 2,
+            path_bps: Some(9),
+        };
+        let mut wire = Vec::new();
+        write_msg(&mut wire, &m).expect("encode");
+        assert_eq!(decode::<ServerMsg>(&wire[4..]).expect("decode"), m);
+        assert_eq!(m.kind(), "share");
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub(super) struct MainResult {
     pub(super) measured: Option<Measured>,
     /// What careful resume did, when it was asked for.
     pub(super) resume: Option<crate::report::ResumeReport>,
+    /// The server's fair shares, if it told any.
+    pub(super) share: Option<crate::report::ShareReport>,
 }
 
 /// A data connection being opened.
@@ -143,6 +145,8 @@ pub(super) struct Conversation<'a> {
     keyless: Vec<(u32, std::net::TcpStream, Box<TunerDriver>)>,
     /// The wait in the server's queue, if the server put this client in it.
     queue: Option<QueueWait>,
+    /// The server's fair shares told during the main phase.
+    share: Option<crate::report::ShareReport>,
 }
 
 /// A client's wait in the server's queue: from its first place to its admission.
@@ -207,6 +211,7 @@ impl<'a> Conversation<'a> {
             keys: None,
             keyless: Vec::new(),
             queue: None,
+            share: None,
         })
     }
 
@@ -315,6 +320,7 @@ impl<'a> Conversation<'a> {
             reason: (total > initial).then_some(reason).flatten(),
         };
         self.measured = None;
+        self.share = None;
         let (local, intervals, outcome, _) = self.run_phase(req, progress)?;
         // Never past the phase, whatever happened to its streams.
         self.route = None;
@@ -324,6 +330,7 @@ impl<'a> Conversation<'a> {
             outcome,
             measured: self.measured.take(),
             resume,
+            share: self.share.take(),
         })
     }
 
@@ -706,6 +713,31 @@ impl<'a> Conversation<'a> {
                 ClientOutput::AbortEngine => {
                     if let Some(p) = &self.phase {
                         p.engine.abort();
+                    }
+                }
+                ClientOutput::Pace {
+                    rate,
+                    sessions,
+                    path,
+                } => {
+                    if let Some(p) = self.phase.as_ref().filter(|p| p.main) {
+                        // The sender paces; a receiving client only reports it (the server
+                        // paces its own senders).
+                        if !self.cfg.reverse {
+                            p.engine.pace(rate);
+                        }
+                        let t_s = p
+                            .engine
+                            .started()
+                            .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+                        self.share.get_or_insert_with(Default::default).push(
+                            crate::report::ShareChange {
+                                t_s,
+                                rate_bps: rate.map(|r| r.0),
+                                sessions,
+                                path_bps: path.map(|r| r.0),
+                            },
+                        );
                     }
                 }
                 ClientOutput::PhaseDone { outcome, .. } => return Ok(Some(outcome)),

@@ -17,7 +17,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::Instant;
-use tcptune_core::{HostLimits, PathHint};
+use tcptune_core::{HostLimits, PathHint, TuneMode};
 use tcptune_sys::os::unix_now;
 
 /// Run a transfer of the verified pattern (`send`). `progress` is called about 5 times a
@@ -216,6 +216,7 @@ fn finish(
             server_requires_secret: server.as_ref().map(|s| s.auth_required),
             resume: resume_report(learned.resume, &main.resume),
             queue: s.conv.queue_report(),
+            share: main.share.clone(),
             capped: main.outcome.capped,
             interrupted: main.outcome.interrupted,
             streams_reason: main.outcome.streams_reason.clone(),
@@ -349,6 +350,9 @@ fn test_params(cfg: &ClientConfig, seed: u64, files: Option<crate::files::FileJo
         seed,
         corrupt_message: cfg.corrupt_message,
         files,
+        // `auto` is the good neighbour (issue 22): it takes the server's fair share of the
+        // path; the other modes are the techniques as published, compared as they are.
+        share: cfg.tune == TuneMode::Auto,
     }
 }
 

@@ -303,6 +303,14 @@ impl Engine {
         });
     }
 
+    /// The session's fair share of the path (see `tcptune_proto::session::fair`): this
+    /// end's streams are paced together at most at `rate` (`None`: no cap), split evenly
+    /// over the open streams and re-split as they open and close. Only a sender's pacing
+    /// matters.
+    pub(crate) fn pace(&self, rate: Option<tcptune_core::Rate>) {
+        let _ = self.sampler_tx.send(SamplerCmd::Pace(rate));
+    }
+
     /// Senders stop at their next write (end of a duration workload).
     pub(crate) fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);

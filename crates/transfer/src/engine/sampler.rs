@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tcptune_core::{Action, PathHint, Role, SampleRecord, Time};
+use tcptune_core::{Action, PathHint, Rate, Role, SampleRecord, Time};
 use tcptune_sys::driver::TunerDriver;
 use tcptune_sys::os::{thread_cpu, CpuTimes};
 
@@ -25,6 +25,9 @@ pub(super) enum SamplerCmd {
         hint: PathHint,
         streams: u32,
     },
+    /// The session's fair share: the open streams are paced together at most at this
+    /// (`None`: no cap), split evenly.
+    Pace(Option<Rate>),
     Finish,
 }
 
@@ -113,6 +116,7 @@ pub(super) fn sampler_main(
     let mut cutter = Cutter::new(cfg);
     let mut finishing = false;
     let mut peaks = TotalPeaks::default();
+    let mut pacer = SharePacer::default();
     // What the last turn's wait brought, handled at the top of the next turn.
     let mut received: Option<Result<SamplerCmd, RecvTimeoutError>> = None;
     loop {
@@ -140,10 +144,12 @@ pub(super) fn sampler_main(
                     }
                 }
             }
+            Some(Ok(SamplerCmd::Pace(rate))) => pacer.wanted = Some(rate),
             Some(Ok(SamplerCmd::Finish) | Err(RecvTimeoutError::Disconnected)) => finishing = true,
             Some(Err(RecvTimeoutError::Timeout)) | None => {}
         }
         sample_due(&mut entries, t, sender, shared);
+        pacer.apply(&mut entries, t);
         peaks.fold(&open_total(&entries));
         // Intervals, once the transfer started.
         let started = t0.lock().ok().and_then(|g| *g);
@@ -204,6 +210,38 @@ fn sample_due(entries: &mut [SamplerEntry], t: Time, sender: bool, shared: &Shar
             shared.post(Event::MoreStreams(req));
         }
     }
+}
+
+/// The session's fair share split over its open streams: re-split when the share or the
+/// number of open streams changes.
+#[derive(Default)]
+struct SharePacer {
+    /// The session's cap, once one was asked for (`Some(None)`: no cap).
+    wanted: Option<Option<Rate>>,
+    /// What was applied: the cap and over how many streams.
+    applied: Option<(Option<Rate>, usize)>,
+}
+
+impl SharePacer {
+    fn apply(&mut self, entries: &mut [SamplerEntry], t: Time) {
+        let Some(cap) = self.wanted else { return };
+        let open = entries.iter().filter(|e| e.stream.is_some()).count();
+        if open == 0 || self.applied == Some((cap, open)) {
+            return;
+        }
+        self.applied = Some((cap, open));
+        let each = per_stream(cap, open);
+        for e in entries.iter_mut() {
+            if let Some(s) = &e.stream {
+                e.driver.share_cap(t, s.as_fd(), each);
+            }
+        }
+    }
+}
+
+/// One stream's part of a session's cap over `open` streams (at least 1 byte/s).
+fn per_stream(cap: Option<Rate>, open: usize) -> Option<Rate> {
+    cap.map(|c| Rate((c.0 / open.max(1) as u64).max(8)))
 }
 
 /// What all open streams hold together, each as last sampled (at most one sampling
@@ -336,5 +374,19 @@ fn make_interval(
             omitted: false,
             sender,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_stream;
+    use tcptune_core::Rate;
+
+    #[test]
+    fn a_share_is_split_evenly_over_the_open_streams() {
+        assert_eq!(per_stream(None, 4), None);
+        assert_eq!(per_stream(Some(Rate::mbit(400)), 4), Some(Rate::mbit(100)));
+        assert_eq!(per_stream(Some(Rate::mbit(400)), 0), Some(Rate::mbit(400)));
+        assert_eq!(per_stream(Some(Rate(3)), 2), Some(Rate(8)));
     }
 }

@@ -39,6 +39,7 @@ pub(crate) struct Assembly<'a> {
     pub(crate) server_requires_secret: Option<bool>,
     pub(crate) resume: Option<ResumeReport>,
     pub(crate) queue: Option<QueueReport>,
+    pub(crate) share: Option<crate::report::ShareReport>,
     pub(crate) capped: bool,
     pub(crate) interrupted: bool,
     pub(crate) streams_reason: Option<String>,
@@ -345,6 +346,7 @@ fn end_tcptune(
         setup_round_trips: a.round_trips.0,
         finish_round_trips: a.round_trips.1,
         delivery_rate_max_bps: a.delivery_rate_max_bps,
+        share: a.share.clone(),
         cpu_s: CpuSeconds {
             host_user: a.host_cpu.user.as_secs_f64(),
             host_system: a.host_cpu.system.as_secs_f64(),
@@ -535,6 +537,7 @@ mod tests {
             seed: 1,
             corrupt_message: None,
             files: None,
+            share: false,
         }
     }
 
@@ -568,6 +571,7 @@ mod tests {
             server_requires_secret: None,
             resume: None,
             queue: None,
+            share: None,
             capped,
             interrupted: false,
             streams_reason: None,

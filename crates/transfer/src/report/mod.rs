@@ -312,6 +312,44 @@ pub struct StartTcptune {
     pub queue: Option<QueueReport>,
 }
 
+/// The server's fair shares of the path for one transfer (issue 22's good neighbour): what
+/// it was told, when. The sending end paced the transfer's streams together at the share.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShareReport {
+    /// Each share told, in order (the first [`ShareReport::MAX_CHANGES`]).
+    pub changes: Vec<ShareChange>,
+    /// Shares told beyond those.
+    pub changes_dropped: u32,
+}
+
+impl ShareReport {
+    /// Shares a report keeps.
+    pub const MAX_CHANGES: usize = 64;
+
+    /// Record one share.
+    pub fn push(&mut self, c: ShareChange) {
+        if self.changes.len() < Self::MAX_CHANGES {
+            self.changes.push(c);
+        } else {
+            self.changes_dropped = self.changes_dropped.saturating_add(1);
+        }
+    }
+}
+
+/// One fair share the server told.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareChange {
+    /// When it came, seconds from the transfer's start (the intervals' clock).
+    pub t_s: f64,
+    /// The cap on the transfer's streams together, payload bit/s (`null`: no cap, the
+    /// transfer was alone on the server).
+    pub rate_bps: Option<u64>,
+    /// Bulk transfers sharing the server, this one included.
+    pub sessions: u32,
+    /// What the path delivers in all, as far as the server knows, bit/s.
+    pub path_bps: Option<u64>,
+}
+
 /// A client's wait in the server's queue for a session slot (`send --wait`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueReport {
@@ -755,6 +793,11 @@ pub struct EndTcptune {
     /// database: a lower bound on the path's rate).
     #[serde(default)]
     pub delivery_rate_max_bps: Option<u64>,
+    /// The server's fair shares of the path for this transfer, when it shared the server
+    /// with other bulk transfers (`serve` tells `auto` clients; see `docs/json.md`);
+    /// `null` when the server told none (an older server, another mode than `auto`).
+    #[serde(default)]
+    pub share: Option<ShareReport>,
     /// CPU seconds of both ends during the main phase: this process (all its threads) and
     /// the peer's session (the threads that served this session's streams; a server's
     /// control loop, shared by its sessions, is not counted).

@@ -663,6 +663,11 @@ impl Driver {
                         p.streams = p.streams.max(streams);
                     }
                 }
+                EndpointEvent::Pace { session, rate } => {
+                    if let Some(p) = self.phases.get(&session) {
+                        p.engine.pace(rate);
+                    }
+                }
                 EndpointEvent::StopSenders { session } => {
                     if let Some(p) = self.phases.get(&session) {
                         p.engine.stop();

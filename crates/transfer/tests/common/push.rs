@@ -55,6 +55,7 @@ pub(crate) fn push_ask(
         seed: 7,
         corrupt_message: None,
         files: None,
+        share: false,
     };
     let raw = RawKeys::new(token);
     let hello = raw.hello(token, "test");

@@ -959,3 +959,49 @@ fn a_client_with_a_secret_refuses_a_server_that_does_not_check_it() {
     s.handle_msg(t0, accepted(4));
     assert!(s.server().is_some());
 }
+
+fn share(rate_bps: Option<u64>) -> ServerMsg {
+    ServerMsg::Share {
+        rate_bps,
+        sessions: 2,
+        path_bps: Some(800_000_000),
+    }
+}
+
+#[test]
+fn a_share_paces_the_main_phase_within_its_budget_and_only_when_asked_for() {
+    let t0 = Instant::now();
+    let mut p = plan();
+    p.params.share = true;
+    let mut s = running(t0, p);
+    s.handle_msg(t0, share(Some(400_000_000)));
+    s.handle_msg(t0, share(None));
+    // A hostile server's crawl is raised to the budget's floor.
+    s.handle_msg(t0, share(Some(1)));
+    let out = drain(&mut s);
+    let paced: Vec<Option<Rate>> = out
+        .iter()
+        .filter_map(|o| match o {
+            ClientOutput::Pace { rate, sessions, .. } => {
+                assert_eq!(*sessions, 2);
+                Some(*rate)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(paced, vec![Some(Rate::mbit(400)), None, Some(MIN_SHARE)]);
+    assert!(sent(&out).is_empty(), "nothing to answer");
+    // A client that did not ask for shares ignores them (a server that sends them anyway
+    // breaks nothing).
+    let mut s = running(t0, plan());
+    s.handle_msg(t0, share(Some(400_000_000)));
+    assert!(drain(&mut s).is_empty());
+    // Outside a main phase there is nothing to pace.
+    let mut p = plan();
+    p.params.share = true;
+    let mut s = ClientSession::new(t0, p);
+    s.handle_msg(t0, share(Some(400_000_000)));
+    assert!(!drain(&mut s)
+        .iter()
+        .any(|o| matches!(o, ClientOutput::Pace { .. })));
+}

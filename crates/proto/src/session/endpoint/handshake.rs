@@ -567,6 +567,7 @@ impl Endpoint {
                 accepted: Some(accepted),
                 keys,
                 progress: Progress::new(now, budget, &self.cfg.slots),
+                share: (false, false),
             },
         );
         // What the client pipelined after its request is the session's.

@@ -751,4 +751,5 @@ fn a_result_too_large_to_send_goes_without_its_series() {
     assert_eq!(result.streams[0].detail.samples_dropped, 200_000);
 }
 
+mod fair;
 mod slots;

@@ -118,6 +118,7 @@ impl ServerSession {
             seed,
             corrupt_message: None,
             files: None,
+            share: false,
         };
         let deadline = now + policy.handshake_timeout;
         let mut s = ServerSession::new(now, params, policy);
