@@ -11,6 +11,8 @@
 //! * [`process`]: supervising child processes and daemons, stopping processes, stop signals.
 //! * [`fs`]: files beneath a directory handle (`openat2` with `RESOLVE_BENEATH`) and the
 //!   metadata, modes, times and free space a file copy needs.
+//! * [`view`]: a read-only mapped view of a file's range, guarded against `SIGBUS` when the
+//!   file shrinks underneath it (the copy's sender hashes blocks without copying them).
 //! * [`route`]: a per-destination route with a large initial window (careful resume).
 
 pub mod driver;
@@ -22,3 +24,4 @@ pub mod route;
 pub mod sockopt;
 pub mod sysctl;
 pub mod tcp_info;
+pub mod view;

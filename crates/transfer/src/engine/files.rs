@@ -36,6 +36,7 @@ use tcptune_proto::copy::receiver::{Body, Receiver, ReceiverOutput, KEEPALIVE};
 use tcptune_proto::copy::sender::{Sender, SenderOutput};
 use tcptune_sys::fs::{self as sysfs, OpenMode};
 use tcptune_sys::os::thread_cpu;
+use tcptune_sys::view::FileView;
 
 /// Bytes per read, hash and write.
 const PIECE: usize = 1 << 20;
@@ -593,12 +594,7 @@ fn read_piece(
     let mut got = 0;
     while got < buf.len() {
         match f.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => {
-                return Err(c.fatal(FileFailure::new(
-                    FailKind::Io,
-                    format!("{}: the file shrank during the copy", shown()),
-                )))
-            }
+            Ok(0) => return Err(shrank(c, shown)),
             Ok(n) => {
                 got += n;
                 c.tick();
@@ -608,6 +604,14 @@ fn read_piece(
         }
     }
     Ok(())
+}
+
+/// The file being sent became shorter than its manifest entry while it was read.
+fn shrank(c: &mut Ctx<'_>, shown: &dyn Fn() -> String) -> Halt {
+    c.fatal(FileFailure::new(
+        FailKind::Io,
+        format!("{}: the file shrank during the copy", shown()),
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -641,13 +645,26 @@ fn send_block(
         round,
     };
     if let Some(theirs) = expect {
-        // Hash first: only what differs goes over the network.
-        if buf.len() < len as usize {
-            buf.resize(len as usize, 0);
+        // Hash first: only what differs goes over the network. The block is hashed from a
+        // mapped view of the file where it maps (no copy), else read into `buf`.
+        let view = FileView::map(&f, offset, len as usize).ok();
+        if view.is_none() {
+            if buf.len() < len as usize {
+                buf.resize(len as usize, 0);
+            }
+            read_piece(c, &f, &mut buf[..len as usize], offset, &shown)?;
         }
-        read_piece(c, &f, &mut buf[..len as usize], offset, &shown)?;
         c.work.touch(len);
-        let cv = digest::block_cv(size, BLOCK_SIZE, offset, &buf[..len as usize]);
+        let cv = match &view {
+            Some(v) => {
+                let cv = digest::block_cv(size, BLOCK_SIZE, offset, v.bytes());
+                if !v.intact() {
+                    return Err(shrank(c, &shown));
+                }
+                cv
+            }
+            None => digest::block_cv(size, BLOCK_SIZE, offset, &buf[..len as usize]),
+        };
         if cv == theirs {
             let h = header(Tag::Confirm);
             let trailer = c.seal(&h, cv)?;
@@ -656,12 +673,23 @@ fn send_block(
             return block_done(c, file, block, cv, 0, len);
         }
         if c.work.sealing().is_some() {
+            if let Some(v) = &view {
+                if buf.len() < len as usize {
+                    buf.resize(len as usize, 0);
+                }
+                buf[..len as usize].copy_from_slice(v.bytes());
+            }
             return send_sealed(c, header(Tag::Block), &mut buf[..len as usize], cv, false);
         }
         let h = header(Tag::Block);
         let trailer = c.seal(&h, cv)?;
         c.write_all(&h.encode())?;
-        let data = buf[..len as usize].to_vec();
+        let data = match &view {
+            Some(v) => v.bytes(),
+            None => &buf[..len as usize],
+        };
+        // Sent from the bytes that were hashed: a file truncated since reads as zeros here,
+        // which the receiver's check refuses, and the next round reports the shrink.
         for piece in data.chunks(PIECE) {
             c.write_all(piece)?;
             let now = c.now;
@@ -687,19 +715,38 @@ fn send_block(
     }
     c.write_all(&header(Tag::Block).encode())?;
     let mut h = BlockHasher::new(size, BLOCK_SIZE, offset);
+    // The block is hashed from a mapped view of the file (no copy into user memory) and
+    // sent with sendfile from the page cache; where the file does not map, it is read into
+    // `buf` piece by piece. `--inject-corruption` takes the read path: it alters the copy.
+    let view = if corrupt {
+        None
+    } else {
+        FileView::map(&f, offset, len as usize).ok()
+    };
     let mut at = 0u64;
     while at < len {
         let n = ((len - at) as usize).min(PIECE);
-        read_piece(c, &f, &mut buf[..n], offset + at, &shown)?;
-        h.update(&buf[..n]);
-        if corrupt && at == 0 {
-            buf[n / 2] ^= 1;
-        }
-        let called = c.now;
-        if corrupt && at == 0 {
-            c.write_all(&buf[..n])?;
+        let called;
+        if let Some(v) = &view {
+            let piece = &v.bytes()[at as usize..at as usize + n];
+            h.update(piece);
+            if !v.intact() {
+                return Err(shrank(c, &shown));
+            }
+            called = c.now;
+            c.send_range(&f, offset + at, piece)?;
         } else {
-            c.send_range(&f, offset + at, &buf[..n])?;
+            read_piece(c, &f, &mut buf[..n], offset + at, &shown)?;
+            h.update(&buf[..n]);
+            if corrupt && at == 0 {
+                buf[n / 2] ^= 1;
+            }
+            called = c.now;
+            if corrupt && at == 0 {
+                c.write_all(&buf[..n])?;
+            } else {
+                c.send_range(&f, offset + at, &buf[..n])?;
+            }
         }
         c.out.first.get_or_insert(called);
         let now = c.now;
@@ -786,13 +833,21 @@ fn check_file(
         let off = b * BLOCK_SIZE;
         let len = e.block_len(b);
         let mut h = BlockHasher::new(e.size, BLOCK_SIZE, off);
-        let mut at = 0;
-        while at < len {
-            let n = ((len - at) as usize).min(buf.len());
-            read_piece(c, &f, &mut buf[..n], off + at, &shown)?;
-            h.update(&buf[..n]);
-            at += n as u64;
-            c.work.touch(n as u64);
+        if let Ok(v) = FileView::map(&f, off, len as usize) {
+            h.update(v.bytes());
+            if !v.intact() {
+                return Err(shrank(c, &shown));
+            }
+            c.work.touch(len);
+        } else {
+            let mut at = 0;
+            while at < len {
+                let n = ((len - at) as usize).min(buf.len());
+                read_piece(c, &f, &mut buf[..n], off + at, &shown)?;
+                h.update(&buf[..n]);
+                at += n as u64;
+                c.work.touch(n as u64);
+            }
         }
         cvs.push(h.finish());
         if c.now.duration_since(alive) >= KEEPALIVE {
