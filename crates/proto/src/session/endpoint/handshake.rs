@@ -21,6 +21,10 @@ use crate::wire::{
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+/// Descriptors a session holds whatever its streams: its control connection, and the
+/// sealed memfd a sending engine sends its pattern from (`sendfile`).
+const SESSION_FDS: u64 = 2;
+
 impl Endpoint {
     pub(super) fn handshake_frames(&mut self, now: Instant, unix_s: u64, conn: ConnId) {
         loop {
@@ -464,7 +468,7 @@ impl Endpoint {
         let free = self
             .cfg
             .fd_budget
-            .saturating_sub(self.pending.saturating_sub(1) + self.reserved + 1);
+            .saturating_sub(self.pending.saturating_sub(1) + self.reserved + SESSION_FDS);
         // A copy also holds a file per stream and the receiver's open files.
         let files_extra = if files {
             crate::files::MAX_OPEN as u64 + 8
@@ -480,7 +484,7 @@ impl Endpoint {
             self.reject(now, conn, "fds", why, Some(Duration::from_secs(10)));
             return None;
         }
-        let reserved = 1 + u64::from(allowance) * per_stream + files_extra;
+        let reserved = SESSION_FDS + u64::from(allowance) * per_stream + files_extra;
         Some((peer, token, allowance, reserved))
     }
 

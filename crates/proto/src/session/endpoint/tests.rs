@@ -574,7 +574,7 @@ fn another_protocol_version_is_told_which_one_the_server_speaks() {
 fn file_descriptors_bound_each_sessions_stream_allowance() {
     let t0 = Instant::now();
     let mut cfg = config();
-    cfg.fd_budget = 12;
+    cfg.fd_budget = 14;
     let mut e = endpoint(cfg);
     e.on_accept(t0, 1, peer(1, 1000));
     feed(
@@ -583,7 +583,7 @@ fn file_descriptors_bound_each_sessions_stream_allowance() {
         1,
         &frames(&[hello(1, None), ClientMsg::Setup { params: params() }]),
     );
-    // 12 descriptors: the control connection and 8 streams.
+    // 14 descriptors: the control connection, the pattern's memfd and 8 streams.
     assert!(
         matches!(&replies(&events(&mut e))[..], [ServerMsg::Accepted { limits, .. }] if limits.max_streams == 8)
     );
@@ -594,7 +594,7 @@ fn file_descriptors_bound_each_sessions_stream_allowance() {
         2,
         &frames(&[hello(2, None), ClientMsg::Setup { params: params() }]),
     );
-    // 3 left: a control connection and 2 streams, just what it asks for.
+    // 4 left: a control connection, a memfd and 2 streams, just what it asks for.
     assert!(
         matches!(&replies(&events(&mut e))[..], [ServerMsg::Accepted { limits, .. }] if limits.max_streams == 2)
     );
