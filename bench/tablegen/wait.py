@@ -29,6 +29,11 @@ DL_NAMES = [
     ("g8", "globus-url-copy -p 8"),
 ]
 
+# The most client CPU a push may spend against GridFTP's (issue 22): BLAKE3 of every byte sent
+# costs tcptune's client about 0.15-0.25 s per GiB here, which GridFTP's client does not spend.
+PUSH_CPU_LIMIT = 1.5
+
+
 def gopts(key):
     """A GridFTP run's options as the tables name them (g4 -> `-p 4`, gcc -> its best set)."""
     return "-cc 8 -fast -p 4" if key == "gcc" else f"-p {key[1:]}"
@@ -90,11 +95,15 @@ def cp_sections(raw, md, part="cp"):
             out.append(f"Client CPU, tcptune cp on a new path / that GridFTP run: **{rc:.3f}** "
                        f"({cpu['new']:.2f} s vs {cpu[best]:.2f} s)")
             out.append("")
+            # Issue 22: a push may spend up to 1.5 x GridFTP's client CPU, because tcptune's
+            # client hashes every byte it sends (BLAKE3) and GridFTP's checks nothing.
+            limit = PUSH_CPU_LIMIT
             targets.append(Target(
-                f"`tcptune cp` client CPU, {label}, {rtt} ms, path never seen",
+                f"`tcptune cp` client CPU, {label} pushed, {rtt} ms, path never seen",
                 f"the client CPU of the GridFTP run it is timed against (`{gopts(best)}`)",
-                "<= 1.0", f"**{rc:.3f}** ({cpu['new']:.2f} s vs {cpu[best]:.2f} s)",
-                rc <= 1.0, link(md)))
+                f"<= {limit} (the client hashes every byte; GridFTP's hashes none)",
+                f"**{rc:.3f}** ({cpu['new']:.2f} s vs {cpu[best]:.2f} s)",
+                rc <= limit, link(md)))
             others = {k: v for k, v in med.items() if k not in ("new", "known")}
             if what == "tree" and others:
                 slowest = min(others.values())
