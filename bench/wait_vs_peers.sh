@@ -20,7 +20,8 @@
 #             over ssh and tcptune cp over ssh (sshd in side b, a key made for the run; the far
 #             end `tcptune serve --stdio` is this same binary, started by ssh); user and system
 #             CPU seconds of the client (with its ssh) beside the wall clock, which includes
-#             ssh's own setup. CP_WHAT="file" or "tree" runs one of the two (GridFTP takes 8-9
+#             ssh's own setup. CP_WHAT="file", "tree" or "pull" runs one of them (pull: the
+#             file pulled from the server to side a, tools new known g1 g4 g8 gcc; GridFTP takes 8-9
 #             minutes per tree at 100 ms); CP_TOOLS picks the tools (default all: "new known
 #             g1 g4 g8 gcc scp rsync ssh"; the issue-21 comparison alone: CP_TOOLS="known ssh scp
 #             rsync"). Every cp run is also one raw line of bench/raw/wait_cp.tsv (OUT_TSV).
@@ -254,6 +255,9 @@ CONF
     sleep 0.5
 }
 
+# gopts_of KEY: a GridFTP tool key's options for one file (g4 -> -p 4; gcc -> -fast -p 4).
+gopts_of() { if [ "$1" = gcc ]; then echo "-fast -p 4"; else echo "-p ${1#g}"; fi; }
+
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
     printf '# command: sudo CP_RTTS="%s" CP_TOOLS="%s" CP_WHAT="%s" REPS=%s bench/wait_vs_peers.sh cp\n' \
@@ -263,6 +267,9 @@ cp_files() {
     mkdir -p "$src/tree"
     # CP_FILE_MIB / CP_TREE_FILES make a quick check of the script smaller (the table says so).
     head -c $(( ${CP_FILE_MIB:-1024} << 20 )) /dev/urandom >"$src/big"
+    if [[ " $whats " == *" pull "* ]]; then
+        mkdir -p "$shm/srv/pullsrc"; cp "$src/big" "$shm/srv/pullsrc/big"; chmod -R a+rX "$shm/srv/pullsrc"
+    fi
     if [[ " $whats " == *" tree "* ]]; then
         for i in $(seq 1 "${CP_TREE_FILES:-2000}"); do head -c $((256 << 10)) /dev/urandom >"$src/tree/f$i"; done
     fi
@@ -296,6 +303,29 @@ cp_files() {
                 for r in "${runs[@]}"; do
                     rm -rf "$dst"; mkdir -p "$dst"; chmod 777 "$dst"
                     local tag="cp.$rtt.$what.$r" s d opts
+                    if [ "$what" = pull ]; then
+                        # The same 1 GiB file pulled: from the server's share in side b to
+                        # tmpfs in side a (the client receives, hashes and writes).
+                        rm -rf "$shm/pulled"; mkdir -p "$shm/pulled"
+                        s="$shm/srv/pullsrc/big"
+                        case $r in
+                            new) rm -f "$out/cpnew.sqlite"*
+                                 opts="cp --json (new path db) ${srv}pullsrc/big DST"
+                                 timed "$tag" "$TCPTUNE" cp --json --path-db "$out/cpnew.sqlite" "${srv}pullsrc/big" "$shm/pulled/big" ;;
+                            known) opts="cp --json (warm path db) ${srv}pullsrc/big DST"
+                                   timed "$tag" "$TCPTUNE" cp --json --path-db "$warm" "${srv}pullsrc/big" "$shm/pulled/big" ;;
+                            g*) opts="globus-url-copy $(gopts_of "$r")"
+                                # shellcheck disable=SC2046
+                                timed "$tag" globus-url-copy $(gopts_of "$r") "ftp://tcptune-emu-b:2811$s" "file://$shm/pulled/big" ;;
+                            *) echo "CP_WHAT=pull takes CP_TOOLS from: new known g1 g4 g8 gcc" >&2; exit 2 ;;
+                        esac
+                        local want got
+                        want=$(stat -c %s "$s")
+                        got=$(stat -c %s "$shm/pulled/big" 2>/dev/null || echo 0)
+                        [ "$want" = "$got" ] || echo "  $tag: copied $got of $want bytes" >&2
+                        raw_row "$OUT_TSV" cp "$rtt ms $what" "$r" "$commit" "$opts" "$rep" "$got"
+                        continue
+                    fi
                     if [ "$what" = file ]; then s="$src/big"; else s="$src/tree"; fi
                     case $r in
                         new) rm -f "$out/cpnew.sqlite"*
@@ -320,13 +350,6 @@ cp_files() {
                         # ssh's own setup alone: log in and run nothing (copies no byte).
                         sshtrue) opts="ssh -p 2222 HOST true"
                                  timed "$tag" ssh $ssh_opts -p 2222 "root@$PEER" true ;;
-                        g*) opts="globus-url-copy -p ${r#g}"
-                            if [ "$what" = file ]; then
-                                timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
-                            else
-                                opts="globus-url-copy -r -cd -pp -p ${r#g}"
-                                timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
-                            fi ;;
                         # GridFTP's own best options for many files: 8 files at once (-cc),
                         # mode E with data channels kept open between files (-fast), 4 streams.
                         gcc) opts="globus-url-copy -fast -p 4"
@@ -336,6 +359,13 @@ cp_files() {
                                  opts="globus-url-copy -r -cd -cc 8 -fast -p 4"
                                  timed "$tag" globus-url-copy -r -cd -cc 8 -fast -p 4 "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                              fi ;;
+                        g*) opts="globus-url-copy -p ${r#g}"
+                            if [ "$what" = file ]; then
+                                timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
+                            else
+                                opts="globus-url-copy -r -cd -pp -p ${r#g}"
+                                timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                            fi ;;
                         # shellcheck disable=SC2086
                         scp) opts="scp -r -q -P 2222"
                              timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;

@@ -85,7 +85,8 @@ def cp_sections(raw, md, part="cp"):
             out.append(f"tcptune cp on a new path / best GridFTP (`{gopts(best)}`): **{r:.3f}** "
                        f"(below 1: tcptune faster)")
             out.append("")
-            label = "1 GiB file" if what == "file" else "tree of 2,000 x 256 KiB"
+            label = {"file": "1 GiB file", "pull": "1 GiB file pulled"}.get(
+                what, "tree of 2,000 x 256 KiB")
             targets.append(Target(
                 f"`tcptune cp` {label}, {rtt} ms, path never seen", "best of "
                 "`globus-url-copy " + "`, `".join(gopts(g) for g in gs) + "`, same run", "<= 1.0",
@@ -97,11 +98,14 @@ def cp_sections(raw, md, part="cp"):
             out.append("")
             # Issue 22: a push may spend up to 1.5 x GridFTP's client CPU, because tcptune's
             # client hashes every byte it sends (BLAKE3) and GridFTP's checks nothing.
-            limit = PUSH_CPU_LIMIT
+            # A pull's client receives, hashes and writes: no more CPU than GridFTP's.
+            limit, why = ((1.0, "") if what == "pull" else
+                          (PUSH_CPU_LIMIT, " (the client hashes every byte; GridFTP's hashes none)"))
+            pushed = "" if what == "pull" else " pushed"
             targets.append(Target(
-                f"`tcptune cp` client CPU, {label} pushed, {rtt} ms, path never seen",
+                f"`tcptune cp` client CPU, {label}{pushed}, {rtt} ms, path never seen",
                 f"the client CPU of the GridFTP run it is timed against (`{gopts(best)}`)",
-                f"<= {limit} (the client hashes every byte; GridFTP's hashes none)",
+                f"<= {limit}{why}",
                 f"**{rc:.3f}** ({cpu['new']:.2f} s vs {cpu[best]:.2f} s)",
                 rc <= limit, link(md)))
             others = {k: v for k, v in med.items() if k not in ("new", "known")}
