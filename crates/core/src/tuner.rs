@@ -104,6 +104,12 @@ pub struct PathHint {
     /// a longer RTT.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resume: bool,
+    /// The streams the user asked for (`-P`), when the transfer runs more (streams opened to
+    /// measure the path or to hold its BDP): in a queue shared with flows it does not
+    /// control, the transfer keeps no more in its send buffers than kernel autotuning would
+    /// give this many streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_asked: Option<u32>,
 }
 
 /// Everything a tuner is told when it is built.

@@ -188,6 +188,7 @@ impl<'a> Engine<'a> {
                 rate_is_lower_bound: probe.is_some_and(|(_, lb)| lb),
                 rate_in_band: false,
                 resume: false,
+                streams_asked: None,
             },
             streams: Vec::new(),
             link: Bottleneck {

@@ -207,6 +207,7 @@ fn message(r: &mut Rng, tokens: &[u8]) -> ClientMsg {
                 rate_is_lower_bound: r.chance(50),
                 rate_in_band: r.chance(50),
                 resume: r.chance(50),
+                streams_asked: r.chance(50).then(|| r.below(u64::from(u32::MAX)) as u32),
             },
             streams: r.below(10) as u32,
         },

@@ -851,6 +851,9 @@ fn check_phase(kind: Phase) -> Result<(), String> {
     }
 }
 
+/// The most streams a client's hint may say it asked for (a hint is advice: more is clamped).
+const MAX_STREAMS_ASKED: u32 = 1024;
+
 /// A client's path hint, bounded so that no tuner arithmetic can overflow on it: RTT at
 /// most 60 s, rate at most 10 Tbit/s.
 pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
@@ -860,6 +863,7 @@ pub(crate) fn sanitize_hint(h: PathHint) -> PathHint {
         rate_is_lower_bound: h.rate_is_lower_bound,
         rate_in_band: h.rate_in_band,
         resume: h.resume,
+        streams_asked: h.streams_asked.map(|n| n.clamp(1, MAX_STREAMS_ASKED)),
     }
 }
 

@@ -307,6 +307,7 @@ impl<'a> Conversation<'a> {
         let total = total.min(self.cfg.max_streams).max(initial);
         let mut hint = hint.clone();
         hint.rate_in_band = in_band == InBand::Measure;
+        hint.streams_asked = Some(initial.max(1));
         let resume = resume.map(|(rate, rtt)| {
             let r = self.careful_resume(rate, rtt, total);
             hint.resume = r.used;
@@ -788,6 +789,7 @@ impl<'a> Conversation<'a> {
             rate_is_lower_bound: false,
             rate_in_band: false,
             resume: false,
+            streams_asked: Some(self.cfg.streams.max(1)),
         };
         let (total, reason) = self.planned_streams(&hint, self.cfg.streams);
         let open = self.session.streams_requested();

@@ -67,6 +67,8 @@ pub(crate) mod path_hint {
             rate_is_lower_bound: i.rate_is_lower_bound,
             rate_in_band: i.rate_in_band,
             resume: i.resume,
+            // Advice between the ends, not part of the report.
+            streams_asked: None,
         })
     }
 }

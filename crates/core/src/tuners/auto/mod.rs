@@ -339,6 +339,8 @@ impl AutoConfig {
             hint_rate: ctx.hint.rate,
             last: None,
             evidence: None,
+            window_pinned_since: None,
+            shared_since: None,
             srtt: ctx.hint.rtt,
             stopped: false,
             out: Outbox::default(),
@@ -398,6 +400,11 @@ pub struct AutoTuner {
     last: Option<(Time, Option<u64>)>,
     /// What the samples have been showing, and since when.
     evidence: Option<(Evidence, Time)>,
+    /// At the receiver: since when Dynamic Right-Sizing has wanted more than its maximum.
+    window_pinned_since: Option<Time>,
+    /// At the sender: the start of the two RTTs over which a shared queue is judged, and
+    /// the send-buffer-limited time then.
+    shared_since: Option<(Time, u64)>,
     srtt: Option<Duration>,
     /// Careful resume: the stream starts paced at its share of the saved rate.
     resume: Option<ResumePacer>,
@@ -645,6 +652,7 @@ impl AutoTuner {
         let mut ctx = self.ctx.clone();
         ctx.hint = PathHint {
             rtt: hint.rtt.or(self.ctx.hint.rtt),
+            streams_asked: hint.streams_asked.or(self.ctx.hint.streams_asked),
             ..hint.clone()
         };
         ctx.streams = streams.max(1);
@@ -749,6 +757,16 @@ impl AutoTuner {
         // (streams share a bottleneck unevenly); the queue (RTT) speaks for all of them.
         let single = streams == 1;
         let buffer_short = limited && full && (!estimate.rtt_inflated() || (single && below_best));
+        // A queue this transfer shares with flows it does not control: the rate is known
+        // (measured or resumed), the buffer binds and the RTT shows a queue that lasts.
+        // Another loss- or model-based flow holds that queue; a stream whose buffer stays
+        // sized for the rate it had (or measured while the other flow ran) keeps less in
+        // flight than the other flow's congestion control would, and cedes it the path.
+        // Kernel autotuning would let the congestion window decide up to `tcp_wmem[2]`:
+        // so may this stream ([`AutoTuner::shared_queue_cap`]), and no further.
+        // The kernel counts send-buffer-limited time in jiffies (4 ms here): a sample
+        // half an RTT long shows 0 or 20%, so this is judged over two RTTs at a time.
+        self.shared_queue_check(now, s, &estimate, buffer_short);
         let starved = limited && roomy && self.lowat.is_some();
         // Act only on evidence that lasts two RTTs: slow start overshoots for a round or
         // two before RTT and delivery rate catch up.
@@ -785,6 +803,108 @@ impl AutoTuner {
             }
             Evidence::BufferShort => self.grow(now, s, &estimate),
         }
+    }
+
+    /// A queue this transfer shares with flows it does not control: the rate is known
+    /// (measured or resumed), the RTT shows a queue, and over the last two RTTs the send
+    /// buffer bound the stream. Another flow holds that queue; a stream whose buffer stays
+    /// sized for the rate it had (or measured while the other flow ran) keeps less in
+    /// flight than the other flow's congestion control does, and cedes it the path. Kernel
+    /// autotuning would let the congestion window decide up to `tcp_wmem[2]`: so may this
+    /// stream, at once, up to [`AutoTuner::shared_queue_cap`] and no further. (Grown by a
+    /// quarter, or by half, whenever a tenth of two RTTs was buffer-limited, a latecomer
+    /// beside iperf3 at 25 ms took 3-5 s to reach its share: a congestion control that is
+    /// held back even now and then underestimates the rate it could get.)
+    fn shared_queue_check(
+        &mut self,
+        now: Time,
+        s: &TcpSnapshot,
+        estimate: &crate::estimate::PathEstimate,
+        buffer_short: bool,
+    ) {
+        let SendPlan::Explicit(v) = self.send else {
+            self.shared_since = None;
+            return;
+        };
+        let (Some(limited), true, true, false) = (
+            s.sndbuf_limited_us,
+            estimate.rtt_inflated(),
+            self.hint_rate.is_some(),
+            buffer_short,
+        ) else {
+            self.shared_since = None;
+            return;
+        };
+        let Some((t0, lim0)) = self.shared_since else {
+            self.shared_since = Some((now, limited));
+            return;
+        };
+        let dt = now.saturating_since(t0);
+        if dt < self.srtt.unwrap_or(Duration::from_millis(100)) * 2 {
+            return;
+        }
+        self.shared_since = Some((now, limited));
+        if limited <= lim0 {
+            return;
+        }
+        let cap = self.shared_queue_cap();
+        if v < cap {
+            self.send = SendPlan::Explicit(cap);
+            self.out.push(Action::SetSndBuf(cap));
+        }
+    }
+
+    /// At a right-sized receiver whose rate is known: when the window has been what binds
+    /// the sender for two RTTs (Dynamic Right-Sizing wants more than its maximum, sized for
+    /// the rate the transfer had, or measured while another flow held the path), let it
+    /// grow to what `SO_RCVBUF` can give (`rmem_max`), at twice the largest estimate of the
+    /// sender's window as the kernel's own right-sizing does. Kernel autotuning would let
+    /// the window follow the sender to `tcp_rmem[2]`; a window kept at the measured share
+    /// cedes the path to flows whose windows follow their senders.
+    fn widen_shared_window(&mut self, now: Time) {
+        let Some(d) = self.drs.as_mut() else {
+            return;
+        };
+        if self.hint_rate.is_none() || !d.pinned() {
+            self.window_pinned_since = None;
+            return;
+        }
+        let rtt = self.srtt.unwrap_or(Duration::from_millis(100));
+        let since = *self.window_pinned_since.get_or_insert(now);
+        if now.saturating_since(since) < rtt * 2 {
+            return;
+        }
+        self.window_pinned_since = Some(now);
+        let ceiling = if self.ctx.limits.can_force {
+            self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])
+        } else {
+            self.ctx.limits.rmem_max
+        };
+        if d.max_buffer() < ceiling {
+            let window = d.window();
+            // And from now on twice the largest estimate, as the kernel's own right-sizing
+            // does: 1.2 x let the window trail a sender that grows into its share.
+            d.retarget(window, ceiling, 2.0);
+        }
+    }
+
+    /// How far `SO_SNDBUF` may grow while the stream shares a queue with other flows: what
+    /// kernel autotuning would let the streams the user asked for hold (`tcp_wmem[2]` of
+    /// kernel memory each, half of it in `setsockopt` units), shared by the streams the
+    /// transfer runs (it may run more, to measure the path or to hold its BDP); at most
+    /// `wmem_max`. With it the transfer keeps no more in flight than kernel-tuned streams
+    /// of the number asked for. A stream whose plan already holds more (sized for the
+    /// path alone, before the other flow came) does not grow: it keeps its plan, as it
+    /// would have without the other flow.
+    fn shared_queue_cap(&self) -> Bytes {
+        let per_socket = self.tcp_wmem_max.0 / 2;
+        let running = u64::from(self.total_streams.max(1));
+        let asked = self
+            .ctx
+            .hint
+            .streams_asked
+            .map_or(running, |n| u64::from(n.max(1)).min(running));
+        Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value)
     }
 
     /// Ask for streams so that the transfer has `total` in all (once per call; counts
@@ -974,6 +1094,7 @@ impl Tuner for AutoTuner {
                 if let Some(d) = self.drs.as_mut() {
                     d.handle_snapshot(now, snapshot);
                 }
+                self.widen_shared_window(now);
             }
         }
     }

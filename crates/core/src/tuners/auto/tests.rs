@@ -233,6 +233,7 @@ fn a_rate_marked_as_a_lower_bound_lets_the_receiver_grow_to_its_maximum() {
             rate_is_lower_bound: true,
             rate_in_band: false,
             resume: false,
+            streams_asked: None,
         },
         ..ctx(Role::Receiver, 200.0, None, 0, 1)
     };
@@ -853,4 +854,180 @@ fn a_receiver_whose_delivery_grows_slower_than_slow_start_keeps_a_smaller_window
     // Never less than twice, never more than the cap, whatever a burst shows.
     assert_eq!(f(1.0), 2.0);
     assert_eq!(f(3.0), super::RECV_GROWING);
+}
+
+/// A sender of a transfer of `running` streams, the user having asked for `asked`, settled
+/// on `rate` at `rtt_ms` (measured in band): its actions so far drained.
+fn settled_sender(rtt_ms: f64, rate: Rate, asked: u32, running: u32) -> AutoTuner {
+    let mut t = AutoConfig::default().build(ctx(Role::Sender, rtt_ms, None, 0, running));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let hint = PathHint {
+        rtt: Some(Duration::from_secs_f64(rtt_ms / 1000.0)),
+        rate: Some(rate),
+        streams_asked: Some(asked),
+        ..Default::default()
+    };
+    t.handle_hint(Time::from_millis(300), &hint, running);
+    actions(&mut t);
+    t
+}
+
+#[test]
+fn a_latecomer_in_a_queue_another_flow_holds_grows_to_what_kernel_tuned_streams_would_hold() {
+    // It measured 300 Mbit/s while another flow held the path: 5 streams, 1 asked for.
+    let mut t = settled_sender(25.0, Rate::mbit(300), 1, 5);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("explicit expected: {:?}", t.send());
+    };
+    let cap = Bytes(Bytes::mib(4).0 / 2 / 5);
+    assert!(
+        v < cap,
+        "the measured share's buffer {v} is below the cap {cap}"
+    );
+    let kernel = (2 * v.0) as u32;
+    // The path's own RTT first, then a queue of 15 ms that lasts, with the buffer binding
+    // in jiffies now and then (4 ms in some samples, none in others).
+    let now = feed(&mut t, Time::from_millis(300), 14, 4, |_| {
+        snap(27, kernel, kernel / 2, 0, Rate::mbit(60))
+    });
+    let now = feed(&mut t, now, 20, 3, |_| {
+        snap(42, kernel, kernel * 9 / 10, 0, Rate::mbit(60))
+    });
+    // No buffer-limited time yet: nothing.
+    assert_eq!(actions(&mut t), vec![]);
+    feed(&mut t, now, 20, 12, |k| {
+        snap(42, kernel, kernel * 9 / 10, (k / 3) * 4_000, Rate::mbit(60))
+    });
+    assert_eq!(actions(&mut t), vec![Action::SetSndBuf(cap)]);
+    assert_eq!(t.send(), SendPlan::Explicit(cap));
+}
+
+#[test]
+fn a_shared_queue_never_takes_a_transfer_past_kernel_tuned_streams_of_the_number_asked() {
+    // The same latecomer, the user having asked for its 5 streams: each may hold what a
+    // kernel-tuned stream would (tcp_wmem[2] of kernel memory), no more.
+    let mut t = settled_sender(25.0, Rate::mbit(300), 5, 5);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("explicit expected");
+    };
+    let kernel = (2 * v.0) as u32;
+    let now = feed(&mut t, Time::from_millis(300), 14, 4, |_| {
+        snap(27, kernel, kernel / 2, 0, Rate::mbit(60))
+    });
+    let now = feed(&mut t, now, 20, 12, |k| {
+        snap(42, kernel, kernel, (k + 1) * 4_000, Rate::mbit(60))
+    });
+    assert_eq!(actions(&mut t), vec![Action::SetSndBuf(Bytes::mib(2))]);
+    // Still limited and in the queue: it stays there.
+    feed(&mut t, now, 20, 30, |k| {
+        snap(42, 4 << 20, 4 << 20, (k + 20) * 4_000, Rate::mbit(60))
+    });
+    assert_eq!(actions(&mut t), vec![]);
+}
+
+#[test]
+fn an_incumbent_sized_for_the_path_alone_keeps_its_plan_in_a_shared_queue() {
+    // 1 Gbit/s measured alone at 100 ms, 4 streams, 1 asked for: each holds far more than a
+    // quarter of one kernel-tuned stream; a queue that another flow builds changes nothing.
+    let mut t = settled_sender(100.0, Rate::gbit(1), 1, 4);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("explicit expected");
+    };
+    assert!(v > Bytes::kib(512), "{v}");
+    let kernel = (2 * v.0).min(8 << 20) as u32;
+    let now = feed(&mut t, Time::from_millis(300), 50, 4, |_| {
+        snap(101, kernel, kernel / 2, 0, Rate::mbit(250))
+    });
+    feed(&mut t, now, 60, 20, |k| {
+        snap(140, kernel, kernel, (k + 1) * 8_000, Rate::mbit(150))
+    });
+    assert!(
+        !actions(&mut t)
+            .iter()
+            .any(|a| matches!(a, Action::SetSndBuf(_))),
+        "no growth past the plan"
+    );
+}
+
+#[test]
+fn a_settled_receivers_window_that_binds_for_two_rtts_may_follow_the_sender_to_rmem_max() {
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 25.0, None, 0, 5));
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::mbit(300)),
+        streams_asked: Some(1),
+        ..Default::default()
+    };
+    r.handle_hint(Time::from_millis(300), &hint, 5);
+    actions(&mut r);
+    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    let max_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        max_buffer,
+        &HostLimits::linux_defaults(),
+    ));
+    // The sender now fills whatever window it gets: 10% more per receive RTT, from the
+    // window's maximum on.
+    let mut now = Time::from_millis(300);
+    let mut received = 0u64;
+    let mut per_rtt = max_window;
+    let mut seen = Vec::new();
+    for _ in 0..40 {
+        received += per_rtt;
+        r.handle_snapshot(now, &receiving_snap(received, 27));
+        seen.extend(clamps(&actions(&mut r)));
+        per_rtt = per_rtt * 11 / 10;
+        now += Duration::from_millis(27);
+    }
+    let top = seen.iter().copied().max().unwrap_or(0);
+    assert!(
+        top > max_window * 2,
+        "the window grew past its old maximum {max_window}: {seen:?}"
+    );
+    let ceiling = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        HostLimits::linux_defaults().rmem_max,
+        &HostLimits::linux_defaults(),
+    ));
+    assert!(
+        top <= ceiling,
+        "never past rmem_max's window {ceiling}: {top}"
+    );
+}
+
+#[test]
+fn a_settled_receiver_whose_window_does_not_bind_keeps_its_maximum() {
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 25.0, None, 0, 1));
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::gbit(1)),
+        ..Default::default()
+    };
+    r.handle_hint(Time::from_millis(300), &hint, 1);
+    actions(&mut r);
+    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    let max_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        max_buffer,
+        &HostLimits::linux_defaults(),
+    ));
+    // The path's rate, steadily: a BDP per RTT, well inside the window.
+    let mut now = Time::from_millis(300);
+    let mut received = 0u64;
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        received += 3_125_000;
+        r.handle_snapshot(now, &receiving_snap(received, 25));
+        seen.extend(clamps(&actions(&mut r)));
+        now += Duration::from_millis(25);
+    }
+    assert!(
+        seen.iter().all(|&w| w <= max_window),
+        "never past {max_window}: {seen:?}"
+    );
 }

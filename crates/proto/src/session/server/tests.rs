@@ -115,6 +115,7 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
                 rate_is_lower_bound: false,
                 rate_in_band: false,
                 resume: false,
+                streams_asked: Some(u32::MAX),
             },
             streams: 2,
         },
@@ -127,6 +128,7 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
     assert_eq!(spec.streams, 2);
     assert_eq!(spec.hint.rtt, Some(Duration::from_secs(60)));
     assert!(spec.hint.rate.is_some_and(|r| r.0 <= 10_000_000_000_000));
+    assert_eq!(spec.hint.streams_asked, Some(1024));
     assert_eq!(spec.messages(), Some(16));
     assert_eq!(s.running_phase(), Some(0));
 }
