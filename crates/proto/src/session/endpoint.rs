@@ -169,7 +169,7 @@ pub enum EndpointEvent {
         /// The session's label (as in the log).
         label: String,
         /// What the engine runs.
-        spec: EngineSpec,
+        spec: Box<EngineSpec>,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
         mode: &'static str,
         /// The keys of the copy's block tags and, when the job asks for it, of its sealed
@@ -1094,7 +1094,7 @@ impl Endpoint {
                             block: e.keys.block_key(),
                             aead: encrypt.then(|| e.keys.aead_key()),
                         }),
-                        spec,
+                        spec: Box::new(spec),
                         mode,
                     });
                     self.unpark(now, token);

@@ -640,7 +640,7 @@ impl Driver {
                     spec,
                     mode,
                     keys,
-                } => self.start_engine(session, &label, spec, (mode, *keys)),
+                } => self.start_engine(session, &label, *spec, (mode, *keys)),
                 EndpointEvent::Attach {
                     session,
                     conn,
