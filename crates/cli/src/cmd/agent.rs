@@ -1,0 +1,463 @@
+//! `tcptune agent`: tune the sockets of unmodified programs per destination, from the path
+//! database, with the sock_ops program of `tcptune_agent` attached to a cgroup v2.
+//!
+//! `agent run` attaches to a service's cgroup (`--cgroup`) or the whole host (`--host-wide`)
+//! until SIGTERM or Ctrl-C; `agent exec -- CMD` runs CMD in a fresh cgroup of its own under
+//! the agent and exits with CMD's status. Both hold the BPF link themselves: it detaches when
+//! the agent exits, even on `kill -9`.
+
+use crate::{exit, out, signals};
+use anyhow::anyhow;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tcptune_agent::advice::{advice_line, AdviceLog};
+use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
+use tcptune_agent::loader::Loaded;
+use tcptune_agent::policy::{policies, HostLimits, PolicyOptions, Settings};
+use tcptune_agent::record::{self, ConnRecord, Kind};
+use tcptune_agent::{caps, maps, stale, Mode};
+use tcptune_core::pathdb::{PathDbPolicy, RecordBounds};
+use tcptune_doctor::sizing::human_rate;
+use tcptune_pathdb::{PathStore, Source};
+use tcptune_sys::os::unix_now;
+use tcptune_sys::process::{self, signals as sys_signals};
+
+/// Version of each JSON line of `agent --json`.
+const AGENT_SCHEMA_VERSION: u32 = 1;
+/// How often the policy map is refilled from the path database.
+const REFRESH_EVERY: Duration = Duration::from_secs(30);
+/// How long `agent exec` keeps reading records after CMD exits (its last closes).
+const EXEC_LINGER: Duration = Duration::from_millis(300);
+
+/// Options of `tcptune agent`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = "\
+The agent loads an eBPF sock_ops program and attaches it to a cgroup v2. For each new TCP
+connection of the processes in that cgroup whose destination has a fresh entry in the path
+database, and whose handshake RTT falls inside that entry's RTT bucket (a rerouted path is
+another path), it sets: a send buffer sized from the path's rate and RTT (within
+net.core.wmem_max, and only when that exceeds what autotuning reaches), a receive buffer on
+accepted connections (the same rule), pacing at the path's rate divided by the connections
+open to it and a larger initial window (both only for paths measured with a full pipe), and
+--congestion if given. Buffers an application fixed itself are left alone. Unknown
+destinations are only observed. At each close the connection becomes a measurement in the
+path database (a lower bound, source 'agent'), so `tcptune paths` shows what unmodified
+programs achieved.
+
+Needs root, or CAP_BPF and CAP_NET_ADMIN, and a kernel with BTF. The program detaches when
+the agent exits (even on kill -9); tuned sockets keep what was set; no sysctl is changed.
+
+Examples:
+  tcptune agent run --cgroup system.slice/gridftp.service
+  tcptune agent run --host-wide --mode advise
+  tcptune agent exec -- iperf3 -c 10.0.0.2 -n 1G
+  tcptune agent exec --json -- curl -O http://10.0.0.2/big.iso > records.jsonl
+
+Exit status: run: 0 once stopped by SIGTERM or Ctrl-C; exec: CMD's status; 5 without the
+capabilities or the BPF program; 1 other failures.")]
+pub(crate) struct Opts {
+    #[command(subcommand)]
+    command: AgentCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum AgentCommand {
+    /// Attach to a cgroup (or the whole host) until SIGTERM or Ctrl-C.
+    Run(RunOpts),
+    /// Run CMD in a fresh cgroup under the agent; exit with CMD's status.
+    Exec(ExecOpts),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ModeArg {
+    /// Record every connection; set nothing.
+    Observe,
+    /// Log what would be set (each distinct advice once per destination per day); set nothing.
+    Advise,
+    /// Set what the path database says.
+    Enforce,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Observe => Mode::Observe,
+            ModeArg::Advise => Mode::Advise,
+            ModeArg::Enforce => Mode::Enforce,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct CommonOpts {
+    /// What to do with known destinations.
+    #[arg(long, value_enum, default_value = "enforce")]
+    mode: ModeArg,
+    /// The path database (default: $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite).
+    #[arg(long, value_name = "FILE")]
+    path_db: Option<PathBuf>,
+    /// A congestion control to set on tuned connections (one the kernel has loaded: no
+    /// module is loaded for it).
+    #[arg(long, value_name = "NAME")]
+    congestion: Option<String>,
+    /// Stream one JSON object per connection (and advice) on stdout, then a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunOpts {
+    #[command(flatten)]
+    common: CommonOpts,
+    /// The cgroup v2 to attach to: a path, or one relative to the cgroup2 mount
+    /// (system.slice/gridftp.service).
+    #[arg(long, value_name = "PATH", required_unless_present = "host_wide")]
+    cgroup: Option<PathBuf>,
+    /// Attach to the root cgroup: every process of the host.
+    #[arg(long, conflicts_with = "cgroup")]
+    host_wide: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExecOpts {
+    #[command(flatten)]
+    common: CommonOpts,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+/// One line of `agent --json`.
+#[derive(Serialize)]
+struct RecordLine<'a> {
+    schema_version: u32,
+    #[serde(flatten)]
+    record: &'a ConnRecord,
+    /// Recorded in the path database as a lower bound.
+    recorded: bool,
+}
+
+/// The last line of `agent --json`.
+#[derive(Serialize)]
+struct SummaryLine {
+    schema_version: u32,
+    kind: &'static str,
+    mode: Mode,
+    cgroup: String,
+    sockets_tuned: u64,
+    sockets_observed: u64,
+    sockets_advised: u64,
+    records_dropped: u64,
+    measurements_recorded: u64,
+}
+
+/// Run `tcptune agent`.
+pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
+    match opts.command {
+        AgentCommand::Run(o) => run_attached(o),
+        AgentCommand::Exec(o) => exec(o),
+    }
+}
+
+fn env_fail(e: impl std::fmt::Display) -> anyhow::Error {
+    exit::fail(exit::ENVIRONMENT, anyhow!("{e}"))
+}
+
+/// The agent between load and detach: the program, the database, and what it learned.
+struct Agent {
+    loaded: Loaded,
+    mode: Mode,
+    json: bool,
+    cgroup: PathBuf,
+    store: Option<PathStore>,
+    db_policy: PathDbPolicy,
+    limits: HostLimits,
+    options: PolicyOptions,
+    settings: HashMap<IpAddr, Settings>,
+    advice: AdviceLog,
+    refreshed: Instant,
+    recorded: u64,
+    bad_records: u64,
+}
+
+impl Agent {
+    /// Check the capabilities, load the program, sweep stale programs from `cgroup`, fill
+    /// the maps. Attaching is the caller's next step.
+    fn prepare(common: &CommonOpts, cgroup: &Path) -> anyhow::Result<Agent> {
+        caps::check().map_err(env_fail)?;
+        let mut loaded = Loaded::load().map_err(env_fail)?;
+        match stale::detach_stale(cgroup) {
+            Ok(ids) if !ids.is_empty() => eprintln!(
+                "tcptune: detached {} stale program(s) of a dead agent from {} (ids {ids:?})",
+                ids.len(),
+                cgroup.display()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("tcptune: warning: looking for stale programs: {e}"),
+        }
+        let path = common
+            .path_db
+            .clone()
+            .or_else(tcptune_pathdb::default_location)
+            .ok_or_else(|| {
+                exit::fail(
+                    exit::USAGE,
+                    anyhow!(
+                        "no path database location: set HOME or TCPTUNE_PATH_DB, or pass --path-db"
+                    ),
+                )
+            })?;
+        let mut store = PathStore::open(&path).map_err(|e| exit::fail(exit::FAILURE, e))?;
+        for w in store.take_warnings() {
+            eprintln!("tcptune: warning: {w}");
+        }
+        let limits = HostLimits::read().map_err(|e| anyhow!("reading the socket limits: {e}"))?;
+        let mode: Mode = common.mode.into();
+        loaded.set_mode(mode)?;
+        let mut agent = Agent {
+            loaded,
+            mode,
+            json: common.json,
+            cgroup: cgroup.to_path_buf(),
+            store: Some(store),
+            db_policy: PathDbPolicy::default(),
+            limits,
+            options: PolicyOptions {
+                congestion: common.congestion.clone(),
+            },
+            settings: HashMap::new(),
+            advice: AdviceLog::new(),
+            refreshed: Instant::now(),
+            recorded: 0,
+            bad_records: 0,
+        };
+        agent.refresh()?;
+        Ok(agent)
+    }
+
+    /// Refill the policy map from the path database.
+    fn refresh(&mut self) -> anyhow::Result<()> {
+        let entries = match self.store.as_mut() {
+            Some(s) => s.entries()?,
+            None => Vec::new(),
+        };
+        let entries: Vec<_> = entries.into_iter().map(|e| e.entry).collect();
+        let all = policies(
+            &entries,
+            unix_now(),
+            self.db_policy.fresh_for,
+            &self.limits,
+            &self.options,
+        );
+        let values: Vec<_> = all.iter().map(|(ip, s)| (*ip, s.to_value())).collect();
+        self.loaded.replace_policies(&values)?;
+        self.settings = all.into_iter().collect();
+        self.refreshed = Instant::now();
+        Ok(())
+    }
+
+    /// Read what the ring buffer holds: record, print, advise.
+    fn pump(&mut self, wait: Duration) -> anyhow::Result<()> {
+        self.loaded.wait_readable(wait)?;
+        for raw in self.loaded.drain(4096) {
+            let r = match record::parse(&raw) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.bad_records += 1;
+                    if self.bad_records == 1 {
+                        eprintln!("tcptune: warning: skipping {e}");
+                    }
+                    continue;
+                }
+            };
+            self.handle(&r)?;
+        }
+        if self.refreshed.elapsed() >= REFRESH_EVERY {
+            if let Err(e) = self.refresh() {
+                eprintln!("tcptune: warning: refreshing the policies: {e:#}");
+            }
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, r: &ConnRecord) -> anyhow::Result<()> {
+        let mut recorded = false;
+        if let (Some(m), Some(store)) = (record::to_measurement(r, unix_now()), self.store.as_mut())
+        {
+            match store.record_bounded(
+                &m.peer,
+                m.direction,
+                &m.measurement,
+                &Source::Agent,
+                &self.db_policy,
+                &RecordBounds::default(),
+            ) {
+                Ok(_) => {
+                    recorded = true;
+                    self.recorded += 1;
+                }
+                Err(e) => eprintln!("tcptune: warning: recording {}: {e}", m.peer),
+            }
+        }
+        if r.kind == Kind::Advice {
+            if let Some(s) = self.settings.get(&r.peer) {
+                if self.advice.should_log(r.peer, r.policy_id, unix_now()) {
+                    eprintln!("tcptune: {}", advice_line(r, s));
+                }
+            }
+        }
+        if self.json {
+            out::line(&serde_json::to_string(&RecordLine {
+                schema_version: AGENT_SCHEMA_VERSION,
+                record: r,
+                recorded,
+            })?);
+        }
+        Ok(())
+    }
+
+    /// Detach (drop the program) and say what it did.
+    fn finish(self) -> anyhow::Result<()> {
+        let stat = |i| self.loaded.stat(i).unwrap_or(0);
+        let summary = SummaryLine {
+            schema_version: AGENT_SCHEMA_VERSION,
+            kind: "summary",
+            mode: self.mode,
+            cgroup: self.cgroup.display().to_string(),
+            sockets_tuned: stat(maps::STAT_TUNED),
+            sockets_observed: stat(maps::STAT_OBSERVED),
+            sockets_advised: stat(maps::STAT_ADVISED),
+            records_dropped: stat(maps::STAT_DROPPED),
+            measurements_recorded: self.recorded,
+        };
+        drop(self.loaded);
+        eprintln!(
+            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised; {} measurement(s) recorded{}",
+            summary.cgroup,
+            summary.sockets_tuned,
+            summary.sockets_observed,
+            summary.sockets_advised,
+            summary.measurements_recorded,
+            if summary.records_dropped > 0 {
+                format!("; {} record(s) lost (ring buffer full)", summary.records_dropped)
+            } else {
+                String::new()
+            }
+        );
+        if self.json {
+            out::line(&serde_json::to_string(&summary)?);
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let known = self.settings.len();
+        let fastest = self
+            .settings
+            .values()
+            .map(|s| s.rate_bps)
+            .max()
+            .map_or(String::new(), |r| format!(", fastest {}", human_rate(r)));
+        format!(
+            "mode {}, {known} known destination(s){fastest}",
+            self.mode.as_str()
+        )
+    }
+}
+
+/// The cgroup `--cgroup` names: absolute, or relative to the cgroup2 mount.
+fn resolve_cgroup(given: &Path, mount: &Path) -> PathBuf {
+    if given.is_absolute() {
+        given.to_path_buf()
+    } else {
+        mount.join(given)
+    }
+}
+
+fn run_attached(o: RunOpts) -> anyhow::Result<ExitCode> {
+    let mount = cgroup2_mount().map_err(env_fail)?;
+    let cgroup = match (&o.cgroup, o.host_wide) {
+        (Some(c), _) => resolve_cgroup(c, &mount),
+        (None, true) => mount.clone(),
+        (None, false) => {
+            return Err(exit::fail(
+                exit::USAGE,
+                anyhow!("give --cgroup PATH or --host-wide"),
+            ))
+        }
+    };
+    check_cgroup2_dir(&cgroup).map_err(|e| exit::fail(exit::USAGE, anyhow!("{e}")))?;
+    let mut agent = Agent::prepare(&o.common, &cgroup)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    signals::on_stop(move || flag.store(true, Ordering::Relaxed))?;
+    agent.loaded.attach(&cgroup)?;
+    eprintln!(
+        "tcptune: agent attached to {} ({}); SIGTERM or Ctrl-C detaches",
+        cgroup.display(),
+        agent.describe()
+    );
+    while !stop.load(Ordering::Relaxed) {
+        agent.pump(Duration::from_millis(200))?;
+    }
+    agent.pump(Duration::ZERO)?;
+    agent.finish()?;
+    Ok(ExitCode::from(exit::OK))
+}
+
+fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
+    let mount = cgroup2_mount().map_err(env_fail)?;
+    // The capabilities first: creating the cgroup would fail less clearly.
+    caps::check().map_err(env_fail)?;
+    let cgroup = ChildCgroup::create(&mount, "tcptune-agent-exec").map_err(env_fail)?;
+    let mut agent = Agent::prepare(&o.common, cgroup.path())?;
+    agent.loaded.attach(cgroup.path())?;
+    let (prog, args) = o
+        .cmd
+        .split_first()
+        .ok_or_else(|| exit::fail(exit::USAGE, anyhow!("no command given after --")))?;
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args);
+    cgroup.add_to(&mut cmd).map_err(env_fail)?;
+    let mut child = process::spawn(&mut cmd, prog.to_string_lossy().into_owned())?;
+    // Like system(3): the child handles Ctrl-C; we wait for it and pass its status on.
+    sys_signals::ignore_interactive_signals()?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        agent.pump(Duration::from_millis(50))?;
+    };
+    let until = Instant::now() + EXEC_LINGER;
+    while Instant::now() < until {
+        agent.pump(Duration::from_millis(50))?;
+    }
+    agent.finish()?;
+    drop(cgroup);
+    Ok(ExitCode::from(process::exit_code(status)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_cgroup_is_under_the_cgroup2_mount() {
+        let mount = Path::new("/sys/fs/cgroup/unified");
+        assert_eq!(
+            resolve_cgroup(Path::new("system.slice/gridftp.service"), mount),
+            PathBuf::from("/sys/fs/cgroup/unified/system.slice/gridftp.service")
+        );
+        assert_eq!(
+            resolve_cgroup(Path::new("/sys/fs/cgroup/unified/x"), mount),
+            PathBuf::from("/sys/fs/cgroup/unified/x")
+        );
+    }
+}
