@@ -139,3 +139,113 @@ fn exec_json_streams_a_close_record_for_each_end_and_a_summary() {
     assert_eq!(summary["mode"], "enforce");
     assert!(summary["sockets_observed"].as_u64().expect("observed") >= 2);
 }
+
+/// `agent exec -- tcptune emu run ... -- python3 CLIENT` against a server in side B, with a
+/// full-pipe entry for the emulated peer in the path database.
+fn through_emu(db: &std::path::Path, mode: &str) -> Output {
+    let server = "python3 -c \"\nimport socket\nl = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nl.bind(('198.19.0.1', 5399)); l.listen()\nwhile True:\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\"";
+    let client = "import socket, time\n\
+        for n in range(2):\n    \
+            for i in range(200):\n        \
+                try:\n            s = socket.create_connection(('198.19.0.1', 5399)); break\n        \
+                except OSError:\n            time.sleep(0.05)\n    \
+            s.sendall(b'x' * 2000000); s.shutdown(socket.SHUT_WR)\n    \
+            while s.recv(65536):\n        pass\n    \
+            s.close()\n";
+    agent_exec(
+        db,
+        &["--json", "--mode", mode],
+        &[
+            BIN, "emu", "run", "--rtt", "20ms", "--rate", "100mbit", "--server", server, "--",
+            "python3", "-c", client,
+        ],
+    )
+}
+
+fn record_full_pipe_entry(db: &std::path::Path) {
+    let mut store = tcptune_pathdb::PathStore::open(db).expect("path database");
+    let m = tcptune_core::pathdb::Measurement {
+        rate: tcptune_core::Rate::mbit(100),
+        min_rtt: std::time::Duration::from_millis(20),
+        full_pipe: true,
+        at_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64(),
+    };
+    store
+        .record(
+            "198.19.0.1",
+            tcptune_core::pathdb::Direction::Send,
+            &m,
+            &tcptune_pathdb::Source::Probe,
+            &tcptune_core::pathdb::PathDbPolicy::default(),
+        )
+        .expect("record");
+}
+
+fn client_closes(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["kind"] == "close" && l["peer"] == "198.19.0.1" && l["opened"] == "active")
+        .collect()
+}
+
+#[test]
+fn a_known_destination_is_paced_in_enforce_and_advised_once_in_advise() {
+    let test = "a_known_destination_is_paced_in_enforce_and_advised_once_in_advise";
+    if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("known");
+    record_full_pipe_entry(&db);
+
+    let out = through_emu(&db, "enforce");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let closes = client_closes(&out);
+    assert_eq!(closes.len(), 2, "{}", String::from_utf8_lossy(&out.stdout));
+    for c in &closes {
+        assert_eq!(c["kind"], "close");
+        assert!(c["policy_id"].as_u64().expect("policy_id") > 0, "{c}");
+        let applied = c["applied"].as_array().expect("applied");
+        assert!(applied.contains(&Value::from("pacing")), "{c}");
+        assert_eq!(c["recorded"], true, "{c}");
+    }
+    // What the agent recorded shows in `paths` as the latest measurement of the path.
+    let paths = Command::new(BIN)
+        .args(["paths", "--json", "--path-db"])
+        .arg(&db)
+        .output()
+        .expect("tcptune paths");
+    let doc: Value = serde_json::from_slice(&paths.stdout).expect("paths --json");
+    let entry = doc["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .find(|p| p["peer"] == "198.19.0.1" && p["direction"] == "send")
+        .cloned()
+        .expect("the peer's entry");
+    assert_eq!(entry["last_source"], "agent", "{entry}");
+
+    let out = through_emu(&db, "advise");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let advice: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("advice A") && l.contains("198.19.0.1"))
+        .collect();
+    assert_eq!(
+        advice.len(),
+        1,
+        "one advice line for two connections: {err}"
+    );
+    assert!(advice[0].contains("pacing"), "{}", advice[0]);
+    let closes = client_closes(&out);
+    assert_eq!(closes.len(), 2);
+    for c in &closes {
+        // Advised, not applied: the bits say what would have been set.
+        assert!(c["applied_bits"].as_u64().expect("bits") & 128 != 0, "{c}");
+    }
+}
