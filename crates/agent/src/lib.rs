@@ -21,6 +21,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod loader;
 pub mod maps;
+pub mod metrics;
 pub mod policy;
 pub mod record;
 pub mod stale;

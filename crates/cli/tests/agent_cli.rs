@@ -249,3 +249,91 @@ fn a_known_destination_is_paced_in_enforce_and_advised_once_in_advise() {
         assert!(c["applied_bits"].as_u64().expect("bits") & 128 != 0, "{c}");
     }
 }
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
+#[test]
+fn run_serves_metrics_of_its_cgroup_and_detaches_on_sigterm() {
+    use std::io::BufRead;
+    let test = "run_serves_metrics_of_its_cgroup_and_detaches_on_sigterm";
+    if !can_load(test) || !require(test, &[Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("metrics");
+    let mount = tcptune_agent::cgroup::cgroup2_mount().expect("cgroup2");
+    let cgroup =
+        tcptune_agent::cgroup::ChildCgroup::create(&mount, "tt-agent-cli").expect("cgroup");
+    let mut agent = tcptune_testkit::ChildGuard::spawn(
+        Command::new(BIN)
+            .args([
+                "agent",
+                "run",
+                "--mode",
+                "observe",
+                "--metrics",
+                "127.0.0.1:0",
+            ])
+            .arg("--cgroup")
+            .arg(cgroup.path())
+            .arg("--path-db")
+            .arg(&db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.expect("stderr line");
+        if let Some(rest) = line.split("serving metrics on http://").nth(1) {
+            addr = rest.strip_suffix("/metrics").map(str::to_string);
+        }
+        if line.contains("agent attached to") {
+            break;
+        }
+    }
+    let addr = addr.expect("the agent says where it serves metrics");
+
+    let mut client = Command::new("python3");
+    client.args([
+        "-c",
+        "import socket, threading\n\
+         l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+         def serve():\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\
+         t = threading.Thread(target=serve); t.start()\n\
+         s = socket.create_connection(l.getsockname()); s.sendall(b'x' * 100000); s.close(); t.join()\n",
+    ]);
+    cgroup.add_to(&mut client).expect("join the cgroup");
+    assert!(client.status().expect("client").success());
+    let want = "tcptune_agent_connections_total{group=\"127.0.0.1\",outcome=\"observed\"} 2";
+    let mut text = String::new();
+    let seen = tcptune_testkit::wait_for(std::time::Duration::from_secs(10), || {
+        text = scrape(&addr);
+        text.contains(want)
+    });
+    assert!(seen, "{want} not in:\n{text}");
+    assert!(text.contains("tcptune_agent_bytes_total{group=\"127.0.0.1\",direction=\"sent\"}"));
+
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(agent.id() as i32, libc::SIGTERM);
+    }
+    let status = agent.0.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("agent detached from") && l.contains("2 observed")),
+        "{rest:?}"
+    );
+}

@@ -20,11 +20,13 @@ use std::time::{Duration, Instant};
 use tcptune_agent::advice::{advice_line, AdviceLog};
 use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
 use tcptune_agent::loader::Loaded;
+use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
 use tcptune_agent::policy::{policies, HostLimits, PolicyOptions, Settings};
 use tcptune_agent::record::{self, ConnRecord, Kind};
 use tcptune_agent::{caps, maps, stale, Mode};
 use tcptune_core::pathdb::{PathDbPolicy, RecordBounds};
 use tcptune_doctor::sizing::human_rate;
+use tcptune_metrics::{Exporter, ExporterConfig, Registry};
 use tcptune_pathdb::{PathStore, Source};
 use tcptune_sys::os::unix_now;
 use tcptune_sys::process::{self, signals as sys_signals};
@@ -59,6 +61,7 @@ Examples:
   tcptune agent run --host-wide --mode advise
   tcptune agent exec -- iperf3 -c 10.0.0.2 -n 1G
   tcptune agent exec --json -- curl -O http://10.0.0.2/big.iso > records.jsonl
+  tcptune agent run --cgroup system.slice/backup.service --metrics 127.0.0.1:9311
 
 Exit status: run: 0 once stopped by SIGTERM or Ctrl-C; exec: CMD's status; 5 without the
 capabilities or the BPF program; 1 other failures.")]
@@ -110,6 +113,11 @@ struct CommonOpts {
     /// Stream one JSON object per connection (and advice) on stdout, then a summary.
     #[arg(long)]
     json: bool,
+    /// Serve Prometheus metrics on ADDR (e.g. 127.0.0.1:9311) at /metrics: connections by
+    /// destination group and outcome, and their bytes (the first 256 groups; later ones
+    /// are summed up as `other`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -185,6 +193,8 @@ struct Agent {
     refreshed: Instant,
     recorded: u64,
     bad_records: u64,
+    /// `--metrics`: the families, and the exporter serving them (stops when dropped).
+    metrics: Option<(AgentMetrics, Exporter)>,
 }
 
 impl Agent {
@@ -219,6 +229,10 @@ impl Agent {
             eprintln!("tcptune: warning: {w}");
         }
         let limits = HostLimits::read().map_err(|e| anyhow!("reading the socket limits: {e}"))?;
+        let metrics = match &common.metrics {
+            Some(addr) => Some(start_metrics(addr)?),
+            None => None,
+        };
         let mode: Mode = common.mode.into();
         loaded.set_mode(mode)?;
         let mut agent = Agent {
@@ -237,6 +251,7 @@ impl Agent {
             refreshed: Instant::now(),
             recorded: 0,
             bad_records: 0,
+            metrics,
         };
         agent.refresh()?;
         Ok(agent)
@@ -288,6 +303,9 @@ impl Agent {
     }
 
     fn handle(&mut self, r: &ConnRecord) -> anyhow::Result<()> {
+        if let Some((m, _)) = &self.metrics {
+            m.observe(r);
+        }
         let mut recorded = false;
         if let (Some(m), Some(store)) = (record::to_measurement(r, unix_now()), self.store.as_mut())
         {
@@ -370,6 +388,20 @@ impl Agent {
             self.mode.as_str()
         )
     }
+}
+
+/// Start the exporter of `--metrics`; its line on stderr says where it listens.
+fn start_metrics(addr: &str) -> anyhow::Result<(AgentMetrics, Exporter)> {
+    let metrics = AgentMetrics::new(DEFAULT_MAX_GROUPS);
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let exporter = Exporter::start(addr, Arc::new(registry), ExporterConfig::default())
+        .map_err(|e| exit::fail(exit::ENVIRONMENT, e))?;
+    eprintln!(
+        "tcptune agent: serving metrics on http://{}/metrics",
+        exporter.local_addr()
+    );
+    Ok((metrics, exporter))
 }
 
 /// The cgroup `--cgroup` names: absolute, or relative to the cgroup2 mount.
