@@ -25,6 +25,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define SO_RCVBUF 8
 #define SO_MAX_PACING_RATE 47
 #define SOL_TCP 6
+#define SOCK_STREAM 1
+#define IPPROTO_TCP 6
 #define TCP_CONGESTION 13
 #define TCP_BPF_IW 1001
 #define TCP_CLOSE 7
@@ -54,6 +56,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 // Record kinds.
 #define KIND_CLOSE 1
 #define KIND_ADVICE 2
+#define KIND_OVERRIDE 3
 #define TT_RECORD_VERSION 1
 
 // Policy flags.
@@ -77,12 +80,33 @@ struct tt_policy {
 	__u32 iw;           // TCP_BPF_IW segments (0: none); only with pacing
 	__u32 id;           // the policy's ID (hash of its actions)
 	__u32 flags;        // P_*
+	// --override-app-buffers: an application's SO_SNDBUF (SO_RCVBUF) request below
+	// need_snd (need_rcv) bytes is ignored on sockets to this peer.
+	__u32 need_snd;
+	__u32 need_rcv;
 	__u32 _pad;
 	char cc[16];        // TCP_CONGESTION ("" : leave)
 };
 
 struct tt_cfg {
 	__u32 mode;
+	__u32 override_on; // --override-app-buffers
+	// On a socket without a known peer yet (before connect, a listener), an application's
+	// SO_SNDBUF (SO_RCVBUF) request below this is ignored (see policy.rs).
+	__u32 override_snd;
+	__u32 override_rcv;
+};
+
+// An application's buffer request the setsockopt program ignored (56 bytes).
+struct tt_override {
+	__u16 version;
+	__u16 kind;     // KIND_OVERRIDE
+	__u32 pid;
+	__u8 peer[16];  // zero when the socket had no peer yet
+	char comm[16];
+	__u32 optname;  // SO_SNDBUF or SO_RCVBUF
+	__u32 requested;
+	__u32 need;
 	__u32 _pad;
 };
 
@@ -428,5 +452,68 @@ int tt_sockops(struct bpf_sock_ops *skops)
 			closed(skops);
 		break;
 	}
+	return 1;
+}
+
+// --override-app-buffers: an application's SO_SNDBUF/SO_RCVBUF request below what the path
+// needs is skipped (the socket keeps autotuning, and the sock_ops program may still size its
+// send buffer at *_ESTABLISHED), and reported with the process and destination.
+SEC("cgroup/setsockopt")
+int tt_setsockopt(struct bpf_sockopt *ctx)
+{
+	if (ctx->level != SOL_SOCKET || (ctx->optname != SO_SNDBUF && ctx->optname != SO_RCVBUF))
+		return 1;
+	int *val = ctx->optval;
+	if ((void *)(val + 1) > ctx->optval_end)
+		return 1;
+	__u32 zero = 0;
+	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
+	if (!cfg || !cfg->override_on)
+		return 1;
+	int snd = ctx->optname == SO_SNDBUF;
+	__u32 need = snd ? cfg->override_snd : cfg->override_rcv;
+	struct tt_addr peer;
+	__builtin_memset(&peer, 0, sizeof(peer));
+	struct bpf_sock *sk = ctx->sk;
+	// TCP sockets only (netlink, UNIX and UDP sockets size their buffers for other reasons).
+	if (!sk || (sk->family != AF_INET && sk->family != AF_INET6) ||
+	    sk->type != SOCK_STREAM || sk->protocol != IPPROTO_TCP)
+		return 1;
+	if (sk->family == AF_INET && sk->dst_ip4) {
+		__u32 d = sk->dst_ip4;
+		peer.addr[10] = 0xff;
+		peer.addr[11] = 0xff;
+		__builtin_memcpy(&peer.addr[12], &d, 4);
+	} else if (sk->family == AF_INET6) {
+		volatile __u32 *dv = (volatile __u32 *)sk->dst_ip6;
+		__u32 d0 = dv[0], d1 = dv[1], d2 = dv[2], d3 = dv[3];
+		__builtin_memcpy(&peer.addr[0], &d0, 4);
+		__builtin_memcpy(&peer.addr[4], &d1, 4);
+		__builtin_memcpy(&peer.addr[8], &d2, 4);
+		__builtin_memcpy(&peer.addr[12], &d3, 4);
+	}
+	struct tt_policy *p = find_policy(&peer);
+	if (p)
+		need = snd ? p->need_snd : p->need_rcv;
+	int requested = *val;
+	if (requested < 0 || (__u32)requested >= need)
+		return 1;
+	// Skip the kernel's handler: the request is not applied.
+	ctx->optlen = -1;
+	struct tt_override *r = bpf_ringbuf_reserve(&tt_events, sizeof(*r), 0);
+	if (!r) {
+		count(3);
+		return 1;
+	}
+	r->version = TT_RECORD_VERSION;
+	r->kind = KIND_OVERRIDE;
+	r->pid = bpf_get_current_pid_tgid() >> 32;
+	__builtin_memcpy(r->peer, peer.addr, 16);
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	r->optname = ctx->optname;
+	r->requested = requested;
+	r->need = need;
+	r->_pad = 0;
+	bpf_ringbuf_submit(r, 0);
 	return 1;
 }

@@ -10,7 +10,7 @@ use crate::maps::{AddrKey, CfgValue, PolicyValue};
 use crate::Mode;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, RingBuf};
-use aya::programs::{CgroupAttachMode, SockOps};
+use aya::programs::{CgroupAttachMode, CgroupSockopt, SockOps};
 use aya::Ebpf;
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -20,6 +20,8 @@ use std::time::Duration;
 
 /// The program's name in the kernel (what [`crate::stale`] looks for; 15 bytes at most).
 pub const PROGRAM_NAME: &str = "tt_sockops";
+/// The `cgroup/setsockopt` program of `--override-app-buffers`.
+pub const SETSOCKOPT_NAME: &str = "tt_setsockopt";
 
 /// The compiled program (empty when clang or libbpf-dev was missing at build time).
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sockops.o"));
@@ -109,6 +111,18 @@ impl Loaded {
             what: "loading tt_sockops (the verifier refused it?)".into(),
             source,
         })?;
+        let sockopt: &mut CgroupSockopt = ebpf
+            .program_mut(SETSOCKOPT_NAME)
+            .ok_or(LoadError::Missing("the program tt_setsockopt"))?
+            .try_into()
+            .map_err(|source| LoadError::Program {
+                what: "tt_setsockopt is not a cgroup/setsockopt program".into(),
+                source,
+            })?;
+        sockopt.load().map_err(|source| LoadError::Program {
+            what: "loading tt_setsockopt (the verifier refused it?)".into(),
+            source,
+        })?;
         let events = RingBuf::try_from(
             ebpf.take_map("tt_events")
                 .ok_or(LoadError::Missing("the map tt_events"))?,
@@ -122,8 +136,29 @@ impl Loaded {
         })
     }
 
-    /// Attach to the cgroup v2 directory `cgroup`, by a link this process holds.
-    pub fn attach(&mut self, cgroup: &Path) -> Result<(), LoadError> {
+    /// Attach to the cgroup v2 directory `cgroup`, by links this process holds; with
+    /// `override_app_buffers`, the `cgroup/setsockopt` program too.
+    pub fn attach(&mut self, cgroup: &Path, override_app_buffers: bool) -> Result<(), LoadError> {
+        if override_app_buffers {
+            let file = std::fs::File::open(cgroup).map_err(|source| LoadError::Io {
+                what: format!("opening cgroup {}", cgroup.display()),
+                source,
+            })?;
+            let prog: &mut CgroupSockopt = self
+                .ebpf
+                .program_mut(SETSOCKOPT_NAME)
+                .ok_or(LoadError::Missing("the program tt_setsockopt"))?
+                .try_into()
+                .map_err(|source| LoadError::Program {
+                    what: "tt_setsockopt is not a cgroup/setsockopt program".into(),
+                    source,
+                })?;
+            prog.attach(file, CgroupAttachMode::Single)
+                .map_err(|source| LoadError::Program {
+                    what: format!("attaching tt_setsockopt to cgroup {}", cgroup.display()),
+                    source,
+                })?;
+        }
         let file = std::fs::File::open(cgroup).map_err(|source| LoadError::Io {
             what: format!("opening cgroup {}", cgroup.display()),
             source,
@@ -148,8 +183,13 @@ impl Loaded {
         Ok(())
     }
 
-    /// Set the mode the program works in.
-    pub fn set_mode(&mut self, mode: Mode) -> Result<(), LoadError> {
+    /// Set the mode the program works in, and `--override-app-buffers`' thresholds for
+    /// sockets without a known peer ([`crate::policy::unconnected_needs`]; `None`: off).
+    pub fn set_config(
+        &mut self,
+        mode: Mode,
+        override_needs: Option<(u32, u32)>,
+    ) -> Result<(), LoadError> {
         let mut cfg: Array<_, CfgValue> = Array::try_from(
             self.ebpf
                 .map_mut("tt_cfg")
@@ -160,7 +200,9 @@ impl Loaded {
             0,
             CfgValue {
                 mode: mode.code(),
-                pad: 0,
+                override_on: u32::from(override_needs.is_some()),
+                override_snd: override_needs.map_or(0, |n| n.0),
+                override_rcv: override_needs.map_or(0, |n| n.1),
             },
             0,
         )

@@ -24,13 +24,17 @@ pub struct PolicyValue {
     pub id: u32,
     /// [`POLICY_FULL_PIPE`].
     pub flags: u32,
+    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is ignored.
+    pub need_snd: u32,
+    /// The same for `SO_RCVBUF`.
+    pub need_rcv: u32,
     /// Padding (zero).
     pub pad: u32,
     /// `TCP_CONGESTION`, NUL-terminated (empty: leave).
     pub cc: [u8; 16],
 }
 
-// SAFETY: repr(C), plain integers and bytes, no padding the compiler adds (56 bytes, checked
+// SAFETY: repr(C), plain integers and bytes, no padding the compiler adds (64 bytes, checked
 // in a test), valid for every bit pattern.
 unsafe impl aya::Pod for PolicyValue {}
 
@@ -75,11 +79,16 @@ pub fn mapped_prefix_len(ip: IpAddr, len: u8) -> Option<u32> {
 pub struct CfgValue {
     /// [`crate::Mode`] as the program reads it.
     pub mode: u32,
-    /// Padding (zero).
-    pub pad: u32,
+    /// `--override-app-buffers` (1: on).
+    pub override_on: u32,
+    /// On sockets without a known peer yet: an application's `SO_SNDBUF` request below
+    /// this is ignored ([`crate::policy::unconnected_needs`]).
+    pub override_snd: u32,
+    /// The same for `SO_RCVBUF`.
+    pub override_rcv: u32,
 }
 
-// SAFETY: two u32s.
+// SAFETY: four u32s.
 unsafe impl aya::Pod for CfgValue {}
 
 /// Index in `tt_stats`: sockets the program tuned.
@@ -97,9 +106,9 @@ mod tests {
 
     #[test]
     fn layouts_match_the_c_structs() {
-        assert_eq!(std::mem::size_of::<PolicyValue>(), 56);
+        assert_eq!(std::mem::size_of::<PolicyValue>(), 64);
         assert_eq!(std::mem::size_of::<AddrKey>(), 16);
-        assert_eq!(std::mem::size_of::<CfgValue>(), 8);
+        assert_eq!(std::mem::size_of::<CfgValue>(), 16);
     }
 
     #[test]

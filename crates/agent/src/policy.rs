@@ -102,6 +102,13 @@ pub struct Settings {
     pub full_pipe: bool,
     /// The path's rate, bit/s (for messages).
     pub rate_bps: u64,
+    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is ignored
+    /// (the socket keeps autotuning, and the send buffer above): what the path needs, within
+    /// what autotuning or this policy reach, so that ignoring a request never leaves the
+    /// socket a smaller buffer than the application asked for.
+    pub need_snd: u32,
+    /// The same for `SO_RCVBUF`.
+    pub need_rcv: u32,
     /// What limits the settings, with the fix (for advice and logs).
     pub limits: Vec<String>,
 }
@@ -192,6 +199,22 @@ pub fn settings_for(
             &mut notes,
         )
     });
+    // An application's request below the need is ignored under --override-app-buffers: the
+    // socket then reaches what autotuning (request units: half of tcp_*mem[2]) or this
+    // policy's request reach, never less than the application asked for.
+    let need = |e: Option<&PathEntry>, factor: f64, reach: u64, request: u32| -> u32 {
+        e.map_or(0, |e| {
+            let want = ((bdp(e) as f64 * factor) as u64).div_ceil(2);
+            to_u32(want.min((reach / 2).max(u64::from(request))))
+        })
+    };
+    let need_snd = need(send, SNDBUF_BDP_FACTOR, limits.tcp_wmem_max, sndbuf_request);
+    let need_rcv = need(
+        receive.or(send),
+        RCVBUF_BDP_FACTOR,
+        limits.tcp_rmem_max,
+        rcvbuf_request,
+    );
     let full = send.filter(|e| e.full_pipe);
     let pacing_bytes_per_s = full.map_or(0, |e| e.rate_bps / 8);
     let initial_window = full.map_or(0, |e| {
@@ -217,6 +240,8 @@ pub fn settings_for(
         rtt_hi_us: micros(hi).max(1),
         full_pipe: main.full_pipe,
         rate_bps: main.rate_bps,
+        need_snd,
+        need_rcv,
         limits: notes,
     };
     let nothing = s.sndbuf_request == 0
@@ -268,6 +293,8 @@ impl Settings {
             iw: self.initial_window,
             id: self.id(),
             flags: if self.full_pipe { POLICY_FULL_PIPE } else { 0 },
+            need_snd: self.need_snd,
+            need_rcv: self.need_rcv,
             pad: 0,
             cc,
         }
@@ -313,6 +340,19 @@ pub fn policies(
         }
     }
     out
+}
+
+/// `--override-app-buffers` on sockets whose peer is not known yet (before `connect`, a
+/// listener): the `SO_SNDBUF` and `SO_RCVBUF` requests below these are ignored. The largest
+/// need of the known destinations, within what autotuning reaches by itself (the peer may
+/// turn out unknown, and then autotuning alone must still reach what the application asked).
+pub fn unconnected_needs(all: &[Settings], limits: &HostLimits) -> (u32, u32) {
+    let snd = all.iter().map(|s| s.need_snd).max().unwrap_or(0);
+    let rcv = all.iter().map(|s| s.need_rcv).max().unwrap_or(0);
+    (
+        snd.min(to_u32(limits.tcp_wmem_max / 2)),
+        rcv.min(to_u32(limits.tcp_rmem_max / 2)),
+    )
 }
 
 /// What the program knows of a socket at `*_ESTABLISHED`.
@@ -435,6 +475,27 @@ mod tests {
         assert_eq!(s.rcvbuf_request, 0);
         // A lower bound: no pacing, no initial window.
         assert_eq!((s.pacing_bytes_per_s, s.initial_window), (0, 0));
+        // An application's send request below wmem_max is ignored under override (the
+        // policy's 4 MiB request reaches further); receive: within autotuning's 16 MiB.
+        assert_eq!(s.need_snd, 4 * MIB as u32);
+        assert_eq!(s.need_rcv, 12_500_000);
+    }
+
+    #[test]
+    fn overriding_an_application_never_leaves_it_less_than_it_asked_for() {
+        let e = entry(Direction::Send, 1_000_000_000, 100, false);
+        let s = settings_for(Some(&e), None, &host(), &PolicyOptions::default()).expect("some");
+        // Before connect the peer is unknown: autotuning alone must reach the threshold.
+        assert_eq!(
+            unconnected_needs(std::slice::from_ref(&s), &host()),
+            (2 * MIB as u32, 12_500_000)
+        );
+        assert_eq!(unconnected_needs(&[], &host()), (0, 0));
+        // A short path needs less than an application's 1 MiB: that request stands.
+        let short = entry(Direction::Send, 100_000_000, 20, true);
+        let s =
+            settings_for(Some(&short), None, &host(), &PolicyOptions::default()).expect("pacing");
+        assert!(s.need_snd < MIB as u32, "{}", s.need_snd);
     }
 
     #[test]

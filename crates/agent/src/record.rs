@@ -15,6 +15,12 @@ use tcptune_core::Rate;
 
 /// Size of `struct tt_record`.
 pub const RECORD_LEN: usize = 112;
+/// Size of `struct tt_override`.
+pub const OVERRIDE_LEN: usize = 56;
+/// `SO_SNDBUF`.
+const SO_SNDBUF: u32 = 7;
+/// `SO_RCVBUF`.
+const SO_RCVBUF: u32 = 8;
 /// The version this build reads (`TT_RECORD_VERSION`).
 pub const RECORD_VERSION: u16 = 1;
 /// Connections that moved less than this (either way) are reported but not recorded: their
@@ -54,11 +60,13 @@ pub mod applied {
 /// Why bytes from the ring buffer are not a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
-    /// Shorter than a record.
-    #[error("a ring buffer record of {len} bytes (a record has {RECORD_LEN})")]
+    /// Shorter than a record of its kind.
+    #[error("a ring buffer record of {len} bytes (one of its kind has {want})")]
     Short {
         /// Its length.
         len: usize,
+        /// The length of its kind.
+        want: usize,
     },
     /// Another version of the program wrote it.
     #[error("a ring buffer record of version {found} (this tcptune reads {RECORD_VERSION})")]
@@ -165,7 +173,10 @@ fn addr_at(b: &[u8], at: usize) -> IpAddr {
 /// the version are ignored).
 pub fn parse(bytes: &[u8]) -> Result<ConnRecord, RecordError> {
     if bytes.len() < RECORD_LEN {
-        return Err(RecordError::Short { len: bytes.len() });
+        return Err(RecordError::Short {
+            len: bytes.len(),
+            want: RECORD_LEN,
+        });
     }
     let b = &bytes[..RECORD_LEN];
     let version = u16_at(b, 0);
@@ -216,6 +227,93 @@ pub fn parse(bytes: &[u8]) -> Result<ConnRecord, RecordError> {
         app_locked_sndbuf: locked & 1 != 0,
         app_locked_rcvbuf: locked & 2 != 0,
     })
+}
+
+/// An application's buffer request that `--override-app-buffers` ignored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OverrideRecord {
+    /// Always `override`.
+    pub kind: &'static str,
+    /// The process (its thread group ID).
+    pub pid: u32,
+    /// Its name (`comm`, up to 15 bytes).
+    pub comm: String,
+    /// The socket's peer, `None` before `connect` (or on a listener).
+    pub peer: Option<IpAddr>,
+    /// `SO_SNDBUF` or `SO_RCVBUF`.
+    pub option: &'static str,
+    /// What the application asked for, bytes.
+    pub requested_bytes: u32,
+    /// What the path needs (requests below it are ignored), bytes.
+    pub need_bytes: u32,
+}
+
+/// Anything the ring buffer carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A connection closed, or advise mode's advice.
+    Conn(ConnRecord),
+    /// An application's request ignored.
+    Override(OverrideRecord),
+}
+
+/// Parse one ring buffer item of any kind (each kind's length is checked first).
+pub fn parse_event(bytes: &[u8]) -> Result<Event, RecordError> {
+    if bytes.len() < 4 {
+        return Err(RecordError::Short {
+            len: bytes.len(),
+            want: 4,
+        });
+    }
+    if u16_at(bytes, 2) != 3 {
+        return parse(bytes).map(Event::Conn);
+    }
+    if bytes.len() < OVERRIDE_LEN {
+        return Err(RecordError::Short {
+            len: bytes.len(),
+            want: OVERRIDE_LEN,
+        });
+    }
+    let b = &bytes[..OVERRIDE_LEN];
+    let version = u16_at(b, 0);
+    if version != RECORD_VERSION {
+        return Err(RecordError::Version { found: version });
+    }
+    let comm_bytes = &b[24..40];
+    let end = comm_bytes.iter().position(|c| *c == 0).unwrap_or(16);
+    let peer = addr_at(b, 8);
+    let option = match u32_at(b, 40) {
+        SO_SNDBUF => "SO_SNDBUF",
+        SO_RCVBUF => "SO_RCVBUF",
+        _ => "?",
+    };
+    Ok(Event::Override(OverrideRecord {
+        kind: "override",
+        pid: u32_at(b, 4),
+        comm: String::from_utf8_lossy(&comm_bytes[..end]).into_owned(),
+        peer: (!peer.is_unspecified() && b[8..24] != [0u8; 16]).then_some(peer),
+        option,
+        requested_bytes: u32_at(b, 44),
+        need_bytes: u32_at(b, 48),
+    }))
+}
+
+impl OverrideRecord {
+    /// The log line: which process, which destination, what was ignored.
+    pub fn line(&self) -> String {
+        format!(
+            "overrode {} ({}) {}={} {}: below the {} the path needs; the socket keeps autotuning",
+            self.comm,
+            self.pid,
+            self.option,
+            self.requested_bytes,
+            match self.peer {
+                Some(p) => format!("to {p}"),
+                None => "before connect (destination not known yet)".to_string(),
+            },
+            self.need_bytes
+        )
+    }
 }
 
 impl ConnRecord {
@@ -340,7 +438,13 @@ pub(crate) mod tests {
     fn short_records_and_unknown_versions_or_kinds_are_refused() {
         let good = raw(1, 1, 1, 1);
         for len in [0, 1, RECORD_LEN - 1] {
-            assert_eq!(parse(&good[..len]), Err(RecordError::Short { len }));
+            assert_eq!(
+                parse(&good[..len]),
+                Err(RecordError::Short {
+                    len,
+                    want: RECORD_LEN
+                })
+            );
         }
         let mut longer = good.clone();
         longer.extend_from_slice(&[0xff; 8]);
@@ -349,6 +453,55 @@ pub(crate) mod tests {
         v2[0] = 2;
         assert_eq!(parse(&v2), Err(RecordError::Version { found: 2 }));
         assert_eq!(parse(&raw(9, 1, 1, 1)), Err(RecordError::Kind { found: 9 }));
+    }
+
+    fn raw_override(peer: [u8; 16]) -> Vec<u8> {
+        let mut b = vec![0u8; OVERRIDE_LEN];
+        b[0..2].copy_from_slice(&RECORD_VERSION.to_le_bytes());
+        b[2..4].copy_from_slice(&3u16.to_le_bytes());
+        b[4..8].copy_from_slice(&4242u32.to_le_bytes());
+        b[8..24].copy_from_slice(&peer);
+        b[24..30].copy_from_slice(b"iperf3");
+        b[40..44].copy_from_slice(&7u32.to_le_bytes());
+        b[44..48].copy_from_slice(&65536u32.to_le_bytes());
+        b[48..52].copy_from_slice(&4194304u32.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn an_override_record_names_the_process_and_the_destination() {
+        let peer = std::net::Ipv4Addr::new(198, 19, 0, 1)
+            .to_ipv6_mapped()
+            .octets();
+        let Ok(Event::Override(o)) = parse_event(&raw_override(peer)) else {
+            panic!("not an override")
+        };
+        assert_eq!(
+            (o.pid, o.comm.as_str(), o.option),
+            (4242, "iperf3", "SO_SNDBUF")
+        );
+        assert_eq!((o.requested_bytes, o.need_bytes), (65536, 4194304));
+        assert!(
+            o.line()
+                .contains("iperf3 (4242) SO_SNDBUF=65536 to 198.19.0.1"),
+            "{}",
+            o.line()
+        );
+        let Ok(Event::Override(o)) = parse_event(&raw_override([0; 16])) else {
+            panic!("not an override")
+        };
+        assert_eq!(o.peer, None);
+        assert!(o.line().contains("before connect"));
+        let short = raw_override(peer);
+        assert_eq!(
+            parse_event(&short[..OVERRIDE_LEN - 1]),
+            Err(RecordError::Short {
+                len: OVERRIDE_LEN - 1,
+                want: OVERRIDE_LEN
+            })
+        );
+        assert!(matches!(parse_event(&raw(1, 1, 1, 1)), Ok(Event::Conn(_))));
+        assert!(parse_event(&[1, 0]).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! agent or by hand with bpftool): attached, but held by no link. A program held by a link
 //! belongs to a live agent (or was pinned by someone on purpose) and is left alone.
 
-use crate::loader::PROGRAM_NAME;
+use crate::loader::{PROGRAM_NAME, SETSOCKOPT_NAME};
 
 /// A loaded program as the kernel lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,26 +14,35 @@ pub struct LoadedProgram {
     pub id: u32,
     /// Its name (the kernel keeps 15 bytes).
     pub name: String,
-    /// Whether it is a sock_ops program.
-    pub sock_ops: bool,
-}
-
-/// The programs to detach: ours by name, sock_ops, held by no link (`linked`: the program
-/// IDs the kernel's links refer to).
-pub fn stale(programs: &[LoadedProgram], linked: &[u32]) -> Vec<u32> {
-    programs
-        .iter()
-        .filter(|p| p.sock_ops && p.name == PROGRAM_NAME && !linked.contains(&p.id))
-        .map(|p| p.id)
-        .collect()
+    /// Its type (`BPF_PROG_TYPE_*`).
+    pub prog_type: u32,
 }
 
 /// `BPF_PROG_TYPE_SOCK_OPS`.
-const PROG_TYPE_SOCK_OPS: u32 = 13;
+pub const PROG_TYPE_SOCK_OPS: u32 = 13;
+/// `BPF_PROG_TYPE_CGROUP_SOCKOPT`.
+pub const PROG_TYPE_CGROUP_SOCKOPT: u32 = 25;
+/// `BPF_CGROUP_SOCK_OPS`.
+pub const BPF_CGROUP_SOCK_OPS: u32 = 3;
+/// `BPF_CGROUP_SETSOCKOPT`.
+pub const BPF_CGROUP_SETSOCKOPT: u32 = 22;
+
+/// The programs to detach, with the attach type to detach them from: ours by name and type,
+/// held by no link (`linked`: the program IDs the kernel's links refer to).
+pub fn stale(programs: &[LoadedProgram], linked: &[u32]) -> Vec<(u32, u32)> {
+    programs
+        .iter()
+        .filter(|p| !linked.contains(&p.id))
+        .filter_map(|p| match (p.prog_type, p.name.as_str()) {
+            (PROG_TYPE_SOCK_OPS, PROGRAM_NAME) => Some((p.id, BPF_CGROUP_SOCK_OPS)),
+            (PROG_TYPE_CGROUP_SOCKOPT, SETSOCKOPT_NAME) => Some((p.id, BPF_CGROUP_SETSOCKOPT)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `BPF_PROG_DETACH`.
 const BPF_PROG_DETACH: libc::c_long = 9;
-/// `BPF_CGROUP_SOCK_OPS`.
-const BPF_CGROUP_SOCK_OPS: u32 = 3;
 
 /// The leading fields of `union bpf_attr` for `BPF_PROG_DETACH`.
 #[repr(C)]
@@ -57,7 +66,7 @@ pub fn detach_stale(cgroup: &std::path::Path) -> Result<Vec<u32>, String> {
         programs.push(LoadedProgram {
             id: info.id(),
             name: info.name_as_str().unwrap_or("").to_string(),
-            sock_ops: info.program_type() as u32 == PROG_TYPE_SOCK_OPS,
+            prog_type: info.program_type() as u32,
         });
         infos.push(info);
     }
@@ -65,19 +74,24 @@ pub fn detach_stale(cgroup: &std::path::Path) -> Result<Vec<u32>, String> {
         .flatten()
         .map(|l| l.program_id())
         .collect();
-    let ids = stale(&programs, &linked);
-    if ids.is_empty() {
-        return Ok(ids);
+    let found = stale(&programs, &linked);
+    if found.is_empty() {
+        return Ok(Vec::new());
     }
     let target = std::fs::File::open(cgroup)
         .map_err(|e| format!("opening cgroup {}: {e}", cgroup.display()))?;
     let mut detached = Vec::new();
-    for info in infos.iter().filter(|i| ids.contains(&i.id())) {
+    for (info, attach_type) in infos.iter().filter_map(|i| {
+        found
+            .iter()
+            .find(|(id, _)| *id == i.id())
+            .map(|(_, t)| (i, *t))
+    }) {
         let Ok(fd) = info.fd() else { continue };
         let attr = DetachAttr {
             target_fd: target.as_raw_fd() as u32,
             attach_bpf_fd: fd.as_fd().as_raw_fd() as u32,
-            attach_type: BPF_CGROUP_SOCK_OPS,
+            attach_type,
             ..DetachAttr::default()
         };
         // SAFETY: bpf(2) with a zero-padded attr of the size passed.
@@ -100,23 +114,27 @@ pub fn detach_stale(cgroup: &std::path::Path) -> Result<Vec<u32>, String> {
 mod tests {
     use super::*;
 
-    fn prog(id: u32, name: &str, sock_ops: bool) -> LoadedProgram {
+    fn prog(id: u32, name: &str, prog_type: u32) -> LoadedProgram {
         LoadedProgram {
             id,
             name: name.into(),
-            sock_ops,
+            prog_type,
         }
     }
 
     #[test]
-    fn detaches_only_our_unlinked_sock_ops_programs() {
+    fn detaches_only_our_unlinked_programs() {
         let programs = [
-            prog(1, PROGRAM_NAME, true), // left by a dead agent
-            prog(2, PROGRAM_NAME, true), // a live agent's, held by its link
-            prog(3, "bpftune_sockops", true),
-            prog(4, PROGRAM_NAME, false), // same name, another type
+            prog(1, PROGRAM_NAME, PROG_TYPE_SOCK_OPS), // left by a dead agent
+            prog(2, PROGRAM_NAME, PROG_TYPE_SOCK_OPS), // a live agent's, held by its link
+            prog(3, "bpftune_sockops", PROG_TYPE_SOCK_OPS),
+            prog(4, PROGRAM_NAME, 1), // same name, another type
+            prog(5, SETSOCKOPT_NAME, PROG_TYPE_CGROUP_SOCKOPT),
         ];
-        assert_eq!(stale(&programs, &[2, 9]), vec![1]);
+        assert_eq!(
+            stale(&programs, &[2, 9]),
+            vec![(1, BPF_CGROUP_SOCK_OPS), (5, BPF_CGROUP_SETSOCKOPT)]
+        );
         assert!(stale(&[], &[]).is_empty());
     }
 }

@@ -55,7 +55,7 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     let peer: IpAddr = "10.231.0.2".parse().expect("ip");
 
     let mut agent = Loaded::load().expect("the verifier accepts the program");
-    agent.set_mode(Mode::Enforce).expect("mode");
+    agent.set_config(Mode::Enforce, None).expect("mode");
     agent
         .set_policy(
             peer,
@@ -68,7 +68,9 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
             },
         )
         .expect("policy");
-    agent.attach(cgroup.path()).expect("attach to the cgroup");
+    agent
+        .attach(cgroup.path(), false)
+        .expect("attach to the cgroup");
 
     let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
     let port = listener.local_addr().expect("port").port();

@@ -337,3 +337,72 @@ fn run_serves_metrics_of_its_cgroup_and_detaches_on_sigterm() {
         "{rest:?}"
     );
 }
+
+#[test]
+fn override_app_buffers_ignores_a_small_window_and_names_the_process() {
+    let test = "override_app_buffers_ignores_a_small_window_and_names_the_process";
+    if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("override");
+    record_full_pipe_entry(&db);
+    let server = "python3 -c \"\nimport socket\nl = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nl.bind(('198.19.0.1', 5399)); l.listen()\nwhile True:\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\"";
+    // An application that fixes its send buffer at 64 KiB before connecting (iperf3 -w 64K).
+    let client = "import socket, time\n\
+        for i in range(200):\n    \
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)\n    \
+            try:\n        s.connect(('198.19.0.1', 5399)); break\n    \
+            except OSError:\n        s.close(); time.sleep(0.05)\n\
+        print(s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF), flush=True)\n\
+        s.sendall(b'x' * 100000); s.shutdown(socket.SHUT_WR)\n\
+        while s.recv(65536):\n    pass\n\
+        s.close()\n";
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        agent_exec(
+            &db,
+            &args,
+            &[
+                BIN, "emu", "run", "--rtt", "20ms", "--rate", "100mbit", "--server", server, "--",
+                "python3", "-c", client,
+            ],
+        )
+    };
+    // Without the flag the application's lock stands and is left alone.
+    let out = run(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().any(|l| l == "131072"), "{stdout}");
+    let c = client_closes(&out);
+    assert_eq!(c.len(), 1, "{stdout}");
+    assert_eq!(c[0]["app_locked_sndbuf"], true);
+
+    // With it, the request is ignored (the socket keeps autotuning) and logged.
+    let out = run(&["--override-app-buffers"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.lines().any(|l| l == "131072"), "{stdout}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("overrode python3 (") && l.contains("SO_SNDBUF=65536")),
+        "{err}"
+    );
+    let c = client_closes(&out);
+    assert_eq!(c.len(), 1, "{stdout}");
+    assert_eq!(c[0]["app_locked_sndbuf"], false);
+    let overrides: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["kind"] == "override")
+        .collect();
+    assert!(!overrides.is_empty(), "{stdout}");
+    assert_eq!(overrides[0]["comm"], "python3");
+    assert_eq!(overrides[0]["requested_bytes"], 65536);
+}

@@ -21,8 +21,8 @@ use tcptune_agent::advice::{advice_line, AdviceLog};
 use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
 use tcptune_agent::loader::Loaded;
 use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
-use tcptune_agent::policy::{policies, HostLimits, PolicyOptions, Settings};
-use tcptune_agent::record::{self, ConnRecord, Kind};
+use tcptune_agent::policy::{policies, unconnected_needs, HostLimits, PolicyOptions, Settings};
+use tcptune_agent::record::{self, ConnRecord, Event, Kind};
 use tcptune_agent::{caps, maps, stale, Mode};
 use tcptune_core::pathdb::{PathDbPolicy, RecordBounds};
 use tcptune_doctor::sizing::human_rate;
@@ -48,7 +48,10 @@ another path), it sets: a send buffer sized from the path's rate and RTT (within
 net.core.wmem_max, and only when that exceeds what autotuning reaches), a receive buffer on
 accepted connections (the same rule), pacing at the path's rate divided by the connections
 open to it and a larger initial window (both only for paths measured with a full pipe), and
---congestion if given. Buffers an application fixed itself are left alone. Unknown
+--congestion if given. Buffers an application fixed itself are left alone, unless
+--override-app-buffers: then an application's SO_SNDBUF/SO_RCVBUF request below what the path
+needs (within what autotuning reaches when the destination is not known yet) is ignored and
+logged with the process and destination. Unknown
 destinations are only observed. At each close the connection becomes a measurement in the
 path database (a lower bound, source 'agent'), so `tcptune paths` shows what unmodified
 programs achieved.
@@ -106,6 +109,11 @@ struct CommonOpts {
     /// The path database (default: $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite).
     #[arg(long, value_name = "FILE")]
     path_db: Option<PathBuf>,
+    /// Also raise buffers an application fixed below its path's need: its SO_SNDBUF and
+    /// SO_RCVBUF requests below the need are ignored (the socket keeps autotuning and gets
+    /// the path's send buffer), each logged with the process and destination.
+    #[arg(long)]
+    override_app_buffers: bool,
     /// A congestion control to set on tuned connections (one the kernel has loaded: no
     /// module is loaded for it).
     #[arg(long, value_name = "NAME")]
@@ -152,6 +160,14 @@ struct RecordLine<'a> {
     recorded: bool,
 }
 
+/// An `override` line of `agent --json`.
+#[derive(Serialize)]
+struct OverrideLine<'a> {
+    schema_version: u32,
+    #[serde(flatten)]
+    record: &'a record::OverrideRecord,
+}
+
 /// The last line of `agent --json`.
 #[derive(Serialize)]
 struct SummaryLine {
@@ -164,6 +180,7 @@ struct SummaryLine {
     sockets_advised: u64,
     records_dropped: u64,
     measurements_recorded: u64,
+    app_requests_overridden: u64,
 }
 
 /// Run `tcptune agent`.
@@ -189,9 +206,11 @@ struct Agent {
     limits: HostLimits,
     options: PolicyOptions,
     settings: HashMap<IpAddr, Settings>,
+    override_app_buffers: bool,
     advice: AdviceLog,
     refreshed: Instant,
     recorded: u64,
+    overridden: u64,
     bad_records: u64,
     /// `--metrics`: the families, and the exporter serving them (stops when dropped).
     metrics: Option<(AgentMetrics, Exporter)>,
@@ -202,7 +221,7 @@ impl Agent {
     /// the maps. Attaching is the caller's next step.
     fn prepare(common: &CommonOpts, cgroup: &Path) -> anyhow::Result<Agent> {
         caps::check().map_err(env_fail)?;
-        let mut loaded = Loaded::load().map_err(env_fail)?;
+        let loaded = Loaded::load().map_err(env_fail)?;
         match stale::detach_stale(cgroup) {
             Ok(ids) if !ids.is_empty() => eprintln!(
                 "tcptune: detached {} stale program(s) of a dead agent from {} (ids {ids:?})",
@@ -234,7 +253,6 @@ impl Agent {
             None => None,
         };
         let mode: Mode = common.mode.into();
-        loaded.set_mode(mode)?;
         let mut agent = Agent {
             loaded,
             mode,
@@ -247,9 +265,11 @@ impl Agent {
                 congestion: common.congestion.clone(),
             },
             settings: HashMap::new(),
+            override_app_buffers: common.override_app_buffers,
             advice: AdviceLog::new(),
             refreshed: Instant::now(),
             recorded: 0,
+            overridden: 0,
             bad_records: 0,
             metrics,
         };
@@ -273,6 +293,11 @@ impl Agent {
         );
         let values: Vec<_> = all.iter().map(|(ip, s)| (*ip, s.to_value())).collect();
         self.loaded.replace_policies(&values)?;
+        let settings: Vec<Settings> = all.iter().map(|(_, s)| s.clone()).collect();
+        let needs = self
+            .override_app_buffers
+            .then(|| unconnected_needs(&settings, &self.limits));
+        self.loaded.set_config(self.mode, needs)?;
         self.settings = all.into_iter().collect();
         self.refreshed = Instant::now();
         Ok(())
@@ -282,8 +307,19 @@ impl Agent {
     fn pump(&mut self, wait: Duration) -> anyhow::Result<()> {
         self.loaded.wait_readable(wait)?;
         for raw in self.loaded.drain(4096) {
-            let r = match record::parse(&raw) {
-                Ok(r) => r,
+            let r = match record::parse_event(&raw) {
+                Ok(Event::Conn(r)) => r,
+                Ok(Event::Override(o)) => {
+                    self.overridden += 1;
+                    eprintln!("tcptune: {}", o.line());
+                    if self.json {
+                        out::line(&serde_json::to_string(&OverrideLine {
+                            schema_version: AGENT_SCHEMA_VERSION,
+                            record: &o,
+                        })?);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     self.bad_records += 1;
                     if self.bad_records == 1 {
@@ -354,14 +390,16 @@ impl Agent {
             sockets_advised: stat(maps::STAT_ADVISED),
             records_dropped: stat(maps::STAT_DROPPED),
             measurements_recorded: self.recorded,
+            app_requests_overridden: self.overridden,
         };
         drop(self.loaded);
         eprintln!(
-            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised; {} measurement(s) recorded{}",
+            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}",
             summary.cgroup,
             summary.sockets_tuned,
             summary.sockets_observed,
             summary.sockets_advised,
+            summary.app_requests_overridden,
             summary.measurements_recorded,
             if summary.records_dropped > 0 {
                 format!("; {} record(s) lost (ring buffer full)", summary.records_dropped)
@@ -430,7 +468,9 @@ fn run_attached(o: RunOpts) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     signals::on_stop(move || flag.store(true, Ordering::Relaxed))?;
-    agent.loaded.attach(&cgroup)?;
+    agent
+        .loaded
+        .attach(&cgroup, o.common.override_app_buffers)?;
     eprintln!(
         "tcptune: agent attached to {} ({}); SIGTERM or Ctrl-C detaches",
         cgroup.display(),
@@ -450,7 +490,9 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
     caps::check().map_err(env_fail)?;
     let cgroup = ChildCgroup::create(&mount, "tcptune-agent-exec").map_err(env_fail)?;
     let mut agent = Agent::prepare(&o.common, cgroup.path())?;
-    agent.loaded.attach(cgroup.path())?;
+    agent
+        .loaded
+        .attach(cgroup.path(), o.common.override_app_buffers)?;
     let (prog, args) = o
         .cmd
         .split_first()
