@@ -75,6 +75,7 @@ pub struct Loaded {
     ebpf: Ebpf,
     events: RingBuf<MapData>,
     hosts: HashSet<AddrKey>,
+    prefixes: HashSet<(AddrKey, u32)>,
     attached: bool,
 }
 
@@ -132,6 +133,7 @@ impl Loaded {
             ebpf,
             events,
             hosts: HashSet::new(),
+            prefixes: HashSet::new(),
             attached: false,
         })
     }
@@ -265,6 +267,35 @@ impl Loaded {
             .map_err(map_err(format!(
                 "writing the policy of {ip}/{len} to tt_prefix"
             )))
+    }
+
+    /// Replace every prefix policy by `all` (`((IP, len), policy)`).
+    pub fn replace_prefixes(
+        &mut self,
+        all: &[((IpAddr, u8), PolicyValue)],
+    ) -> Result<(), LoadError> {
+        let mut keep = HashSet::new();
+        for ((ip, len), v) in all {
+            self.set_prefix(*ip, *len, v)?;
+            if let Some(bits) = crate::maps::mapped_prefix_len(*ip, *len) {
+                keep.insert((AddrKey::of(*ip), bits));
+            }
+        }
+        let gone: Vec<(AddrKey, u32)> = self.prefixes.difference(&keep).copied().collect();
+        if !gone.is_empty() {
+            let mut trie: LpmTrie<_, [u8; 16], PolicyValue> = LpmTrie::try_from(
+                self.ebpf
+                    .map_mut("tt_prefix")
+                    .ok_or(LoadError::Missing("the map tt_prefix"))?,
+            )
+            .map_err(map_err("tt_prefix as an LPM trie"))?;
+            for (k, bits) in gone {
+                trie.remove(&Key::new(bits, k.0))
+                    .map_err(map_err("removing a prefix from tt_prefix"))?;
+            }
+        }
+        self.prefixes = keep;
+        Ok(())
     }
 
     /// A counter of the program (`crate::maps::STAT_*`).

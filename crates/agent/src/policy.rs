@@ -355,6 +355,57 @@ pub fn unconnected_needs(all: &[Settings], limits: &HostLimits) -> (u32, u32) {
     )
 }
 
+/// The source name of an operator's entry (`tcptune paths add`).
+pub const OPERATOR_SOURCE: &str = "operator";
+
+/// A prefix as stored in the path database's peer column (`10.1.0.0/16`, `2001:db8::/32`):
+/// `None` for a plain address or anything else. Host bits are cleared.
+pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
+    let (addr, len) = s.split_once('/')?;
+    let ip: IpAddr = addr.parse().ok()?;
+    let len: u8 = len.parse().ok()?;
+    match ip {
+        IpAddr::V4(v4) if len <= 32 => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            Some((IpAddr::from((u32::from(v4) & mask).to_be_bytes()), len))
+        }
+        IpAddr::V6(v6) if len <= 128 => {
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            Some((IpAddr::from((u128::from(v6) & mask).to_be_bytes()), len))
+        }
+        _ => None,
+    }
+}
+
+/// The policies of operator prefixes (entries whose peer is `IP/LEN`, added by `tcptune paths
+/// add`): an operator's statement holds until the database forgets it, fresh or not; the
+/// newest entry of a prefix wins.
+pub fn prefix_policies(
+    entries: &[PathEntry],
+    limits: &HostLimits,
+    opts: &PolicyOptions,
+) -> Vec<((IpAddr, u8), Settings)> {
+    let mut newest: BTreeMap<(IpAddr, u8), &PathEntry> = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.direction == Direction::Send) {
+        if let Some(p) = parse_prefix(&e.peer) {
+            let keep = newest
+                .get(&p)
+                .is_some_and(|old| old.updated_unix_s >= e.updated_unix_s);
+            if !keep {
+                newest.insert(p, e);
+            }
+        }
+    }
+    newest
+        .into_iter()
+        .filter_map(|(p, e)| settings_for(Some(e), None, limits, opts).map(|s| (p, s)))
+        .collect()
+}
+
 /// What the program knows of a socket at `*_ESTABLISHED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SocketFacts {
@@ -625,6 +676,37 @@ mod tests {
         assert_eq!(ps.len(), 1);
         assert_eq!(ps[0].0, "2001:db8::2".parse::<IpAddr>().expect("ip"));
         assert!(ps[0].1.full_pipe);
+    }
+
+    #[test]
+    fn operator_prefixes_are_parsed_with_host_bits_cleared() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert_eq!(parse_prefix("10.1.2.3/16"), Some((ip("10.1.0.0"), 16)));
+        assert_eq!(parse_prefix("2001:db8::1/32"), Some((ip("2001:db8::"), 32)));
+        assert_eq!(parse_prefix("0.0.0.0/0"), Some((ip("0.0.0.0"), 0)));
+        assert_eq!(parse_prefix("10.0.0.1"), None);
+        assert_eq!(parse_prefix("10.0.0.0/33"), None);
+        assert_eq!(parse_prefix("dtn.example.org/24"), None);
+    }
+
+    #[test]
+    fn prefix_policies_use_the_newest_entry_even_when_not_fresh() {
+        let mut old = entry(Direction::Send, 1_000_000_000, 100, true);
+        old.peer = "198.19.0.0/24".into();
+        old.updated_unix_s = 0.0;
+        let mut newer = old.clone();
+        newer.rate_bps = 2_000_000_000;
+        newer.updated_unix_s = 10.0;
+        let mut host_entry = old.clone();
+        host_entry.peer = "198.19.0.1".into();
+        let ps = prefix_policies(
+            &[old, newer, host_entry],
+            &host(),
+            &PolicyOptions::default(),
+        );
+        assert_eq!(ps.len(), 1);
+        assert_eq!(ps[0].0, ("198.19.0.0".parse().expect("ip"), 24));
+        assert_eq!(ps[0].1.pacing_bytes_per_s, 250_000_000);
     }
 
     #[test]

@@ -406,3 +406,54 @@ fn override_app_buffers_ignores_a_small_window_and_names_the_process() {
     assert_eq!(overrides[0]["comm"], "python3");
     assert_eq!(overrides[0]["requested_bytes"], 65536);
 }
+
+#[test]
+fn an_operator_prefix_from_paths_add_tunes_every_address_in_it() {
+    let test = "an_operator_prefix_from_paths_add_tunes_every_address_in_it";
+    if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("prefix");
+    let add = Command::new(BIN)
+        .args([
+            "paths",
+            "add",
+            "198.19.0.7/24",
+            "--rate",
+            "100mbit",
+            "--rtt",
+            "20ms",
+        ])
+        .arg("--path-db")
+        .arg(&db)
+        .output()
+        .expect("tcptune paths add");
+    let said = String::from_utf8_lossy(&add.stdout);
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    assert!(said.contains("Added 198.19.0.0/24"), "{said}");
+    let out = through_emu(&db, "enforce");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let closes = client_closes(&out);
+    assert_eq!(closes.len(), 2, "{}", String::from_utf8_lossy(&out.stdout));
+    for c in &closes {
+        assert!(c["policy_id"].as_u64().expect("policy_id") > 0, "{c}");
+        let applied = c["applied"].as_array().expect("applied");
+        assert!(applied.contains(&Value::from("pacing")), "{c}");
+    }
+    let paths = Command::new(BIN)
+        .args(["paths", "show", "198.19.0.0/24", "--json", "--path-db"])
+        .arg(&db)
+        .output()
+        .expect("tcptune paths show");
+    let doc: Value = serde_json::from_slice(&paths.stdout).expect("paths show --json");
+    assert_eq!(doc["paths"][0]["source"], "operator", "{doc}");
+}

@@ -21,7 +21,9 @@ use tcptune_agent::advice::{advice_line, AdviceLog};
 use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
 use tcptune_agent::loader::Loaded;
 use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
-use tcptune_agent::policy::{policies, unconnected_needs, HostLimits, PolicyOptions, Settings};
+use tcptune_agent::policy::{
+    policies, prefix_policies, unconnected_needs, HostLimits, PolicyOptions, Settings,
+};
 use tcptune_agent::record::{self, ConnRecord, Event, Kind};
 use tcptune_agent::{caps, maps, stale, Mode};
 use tcptune_core::pathdb::{PathDbPolicy, RecordBounds};
@@ -206,6 +208,8 @@ struct Agent {
     limits: HostLimits,
     options: PolicyOptions,
     settings: HashMap<IpAddr, Settings>,
+    /// Operator prefixes (`paths add`), for advice lines.
+    prefixes: Vec<((IpAddr, u8), Settings)>,
     override_app_buffers: bool,
     advice: AdviceLog,
     refreshed: Instant,
@@ -265,6 +269,7 @@ impl Agent {
                 congestion: common.congestion.clone(),
             },
             settings: HashMap::new(),
+            prefixes: Vec::new(),
             override_app_buffers: common.override_app_buffers,
             advice: AdviceLog::new(),
             refreshed: Instant::now(),
@@ -293,12 +298,20 @@ impl Agent {
         );
         let values: Vec<_> = all.iter().map(|(ip, s)| (*ip, s.to_value())).collect();
         self.loaded.replace_policies(&values)?;
-        let settings: Vec<Settings> = all.iter().map(|(_, s)| s.clone()).collect();
+        let prefixes = prefix_policies(&entries, &self.limits, &self.options);
+        let prefix_values: Vec<_> = prefixes.iter().map(|(p, s)| (*p, s.to_value())).collect();
+        self.loaded.replace_prefixes(&prefix_values)?;
+        let settings: Vec<Settings> = all
+            .iter()
+            .map(|(_, s)| s.clone())
+            .chain(prefixes.iter().map(|(_, s)| s.clone()))
+            .collect();
         let needs = self
             .override_app_buffers
             .then(|| unconnected_needs(&settings, &self.limits));
         self.loaded.set_config(self.mode, needs)?;
         self.settings = all.into_iter().collect();
+        self.prefixes = prefixes;
         self.refreshed = Instant::now();
         Ok(())
     }
@@ -361,7 +374,11 @@ impl Agent {
             }
         }
         if r.kind == Kind::Advice {
-            if let Some(s) = self.settings.get(&r.peer) {
+            if let Some(s) = self
+                .settings
+                .get(&r.peer)
+                .or_else(|| longest_prefix(&self.prefixes, r.peer))
+            {
                 if self.advice.should_log(r.peer, r.policy_id, unix_now()) {
                     eprintln!("tcptune: {}", advice_line(r, s));
                 }
@@ -440,6 +457,24 @@ fn start_metrics(addr: &str) -> anyhow::Result<(AgentMetrics, Exporter)> {
         exporter.local_addr()
     );
     Ok((metrics, exporter))
+}
+
+/// The settings of the longest operator prefix holding `ip`.
+fn longest_prefix(prefixes: &[((IpAddr, u8), Settings)], ip: IpAddr) -> Option<&Settings> {
+    let holds = |p: IpAddr, len: u8| match (p, ip) {
+        (IpAddr::V4(p), IpAddr::V4(a)) => {
+            len == 0 || (u32::from(p) ^ u32::from(a)) >> (32 - u32::from(len.min(32))) == 0
+        }
+        (IpAddr::V6(p), IpAddr::V6(a)) => {
+            len == 0 || (u128::from(p) ^ u128::from(a)) >> (128 - u32::from(len.min(128))) == 0
+        }
+        _ => false,
+    };
+    prefixes
+        .iter()
+        .filter(|((p, len), _)| holds(*p, *len))
+        .max_by_key(|((_, len), _)| *len)
+        .map(|(_, s)| s)
 }
 
 /// The cgroup `--cgroup` names: absolute, or relative to the cgroup2 mount.
@@ -521,6 +556,48 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advice_finds_the_longest_prefix() {
+        use tcptune_agent::policy::parse_prefix;
+        let s = |rate: u64| Settings {
+            sndbuf_request: 0,
+            rcvbuf_request: 0,
+            pacing_bytes_per_s: rate,
+            initial_window: 0,
+            congestion: None,
+            rtt_lo_us: 0,
+            rtt_hi_us: 1,
+            full_pipe: true,
+            rate_bps: rate,
+            need_snd: 0,
+            need_rcv: 0,
+            limits: Vec::new(),
+        };
+        let p = |t: &str| parse_prefix(t).expect("prefix");
+        let all = vec![
+            (p("10.0.0.0/8"), s(1)),
+            (p("10.1.0.0/16"), s(2)),
+            (p("::/0"), s(3)),
+        ];
+        let ip = |t: &str| t.parse::<IpAddr>().expect("ip");
+        assert_eq!(
+            longest_prefix(&all, ip("10.1.2.3")).map(|s| s.rate_bps),
+            Some(2)
+        );
+        assert_eq!(
+            longest_prefix(&all, ip("10.2.0.1")).map(|s| s.rate_bps),
+            Some(1)
+        );
+        assert_eq!(
+            longest_prefix(&all, ip("11.0.0.1")).map(|s| s.rate_bps),
+            None
+        );
+        assert_eq!(
+            longest_prefix(&all, ip("2001:db8::1")).map(|s| s.rate_bps),
+            Some(3)
+        );
+    }
 
     #[test]
     fn a_relative_cgroup_is_under_the_cgroup2_mount() {
