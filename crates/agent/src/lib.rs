@@ -19,6 +19,7 @@
 pub mod advice;
 pub mod caps;
 pub mod cgroup;
+pub mod limits;
 pub mod loader;
 pub mod maps;
 pub mod metrics;

@@ -457,3 +457,128 @@ fn an_operator_prefix_from_paths_add_tunes_every_address_in_it() {
     let doc: Value = serde_json::from_slice(&paths.stdout).expect("paths show --json");
     assert_eq!(doc["paths"][0]["source"], "operator", "{doc}");
 }
+
+fn wmem_max() -> String {
+    std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+        .expect("wmem_max")
+        .trim()
+        .to_string()
+}
+
+/// Puts net.core.wmem_max back if the test ends with it changed.
+struct RestoreWmem(String);
+
+impl Drop for RestoreWmem {
+    fn drop(&mut self) {
+        if wmem_max() != self.0 {
+            let _ = std::fs::write("/proc/sys/net/core/wmem_max", &self.0);
+        }
+    }
+}
+
+#[test]
+fn raise_limits_restores_on_exit_and_after_a_crash() {
+    use std::io::BufRead;
+    let test = "raise_limits_restores_on_exit_and_after_a_crash";
+    if !can_load(test) {
+        return;
+    }
+    let original = wmem_max();
+    // 1.75 x the BDP of 1 Gbit/s at 100 ms, as a request: what the agent raises wmem_max to.
+    let want = "10937500";
+    if original.parse::<u64>().unwrap_or(0) >= 10_937_500 {
+        eprintln!("skipping {test}: net.core.wmem_max is {original} already, nothing to raise");
+        return;
+    }
+    let _restore = RestoreWmem(original.clone());
+    let db = tmp_db("raise");
+    let journal = db.with_file_name("journal.json");
+    {
+        let mut store = tcptune_pathdb::PathStore::open(&db).expect("path database");
+        let m = tcptune_core::pathdb::Measurement {
+            rate: tcptune_core::Rate::mbit(1000),
+            min_rtt: std::time::Duration::from_millis(100),
+            full_pipe: false,
+            at_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_secs_f64(),
+        };
+        store
+            .record(
+                "198.19.0.1",
+                tcptune_core::pathdb::Direction::Send,
+                &m,
+                &tcptune_pathdb::Source::Probe,
+                &tcptune_core::pathdb::PathDbPolicy::default(),
+            )
+            .expect("record");
+    }
+
+    // Raised while CMD runs, restored when it ends.
+    let out = Command::new(BIN)
+        .args(["agent", "exec", "--raise-limits", "--path-db"])
+        .arg(&db)
+        .args(["--", "cat", "/proc/sys/net/core/wmem_max"])
+        .env("TCPTUNE_AGENT_JOURNAL", &journal)
+        .output()
+        .expect("agent exec");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want, "{err}");
+    assert_eq!(wmem_max(), original, "{err}");
+    assert!(!journal.exists());
+
+    // kill -9: the journal stays, and the next agent restores.
+    let mount = tcptune_agent::cgroup::cgroup2_mount().expect("cgroup2");
+    let cgroup =
+        tcptune_agent::cgroup::ChildCgroup::create(&mount, "tt-agent-raise").expect("cgroup");
+    let mut agent = tcptune_testkit::ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["agent", "run", "--raise-limits", "--cgroup"])
+            .arg(cgroup.path())
+            .arg("--path-db")
+            .arg(&db)
+            .env("TCPTUNE_AGENT_JOURNAL", &journal)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
+    let attached = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("agent attached to"));
+    assert!(attached);
+    assert_eq!(wmem_max(), want);
+    assert!(journal.exists());
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(agent.id() as i32, libc::SIGKILL);
+    }
+    let _ = agent.0.wait();
+    assert_eq!(wmem_max(), want, "a killed agent cannot restore");
+    let out = agent_exec_env(&db, &journal, &["true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "restored net.core.wmem_max={original} (left raised by a dead agent"
+        )),
+        "{err}"
+    );
+    assert_eq!(wmem_max(), original);
+    assert!(!journal.exists());
+}
+
+fn agent_exec_env(db: &std::path::Path, journal: &std::path::Path, cmd: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(["agent", "exec", "--path-db"])
+        .arg(db)
+        .arg("--")
+        .args(cmd)
+        .env("TCPTUNE_AGENT_JOURNAL", journal)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tcptune agent exec")
+}

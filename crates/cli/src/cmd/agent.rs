@@ -6,6 +6,7 @@
 //! the agent and exits with CMD's status. Both hold the BPF link themselves: it detaches when
 //! the agent exits, even on `kill -9`.
 
+use crate::cmd::agent_limits::{self, Raised};
 use crate::{exit, out, signals};
 use anyhow::anyhow;
 use serde::Serialize;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_agent::advice::{advice_line, AdviceLog};
 use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
+use tcptune_agent::limits::{raise_plan, unbounded};
 use tcptune_agent::loader::Loaded;
 use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
 use tcptune_agent::policy::{
@@ -59,7 +61,9 @@ path database (a lower bound, source 'agent'), so `tcptune paths` shows what unm
 programs achieved.
 
 Needs root, or CAP_BPF and CAP_NET_ADMIN, and a kernel with BTF. The program detaches when
-the agent exits (even on kill -9); tuned sockets keep what was set; no sysctl is changed.
+the agent exits (even on kill -9); tuned sockets keep what was set. No sysctl is changed
+unless --raise-limits: then net.core.wmem_max/rmem_max are raised to what the known paths
+need and restored on exit (after a crash, by the next agent, from the journal).
 
 Examples:
   tcptune agent run --cgroup system.slice/gridftp.service
@@ -116,6 +120,11 @@ struct CommonOpts {
     /// the path's send buffer), each logged with the process and destination.
     #[arg(long)]
     override_app_buffers: bool,
+    /// Raise net.core.wmem_max and net.core.rmem_max so that the known paths' buffers fit
+    /// (at most 256 MiB); restored when the agent exits, or by the next agent after a crash
+    /// (journal: $TCPTUNE_AGENT_JOURNAL, else /run/tcptune/agent-limits.json).
+    #[arg(long)]
+    raise_limits: bool,
     /// A congestion control to set on tuned connections (one the kernel has loaded: no
     /// module is loaded for it).
     #[arg(long, value_name = "NAME")]
@@ -211,6 +220,8 @@ struct Agent {
     /// Operator prefixes (`paths add`), for advice lines.
     prefixes: Vec<((IpAddr, u8), Settings)>,
     override_app_buffers: bool,
+    /// `--raise-limits`: what was raised (restored on drop).
+    raised: Option<Raised>,
     advice: AdviceLog,
     refreshed: Instant,
     recorded: u64,
@@ -225,6 +236,7 @@ impl Agent {
     /// the maps. Attaching is the caller's next step.
     fn prepare(common: &CommonOpts, cgroup: &Path) -> anyhow::Result<Agent> {
         caps::check().map_err(env_fail)?;
+        agent_limits::recover(&agent_limits::journal_path(), common.raise_limits)?;
         let loaded = Loaded::load().map_err(env_fail)?;
         match stale::detach_stale(cgroup) {
             Ok(ids) if !ids.is_empty() => eprintln!(
@@ -271,6 +283,7 @@ impl Agent {
             settings: HashMap::new(),
             prefixes: Vec::new(),
             override_app_buffers: common.override_app_buffers,
+            raised: None,
             advice: AdviceLog::new(),
             refreshed: Instant::now(),
             recorded: 0,
@@ -279,16 +292,53 @@ impl Agent {
             metrics,
         };
         agent.refresh()?;
+        if common.raise_limits {
+            agent.raise_limits()?;
+        }
         Ok(agent)
     }
 
-    /// Refill the policy map from the path database.
-    fn refresh(&mut self) -> anyhow::Result<()> {
+    /// `--raise-limits`: raise the maxima the known paths need, then recompute the
+    /// policies under the new limits.
+    fn raise_limits(&mut self) -> anyhow::Result<()> {
+        let entries = self.entries()?;
+        let unbounded = unbounded(&self.limits);
+        let mut all: Vec<Settings> = policies(
+            &entries,
+            unix_now(),
+            self.db_policy.fresh_for,
+            &unbounded,
+            &self.options,
+        )
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+        all.extend(
+            prefix_policies(&entries, &unbounded, &self.options)
+                .into_iter()
+                .map(|(_, s)| s),
+        );
+        let plan = raise_plan(&all, &self.limits);
+        if plan.is_empty() {
+            eprintln!("tcptune: --raise-limits: the host's limits already fit every known path");
+            return Ok(());
+        }
+        self.raised = agent_limits::raise(&agent_limits::journal_path(), &plan)?;
+        self.limits = HostLimits::read().map_err(|e| anyhow!("reading the socket limits: {e}"))?;
+        self.refresh()
+    }
+
+    fn entries(&mut self) -> anyhow::Result<Vec<tcptune_core::pathdb::PathEntry>> {
         let entries = match self.store.as_mut() {
             Some(s) => s.entries()?,
             None => Vec::new(),
         };
-        let entries: Vec<_> = entries.into_iter().map(|e| e.entry).collect();
+        Ok(entries.into_iter().map(|e| e.entry).collect())
+    }
+
+    /// Refill the policy map from the path database.
+    fn refresh(&mut self) -> anyhow::Result<()> {
+        let entries = self.entries()?;
         let all = policies(
             &entries,
             unix_now(),
@@ -410,6 +460,9 @@ impl Agent {
             app_requests_overridden: self.overridden,
         };
         drop(self.loaded);
+        if let Some(r) = self.raised {
+            r.restore();
+        }
         eprintln!(
             "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}",
             summary.cgroup,

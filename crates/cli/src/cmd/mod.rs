@@ -2,6 +2,7 @@
 
 pub(crate) mod advise;
 pub(crate) mod agent;
+pub(crate) mod agent_limits;
 pub(crate) mod cp;
 pub(crate) mod docs;
 pub(crate) mod doctor;
