@@ -346,6 +346,25 @@ impl Loaded {
         out
     }
 
+    /// The kernel's ID of the sock_ops program (for logs, and to find it with bpftool).
+    pub fn program_id(&self) -> Result<u32, LoadError> {
+        let prog: &SockOps = self
+            .ebpf
+            .program(PROGRAM_NAME)
+            .ok_or(LoadError::Missing("the program tt_sockops"))?
+            .try_into()
+            .map_err(|source| LoadError::Program {
+                what: "tt_sockops is not a sock_ops program".into(),
+                source,
+            })?;
+        prog.info()
+            .map(|i| i.id())
+            .map_err(|source| LoadError::Program {
+                what: "reading tt_sockops' ID".into(),
+                source,
+            })
+    }
+
     /// Whether the program is attached (by this process's link).
     pub fn is_attached(&self) -> bool {
         self.attached

@@ -137,3 +137,64 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     drop(agent);
     drop(cgroup);
 }
+
+/// `BPF_PROG_ATTACH` of the leading fields of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct AttachAttr {
+    target_fd: u32,
+    attach_bpf_fd: u32,
+    attach_type: u32,
+    attach_flags: u32,
+    pad: [u32; 12],
+}
+
+#[test]
+fn a_program_a_dead_agent_left_attached_the_legacy_way_is_detached_at_start() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let test = "a_program_a_dead_agent_left_attached_the_legacy_way_is_detached_at_start";
+    if !require(test, &[Need::Root, Need::Program("clang")]) {
+        return;
+    }
+    if !program_built() {
+        assert!(!ci(), "{test}: CI=true but the BPF program was not built");
+        eprintln!("skipping {test}: the BPF program was not built (apt-get install clang libbpf-dev, then rebuild)");
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let cgroup = ChildCgroup::create(&mount, "tt-agent-stale").expect("a private cgroup");
+    let loaded = Loaded::load().expect("load");
+    let id = loaded.program_id().expect("id");
+    // Attach it as bpftool (or an old agent) would: no link, it outlives its loader.
+    let info = aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == id)
+        .expect("our program is loaded");
+    let prog_fd = info.fd().expect("program fd");
+    let target = std::fs::File::open(cgroup.path()).expect("open cgroup");
+    let attr = AttachAttr {
+        target_fd: target.as_raw_fd() as u32,
+        attach_bpf_fd: prog_fd.as_fd().as_raw_fd() as u32,
+        attach_type: tcptune_agent::stale::BPF_CGROUP_SOCK_OPS,
+        ..AttachAttr::default()
+    };
+    // SAFETY: bpf(2) BPF_PROG_ATTACH (8) with a zero-padded attr of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            8 as libc::c_long,
+            &attr as *const AttachAttr,
+            std::mem::size_of::<AttachAttr>(),
+        )
+    };
+    assert_eq!(r, 0, "BPF_PROG_ATTACH: {}", std::io::Error::last_os_error());
+    drop(prog_fd);
+    drop(loaded); // the "agent" dies; the legacy attachment stays
+    let detached = tcptune_agent::stale::detach_stale(cgroup.path()).expect("sweep");
+    assert_eq!(detached, vec![id]);
+    // Nothing of ours is left to detach.
+    assert!(tcptune_agent::stale::detach_stale(cgroup.path())
+        .expect("sweep")
+        .is_empty());
+    drop(cgroup);
+}
