@@ -80,6 +80,40 @@ pub fn check_cgroup2_dir(path: &Path) -> Result<(), CgroupError> {
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// The owner's PID in the name of a child cgroup made by [`ChildCgroup::create`] with `tag`
+/// (`<tag>-<pid>-<n>`).
+pub fn owner_of(name: &str, tag: &str) -> Option<u32> {
+    let rest = name.strip_prefix(tag)?.strip_prefix('-')?;
+    let (pid, n) = rest.split_once('-')?;
+    n.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
+/// Remove the empty child cgroups `<tag>-<pid>-<n>` of `parent` whose owner is dead (an
+/// agent killed with SIGKILL cannot remove its own). Returns those removed.
+pub fn sweep_stale_children(parent: &Path, tag: &str) -> Vec<PathBuf> {
+    let Ok(dir) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| owner_of(n, tag)) else {
+            continue;
+        };
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(raw, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive && std::fs::remove_dir(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
 /// A child cgroup this process made; dropping it kills what is left inside (`cgroup.kill`)
 /// and removes it.
 #[derive(Debug)]
@@ -181,6 +215,23 @@ mod tests {
         assert_eq!(
             cgroup2_mount_in(mounts),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+    }
+
+    #[test]
+    fn the_owner_is_read_from_a_child_cgroups_name() {
+        assert_eq!(
+            owner_of("tcptune-agent-exec-4242-0", "tcptune-agent-exec"),
+            Some(4242)
+        );
+        assert_eq!(
+            owner_of("tcptune-agent-exec-4242", "tcptune-agent-exec"),
+            None
+        );
+        assert_eq!(owner_of("system.slice", "tcptune-agent-exec"), None);
+        assert_eq!(
+            owner_of("tcptune-agent-exec-x-1", "tcptune-agent-exec"),
+            None
         );
     }
 

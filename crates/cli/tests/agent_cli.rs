@@ -582,3 +582,41 @@ fn agent_exec_env(db: &std::path::Path, journal: &std::path::Path, cmd: &[&str])
         .output()
         .expect("running tcptune agent exec")
 }
+
+#[test]
+fn sigterm_to_exec_stops_the_command_detaches_and_removes_its_cgroup() {
+    use std::io::BufRead;
+    let test = "sigterm_to_exec_stops_the_command_detaches_and_removes_its_cgroup";
+    if !can_load(test) {
+        return;
+    }
+    let db = tmp_db("sigterm");
+    let mut agent = tcptune_testkit::ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["agent", "exec", "--path-db"])
+            .arg(&db)
+            .args(["--", "sh", "-c", "echo started >&2; exec sleep 30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "started"));
+    let cgroup = tcptune_agent::cgroup::cgroup2_mount()
+        .expect("cgroup2")
+        .join(format!("tcptune-agent-exec-{}-0", agent.id()));
+    assert!(cgroup.exists(), "{}", cgroup.display());
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(agent.id() as i32, libc::SIGTERM);
+    }
+    let status = agent.0.wait().expect("wait");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "CMD's status");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter().any(|l| l.contains("agent detached from")),
+        "{rest:?}"
+    );
+    assert!(!cgroup.exists(), "{} is left", cgroup.display());
+}

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_agent::advice::{advice_line, AdviceLog};
-use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, ChildCgroup};
+use tcptune_agent::cgroup::{cgroup2_mount, check_cgroup2_dir, sweep_stale_children, ChildCgroup};
 use tcptune_agent::limits::{raise_plan, unbounded};
 use tcptune_agent::loader::Loaded;
 use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
@@ -33,12 +33,14 @@ use tcptune_doctor::sizing::human_rate;
 use tcptune_metrics::{Exporter, ExporterConfig, Registry};
 use tcptune_pathdb::{PathStore, Source};
 use tcptune_sys::os::unix_now;
-use tcptune_sys::process::{self, signals as sys_signals};
+use tcptune_sys::process;
 
 /// Version of each JSON line of `agent --json`.
 const AGENT_SCHEMA_VERSION: u32 = 1;
 /// How often the policy map is refilled from the path database.
 const REFRESH_EVERY: Duration = Duration::from_secs(30);
+/// The name of `agent exec`'s cgroups: `<tag>-<pid>-<n>` under the cgroup2 mount.
+const EXEC_CGROUP_TAG: &str = "tcptune-agent-exec";
 /// How long `agent exec` keeps reading records after CMD exits (its last closes).
 const EXEC_LINGER: Duration = Duration::from_millis(300);
 
@@ -576,7 +578,10 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
     let mount = cgroup2_mount().map_err(env_fail)?;
     // The capabilities first: creating the cgroup would fail less clearly.
     caps::check().map_err(env_fail)?;
-    let cgroup = ChildCgroup::create(&mount, "tcptune-agent-exec").map_err(env_fail)?;
+    for gone in sweep_stale_children(&mount, EXEC_CGROUP_TAG) {
+        eprintln!("tcptune: removed {}, left by a dead agent", gone.display());
+    }
+    let cgroup = ChildCgroup::create(&mount, EXEC_CGROUP_TAG).map_err(env_fail)?;
     let mut agent = Agent::prepare(&o.common, cgroup.path())?;
     agent
         .loaded
@@ -589,11 +594,24 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
     cmd.args(args);
     cgroup.add_to(&mut cmd).map_err(env_fail)?;
     let mut child = process::spawn(&mut cmd, prog.to_string_lossy().into_owned())?;
-    // Like system(3): the child handles Ctrl-C; we wait for it and pass its status on.
-    sys_signals::ignore_interactive_signals()?;
+    // Ctrl-C reaches CMD too (it is in our process group); SIGTERM to the agent is passed
+    // on to CMD. Either way we wait for CMD, then detach and remove its cgroup.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    signals::on_stop(move || flag.store(true, Ordering::Relaxed))?;
+    let mut forwarded = false;
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
+        }
+        if stop.load(Ordering::Relaxed) && !forwarded {
+            forwarded = true;
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: kill(2) on our own child, not yet reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+            }
         }
         agent.pump(Duration::from_millis(50))?;
     };
