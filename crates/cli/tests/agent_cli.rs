@@ -11,11 +11,35 @@ use tcptune_testkit::{ci, is_root, require, Need};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcptune");
 
-fn tmp_db(tag: &str) -> PathBuf {
+/// A path database in a directory of the test's own, removed when dropped.
+struct TmpDb(PathBuf);
+
+impl std::ops::Deref for TmpDb {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TmpDb {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TmpDb {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn tmp_db(tag: &str) -> TmpDb {
     let dir = std::env::temp_dir().join(format!("tt-agent-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join("paths.sqlite")
+    TmpDb(dir.join("paths.sqlite"))
 }
 
 /// Whether the agent can load its program here (root, and the program in the build).

@@ -593,12 +593,13 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args);
     cgroup.add_to(&mut cmd).map_err(env_fail)?;
-    let mut child = process::spawn(&mut cmd, prog.to_string_lossy().into_owned())?;
-    // Ctrl-C reaches CMD too (it is in our process group); SIGTERM to the agent is passed
+    // Caught before CMD starts (CMD gets the default dispositions back at exec). Ctrl-C
+    // reaches CMD too (it is in our process group); SIGTERM to the agent is passed
     // on to CMD. Either way we wait for CMD, then detach and remove its cgroup.
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     signals::on_stop(move || flag.store(true, Ordering::Relaxed))?;
+    let mut child = process::spawn(&mut cmd, prog.to_string_lossy().into_owned())?;
     let mut forwarded = false;
     let status = loop {
         if let Some(status) = child.try_wait()? {
