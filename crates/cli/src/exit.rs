@@ -38,7 +38,7 @@ Exit status (every subcommand):
   3    connection: refused, unreachable, timed out, name not resolved, rejected by the server
        or no slot within --wait (send, cp, advise, doctor HOST); ssh failed (HOST:PATH, --ssh)
   4    integrity: a byte mismatch or a short transfer (send)
-  5    environment: not root where root is needed (doctor --apply; emu and lab when user
+  5    environment: not root where root is needed (doctor --apply, agent; emu and lab when user
        namespaces are not allowed either), no /dev/net/tun, a name or port already taken
        (emu up, serve)
   6    not found: a source of cp, or the directory of its destination
@@ -47,7 +47,7 @@ Exit status (every subcommand):
   8    no space left on cp's destination (the partial files stay for a resume)
   130  interrupted by Ctrl-C or SIGTERM (send prints what moved until then;
        cp keeps its partial files for a resume)
-  emu run and emu exec exit with CMD's status (128+N if signal N ended it).";
+  emu run, emu exec and agent exec exit with CMD's status (128+N if signal N ended it).";
 
 /// An error that decides the exit code. Wrap an error in it with [`fail`]; `main` prints
 /// the error chain and exits with `code`. Errors that are not a `Fail` exit with 1.

@@ -66,10 +66,12 @@ enum Command {
     Doctor(cmd::doctor::Opts),
     /// Live view of this host's TCP connections and what limits each one.
     Watch(cmd::watch::Opts),
-    /// List, show, forget or export the measurements of the path database.
+    /// List, show, forget, export or add (an operator's site) the measurements of the path database.
     Paths(cmd::paths::Opts),
     /// Ask a tcptune server which buffer sizes and how many streams fill the path to it.
     Advise(cmd::advise::Opts),
+    /// Tune the sockets of unmodified programs per destination, from the path database (eBPF).
+    Agent(cmd::agent::Opts),
     /// Make a shared secret for `serve --secret-file` and its clients (`secret new`).
     Secret(cmd::secret::Opts),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -129,6 +131,7 @@ fn command_words(raw: &[OsString]) -> String {
                     | "watch"
                     | "paths"
                     | "advise"
+                    | "agent"
                     | "run"
                     | "up"
                     | "down"
@@ -212,6 +215,7 @@ fn main() -> ExitCode {
         Command::Watch(o) => cmd::watch::run(o),
         Command::Paths(o) => cmd::paths::run(o),
         Command::Advise(o) => cmd::advise::run(o),
+        Command::Agent(o) => cmd::agent::run(o),
         Command::Secret(o) => cmd::secret::run(o),
         Command::Completions(o) => cmd::docs::completions(o, Cli::command()),
         Command::Man(o) => cmd::docs::man(o, Cli::command()),

@@ -712,3 +712,38 @@ fn emu_run_up_and_down_match_their_schemas() {
     );
     assert_valid("emu-down", &doc(&o));
 }
+
+#[test]
+fn agent_exec_lines_match_their_schema() {
+    use tcptune_testkit::Need;
+    let test = "agent_exec_lines_match_their_schema";
+    if !tcptune_testkit::require(test, &[Need::Root, Need::Program("clang")]) {
+        return;
+    }
+    if !tcptune_agent::loader::program_built() {
+        assert!(
+            !tcptune_testkit::ci(),
+            "{test}: CI=true but the BPF program was not built"
+        );
+        eprintln!(
+            "skipping {test}: the BPF program was not built (apt-get install clang libbpf-dev)"
+        );
+        return;
+    }
+    let script = "import socket, threading\n\
+        l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+        def serve():\n    c, _ = l.accept()\n    c.recv(10)\n    c.close()\n\
+        t = threading.Thread(target=serve); t.start()\n\
+        s = socket.create_connection(l.getsockname()); s.sendall(b'x'); s.close(); t.join()\n";
+    let o = run(&["agent", "exec", "--json", "--", "python3", "-c", script]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 3, "two closes and a summary: {text}");
+    for l in &lines {
+        assert_valid("agent", l);
+    }
+}

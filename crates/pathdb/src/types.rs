@@ -18,6 +18,9 @@ pub enum Source {
     Advise,
     /// Imported from the old JSON database (its source is unknown).
     Imported,
+    /// What an unmodified program's connection achieved, reported by `tcptune agent` at its
+    /// close (a lower bound).
+    Agent,
     /// A name this build does not know (written by a newer tcptune).
     Other(String),
 }
@@ -31,6 +34,7 @@ impl Source {
             Source::Server => "server",
             Source::Advise => "advise",
             Source::Imported => "imported",
+            Source::Agent => "agent",
             Source::Other(s) => s,
         }
     }
@@ -43,6 +47,7 @@ impl Source {
             "server" => Source::Server,
             "advise" => Source::Advise,
             "imported" => Source::Imported,
+            "agent" => Source::Agent,
             other => Source::Other(other.to_string()),
         }
     }
@@ -124,6 +129,7 @@ mod tests {
             Source::Server,
             Source::Advise,
             Source::Imported,
+            Source::Agent,
         ] {
             assert_eq!(Source::from_name(s.as_str()), s);
         }

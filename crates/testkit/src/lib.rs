@@ -95,6 +95,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("sshd", "openssh-server"),
     ("ssh", "openssh-client"),
     ("ssh-keygen", "openssh-client"),
+    ("clang", "clang"),
 ];
 
 /// Every python3 module a test imports (real consumers of tcptune's output), with the pip

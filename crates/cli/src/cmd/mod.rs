@@ -1,6 +1,8 @@
 //! One module per subcommand, each with an `Opts` struct and a `run` function.
 
 pub(crate) mod advise;
+pub(crate) mod agent;
+pub(crate) mod agent_limits;
 pub(crate) mod cp;
 pub(crate) mod docs;
 pub(crate) mod doctor;

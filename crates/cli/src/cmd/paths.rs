@@ -33,6 +33,7 @@ Examples:
   tcptune paths forget 10.0.0.2       measure that host afresh next time
   tcptune paths forget --all
   tcptune paths export > paths.jsonl  one JSON object per line
+  tcptune paths add 10.1.0.0/16 --rate 10gbit --rtt 50ms   an operator's site (for the agent)
 
 Exit status: 0 success, 1 failure (including: nothing is recorded for HOST), 2 usage.")]
 pub(crate) struct Opts {
@@ -54,6 +55,21 @@ enum PathsCommand {
     Forget(ForgetOpts),
     /// Every path as JSON Lines (one object with `schema_version` per line).
     Export,
+    /// Add what an operator knows of a site: PREFIX (or one address) at RATE and RTT, as a
+    /// full pipe (`tcptune agent` applies a prefix to every address in it).
+    Add(AddOpts),
+}
+
+#[derive(clap::Args, Debug)]
+struct AddOpts {
+    /// An address prefix (10.1.0.0/16, 2001:db8::/32) or one address.
+    prefix: String,
+    /// The path's bottleneck rate (its capacity), e.g. 10gbit.
+    #[arg(long, value_name = "RATE", value_parser = crate::args::rate(tcptune_core::Rate(1_000), tcptune_core::Rate(10_000_000_000_000)))]
+    rate: tcptune_core::Rate,
+    /// The path's round-trip time, e.g. 50ms.
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration(Duration::from_micros(1), Duration::from_secs(10)))]
+    rtt: Duration,
 }
 
 #[derive(clap::Args, Debug)]
@@ -307,8 +323,12 @@ fn render_measurements(ms: &[MeasurementView]) -> String {
     s
 }
 
-/// The addresses a host name or address stands for (as the database keys peers).
+/// The addresses a host name or address stands for (as the database keys peers); a prefix
+/// (`10.1.0.0/16`, as `paths add` stores it) stands for itself.
 fn addresses_of(host: &str) -> anyhow::Result<Vec<String>> {
+    if let Some((ip, len)) = tcptune_agent::policy::parse_prefix(host.trim()) {
+        return Ok(vec![format!("{ip}/{len}")]);
+    }
     let h = host.trim().trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = h.parse::<IpAddr>() {
         return Ok(vec![ip.to_string()]);
@@ -397,6 +417,44 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 ));
                 out::text(&render_paths(&paths));
             }
+        }
+        Some(PathsCommand::Add(o)) => {
+            let peer = match tcptune_agent::policy::parse_prefix(o.prefix.trim()) {
+                Some((ip, len)) => format!("{ip}/{len}"),
+                None => o
+                    .prefix
+                    .trim()
+                    .parse::<IpAddr>()
+                    .map(|ip| ip.to_string())
+                    .map_err(|_| {
+                        exit::fail(
+                            exit::USAGE,
+                            anyhow!(
+                                "'{}' is neither an address prefix (10.1.0.0/16) nor an address",
+                                o.prefix
+                            ),
+                        )
+                    })?,
+            };
+            let mut store = PathStore::open(&path).map_err(|e| exit::fail(exit::FAILURE, e))?;
+            for w in store.take_warnings() {
+                eprintln!("tcptune: warning: {w}");
+            }
+            let m = tcptune_core::pathdb::Measurement {
+                rate: o.rate,
+                min_rtt: o.rtt,
+                full_pipe: true,
+                at_unix_s: now,
+            };
+            let source = Source::from_name(tcptune_agent::policy::OPERATOR_SOURCE);
+            store.record(&peer, Direction::Send, &m, &source, &policy)?;
+            out::line(&format!(
+                "Added {peer}: {} at {} (a full pipe, source {source}) to {file}; kept {:.0} days \
+                 after its last update",
+                human_rate(o.rate.0),
+                human_duration(o.rtt),
+                policy.forget_after.as_secs_f64() / 86_400.0
+            ));
         }
         Some(PathsCommand::Export) => {
             for e in entries()? {

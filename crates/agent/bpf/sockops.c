@@ -1,0 +1,519 @@
+// tcptune agent: a sock_ops program that tunes each TCP connection of a cgroup from the
+// per-destination policy the agent fills in (from the path database), and reports every
+// connection's outcome at its close through a ring buffer.
+//
+// Built by crates/agent/build.rs with `clang -O2 -g -target bpf`, against the UAPI headers
+// and libbpf-dev's bpf/bpf_helpers.h; loaded by the aya crate (crates/agent/src/loader.rs).
+// The record and policy layouts are mirrored in crates/agent/src/record.rs and
+// crates/agent/src/maps.rs: change both together (TT_RECORD_VERSION).
+
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// License: reading the socket's `sk_userlocks` (whether the application fixed its buffers
+// with setsockopt) goes through a BTF pointer from bpf_skc_to_tcp_sock(), which the kernel
+// allows only to programs with a GPL-compatible licence. "Dual MIT/GPL" is GPL-compatible
+// for the kernel and keeps the source usable under tcptune's MIT licence.
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define SOL_SOCKET 1
+#define SO_SNDBUF 7
+#define SO_RCVBUF 8
+#define SO_MAX_PACING_RATE 47
+#define SOL_TCP 6
+#define SOCK_STREAM 1
+#define IPPROTO_TCP 6
+#define TCP_CONGESTION 13
+#define TCP_BPF_IW 1001
+#define TCP_CLOSE 7
+#define SOCK_SNDBUF_LOCK 1
+#define SOCK_RCVBUF_LOCK 2
+
+// Modes (tt_cfg.mode).
+#define MODE_OBSERVE 0
+#define MODE_ADVISE 1
+#define MODE_ENFORCE 2
+
+// Bits of `applied` (what was set, or in advise mode what would have been).
+#define A_SNDBUF 1
+#define A_RCVBUF 2
+#define A_CC 4
+#define A_PACING 8
+#define A_IW 16
+#define A_KNOWN 32        // a policy entry matched the destination
+#define A_RTT_OUTSIDE 64  // ... but the handshake RTT was outside its bucket
+#define A_ADVISED 128     // advise mode: nothing was set
+#define A_FAILED 256      // a setsockopt the kernel refused
+
+// Bits of `flags` in a record.
+#define F_PASSIVE 1
+#define F_IPV6 2
+
+// Record kinds.
+#define KIND_CLOSE 1
+#define KIND_ADVICE 2
+#define KIND_OVERRIDE 3
+#define TT_RECORD_VERSION 1
+
+// Policy flags.
+#define P_FULL_PIPE 1
+
+struct tt_addr {
+	__u8 addr[16]; // IPv6, or IPv4-mapped (::ffff:a.b.c.d)
+};
+
+struct tt_prefix_key {
+	__u32 prefixlen; // over the 128 bits of the mapped address
+	__u8 addr[16];
+};
+
+struct tt_policy {
+	__u32 sndbuf;       // SO_SNDBUF to request, bytes (0: leave to autotuning)
+	__u32 rcvbuf;       // SO_RCVBUF to request at PASSIVE_ESTABLISHED (0: leave)
+	__u64 pacing_Bps;   // the path's rate, bytes/s (0: no pacing); divided by open conns
+	__u32 rtt_lo_us;    // the entry's RTT bucket, [lo, hi)
+	__u32 rtt_hi_us;
+	__u32 iw;           // TCP_BPF_IW segments (0: none); only with pacing
+	__u32 id;           // the policy's ID (hash of its actions)
+	__u32 flags;        // P_*
+	// --override-app-buffers: an application's SO_SNDBUF (SO_RCVBUF) request below
+	// need_snd (need_rcv) bytes is ignored on sockets to this peer.
+	__u32 need_snd;
+	__u32 need_rcv;
+	__u32 _pad;
+	char cc[16];        // TCP_CONGESTION ("" : leave)
+};
+
+struct tt_cfg {
+	__u32 mode;
+	__u32 override_on; // --override-app-buffers
+	// On a socket without a known peer yet (before connect, a listener), an application's
+	// SO_SNDBUF (SO_RCVBUF) request below this is ignored (see policy.rs).
+	__u32 override_snd;
+	__u32 override_rcv;
+};
+
+// An application's buffer request the setsockopt program ignored (56 bytes).
+struct tt_override {
+	__u16 version;
+	__u16 kind;     // KIND_OVERRIDE
+	__u32 pid;
+	__u8 peer[16];  // zero when the socket had no peer yet
+	char comm[16];
+	__u32 optname;  // SO_SNDBUF or SO_RCVBUF
+	__u32 requested;
+	__u32 need;
+	__u32 _pad;
+};
+
+// Per-socket state, from *_ESTABLISHED to CLOSE.
+struct tt_conn {
+	__u64 start_ns;
+	__u32 hs_rtt_us;
+	__u32 applied;
+	__u32 policy_id;
+	__u32 locked;   // sk_userlocks at *_ESTABLISHED
+	__u32 counted;  // counted in tt_conns
+	__u32 passive;
+};
+
+// One record in the ring buffer (112 bytes, little-endian on the hosts tcptune runs on); see
+// record.rs.
+struct tt_record {
+	__u16 version;
+	__u16 kind;
+	__u32 flags;
+	__u8 peer[16];
+	__u8 local[16];
+	__u16 peer_port;
+	__u16 local_port;
+	__u32 hs_rtt_us;
+	__u32 min_rtt_us;
+	__u32 srtt_us;
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u32 total_retrans;
+	__u32 policy_id;
+	__u64 duration_ns;
+	__u32 rate_delivered;   // packets in the last delivery-rate sample
+	__u32 rate_interval_us; // its interval
+	__u32 mss;
+	__u32 applied;
+	__u32 locked;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tt_addr);
+	__type(value, struct tt_policy);
+} tt_policy SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct tt_prefix_key);
+	__type(value, struct tt_policy);
+} tt_prefix SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tt_addr);
+	__type(value, __u32);
+} tt_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tt_cfg);
+} tt_cfg SEC(".maps");
+
+// Counters: 0 sockets tuned, 1 sockets observed, 2 sockets advised, 3 records dropped.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4);
+	__type(key, __u32);
+	__type(value, __u64);
+} tt_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} tt_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tt_conn);
+} tt_socks SEC(".maps");
+
+// CO-RE flavour of the kernel's struct sock: only the field read here.
+struct sock___tt {
+	unsigned char sk_userlocks;
+} __attribute__((preserve_access_index));
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&tt_stats, &idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline int addr_of(struct bpf_sock_ops *skops, struct tt_addr *peer,
+				   struct tt_addr *local)
+{
+	__builtin_memset(peer, 0, sizeof(*peer));
+	__builtin_memset(local, 0, sizeof(*local));
+	if (skops->family == AF_INET) {
+		__u32 r = skops->remote_ip4, l = skops->local_ip4;
+		peer->addr[10] = 0xff;
+		peer->addr[11] = 0xff;
+		local->addr[10] = 0xff;
+		local->addr[11] = 0xff;
+		__builtin_memcpy(&peer->addr[12], &r, 4);
+		__builtin_memcpy(&local->addr[12], &l, 4);
+		return 0;
+	}
+	if (skops->family == AF_INET6) {
+		// One 4-byte load per field: the context refuses the 8-byte loads clang would merge.
+		volatile __u32 *rv = (volatile __u32 *)skops->remote_ip6;
+		volatile __u32 *lv = (volatile __u32 *)skops->local_ip6;
+		__u32 r0 = rv[0], r1 = rv[1], r2 = rv[2], r3 = rv[3];
+		__u32 l0 = lv[0], l1 = lv[1], l2 = lv[2], l3 = lv[3];
+		__builtin_memcpy(&peer->addr[0], &r0, 4);
+		__builtin_memcpy(&peer->addr[4], &r1, 4);
+		__builtin_memcpy(&peer->addr[8], &r2, 4);
+		__builtin_memcpy(&peer->addr[12], &r3, 4);
+		__builtin_memcpy(&local->addr[0], &l0, 4);
+		__builtin_memcpy(&local->addr[4], &l1, 4);
+		__builtin_memcpy(&local->addr[8], &l2, 4);
+		__builtin_memcpy(&local->addr[12], &l3, 4);
+		return 0;
+	}
+	return -1;
+}
+
+static __always_inline __u32 userlocks(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	return ((struct sock___tt *)tp)->sk_userlocks;
+}
+
+static __always_inline struct tt_policy *find_policy(struct tt_addr *peer)
+{
+	struct tt_policy *p = bpf_map_lookup_elem(&tt_policy, peer);
+	if (p)
+		return p;
+	struct tt_prefix_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, peer->addr, 16);
+	return bpf_map_lookup_elem(&tt_prefix, &k);
+}
+
+static __always_inline void emit(struct bpf_sock_ops *skops, struct tt_conn *c, __u16 kind,
+				 struct tt_addr *peer, struct tt_addr *local)
+{
+	struct tt_record *r = bpf_ringbuf_reserve(&tt_events, sizeof(*r), 0);
+	if (!r) {
+		count(3);
+		return;
+	}
+	r->version = TT_RECORD_VERSION;
+	r->kind = kind;
+	r->flags = (c->passive ? F_PASSIVE : 0) | (skops->family == AF_INET6 ? F_IPV6 : 0);
+	__builtin_memcpy(r->peer, peer->addr, 16);
+	__builtin_memcpy(r->local, local->addr, 16);
+	r->peer_port = (__u16)bpf_ntohl(skops->remote_port);
+	r->local_port = (__u16)skops->local_port;
+	r->hs_rtt_us = c->hs_rtt_us;
+	r->min_rtt_us = skops->rtt_min;
+	r->srtt_us = skops->srtt_us >> 3;
+	r->bytes_acked = skops->bytes_acked;
+	r->bytes_received = skops->bytes_received;
+	r->total_retrans = skops->total_retrans;
+	r->policy_id = c->policy_id;
+	r->duration_ns = bpf_ktime_get_ns() - c->start_ns;
+	r->rate_delivered = skops->rate_delivered;
+	r->rate_interval_us = skops->rate_interval_us;
+	r->mss = skops->mss_cache;
+	r->applied = c->applied;
+	r->locked = c->locked;
+	r->_pad = 0;
+	bpf_ringbuf_submit(r, 0);
+}
+
+static __always_inline void established(struct bpf_sock_ops *skops, int passive)
+{
+	struct tt_addr peer, local;
+	struct bpf_sock *sk = skops->sk;
+	if (!sk || addr_of(skops, &peer, &local))
+		return;
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!c)
+		return;
+	c->start_ns = bpf_ktime_get_ns();
+	c->hs_rtt_us = skops->srtt_us >> 3;
+	c->passive = passive;
+	c->locked = userlocks(skops);
+	c->applied = 0;
+	c->policy_id = 0;
+	c->counted = 0;
+	// Every connection is reported at its close.
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+
+	__u32 zero = 0;
+	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
+	__u32 mode = cfg ? cfg->mode : MODE_OBSERVE;
+	struct tt_policy *p = find_policy(&peer);
+	if (!p || mode == MODE_OBSERVE) {
+		count(1);
+		return;
+	}
+	c->applied = A_KNOWN;
+	c->policy_id = p->id;
+	// A rerouted path is another path: apply only inside the entry's RTT bucket.
+	if (c->hs_rtt_us < p->rtt_lo_us || c->hs_rtt_us >= p->rtt_hi_us) {
+		c->applied |= A_RTT_OUTSIDE;
+		count(1);
+		return;
+	}
+	// Open connections to this destination (pacing divides the path among them).
+	__u32 one = 1, n = 1;
+	__u32 *open = bpf_map_lookup_elem(&tt_conns, &peer);
+	if (open) {
+		__sync_fetch_and_add(open, 1);
+		n = *open;
+	} else {
+		bpf_map_update_elem(&tt_conns, &peer, &one, BPF_NOEXIST);
+		open = bpf_map_lookup_elem(&tt_conns, &peer);
+		if (open && *open > 1)
+			n = *open;
+	}
+	c->counted = 1;
+
+	__u32 want = 0;
+	if (p->sndbuf && !(c->locked & SOCK_SNDBUF_LOCK))
+		want |= A_SNDBUF;
+	if (passive && p->rcvbuf && !(c->locked & SOCK_RCVBUF_LOCK))
+		want |= A_RCVBUF;
+	if (p->cc[0])
+		want |= A_CC;
+	if (p->pacing_Bps)
+		want |= A_PACING;
+	if (p->iw && p->pacing_Bps && (p->flags & P_FULL_PIPE))
+		want |= A_IW;
+
+	if (mode == MODE_ADVISE) {
+		c->applied |= want | A_ADVISED;
+		count(2);
+		emit(skops, c, KIND_ADVICE, &peer, &local);
+		return;
+	}
+
+	__u32 done = 0, failed = 0;
+	int v;
+	if (want & A_SNDBUF) {
+		v = p->sndbuf;
+		if (bpf_setsockopt(skops, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v)) == 0)
+			done |= A_SNDBUF;
+		else
+			failed = A_FAILED;
+	}
+	if (want & A_RCVBUF) {
+		v = p->rcvbuf;
+		if (bpf_setsockopt(skops, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v)) == 0)
+			done |= A_RCVBUF;
+		else
+			failed = A_FAILED;
+	}
+	if (want & A_CC) {
+		char cc[16];
+		__builtin_memcpy(cc, p->cc, 16);
+		cc[15] = 0;
+		if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)) == 0)
+			done |= A_CC;
+		else
+			failed = A_FAILED;
+	}
+	if (want & A_PACING) {
+		__u64 rate = p->pacing_Bps / (n ? n : 1);
+		if (rate > 0xfffffffeULL)
+			rate = 0xfffffffeULL;
+		if (rate == 0)
+			rate = 1;
+		v = (int)(__u32)rate;
+		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
+			done |= A_PACING;
+		else
+			failed = A_FAILED;
+	}
+	// A larger initial window only for a full pipe, and only once pacing is in place.
+	if ((want & A_IW) && (done & A_PACING)) {
+		v = p->iw;
+		if (bpf_setsockopt(skops, SOL_TCP, TCP_BPF_IW, &v, sizeof(v)) == 0)
+			done |= A_IW;
+		else
+			failed = A_FAILED;
+	}
+	c->applied |= done | failed;
+	if (done)
+		count(0);
+	else
+		count(1);
+}
+
+static __always_inline void closed(struct bpf_sock_ops *skops)
+{
+	struct tt_addr peer, local;
+	struct bpf_sock *sk = skops->sk;
+	if (!sk || addr_of(skops, &peer, &local))
+		return;
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, 0);
+	if (!c)
+		return;
+	if (c->counted) {
+		__u32 *open = bpf_map_lookup_elem(&tt_conns, &peer);
+		if (open) {
+			__sync_fetch_and_add(open, -1);
+			if (*open == 0 || *open > 0x7fffffff)
+				bpf_map_delete_elem(&tt_conns, &peer);
+		}
+		c->counted = 0;
+	}
+	emit(skops, c, KIND_CLOSE, &peer, &local);
+	bpf_sk_storage_delete(&tt_socks, sk);
+}
+
+SEC("sockops")
+int tt_sockops(struct bpf_sock_ops *skops)
+{
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		established(skops, 0);
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		established(skops, 1);
+		break;
+	case BPF_SOCK_OPS_STATE_CB:
+		if (skops->args[1] == TCP_CLOSE)
+			closed(skops);
+		break;
+	}
+	return 1;
+}
+
+// --override-app-buffers: an application's SO_SNDBUF/SO_RCVBUF request below what the path
+// needs is skipped (the socket keeps autotuning, and the sock_ops program may still size its
+// send buffer at *_ESTABLISHED), and reported with the process and destination.
+SEC("cgroup/setsockopt")
+int tt_setsockopt(struct bpf_sockopt *ctx)
+{
+	if (ctx->level != SOL_SOCKET || (ctx->optname != SO_SNDBUF && ctx->optname != SO_RCVBUF))
+		return 1;
+	int *val = ctx->optval;
+	if ((void *)(val + 1) > ctx->optval_end)
+		return 1;
+	__u32 zero = 0;
+	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
+	if (!cfg || !cfg->override_on)
+		return 1;
+	int snd = ctx->optname == SO_SNDBUF;
+	__u32 need = snd ? cfg->override_snd : cfg->override_rcv;
+	struct tt_addr peer;
+	__builtin_memset(&peer, 0, sizeof(peer));
+	struct bpf_sock *sk = ctx->sk;
+	// TCP sockets only (netlink, UNIX and UDP sockets size their buffers for other reasons).
+	if (!sk || (sk->family != AF_INET && sk->family != AF_INET6) ||
+	    sk->type != SOCK_STREAM || sk->protocol != IPPROTO_TCP)
+		return 1;
+	if (sk->family == AF_INET && sk->dst_ip4) {
+		__u32 d = sk->dst_ip4;
+		peer.addr[10] = 0xff;
+		peer.addr[11] = 0xff;
+		__builtin_memcpy(&peer.addr[12], &d, 4);
+	} else if (sk->family == AF_INET6) {
+		volatile __u32 *dv = (volatile __u32 *)sk->dst_ip6;
+		__u32 d0 = dv[0], d1 = dv[1], d2 = dv[2], d3 = dv[3];
+		__builtin_memcpy(&peer.addr[0], &d0, 4);
+		__builtin_memcpy(&peer.addr[4], &d1, 4);
+		__builtin_memcpy(&peer.addr[8], &d2, 4);
+		__builtin_memcpy(&peer.addr[12], &d3, 4);
+	}
+	struct tt_policy *p = find_policy(&peer);
+	if (p)
+		need = snd ? p->need_snd : p->need_rcv;
+	int requested = *val;
+	if (requested < 0 || (__u32)requested >= need)
+		return 1;
+	// Skip the kernel's handler: the request is not applied.
+	ctx->optlen = -1;
+	struct tt_override *r = bpf_ringbuf_reserve(&tt_events, sizeof(*r), 0);
+	if (!r) {
+		count(3);
+		return 1;
+	}
+	r->version = TT_RECORD_VERSION;
+	r->kind = KIND_OVERRIDE;
+	r->pid = bpf_get_current_pid_tgid() >> 32;
+	__builtin_memcpy(r->peer, peer.addr, 16);
+	bpf_get_current_comm(r->comm, sizeof(r->comm));
+	r->optname = ctx->optname;
+	r->requested = requested;
+	r->need = need;
+	r->_pad = 0;
+	bpf_ringbuf_submit(r, 0);
+	return 1;
+}
