@@ -504,6 +504,10 @@ mod tests {
             source: Source::Probe,
             last_source: Source::Transfer,
             last_measured_unix_s: updated,
+            measured_by: tcptune_pathdb::Host {
+                name: "dtn1".into(),
+                addr: "10.0.0.1".into(),
+            },
         }
     }
 
