@@ -6,8 +6,8 @@
 //!
 //! 1. [`require`] (skips outside CI naming the package, fails under `CI=true`).
 //! 2. [`PgCluster::start`]: a server on a Unix socket only; [`PgCluster::start_with_tls`]
-//!    also on `127.0.0.1` with TLS (a certificate authority and a server certificate for
-//!    `localhost` and `127.0.0.1`, made with `openssl`).
+//!    also on `127.0.0.1`, TLS only (a certificate authority and a server certificate for
+//!    `localhost` and `127.0.0.1`, made with `openssl`; `hostssl` lines in `pg_hba.conf`).
 //! 3. [`PgCluster::create_database`], then [`PgCluster::url`] (Unix socket) or
 //!    [`PgCluster::tcp_url`] for the code under test.
 //! 4. Drop stops the server (immediate shutdown, then SIGKILL) and removes the directory,
@@ -267,6 +267,18 @@ impl PgCluster {
             ],
             "openssl x509 (sign)",
         );
+        // TCP clients must use TLS: a plain connection is refused (so a test that connects
+        // knows it was encrypted).
+        let hba = data.join("pg_hba.conf");
+        let conf = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+        let conf: String = conf
+            .lines()
+            .map(|l| match l.strip_prefix("host ") {
+                Some(rest) => format!("hostssl {rest}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&hba, conf).expect("pg_hba.conf");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         if is_root() {
