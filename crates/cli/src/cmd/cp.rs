@@ -494,7 +494,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let far = far.map(ssh::Far::finish);
     match result {
         Ok(r) => {
-            for w in &r.warnings {
+            let db = r.measurement.as_ref().and_then(|m| m.path_db.as_ref());
+            for w in r.warnings.iter().chain(db.map_or(&[][..], |d| &d.warnings)) {
                 eprintln!("tcptune: warning: {w}");
             }
             if opts.json {

@@ -411,6 +411,15 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(report) => {
+            // The path database's problems (unreachable, slow, damaged): one line each on
+            // stderr; the transfer went on as on a path never seen.
+            let db = report.start.tcptune.measurement.as_ref();
+            for w in db
+                .and_then(|m| m.path_db.as_ref())
+                .map_or(&[][..], |d| &d.warnings)
+            {
+                eprintln!("tcptune: warning: {w}");
+            }
             print(&report)?;
             if report.end.tcptune.interrupted {
                 eprintln!(

@@ -46,6 +46,14 @@ pub enum PgOpenError {
         /// The error.
         source: postgres::Error,
     },
+    /// The server took the connection but did not finish the startup in time.
+    #[error("path database {url}: no answer within {}s of connecting", .after.as_secs())]
+    Timeout {
+        /// The URL, without its password.
+        url: String,
+        /// How long it was given.
+        after: Duration,
+    },
     /// Written by a newer tcptune: left alone.
     #[error(
         "path database {url} has schema version {found}, newer than this tcptune's \
@@ -142,10 +150,36 @@ fn config(url: &PgUrl) -> postgres::Config {
     c
 }
 
+/// How much longer than the URL's `connect_timeout` the startup (TLS, authentication, the
+/// schema check) may take before [`PgStore::connect`] gives up.
+pub const STARTUP_GRACE: Duration = Duration::from_secs(2);
+
 impl PgStore {
-    /// Connect (within the URL's `connect_timeout`), with TLS as its `sslmode` says, and
-    /// create the schema if the database is empty.
+    /// Connect, with TLS as the URL's `sslmode` says, and create the schema if the database
+    /// is empty; all within the URL's `connect_timeout` plus [`STARTUP_GRACE`].
+    ///
+    /// The client library bounds only the socket's connect; a server that takes the
+    /// connection and never answers would hold the caller forever. So the connection is
+    /// made on a thread of its own, and the caller waits for it only so long: such a thread
+    /// is left to end when the server closes the connection (or with the process).
     pub fn connect(url: &PgUrl) -> Result<PgStore, PgOpenError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let u = url.clone();
+        let after = url.connect_timeout + STARTUP_GRACE;
+        let timeout = || PgOpenError::Timeout {
+            url: url.to_string(),
+            after,
+        };
+        std::thread::Builder::new()
+            .name("tcptune-pg-connect".into())
+            .spawn(move || {
+                let _ = tx.send(PgStore::connect_here(&u));
+            })
+            .map_err(|_| timeout())?;
+        rx.recv_timeout(after).map_err(|_| timeout())?
+    }
+
+    fn connect_here(url: &PgUrl) -> Result<PgStore, PgOpenError> {
         let shown = url.to_string();
         let cfg = config(url);
         let tls = matches!(url.host, PgHost::Tcp(_)) && url.sslmode != SslMode::Disable;
