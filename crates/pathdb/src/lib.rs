@@ -109,7 +109,9 @@ pub use error::{OpenError, StoreError, Warning};
 pub use host::{hostname, Host, MAX_HOST_ADDR_BYTES, MAX_HOST_NAME_BYTES};
 pub use location::{default_location, Location, ENV_VAR, FILE_NAME, LEGACY_FILE_NAME};
 pub use lock::BUSY_TIMEOUT;
-pub use merge::{Recorded, HISTORY_PER_PATH, MAX_PEER_BYTES, MAX_ROWS_READ, MAX_SOURCE_BYTES};
+pub use merge::{
+    check_entry, Recorded, HISTORY_PER_PATH, MAX_PEER_BYTES, MAX_ROWS_READ, MAX_SOURCE_BYTES,
+};
 pub use pg::url::{is_postgres_url, PgUrl};
 pub use pg::PgStore;
 pub use schema::SCHEMA_VERSION;

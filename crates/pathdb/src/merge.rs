@@ -137,6 +137,31 @@ impl RawRow {
     }
 }
 
+/// Check an entry from elsewhere (an import) against the same budgets and sense as a row
+/// read back from a database.
+pub fn check_entry(s: &StoredEntry) -> Result<(), String> {
+    let e = &s.entry;
+    RawRow {
+        peer: e.peer.clone(),
+        direction: crate::types::direction_name(e.direction).to_string(),
+        rtt_bucket: i64::from(e.rtt_bucket),
+        rate_bps: i64::try_from(e.rate_bps).unwrap_or(-1),
+        full_pipe: e.full_pipe,
+        min_rtt_us: i64::try_from(e.min_rtt_us).unwrap_or(-1),
+        first_seen_unix_s: e.first_seen_unix_s,
+        updated_unix_s: e.updated_unix_s,
+        samples: i64::from(e.samples),
+        source: s.source.as_str().to_string(),
+        last_source: s.last_source.as_str().to_string(),
+        last_measured_unix_s: s.last_measured_unix_s,
+        host_name: s.measured_by.name.clone(),
+        host_addr: s.measured_by.addr.clone(),
+    }
+    .check()
+    .map(|_| ())
+    .map_err(|b| b.2)
+}
+
 /// Split checked rows from bad ones.
 pub(crate) fn check_rows(rows: Vec<RawRow>) -> (Vec<StoredEntry>, Vec<BadRow>) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());

@@ -22,9 +22,9 @@ use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
 pub use tcptune_pathdb::{default_location, Location, PathStore, Source, ENV_VAR};
 use tcptune_pathdb::{is_postgres_url, Host, PgUrl, StoredEntry};
 
-/// The longest wait at the end of a transfer for a database that had not answered yet,
-/// to record what the transfer measured.
-pub const FLUSH_WAIT: Duration = Duration::from_secs(1);
+/// The longest wait at the end of a transfer for a database that had not answered yet, to
+/// record what the transfer measured and to tell a slow database from a broken one.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a lookup waits for the database after the handshake: a quarter of the path's
 /// RTT, at least 1 ms, for a database on another machine; for a local SQLite file (no
@@ -62,6 +62,8 @@ pub(crate) struct PathDbSession {
     remote: bool,
     rows: Vec<StoredEntry>,
     host: Option<Host>,
+    /// The lookup stopped waiting for the database after this long.
+    gave_up_after: Option<Duration>,
     queued: Vec<(String, Direction, Source, Measurement)>,
     report: PathDbReport,
     policy: PathDbPolicy,
@@ -120,6 +122,7 @@ impl PathDbSession {
             remote,
             rows: Vec::new(),
             host: None,
+            gave_up_after: None,
             queued: Vec::new(),
             report,
             policy: PathDbPolicy::default(),
@@ -155,7 +158,8 @@ impl PathDbSession {
         self.state = State::Ready(store);
     }
 
-    /// Wait up to `wait` for the thread; on time out, note one warning and go on without.
+    /// Wait up to `wait` for the thread; on time out go on without it (the end of the
+    /// transfer says whether it ever answered).
     fn wait(&mut self, wait: Duration) {
         let State::Pending(rx) = std::mem::replace(&mut self.state, State::Ready(None)) else {
             return;
@@ -163,12 +167,7 @@ impl PathDbSession {
         match rx.recv_timeout(wait) {
             Ok(f) => self.arrived(f),
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                self.report.warnings.push(format!(
-                    "path database {} did not answer within {:.1} ms: going on as on a \
-                     path never seen",
-                    self.report.file,
-                    wait.as_secs_f64() * 1e3
-                ));
+                self.gave_up_after = Some(wait);
                 self.state = State::GaveUp(rx);
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -234,10 +233,9 @@ impl PathDbSession {
     }
 
     /// Write what was recorded, waiting up to `wait` for a database that had not answered.
+    /// A database that answers late, and works, was only slow: its answer is used for the
+    /// records and nothing is said; one that fails or never answers says so in one line.
     fn flush(&mut self, wait: Duration) {
-        if self.queued.is_empty() {
-            return;
-        }
         let rx = match std::mem::replace(&mut self.state, State::Ready(None)) {
             State::Pending(rx) | State::GaveUp(rx) => Some(rx),
             ready => {
@@ -246,19 +244,28 @@ impl PathDbSession {
             }
         };
         if let Some(rx) = rx {
-            // A late answer is used silently: the warning said it was not there in time
-            // (and a late failure adds nothing: one line is enough).
             match rx.recv_timeout(wait) {
-                Ok(f) => {
-                    let warned = !self.report.warnings.is_empty();
-                    let mut f = f;
-                    if warned {
-                        f.warnings.clear();
+                Ok(f) => self.arrived(f),
+                Err(e) => {
+                    let waited = self.gave_up_after.map_or(wait, |w| w + wait);
+                    let mut state = State::Ready(None);
+                    if let mpsc::RecvTimeoutError::Timeout = e {
+                        if wait.is_zero() {
+                            // Not the end yet: keep waiting for it in the background.
+                            state = State::GaveUp(rx);
+                        } else {
+                            self.report.warnings.push(format!(
+                                "path database {} did not answer within {:.1} ms: went on \
+                                 as on a path never seen",
+                                self.report.file,
+                                waited.as_secs_f64() * 1e3
+                            ));
+                        }
                     }
-                    self.arrived(f);
-                }
-                Err(_) => {
-                    self.queued.clear();
+                    self.state = state;
+                    if !matches!(self.state, State::GaveUp(_)) {
+                        self.queued.clear();
+                    }
                     return;
                 }
             }

@@ -7,6 +7,7 @@ pub(crate) mod doctor;
 pub(crate) mod emu;
 pub(crate) mod lab;
 pub(crate) mod paths;
+pub(crate) mod paths_import;
 pub(crate) mod secret;
 pub(crate) mod send;
 pub(crate) mod serve;
