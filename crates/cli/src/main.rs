@@ -66,7 +66,8 @@ enum Command {
     Doctor(cmd::doctor::Opts),
     /// Live view of this host's TCP connections and what limits each one.
     Watch(cmd::watch::Opts),
-    /// List, show, forget or export the measurements of the path database.
+    /// List, show, forget, export or import the measurements of the path database (a SQLite
+    /// file or a fleet's PostgreSQL database).
     Paths(cmd::paths::Opts),
     /// Ask a tcptune server which buffer sizes and how many streams fill the path to it.
     Advise(cmd::advise::Opts),

@@ -289,6 +289,15 @@ pub fn lookup_in(
     merge::lookup_in(rows, peer, direction, rtt, now_unix_s, policy)
 }
 
+/// A database location for messages and logs: the SQLite file (see [`Location::resolve`]),
+/// or the URL without its password (a malformed URL: what is wrong with it).
+pub fn describe_location(location: &Path) -> String {
+    match location.to_str().filter(|s| is_postgres_url(s)) {
+        Some(url) => PgUrl::parse(url).map_or_else(|e| e.to_string(), |u| u.to_string()),
+        None => Location::resolve(location).database.display().to_string(),
+    }
+}
+
 /// The URL `location` holds, if it names a PostgreSQL database.
 fn postgres_url(location: &Path) -> Result<Option<PgUrl>, OpenError> {
     match location.to_str() {

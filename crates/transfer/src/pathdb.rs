@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Known, Measurement, PathDbPolicy};
 pub use tcptune_pathdb::{default_location, Location, PathStore, Source, ENV_VAR};
-use tcptune_pathdb::{is_postgres_url, Host, PgUrl, StoredEntry};
+use tcptune_pathdb::{is_postgres_url, Host, StoredEntry};
 
 /// The longest wait at the end of a transfer for a database that had not answered yet, to
 /// record what the transfer measured and to tell a slow database from a broken one.
@@ -77,14 +77,6 @@ impl std::fmt::Debug for PathDbSession {
     }
 }
 
-/// The database as shown: the file, or the URL without its password.
-fn shown(path: &Path) -> String {
-    match path.to_str().filter(|s| is_postgres_url(s)) {
-        Some(url) => PgUrl::parse(url).map_or_else(|e| e.to_string(), |u| u.to_string()),
-        None => Location::resolve(path).database.display().to_string(),
-    }
-}
-
 impl PathDbSession {
     /// Open the database at `path` and fetch every entry of `peer` in `direction` on a
     /// thread of its own; a failure becomes a warning and the session goes on without it.
@@ -100,7 +92,7 @@ impl PathDbSession {
                 let _ = tx.send(fetch(&path_owned, &peer, direction));
             });
         let mut report = PathDbReport {
-            file: shown(path),
+            file: tcptune_pathdb::describe_location(path),
             used: false,
             entry_age_s: None,
             entry_samples: None,

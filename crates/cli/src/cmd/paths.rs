@@ -390,19 +390,6 @@ fn location(opts: &Opts) -> anyhow::Result<PathBuf> {
         })
 }
 
-/// The database, for messages: the SQLite file, or the URL without its password.
-fn describe(path: &std::path::Path) -> String {
-    match path.to_str().filter(|s| tcptune_pathdb::is_postgres_url(s)) {
-        Some(url) => {
-            tcptune_pathdb::PgUrl::parse(url).map_or_else(|e| e.to_string(), |u| u.to_string())
-        }
-        None => tcptune_pathdb::Location::resolve(path)
-            .database
-            .display()
-            .to_string(),
-    }
-}
-
 /// Open the database if there is one, printing what opening it found.
 fn open(path: &std::path::Path) -> anyhow::Result<Option<PathStore>> {
     let store = PathStore::open_existing(path).map_err(|e| exit::fail(exit::FAILURE, e))?;
@@ -443,7 +430,7 @@ fn nothing_recorded(host: &str, addresses: &[String], file: &str) -> anyhow::Err
 /// Run `tcptune paths`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let path = location(&opts)?;
-    let file = describe(&path);
+    let file = tcptune_pathdb::describe_location(&path);
     let policy = PathDbPolicy::default();
     let now = unix_now();
     let mut store = open(&path)?;
