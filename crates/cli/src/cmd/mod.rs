@@ -6,6 +6,7 @@ pub(crate) mod docs;
 pub(crate) mod doctor;
 pub(crate) mod emu;
 pub(crate) mod lab;
+pub(crate) mod lab_remote;
 pub(crate) mod paths;
 pub(crate) mod paths_import;
 pub(crate) mod secret;
