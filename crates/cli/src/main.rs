@@ -66,7 +66,8 @@ enum Command {
     Doctor(cmd::doctor::Opts),
     /// Live view of this host's TCP connections and what limits each one.
     Watch(cmd::watch::Opts),
-    /// List, show, forget, export or add (an operator's site) the measurements of the path database.
+    /// List, show, forget, export, import or add (an operator's site) the measurements of the
+    /// path database (a SQLite file or a fleet's PostgreSQL database).
     Paths(cmd::paths::Opts),
     /// Ask a tcptune server which buffer sizes and how many streams fill the path to it.
     Advise(cmd::advise::Opts),

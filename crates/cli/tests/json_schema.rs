@@ -305,6 +305,21 @@ fn send_reports_and_serve_log_lines_match_their_schemas() {
             &serde_json::from_str(line).expect("a JSON line"),
         );
     }
+    // What export wrote, imported back (nothing is newer: all were there).
+    let exported = format!("{d}.export.jsonl");
+    std::fs::write(&exported, export.stdout.as_slice()).expect("write the export");
+    assert_valid(
+        "paths-import",
+        &doc(&run(&[
+            "paths",
+            "import",
+            &exported,
+            "--json",
+            "--path-db",
+            d,
+        ])),
+    );
+    let _ = std::fs::remove_file(&exported);
     assert_valid(
         "paths-forget",
         &doc(&run(&[

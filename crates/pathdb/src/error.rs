@@ -52,6 +52,9 @@ pub enum OpenError {
         /// The newest this build knows.
         supported: u32,
     },
+    /// The PostgreSQL database could not be used.
+    #[error(transparent)]
+    Postgres(#[from] crate::pg::PgOpenError),
     /// The file is something else (neither SQLite nor the old JSON database): not touched.
     #[error(
         "{path} is neither a SQLite database nor a tcptune path database in JSON \
@@ -68,6 +71,26 @@ pub enum OpenError {
 /// Why a query or a change of an open database failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// PostgreSQL refused something, or the connection failed.
+    #[error("path database {url}: {what}: {source}")]
+    Postgres {
+        /// The URL, without its password.
+        url: String,
+        /// What was attempted.
+        what: &'static str,
+        /// The error.
+        source: postgres::Error,
+    },
+    /// The database answered with more rows than a query may read.
+    #[error("path database {url}: {what}: over {max} rows; refusing to read them")]
+    TooManyRows {
+        /// The database.
+        url: String,
+        /// What was attempted.
+        what: &'static str,
+        /// [`crate::MAX_ROWS_READ`].
+        max: usize,
+    },
     /// SQLite refused something.
     #[error("path database {path}: {what}: {source}")]
     Sqlite {
@@ -143,8 +166,8 @@ pub enum Warning {
     /// Rows with impossible values (written by something else) were ignored, and dropped at
     /// the next change.
     InvalidRows {
-        /// The database.
-        path: PathBuf,
+        /// The database (a file, or a URL without its password).
+        path: String,
         /// How many.
         count: usize,
         /// What was wrong with the first.
@@ -193,8 +216,7 @@ impl fmt::Display for Warning {
             ),
             Warning::InvalidRows { path, count, first } => write!(
                 f,
-                "path database {}: ignored {count} row(s) with impossible values ({first})",
-                path.display()
+                "path database {path}: ignored {count} row(s) with impossible values ({first})"
             ),
         }
     }

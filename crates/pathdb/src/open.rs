@@ -8,7 +8,7 @@ use crate::location::Location;
 use crate::lock::BUSY_TIMEOUT;
 use crate::lock::{FileLock, LockError};
 use crate::schema::{self, MigrateError, SCHEMA_VERSION};
-use crate::store::PathStore;
+use crate::sqlite::SqliteStore;
 use crate::types::{direction_name, Source};
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
@@ -56,11 +56,11 @@ fn lock_error(path: &Path, e: LockError) -> OpenError {
     }
 }
 
-impl PathStore {
+impl SqliteStore {
     /// Open the database at `path` (see [`Location::resolve`] for `.json` names), creating
     /// it, migrating it, importing the old JSON database once, and moving a damaged file
     /// aside: see the crate documentation.
-    pub fn open(path: &Path) -> Result<PathStore, OpenError> {
+    pub fn open(path: &Path) -> Result<SqliteStore, OpenError> {
         match open_at(path, true)? {
             Some(s) => Ok(s),
             None => Err(OpenError::Io {
@@ -71,16 +71,16 @@ impl PathStore {
         }
     }
 
-    /// Like [`PathStore::open`], but `None` when there is no database (nor an old JSON one)
+    /// Like [`SqliteStore::open`], but `None` when there is no database (nor an old JSON one)
     /// at `path`, instead of creating one: for commands that only read.
-    pub fn open_existing(path: &Path) -> Result<Option<PathStore>, OpenError> {
+    pub fn open_existing(path: &Path) -> Result<Option<SqliteStore>, OpenError> {
         open_at(path, false)
     }
 }
 
 /// Open (and with `create`, create) the database at `given`; `None` when `create` is false
 /// and there is neither a database nor an old JSON file.
-fn open_at(given: &Path, create: bool) -> Result<Option<PathStore>, OpenError> {
+fn open_at(given: &Path, create: bool) -> Result<Option<SqliteStore>, OpenError> {
     let loc = Location::resolve(given);
     let db = loc.database.clone();
     let mut warnings = Vec::new();
@@ -110,7 +110,7 @@ fn open_at(given: &Path, create: bool) -> Result<Option<PathStore>, OpenError> {
             c
         }
     };
-    let mut store = PathStore::new(conn, loc, warnings);
+    let mut store = SqliteStore::new(conn, loc, warnings);
     import_legacy(&mut store)?;
     Ok(Some(store))
 }
@@ -264,7 +264,7 @@ fn convert_in_place(db: &Path) -> Result<Vec<Warning>, OpenError> {
 
 /// Import the old JSON database beside the database, once: it is renamed before the import
 /// commits, so a process waiting for the write lock no longer finds it.
-fn import_legacy(store: &mut PathStore) -> Result<(), OpenError> {
+fn import_legacy(store: &mut SqliteStore) -> Result<(), OpenError> {
     let from: PathBuf = store.location().legacy_json.clone();
     match legacy::sniff(&from).map_err(io_error(&from, "reading the old JSON database"))? {
         FileKind::Missing => return Ok(()),
@@ -355,9 +355,9 @@ fn insert_imported(tx: &Transaction<'_>, entries: &[PathEntry]) -> rusqlite::Res
             e.peer,
             direction_name(e.direction),
             e.rtt_bucket,
-            crate::store::to_sql_int(e.rate_bps),
+            crate::sqlite::to_sql_int(e.rate_bps),
             e.full_pipe,
-            crate::store::to_sql_int(e.min_rtt_us),
+            crate::sqlite::to_sql_int(e.min_rtt_us),
             e.first_seen_unix_s,
             e.updated_unix_s,
             e.samples.max(1),

@@ -46,8 +46,15 @@ CREATE TABLE meta (
 ) STRICT;
 ";
 
+/// Version 2: each path names the host that measured it last (hostname and the
+/// connection's local address; empty for entries written before).
+const V2: &str = "
+ALTER TABLE paths ADD COLUMN host_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE paths ADD COLUMN host_addr TEXT NOT NULL DEFAULT '';
+";
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -125,17 +132,17 @@ mod tests {
         let mut c = Connection::open_in_memory().expect("sqlite");
         migrate(&mut c).expect("migrated");
         let bad = c.execute(
-            "INSERT INTO paths VALUES ('10.0.0.2', 'sideways', 1, 100, 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
+            "INSERT INTO paths (peer, direction, rtt_bucket, rate_bps, full_pipe, min_rtt_us, first_seen_unix_s, updated_unix_s, samples, source, last_source, last_measured_unix_s) VALUES ('10.0.0.2', 'sideways', 1, 100, 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
             [],
         );
         assert!(bad.is_err());
         let bad = c.execute(
-            "INSERT INTO paths VALUES ('10.0.0.2', 'send', 1, 0, 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
+            "INSERT INTO paths (peer, direction, rtt_bucket, rate_bps, full_pipe, min_rtt_us, first_seen_unix_s, updated_unix_s, samples, source, last_source, last_measured_unix_s) VALUES ('10.0.0.2', 'send', 1, 0, 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
             [],
         );
         assert!(bad.is_err());
         let bad = c.execute(
-            "INSERT INTO paths VALUES ('10.0.0.2', 'send', 1, 'fast', 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
+            "INSERT INTO paths (peer, direction, rtt_bucket, rate_bps, full_pipe, min_rtt_us, first_seen_unix_s, updated_unix_s, samples, source, last_source, last_measured_unix_s) VALUES ('10.0.0.2', 'send', 1, 'fast', 1, 1, 0.0, 0.0, 1, 'probe', 'probe', 0.0)",
             [],
         );
         assert!(

@@ -76,6 +76,8 @@ pub struct StoredEntry {
     pub last_source: Source,
     /// When the latest measurement was merged, seconds since the Unix epoch.
     pub last_measured_unix_s: f64,
+    /// The host that measured it (with SQLite: the latest host to change it).
+    pub measured_by: crate::host::Host,
 }
 
 /// One measurement as recorded (the newest [`crate::HISTORY_PER_PATH`] of each path are
@@ -98,6 +100,24 @@ pub struct StoredMeasurement {
     pub full_pipe: bool,
     /// Smallest RTT seen, microseconds.
     pub min_rtt_us: u64,
+}
+
+/// Order entries by peer, direction, RTT bucket and measuring host.
+pub(crate) fn sort_entries(rows: &mut [StoredEntry]) {
+    rows.sort_by(|a, b| {
+        (
+            a.entry.peer.as_str(),
+            a.entry.direction as u8,
+            a.entry.rtt_bucket,
+            &a.measured_by,
+        )
+            .cmp(&(
+                b.entry.peer.as_str(),
+                b.entry.direction as u8,
+                b.entry.rtt_bucket,
+                &b.measured_by,
+            ))
+    });
 }
 
 /// The stored name of a direction.

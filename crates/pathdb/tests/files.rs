@@ -1,4 +1,4 @@
-//! What `PathStore::open` finds on disk: the old JSON database (beside the database, named
+//! What `SqliteStore::open` finds on disk: the old JSON database (beside the database, named
 //! with `.json`, or at the database's own path), damaged files, files that are not ours, and
 //! a database from a newer tcptune.
 
@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tcptune_core::pathdb::{Direction, Measurement, PathDb, PathDbPolicy};
 use tcptune_core::Rate;
-use tcptune_pathdb::{OpenError, PathStore, Source, Warning, SCHEMA_VERSION};
+use tcptune_pathdb::{OpenError, Source, SqliteStore, Warning, SCHEMA_VERSION};
 
 struct TempDir(PathBuf);
 impl TempDir {
@@ -42,7 +42,7 @@ fn write_json_db(path: &Path) {
     std::fs::write(path, serde_json::to_string_pretty(&db).expect("json")).expect("write");
 }
 
-fn record_one(s: &mut PathStore) {
+fn record_one(s: &mut SqliteStore) {
     s.record(
         "10.0.0.9",
         Direction::Send,
@@ -54,11 +54,12 @@ fn record_one(s: &mut PathStore) {
         },
         &Source::Probe,
         &PathDbPolicy::default(),
+        None,
     )
     .expect("record");
 }
 
-fn peers(s: &mut PathStore) -> Vec<String> {
+fn peers(s: &mut SqliteStore) -> Vec<String> {
     s.entries()
         .expect("list")
         .into_iter()
@@ -70,7 +71,7 @@ fn peers(s: &mut PathStore) -> Vec<String> {
 fn the_json_database_beside_it_is_imported_once_and_renamed() {
     let d = TempDir::new("beside");
     write_json_db(&d.join("paths.json"));
-    let mut s = PathStore::open(&d.join("paths.sqlite")).expect("open");
+    let mut s = SqliteStore::open(&d.join("paths.sqlite")).expect("open");
     let w = s.take_warnings();
     assert!(
         matches!(&w[..], [Warning::Imported { entries: 2, renamed_to, .. }]
@@ -97,7 +98,7 @@ fn the_json_database_beside_it_is_imported_once_and_renamed() {
     );
     // Opening again imports nothing more.
     drop(s);
-    let mut s = PathStore::open(&d.join("paths.sqlite")).expect("reopen");
+    let mut s = SqliteStore::open(&d.join("paths.sqlite")).expect("reopen");
     assert!(s.take_warnings().is_empty());
     assert_eq!(s.entries().expect("list").len(), 2);
 }
@@ -106,14 +107,14 @@ fn the_json_database_beside_it_is_imported_once_and_renamed() {
 fn a_json_name_means_the_sqlite_file_beside_it() {
     let d = TempDir::new("jsonname");
     write_json_db(&d.join("mine.json"));
-    let mut s = PathStore::open(&d.join("mine.json")).expect("open");
+    let mut s = SqliteStore::open(&d.join("mine.json")).expect("open");
     assert_eq!(s.path(), d.join("mine.sqlite"));
     assert_eq!(s.take_warnings().len(), 1);
     assert_eq!(peers(&mut s), ["10.0.0.2", "10.0.0.3"]);
     record_one(&mut s);
     drop(s);
     // The same name finds the same database later.
-    let mut s = PathStore::open(&d.join("mine.json")).expect("reopen");
+    let mut s = SqliteStore::open(&d.join("mine.json")).expect("reopen");
     assert_eq!(s.entries().expect("list").len(), 3);
 }
 
@@ -122,7 +123,7 @@ fn json_at_the_database_path_is_converted_in_place() {
     let d = TempDir::new("inplace");
     let path = d.join("db");
     write_json_db(&path);
-    let mut s = PathStore::open(&path).expect("open");
+    let mut s = SqliteStore::open(&path).expect("open");
     let w = s.take_warnings();
     assert!(
         matches!(&w[..], [Warning::Imported { entries: 2, .. }]),
@@ -139,7 +140,7 @@ fn json_at_the_database_path_is_converted_in_place() {
 fn a_broken_json_database_is_not_imported_and_left_alone() {
     let d = TempDir::new("badjson");
     std::fs::write(d.join("paths.json"), "{ not json").expect("write");
-    let mut s = PathStore::open(&d.join("paths.sqlite")).expect("open");
+    let mut s = SqliteStore::open(&d.join("paths.sqlite")).expect("open");
     let w = s.take_warnings();
     assert!(matches!(&w[..], [Warning::NotImported { .. }]), "{w:?}");
     assert!(d.join("paths.json").exists());
@@ -151,7 +152,7 @@ fn a_damaged_database_is_moved_aside_and_a_new_one_started() {
     let d = TempDir::new("damaged");
     let path = d.join("paths.sqlite");
     {
-        let mut s = PathStore::open(&path).expect("open");
+        let mut s = SqliteStore::open(&path).expect("open");
         record_one(&mut s);
     }
     // Keep SQLite's header, wreck the rest (as a torn disk write might).
@@ -162,7 +163,7 @@ fn a_damaged_database_is_moved_aside_and_a_new_one_started() {
     std::fs::write(&path, &bytes).expect("write");
     let _ = std::fs::remove_file(d.join("paths.sqlite-wal"));
     let _ = std::fs::remove_file(d.join("paths.sqlite-shm"));
-    let mut s = PathStore::open(&path).expect("a damaged file is never fatal");
+    let mut s = SqliteStore::open(&path).expect("a damaged file is never fatal");
     let w = s.take_warnings();
     assert!(
         matches!(&w[..], [Warning::Quarantined { moved_to, .. }] if moved_to == &d.join("paths.sqlite.corrupt")),
@@ -183,7 +184,7 @@ fn a_file_that_is_not_a_database_is_never_touched() {
     let d = TempDir::new("other");
     let path = d.join("notes.txt");
     std::fs::write(&path, "root:x:0:0:root:/root:/bin/bash\n").expect("write");
-    let e = PathStore::open(&path).expect_err("not ours");
+    let e = SqliteStore::open(&path).expect_err("not ours");
     assert!(matches!(e, OpenError::NotADatabase { .. }), "{e:?}");
     assert!(e.to_string().contains("not touching it"), "{e}");
     assert_eq!(
@@ -194,7 +195,7 @@ fn a_file_that_is_not_a_database_is_never_touched() {
     let json = d.join("config");
     std::fs::write(&json, "{\"hello\": 1}").expect("write");
     assert!(matches!(
-        PathStore::open(&json),
+        SqliteStore::open(&json),
         Err(OpenError::NotADatabase { .. })
     ));
     assert_eq!(
@@ -208,14 +209,14 @@ fn a_newer_schema_is_refused_and_left_alone() {
     let d = TempDir::new("newer");
     let path = d.join("paths.sqlite");
     {
-        let mut s = PathStore::open(&path).expect("open");
+        let mut s = SqliteStore::open(&path).expect("open");
         record_one(&mut s);
     }
     let c = rusqlite::Connection::open(&path).expect("sqlite");
     c.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
         .expect("bump");
     drop(c);
-    let e = PathStore::open(&path).expect_err("newer");
+    let e = SqliteStore::open(&path).expect_err("newer");
     assert!(
         matches!(e, OpenError::NewerSchema { found, .. } if found == SCHEMA_VERSION + 1),
         "{e:?}"
@@ -228,12 +229,12 @@ fn a_newer_schema_is_refused_and_left_alone() {
 fn open_existing_creates_nothing() {
     let d = TempDir::new("existing");
     let path = d.join("sub").join("paths.sqlite");
-    assert!(PathStore::open_existing(&path).expect("fine").is_none());
+    assert!(SqliteStore::open_existing(&path).expect("fine").is_none());
     assert!(!d.join("sub").exists());
     // But an old JSON database is there to import.
     std::fs::create_dir_all(d.join("sub")).expect("dir");
     write_json_db(&d.join("sub").join("paths.json"));
-    let mut s = PathStore::open_existing(&path)
+    let mut s = SqliteStore::open_existing(&path)
         .expect("fine")
         .expect("imported");
     assert_eq!(s.entries().expect("list").len(), 2);

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tcptune_sys::process::{self, Supervised};
 
+pub mod pg;
 pub mod sshd;
 pub use sshd::Sshd;
 
@@ -96,6 +97,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("ssh", "openssh-client"),
     ("ssh-keygen", "openssh-client"),
     ("clang", "clang"),
+    ("openssl", "openssl"),
 ];
 
 /// Every python3 module a test imports (real consumers of tcptune's output), with the pip

@@ -109,9 +109,9 @@ pub(crate) struct Opts {
     /// whose tcptune predates --encrypt fails the copy rather than copy in clear.
     #[arg(long)]
     encrypt: bool,
-    /// The database of per-path measurements (as for send). Default: $TCPTUNE_PATH_DB,
-    /// else ~/.cache/tcptune/paths.sqlite.
-    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    /// The database of per-path measurements (as for send): a SQLite file or a postgres://
+    /// URL. Default: $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite.
+    #[arg(long, value_name = "FILE|URL", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
     /// Neither read nor write the path database. Over ssh (HOST:PATH) the far end is
     /// started with it too (serve --stdio --no-path-db): it neither reads nor records the
@@ -494,7 +494,8 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let far = far.map(ssh::Far::finish);
     match result {
         Ok(r) => {
-            for w in &r.warnings {
+            let db = r.measurement.as_ref().and_then(|m| m.path_db.as_ref());
+            for w in r.warnings.iter().chain(db.map_or(&[][..], |d| &d.warnings)) {
                 eprintln!("tcptune: warning: {w}");
             }
             if opts.json {

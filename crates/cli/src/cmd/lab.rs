@@ -101,6 +101,17 @@ pub(crate) struct Opts {
     /// itself when it starts. Refused while a lab runs.
     #[arg(long, conflicts_with_all = ["quick", "plan", "dry_run"])]
     cleanup: bool,
+
+    /// Run the matrix across the real path to [USER@]HOST instead of emulated paths: each
+    /// cell is one `tcptune send --ssh HOST` (the far end started over ssh, as `cp` starts
+    /// it; -e/--rsh and --remote-tcptune as for cp). The report states the path's measured
+    /// RTT and rate, and marks the cells that cannot be applied there (raising the remote
+    /// host's limits, the ideal sweep, manual's rate). Nothing is written to --out.
+    #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["psc", "cleanup", "rate", "mtu", "no_calibrate", "force", "seed", "out"])]
+    remote: Option<String>,
+
+    #[command(flatten)]
+    ssh: super::ssh::SshOpts,
 }
 
 const AFTER_HELP: &str = "\
@@ -160,6 +171,7 @@ Examples:
   tcptune lab --rate 500mbit --out lab-results/500m
   tcptune lab --plan my-sweep.toml
   tcptune lab --cleanup                 # after a lab was killed with kill -9
+  tcptune lab --remote alice@dtn2 --plan one-cell.toml   # across the real path to dtn2
   tcptune lab report lab-results/20261122-101500";
 
 #[derive(clap::Subcommand, Debug)]
@@ -280,6 +292,11 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     if opts.psc {
         return run_psc(&opts);
     }
+    if let Some(remote) = &opts.remote {
+        let plan = build_plan(&opts)?;
+        return super::lab_remote::run(&plan, remote, &opts.ssh, opts.json);
+    }
+    opts.ssh.only_over_ssh("lab without --remote")?;
     let plan = build_plan(&opts)?;
     if opts.dry_run {
         let e = plan.expand();

@@ -1,5 +1,6 @@
-//! `tcptune paths`: list, show, forget and export the entries of the path database (the
-//! measurements `send` records and reuses; see `tcptune_pathdb`).
+//! `tcptune paths`: list, show, forget, export and import the entries of the path database
+//! (the measurements `send` records and reuses; see `tcptune_pathdb`), a host's SQLite file
+//! or a fleet's PostgreSQL database.
 
 use crate::{exit, out};
 use anyhow::{anyhow, Context};
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tcptune_core::pathdb::{rtt_bucket_range, Direction, PathDbPolicy};
 use tcptune_doctor::sizing::{human_duration, human_rate};
-use tcptune_pathdb::{PathStore, Source, StoredEntry, StoredMeasurement};
+use tcptune_pathdb::{Host, PathStore, Source, StoredEntry, StoredMeasurement};
 use tcptune_sys::os::unix_now;
 
 /// Version of the JSON written by `paths --json`, `paths show --json`, `paths forget --json`
@@ -25,15 +26,20 @@ bucket): the bottleneck rate, either of a full pipe (a probe whose rate stopped 
 path's capacity) or a lower bound (what a transfer delivered). `send` uses a fresh entry
 (updated within a day) instead of probing, and records what it measures.
 
-Location: --path-db FILE, else $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite.
+Location: --path-db FILE or --path-db postgres://USER@HOST[:PORT]/DB[?sslmode=...] (a
+PostgreSQL database a fleet of hosts shares), else $TCPTUNE_PATH_DB, else
+~/.cache/tcptune/paths.sqlite. Each entry names the host that measured it (MEASURED BY:
+hostname and the local address of the measuring connection).
 
 Examples:
   tcptune paths                       list every path
   tcptune paths show dtn2.example.org one host's paths and recent measurements
-  tcptune paths forget 10.0.0.2       measure that host afresh next time
+  tcptune paths forget 10.0.0.2       measure that peer afresh next time (every host's entries)
   tcptune paths forget --all
   tcptune paths export > paths.jsonl  one JSON object per line
   tcptune paths add 10.1.0.0/16 --rate 10gbit --rtt 50ms   an operator's site (for the agent)
+  tcptune paths --path-db postgres://tcptune@db.example.org/paths?sslmode=verify-full \\
+      import ~/.cache/tcptune/paths.sqlite   a host's file into the fleet's database
 
 Exit status: 0 success, 1 failure (including: nothing is recorded for HOST), 2 usage.")]
 pub(crate) struct Opts {
@@ -42,8 +48,9 @@ pub(crate) struct Opts {
     /// Print JSON (a document with `schema_version` and `paths`).
     #[arg(long)]
     json: bool,
-    /// The path database (default: $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite).
-    #[arg(long, value_name = "FILE", global = true)]
+    /// The path database: a SQLite file or a postgres:// URL (default: $TCPTUNE_PATH_DB,
+    /// else ~/.cache/tcptune/paths.sqlite).
+    #[arg(long, value_name = "FILE|URL", global = true)]
     path_db: Option<PathBuf>,
 }
 
@@ -53,8 +60,12 @@ enum PathsCommand {
     Show(ShowOpts),
     /// Forget a host's paths (or every path), so the next transfer measures afresh.
     Forget(ForgetOpts),
-    /// Every path as JSON Lines (one object with `schema_version` per line).
-    Export,
+    /// Every path as JSON Lines (one object with `schema_version` per line), to FILE or
+    /// stdout; `paths import` reads them back.
+    Export(ExportOpts),
+    /// Add the paths of FILE to this database: a host's SQLite file, or what `paths export`
+    /// wrote. Each keeps its measuring host; where a path is already stored, the newer wins.
+    Import(ImportOpts),
     /// Add what an operator knows of a site: PREFIX (or one address) at RATE and RTT, as a
     /// full pipe (`tcptune agent` applies a prefix to every address in it).
     Add(AddOpts),
@@ -70,6 +81,25 @@ struct AddOpts {
     /// The path's round-trip time, e.g. 50ms.
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration(Duration::from_micros(1), Duration::from_secs(10)))]
     rtt: Duration,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExportOpts {
+    /// Write here instead of stdout.
+    file: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ImportOpts {
+    /// A SQLite path database, or JSON Lines from `paths export`.
+    file: PathBuf,
+    /// The measuring host of entries that name none (files from before hosts were
+    /// recorded): NAME or NAME/ADDRESS (default: this host's name).
+    #[arg(long, value_name = "NAME[/ADDRESS]")]
+    measured_by: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -119,6 +149,9 @@ struct PathView {
     /// The latest measurement merged.
     last_source: Source,
     last_measured_unix_s: f64,
+    /// The host that measured it: hostname and the measuring connection's local address
+    /// (empty when unknown).
+    measured_by: Host,
 }
 
 #[derive(Debug, Serialize)]
@@ -157,6 +190,15 @@ struct ForgetReport {
     file: String,
     host: Option<String>,
     forgotten: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct ImportReport {
+    schema_version: u32,
+    file: String,
+    from: String,
+    read: usize,
+    imported: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +242,7 @@ fn view(s: &StoredEntry, now_unix_s: f64, policy: &PathDbPolicy) -> PathView {
         source: s.source.clone(),
         last_source: s.last_source.clone(),
         last_measured_unix_s: s.last_measured_unix_s,
+        measured_by: s.measured_by.clone(),
     }
 }
 
@@ -277,8 +320,17 @@ fn direction_word(d: Direction) -> &'static str {
 fn render_paths(paths: &[PathView]) -> String {
     let w = paths.iter().map(|p| p.peer.len()).max().unwrap_or(0).max(4);
     let mut s = format!(
-        "{:<w$} {:<7} {:<14} {:>9} {:>13} {:<11} {:>7} {:>12}  {}\n",
-        "PEER", "DIR", "RTT BUCKET", "MIN RTT", "RATE", "KIND", "SAMPLES", "AGE", "SOURCE"
+        "{:<w$} {:<7} {:<14} {:>9} {:>13} {:<11} {:>7} {:>12}  {:<9} {}\n",
+        "PEER",
+        "DIR",
+        "RTT BUCKET",
+        "MIN RTT",
+        "RATE",
+        "KIND",
+        "SAMPLES",
+        "AGE",
+        "SOURCE",
+        "MEASURED BY"
     );
     for p in paths {
         let age = if p.fresh {
@@ -287,7 +339,7 @@ fn render_paths(paths: &[PathView]) -> String {
             format!("{} stale", human_age(p.age_s))
         };
         s.push_str(&format!(
-            "{:<w$} {:<7} {:<14} {:>9} {:>13} {:<11} {:>7} {:>12}  {}\n",
+            "{:<w$} {:<7} {:<14} {:>9} {:>13} {:<11} {:>7} {:>12}  {:<9} {}\n",
             p.peer,
             direction_word(p.direction),
             rtt_range(p.rtt_low_us, p.rtt_high_us),
@@ -296,7 +348,8 @@ fn render_paths(paths: &[PathView]) -> String {
             kind(p.full_pipe),
             p.samples,
             age,
-            p.source
+            p.source.to_string(),
+            p.measured_by
         ));
     }
     s
@@ -368,6 +421,20 @@ fn open(path: &std::path::Path) -> anyhow::Result<Option<PathStore>> {
     }))
 }
 
+/// The measuring host for entries that name none: `NAME[/ADDRESS]`, or this host's name.
+fn measured_by(given: Option<&str>) -> Host {
+    match given {
+        Some(g) => {
+            let (name, addr) = g.split_once('/').unwrap_or((g, ""));
+            Host {
+                name: name.to_string(),
+                addr: addr.to_string(),
+            }
+        }
+        None => Host::this(),
+    }
+}
+
 fn nothing_recorded(host: &str, addresses: &[String], file: &str) -> anyhow::Error {
     let via = match addresses {
         [one] if one == host => String::new(),
@@ -383,10 +450,7 @@ fn nothing_recorded(host: &str, addresses: &[String], file: &str) -> anyhow::Err
 /// Run `tcptune paths`.
 pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     let path = location(&opts)?;
-    let file = tcptune_pathdb::Location::resolve(&path)
-        .database
-        .display()
-        .to_string();
+    let file = tcptune_pathdb::describe_location(&path);
     let policy = PathDbPolicy::default();
     let now = unix_now();
     let mut store = open(&path)?;
@@ -456,13 +520,55 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
                 policy.forget_after.as_secs_f64() / 86_400.0
             ));
         }
-        Some(PathsCommand::Export) => {
+        Some(PathsCommand::Export(o)) => {
+            let mut text = String::new();
             for e in entries()? {
                 let v = view(&e, now, &policy);
-                out::line(&serde_json::to_string(&ExportLine {
+                text.push_str(&serde_json::to_string(&ExportLine {
                     schema_version: PATHS_SCHEMA_VERSION,
                     path: &v,
                 })?);
+                text.push('\n');
+            }
+            match &o.file {
+                Some(f) => std::fs::write(f, text)
+                    .with_context(|| format!("writing {}", f.display()))
+                    .map_err(|e| exit::fail(exit::FAILURE, e))?,
+                None => out::text(&text),
+            }
+        }
+        Some(PathsCommand::Import(o)) => {
+            let fallback = measured_by(o.measured_by.as_deref());
+            let read = super::paths_import::read(&o.file, &fallback)
+                .map_err(|e| exit::fail(exit::FAILURE, e))?;
+            let store = match store.as_mut() {
+                Some(s) => s,
+                None => {
+                    store = Some(PathStore::open(&path).map_err(|e| exit::fail(exit::FAILURE, e))?);
+                    store
+                        .as_mut()
+                        .ok_or_else(|| anyhow!("the database is not open"))?
+                }
+            };
+            let imported = store.import(&read)?;
+            for w in store.take_warnings() {
+                eprintln!("tcptune: warning: {w}");
+            }
+            let from = o.file.display().to_string();
+            if o.json {
+                out::json(&ImportReport {
+                    schema_version: PATHS_SCHEMA_VERSION,
+                    file,
+                    from,
+                    read: read.len(),
+                    imported,
+                })?;
+            } else {
+                out::line(&format!(
+                    "Imported {imported} of {} path(s) from {from} into {file} (the others \
+                     were already there, as new or newer).",
+                    read.len()
+                ));
             }
         }
         Some(PathsCommand::Show(o)) => {
@@ -562,6 +668,10 @@ mod tests {
             source: Source::Probe,
             last_source: Source::Transfer,
             last_measured_unix_s: updated,
+            measured_by: tcptune_pathdb::Host {
+                name: "dtn1".into(),
+                addr: "10.0.0.1".into(),
+            },
         }
     }
 

@@ -154,9 +154,11 @@ pub(crate) struct Opts {
     no_progress: bool,
     /// The database of per-path measurements (Enable's idea): modes that need the path's
     /// rate (auto, probe) use a fresh entry for this peer instead of probing, and every
-    /// transfer records what it measured (`tcptune paths` lists it). Default:
+    /// transfer records what it measured (`tcptune paths` lists it). A SQLite file, or a
+    /// postgres://USER@HOST[:PORT]/DB[?sslmode=...] URL a fleet of hosts shares (looked up
+    /// beside the handshake, waited for at most a quarter of the path's RTT). Default:
     /// $TCPTUNE_PATH_DB, else ~/.cache/tcptune/paths.sqlite.
-    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    #[arg(long, value_name = "FILE|URL", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
     /// Neither read nor write the path database (every run measures the path afresh).
     /// With --ssh the far end is started with it too (serve --stdio --no-path-db): it
@@ -411,6 +413,15 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(report) => {
+            // The path database's problems (unreachable, slow, damaged): one line each on
+            // stderr; the transfer went on as on a path never seen.
+            let db = report.start.tcptune.measurement.as_ref();
+            for w in db
+                .and_then(|m| m.path_db.as_ref())
+                .map_or(&[][..], |d| &d.warnings)
+            {
+                eprintln!("tcptune: warning: {w}");
+            }
             print(&report)?;
             if report.end.tcptune.interrupted {
                 eprintln!(

@@ -188,9 +188,10 @@ pub(crate) struct Opts {
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
     /// Record what the server measures of each client's path in this path database, and
-    /// answer `tcptune advise` from it (default: $TCPTUNE_PATH_DB or
-    /// ~/.cache/tcptune/paths.sqlite, as `tcptune paths` lists).
-    #[arg(long, value_name = "FILE", conflicts_with = "no_path_db")]
+    /// answer `tcptune advise` from it: a SQLite file, or a postgres:// URL shared by a
+    /// fleet of hosts (default: $TCPTUNE_PATH_DB or ~/.cache/tcptune/paths.sqlite, as
+    /// `tcptune paths` lists).
+    #[arg(long, value_name = "FILE|URL", conflicts_with = "no_path_db")]
     path_db: Option<PathBuf>,
     /// Record nothing (every `tcptune advise` is then measured).
     #[arg(long)]
@@ -881,11 +882,10 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
         stamp(&posture.line());
         stamp(&format!("limits: {}", server::describe_limits(&cfg)));
         stamp(&match &cfg.path_db {
-            Some(p) => format!(
-                "path database: {} (tcptune paths --path-db {} lists it)",
-                p.display(),
-                p.display()
-            ),
+            Some(p) => {
+                let shown = tcptune_pathdb::describe_location(p);
+                format!("path database: {shown} (tcptune paths --path-db {shown} lists it)")
+            }
             None => "path database: none (--no-path-db)".into(),
         });
         if let Some(b) = cfg.memory_budget {

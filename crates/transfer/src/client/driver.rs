@@ -65,9 +65,14 @@ fn open<'a>(cfg: &'a ClientConfig, workload: Workload<'_>) -> Result<Opened<'a>,
     validate(cfg)?;
     let addr = resolve(cfg)?;
     let (local_limits, force) = local_limits(cfg)?;
+    // The path database is opened and the peer's entries fetched on a thread beside the
+    // handshake: never on the critical path of the first byte.
+    let mut db = PathDbUse::new(cfg, addr.ip().to_string());
     let (ctrl, hint) = connect_control(cfg, &addr)?;
+    if let Ok(local) = ctrl.local_addr() {
+        db.set_local_addr(local.ip());
+    }
     let (params, plan, token, ephemeral) = session_plan(cfg, workload.file_job())?;
-    let db = PathDbUse::new(cfg, addr.ip().to_string());
     let mut conv = Conversation::new(cfg, addr, ctrl, (plan, ephemeral), local_limits, force)?;
     if let Some(work) = workload.engine_files() {
         let encrypt = workload.file_job().is_some_and(|j| j.encrypt);

@@ -16,15 +16,28 @@ pub(crate) struct PathDbUse {
 }
 
 impl PathDbUse {
+    /// Start fetching the peer's entries beside the handshake (call before connecting).
     pub(crate) fn new(cfg: &ClientConfig, peer: String) -> PathDbUse {
+        let direction = if cfg.reverse {
+            Direction::Receive
+        } else {
+            Direction::Send
+        };
         PathDbUse {
-            db: cfg.path_db.as_deref().map(PathDbSession::open),
+            db: cfg
+                .path_db
+                .as_deref()
+                .map(|p| PathDbSession::start(p, &peer, direction)),
             peer,
-            direction: if cfg.reverse {
-                Direction::Receive
-            } else {
-                Direction::Send
-            },
+            direction,
+        }
+    }
+
+    /// The control connection's local address: this host's measurements are recorded as
+    /// measured from it.
+    pub(crate) fn set_local_addr(&mut self, addr: std::net::IpAddr) {
+        if let Some(d) = self.db.as_mut() {
+            d.set_local_addr(addr);
         }
     }
 

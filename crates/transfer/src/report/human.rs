@@ -263,8 +263,8 @@ fn write_streams(o: &mut String, e: &End) {
     );
 }
 
-/// What the transfer cost: buffers, CPU, where the time went, and the path database's
-/// warnings.
+/// What the transfer cost: buffers, CPU and where the time went (the path database's
+/// warnings go to stderr: `send` and `cp` print them).
 fn write_resources(o: &mut String, r: &Report) {
     let (t, e) = (&r.start.tcptune, &r.end);
     let tt = &e.tcptune;
@@ -288,11 +288,6 @@ fn write_resources(o: &mut String, r: &Report) {
             tt.setup_seconds.unwrap_or(0.0),
             e.sum_received.seconds
         );
-    }
-    if let Some(db) = t.measurement.as_ref().and_then(|m| m.path_db.as_ref()) {
-        for w in &db.warnings {
-            let _ = writeln!(o, "Warning: {w}");
-        }
     }
 }
 

@@ -105,6 +105,13 @@ pub fn run(
     listener
         .set_nonblocking(true)
         .map_err(io("set the listener non-blocking"))?;
+    // The address clients reach: this host's measurements of their paths are recorded as
+    // measured from it (when the listener is bound to one).
+    let local_ip = listener
+        .local_addr()
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_unspecified());
     let mut listener = MioListener::from_std(listener);
     let poll = Poll::new().map_err(io("create the event loop"))?;
     poll.registry()
@@ -129,8 +136,13 @@ pub fn run(
     let (tx, rx) = mpsc::channel::<Finished>();
     let paths = match &config.path_db {
         Some(p) => Some(
-            PathDbWorker::start(p.clone(), config.path_db_bounds.clone(), waker.clone())
-                .map_err(io("start the path database's thread"))?,
+            PathDbWorker::start(
+                p.clone(),
+                config.path_db_bounds.clone(),
+                local_ip,
+                waker.clone(),
+            )
+            .map_err(io("start the path database's thread"))?,
         ),
         None => None,
     };

@@ -1,5 +1,5 @@
 //! The server's path database on a thread of its own: SQLite may wait (another process's
-//! transaction, a slow disk) and the event loop must never wait with it. The loop hands
+//! transaction, a slow disk), PostgreSQL is a network round trip away, and the event loop must never wait with it. The loop hands
 //! requests over a bounded queue (a full queue drops a record and answers a lookup with
 //! nothing, never blocks) and takes the answers back through its waker.
 //!
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tcptune_core::pathdb::{Direction, Measurement, PathDbPolicy, RecordBounds};
-use tcptune_pathdb::{PathStore, Recorded, Source};
+use tcptune_pathdb::{Host, PathStore, Recorded, Source};
 use tcptune_sys::os::unix_now;
 
 /// Requests waiting for the database at most.
@@ -79,6 +79,7 @@ impl PathDbWorker {
     pub(crate) fn start(
         path: PathBuf,
         bounds: RecordBounds,
+        local_ip: Option<IpAddr>,
         waker: Arc<Waker>,
     ) -> std::io::Result<PathDbWorker> {
         let (tx, rx) = mpsc::sync_channel::<Request>(QUEUE);
@@ -92,7 +93,7 @@ impl PathDbWorker {
                     let _ = reply_tx.send(r);
                     let _ = waker.wake();
                 };
-                work(&path, &bounds, &rx, &c, &send);
+                work(&path, &bounds, local_ip, &rx, &c, &send);
             })?;
         Ok(PathDbWorker {
             tx: Some(tx),
@@ -160,6 +161,7 @@ impl Drop for PathDbWorker {
 fn work(
     path: &std::path::Path,
     bounds: &RecordBounds,
+    local_ip: Option<IpAddr>,
     rx: &Receiver<Request>,
     closing: &AtomicBool,
     send: &dyn Fn(Reply),
@@ -181,6 +183,11 @@ fn work(
             for w in s.take_warnings() {
                 warn(w.to_string());
             }
+            let host = Host::this();
+            s.set_host(match local_ip {
+                Some(ip) => host.with_addr(ip),
+                None => host,
+            });
             Some(s)
         }
         Err(e) => {

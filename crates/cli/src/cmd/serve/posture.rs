@@ -128,7 +128,7 @@ impl Posture<'_> {
             share: self.share(),
             root: f.map(|f| f.root.display().to_string()),
             open: self.open(),
-            path_db: path_db.map(|p| p.display().to_string()),
+            path_db: path_db.map(tcptune_pathdb::describe_location),
             limits: StartLimits {
                 max_sessions: c.max_sessions,
                 max_sessions_per_addr: c.max_sessions_per_addr,
