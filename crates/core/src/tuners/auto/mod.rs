@@ -109,6 +109,15 @@
 //!   send-buffer-limited at `wmem_max` with an unfull pipe asks once for as many streams
 //!   again, if it has not asked before.
 //!
+//! * **a queue shared with flows tcptune does not control** (a rate is known, the RTT shows
+//!   a queue, the send buffer binds): the stream may hold what kernel autotuning would give
+//!   the streams the user asked for (`tcp_wmem[2]` each, shared by the streams the transfer
+//!   runs), at once; a receiver whose right-sizing wants more than its maximum for two RTTs
+//!   may follow the sender to `rmem_max`. A latecomer beside an iperf3 flow set otherwise
+//!   kept the buffers it sized from the rate it measured while the other flow held the path
+//!   (a quarter of the link at 25 ms), and the congestion controls never evened out. A
+//!   buffer sized for the path alone is larger than that and does not grow.
+//!
 //! Nothing shrinks: the unsent reserve already bounds memory in use, and a shrinking buffer
 //! would only throttle a stream the next time its window opens.
 //!
