@@ -48,6 +48,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define A_RTT_OUTSIDE 64  // ... but the handshake RTT was outside its bucket
 #define A_ADVISED 128     // advise mode: nothing was set
 #define A_FAILED 256      // a setsockopt the kernel refused
+#define A_LIFTED 512      // the pacing cap was lifted after careful resume's two round trips
 
 // Bits of `flags` in a record.
 #define F_PASSIVE 1
@@ -81,7 +82,7 @@ struct tt_policy {
 	__u32 id;           // the policy's ID (hash of its actions)
 	__u32 flags;        // P_*
 	// --override-app-buffers: an application's SO_SNDBUF (SO_RCVBUF) request below
-	// need_snd (need_rcv) bytes is ignored on sockets to this peer.
+	// need_snd (need_rcv) bytes is raised to it on sockets to this peer.
 	__u32 need_snd;
 	__u32 need_rcv;
 	__u32 _pad;
@@ -92,12 +93,12 @@ struct tt_cfg {
 	__u32 mode;
 	__u32 override_on; // --override-app-buffers
 	// On a socket without a known peer yet (before connect, a listener), an application's
-	// SO_SNDBUF (SO_RCVBUF) request below this is ignored (see policy.rs).
+	// SO_SNDBUF (SO_RCVBUF) request below this is raised to it (see policy.rs).
 	__u32 override_snd;
 	__u32 override_rcv;
 };
 
-// An application's buffer request the setsockopt program ignored (56 bytes).
+// An application's buffer request the setsockopt program raised (56 bytes).
 struct tt_override {
 	__u16 version;
 	__u16 kind;     // KIND_OVERRIDE
@@ -119,6 +120,10 @@ struct tt_conn {
 	__u32 locked;   // sk_userlocks at *_ESTABLISHED
 	__u32 counted;  // counted in tt_conns
 	__u32 passive;
+	// --override-app-buffers rewrote the application's SO_SNDBUF (1) / SO_RCVBUF (2)
+	// request: the lock that left is ours, not the application's (set by tt_setsockopt).
+	__u32 overridden;
+	__u32 _pad;
 };
 
 // One record in the ring buffer (112 bytes, little-endian on the hosts tcptune runs on); see
@@ -307,7 +312,9 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 	c->start_ns = bpf_ktime_get_ns();
 	c->hs_rtt_us = skops->srtt_us >> 3;
 	c->passive = passive;
-	c->locked = userlocks(skops);
+	// A lock left by a request tt_setsockopt raised is not the application's own: the
+	// policy may size that buffer as it would an untouched one.
+	c->locked = userlocks(skops) & ~c->overridden;
 	c->applied = 0;
 	c->policy_id = 0;
 	c->counted = 0;
@@ -400,6 +407,15 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		else
 			failed = A_FAILED;
 	}
+	// Pacing is careful resume's, as `tcptune send` paces a resumed stream: it spreads the
+	// first windows at the connection's share of the path, and is lifted after two round
+	// trips, or at once on a retransmission (the RTT callback below). Kept for good, a share
+	// taken while an idle connection to the same peer was open (iperf3's control
+	// connection) held the one that carries the data to half the path.
+	if (done & A_PACING)
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+						 BPF_SOCK_OPS_STATE_CB_FLAG |
+						 BPF_SOCK_OPS_RTT_CB_FLAG);
 	// A larger initial window only for a full pipe, and only once pacing is in place.
 	if ((want & A_IW) && (done & A_PACING)) {
 		v = p->iw;
@@ -413,6 +429,29 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		count(0);
 	else
 		count(1);
+}
+
+// An RTT sample of a paced connection: two handshake RTTs after it was established, or at its
+// first retransmission, lift the pacing cap and stop these callbacks (they come per ACK that
+// samples the RTT).
+static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return;
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, 0);
+	if (c && (c->applied & A_PACING) && !(c->applied & A_LIFTED)) {
+		__u64 held = bpf_ktime_get_ns() - c->start_ns;
+		__u64 two_rtts = (__u64)c->hs_rtt_us * 2000;
+		if (held < two_rtts && skops->total_retrans == 0)
+			return;
+		int v = -1; // ~0U: no cap
+		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
+			c->applied |= A_LIFTED;
+		else
+			c->applied |= A_FAILED;
+	}
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_RTT_CB_FLAG);
 }
 
 static __always_inline void closed(struct bpf_sock_ops *skops)
@@ -451,13 +490,16 @@ int tt_sockops(struct bpf_sock_ops *skops)
 		if (skops->args[1] == TCP_CLOSE)
 			closed(skops);
 		break;
+	case BPF_SOCK_OPS_RTT_CB:
+		rtt_sample(skops);
+		break;
 	}
 	return 1;
 }
 
 // --override-app-buffers: an application's SO_SNDBUF/SO_RCVBUF request below what the path
-// needs is skipped (the socket keeps autotuning, and the sock_ops program may still size its
-// send buffer at *_ESTABLISHED), and reported with the process and destination.
+// needs is raised to it (and the sock_ops program may still size the buffer at
+// *_ESTABLISHED, the lock being ours), and reported with the process and destination.
 SEC("cgroup/setsockopt")
 int tt_setsockopt(struct bpf_sockopt *ctx)
 {
@@ -493,13 +535,24 @@ int tt_setsockopt(struct bpf_sockopt *ctx)
 		__builtin_memcpy(&peer.addr[12], &d3, 4);
 	}
 	struct tt_policy *p = find_policy(&peer);
-	if (p)
+	if (p) {
 		need = snd ? p->need_snd : p->need_rcv;
+		// A connected socket to a known peer gets what the policy would set, if more.
+		__u32 policy = snd ? p->sndbuf : p->rcvbuf;
+		if (policy > need)
+			need = policy;
+	}
 	int requested = *val;
-	if (requested < 0 || (__u32)requested >= need)
+	if (requested < 0 || (__u32)requested >= need || need > 0x7fffffff)
 		return 1;
-	// Skip the kernel's handler: the request is not applied.
-	ctx->optlen = -1;
+	// Rewrite the request to what the path needs: the kernel applies (and locks) the larger
+	// value, and an application that reads its buffer back (iperf3 -w does, and fails when
+	// it is smaller than it asked) sees at least what it asked for. Skipping the request
+	// instead left the socket at autotuning's 16 KiB start, which iperf3 refuses.
+	*val = (int)need;
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (c)
+		c->overridden |= snd ? SOCK_SNDBUF_LOCK : SOCK_RCVBUF_LOCK;
 	struct tt_override *r = bpf_ringbuf_reserve(&tt_events, sizeof(*r), 0);
 	if (!r) {
 		count(3);

@@ -24,7 +24,7 @@ pub struct PolicyValue {
     pub id: u32,
     /// [`POLICY_FULL_PIPE`].
     pub flags: u32,
-    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is ignored.
+    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is raised to it.
     pub need_snd: u32,
     /// The same for `SO_RCVBUF`.
     pub need_rcv: u32,

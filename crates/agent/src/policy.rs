@@ -102,7 +102,7 @@ pub struct Settings {
     pub full_pipe: bool,
     /// The path's rate, bit/s (for messages).
     pub rate_bps: u64,
-    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is ignored
+    /// `--override-app-buffers`: an application's `SO_SNDBUF` request below this is raised to it
     /// (the socket keeps autotuning, and the send buffer above): what the path needs, within
     /// what autotuning or this policy reach, so that ignoring a request never leaves the
     /// socket a smaller buffer than the application asked for.
@@ -199,7 +199,7 @@ pub fn settings_for(
             &mut notes,
         )
     });
-    // An application's request below the need is ignored under --override-app-buffers: the
+    // An application's request below the need is raised to it under --override-app-buffers: the
     // socket then reaches what autotuning (request units: half of tcp_*mem[2]) or this
     // policy's request reach, never less than the application asked for.
     let need = |e: Option<&PathEntry>, factor: f64, reach: u64, request: u32| -> u32 {

@@ -47,6 +47,9 @@ pub mod applied {
     pub const ADVISED: u32 = 128;
     /// The kernel refused one of the settings.
     pub const FAILED: u32 = 256;
+    /// The pacing cap was lifted after careful resume's two round trips (or a
+    /// retransmission): the connection was paced only while its first windows left.
+    pub const LIFTED: u32 = 512;
     /// Every setting bit with its name.
     pub const NAMES: [(u32, &str); 5] = [
         (SNDBUF, "sndbuf"),
@@ -229,7 +232,7 @@ pub fn parse(bytes: &[u8]) -> Result<ConnRecord, RecordError> {
     })
 }
 
-/// An application's buffer request that `--override-app-buffers` ignored.
+/// An application's buffer request that `--override-app-buffers` raised to the path's need.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct OverrideRecord {
     /// Always `override`.
@@ -253,7 +256,7 @@ pub struct OverrideRecord {
 pub enum Event {
     /// A connection closed, or advise mode's advice.
     Conn(ConnRecord),
-    /// An application's request ignored.
+    /// An application's request raised to the path's need.
     Override(OverrideRecord),
 }
 

@@ -236,6 +236,12 @@ fn a_known_destination_is_paced_in_enforce_and_advised_once_in_advise() {
         let applied = c["applied"].as_array().expect("applied");
         assert!(applied.contains(&Value::from("pacing")), "{c}");
         assert_eq!(c["recorded"], true, "{c}");
+        // Pacing is careful resume's: a connection that outlived two handshake RTTs had its
+        // cap lifted (bit 512), as `send` lifts a resumed stream's.
+        let rtt = c["handshake_rtt_us"].as_u64().expect("handshake_rtt_us");
+        if c["duration_us"].as_u64().expect("duration_us") > 4 * rtt {
+            assert!(c["applied_bits"].as_u64().expect("bits") & 512 != 0, "{c}");
+        }
     }
     // What the agent recorded shows in `paths` as the latest measurement of the path.
     let paths = Command::new(BIN)
@@ -363,8 +369,8 @@ fn run_serves_metrics_of_its_cgroup_and_detaches_on_sigterm() {
 }
 
 #[test]
-fn override_app_buffers_ignores_a_small_window_and_names_the_process() {
-    let test = "override_app_buffers_ignores_a_small_window_and_names_the_process";
+fn override_app_buffers_raises_a_small_window_and_names_the_process() {
+    let test = "override_app_buffers_raises_a_small_window_and_names_the_process";
     if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
         return;
     }
@@ -407,12 +413,17 @@ fn override_app_buffers_ignores_a_small_window_and_names_the_process() {
     assert_eq!(c.len(), 1, "{stdout}");
     assert_eq!(c[0]["app_locked_sndbuf"], true);
 
-    // With it, the request is ignored (the socket keeps autotuning) and logged.
+    // With it, the request is raised to the path's need (the application reads back more
+    // than it asked for, as iperf3 -w checks) and logged.
     let out = run(&["--override-app-buffers"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!stdout.lines().any(|l| l == "131072"), "{stdout}");
+    let read_back: Vec<u64> = stdout.lines().filter_map(|l| l.parse().ok()).collect();
+    assert!(
+        read_back.len() == 1 && read_back[0] > 131_072,
+        "the application reads back more than its 64 KiB doubled: {stdout}"
+    );
     assert!(
         err.lines()
             .any(|l| l.contains("overrode python3 (") && l.contains("SO_SNDBUF=65536")),

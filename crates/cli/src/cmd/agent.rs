@@ -56,8 +56,8 @@ accepted connections (the same rule), pacing at the path's rate divided by the c
 open to it and a larger initial window (both only for paths measured with a full pipe), and
 --congestion if given. Buffers an application fixed itself are left alone, unless
 --override-app-buffers: then an application's SO_SNDBUF/SO_RCVBUF request below what the path
-needs (within what autotuning reaches when the destination is not known yet) is ignored and
-logged with the process and destination. Unknown
+needs (within what autotuning reaches when the destination is not known yet) is raised to
+that need and logged with the process and destination. Unknown
 destinations are only observed. At each close the connection becomes a measurement in the
 path database (a lower bound, source 'agent'), so `tcptune paths` shows what unmodified
 programs achieved.
@@ -118,8 +118,9 @@ struct CommonOpts {
     #[arg(long, value_name = "FILE")]
     path_db: Option<PathBuf>,
     /// Also raise buffers an application fixed below its path's need: its SO_SNDBUF and
-    /// SO_RCVBUF requests below the need are ignored (the socket keeps autotuning and gets
-    /// the path's send buffer), each logged with the process and destination.
+    /// SO_RCVBUF requests below the need are raised to it (an application that reads its
+    /// buffer back sees at least what it asked for), each logged with the process and
+    /// destination.
     #[arg(long)]
     override_app_buffers: bool,
     /// Raise net.core.wmem_max and net.core.rmem_max so that the known paths' buffers fit
