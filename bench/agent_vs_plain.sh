@@ -189,7 +189,7 @@ with open(RAW, "w") as f:
     f.write(f"# command: sudo REPS={REPS} bench/agent_vs_plain.sh\n")
     f.write(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     f.write(f"# host: {os.uname().sysname} {os.uname().release}, {os.cpu_count()} CPUs, "
-            f"{sh('iperf3', '--version').stdout.split()[1]} iperf3, tcptune emu at 100 ms / "
+            f"iperf3 {sh('iperf3', '--version').stdout.split()[1]}, tcptune emu at 100 ms / "
             "1 Gbit/s, default buffer limits\n")
     f.write(f"# load: load average {' '.join(load0)} before and {' '.join(load1)} after\n")
     f.write("# seconds: the client command's wall clock; cpu_s: its user+system CPU (rusage, the "
