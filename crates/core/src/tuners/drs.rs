@@ -113,7 +113,6 @@ impl DrsConfig {
             initial_window: self.initial_window.0.min(max_window),
             window: 0,
             largest: 0,
-            pinned: false,
             anchor: None,
             hint_rtt: ctx.hint.rtt,
             default_rtt: self.default_rtt,
@@ -137,8 +136,6 @@ pub struct DrsTuner {
     window: u64,
     /// Largest estimate of the sender's window, bytes per receiver RTT.
     largest: u64,
-    /// The last estimate asked for more window than the maximum allows.
-    pinned: bool,
     /// Start of the current measurement interval: time and bytes received.
     anchor: Option<(Time, u64)>,
     hint_rtt: Option<Duration>,
@@ -157,17 +154,6 @@ impl DrsTuner {
     /// The largest estimate of the sender's window so far.
     pub fn largest_estimate(&self) -> Bytes {
         Bytes(self.largest)
-    }
-
-    /// Whether the last estimate wanted a larger window than the maximum allows: the window
-    /// is what binds the sender.
-    pub fn pinned(&self) -> bool {
-        self.pinned
-    }
-
-    /// The largest `SO_RCVBUF` (setsockopt units) the window may grow to.
-    pub fn max_buffer(&self) -> Bytes {
-        self.max_value
     }
 
     /// Take over a connection whose window another tuner advertised (`window`): DRS grows
@@ -245,7 +231,6 @@ impl DrsTuner {
         let mut target = super::common::scale(self.largest, self.factor);
         // Never below what the kernel already advertised (data may be in flight up to it).
         target = target.max(u64::from(s.rcv_wnd_bytes.unwrap_or(0)));
-        self.pinned = target > self.max_window;
         let target = target.clamp(self.initial_window, self.max_window);
         // Grow in steps of at least 1/16 to spare syscalls.
         if target > self.window + self.window / 16 {

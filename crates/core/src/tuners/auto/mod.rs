@@ -112,8 +112,8 @@
 //! * **a queue shared with flows tcptune does not control** (a rate is known, the RTT shows
 //!   a queue, the send buffer binds): the stream may hold what kernel autotuning would give
 //!   the streams the user asked for (`tcp_wmem[2]` each, shared by the streams the transfer
-//!   runs), at once; a receiver whose right-sizing wants more than its maximum for two RTTs
-//!   may follow the sender to `rmem_max`. A latecomer beside an iperf3 flow set otherwise
+//!   runs), as far as 1.25 x what it delivers per smoothed RTT now (the cap grows with the
+//!   rate; a stream alone on its path gains nothing from it). A latecomer beside an iperf3 flow set otherwise
 //!   kept the buffers it sized from the rate it measured while the other flow held the path
 //!   (a quarter of the link at 25 ms), and the congestion controls never evened out. A
 //!   buffer sized for the path alone is larger than that and does not grow.
@@ -158,6 +158,11 @@ use std::time::Duration;
 
 /// The receive window a right-sized receiver starts with, in multiples of its share.
 const RECV_HEADROOM: f64 = 1.5;
+
+/// In a queue shared with other flows, the most a stream's `SO_SNDBUF` may hold, in
+/// multiples of what the stream delivers per smoothed RTT now (see
+/// [`AutoTuner::shared_queue_cap`]).
+const SHARED_HEADROOM: f64 = 1.25;
 
 /// While slow start grows the delivery (by a quarter or more per half-RTT sample) and the pipe is
 /// not yet full, the most the measuring receiver's window holds, in multiples of the bytes per
@@ -348,7 +353,6 @@ impl AutoConfig {
             hint_rate: ctx.hint.rate,
             last: None,
             evidence: None,
-            window_pinned_since: None,
             shared_since: None,
             srtt: ctx.hint.rtt,
             stopped: false,
@@ -409,11 +413,9 @@ pub struct AutoTuner {
     last: Option<(Time, Option<u64>)>,
     /// What the samples have been showing, and since when.
     evidence: Option<(Evidence, Time)>,
-    /// At the receiver: since when Dynamic Right-Sizing has wanted more than its maximum.
-    window_pinned_since: Option<Time>,
     /// At the sender: the start of the two RTTs over which a shared queue is judged, and
-    /// the send-buffer-limited time then.
-    shared_since: Option<(Time, u64)>,
+    /// the send-buffer-limited time and the bytes acknowledged then.
+    shared_since: Option<(Time, u64, u64)>,
     srtt: Option<Duration>,
     /// Careful resume: the stream starts paced at its share of the saved rate.
     resume: Option<ResumePacer>,
@@ -844,56 +846,29 @@ impl AutoTuner {
             self.shared_since = None;
             return;
         };
-        let Some((t0, lim0)) = self.shared_since else {
-            self.shared_since = Some((now, limited));
+        let acked = s.bytes_acked.unwrap_or(0);
+        let Some((t0, lim0, acked0)) = self.shared_since else {
+            self.shared_since = Some((now, limited, acked));
             return;
         };
         let dt = now.saturating_since(t0);
         if dt < self.srtt.unwrap_or(Duration::from_millis(100)) * 2 {
             return;
         }
-        self.shared_since = Some((now, limited));
+        self.shared_since = Some((now, limited, acked));
         if limited <= lim0 {
             return;
         }
-        let cap = self.shared_queue_cap();
+        // What the stream delivered over these two RTTs (not the largest sample: a burst
+        // that fills a hole is not a rate).
+        let rate = Rate(
+            (u128::from(acked.saturating_sub(acked0)) * 8 * 1_000_000 / dt.as_micros().max(1))
+                as u64,
+        );
+        let cap = self.shared_queue_cap(rate, estimate);
         if v < cap {
             self.send = SendPlan::Explicit(cap);
             self.out.push(Action::SetSndBuf(cap));
-        }
-    }
-
-    /// At a right-sized receiver whose rate is known: when the window has been what binds
-    /// the sender for two RTTs (Dynamic Right-Sizing wants more than its maximum, sized for
-    /// the rate the transfer had, or measured while another flow held the path), let it
-    /// grow to what `SO_RCVBUF` can give (`rmem_max`), at twice the largest estimate of the
-    /// sender's window as the kernel's own right-sizing does. Kernel autotuning would let
-    /// the window follow the sender to `tcp_rmem[2]`; a window kept at the measured share
-    /// cedes the path to flows whose windows follow their senders.
-    fn widen_shared_window(&mut self, now: Time) {
-        let Some(d) = self.drs.as_mut() else {
-            return;
-        };
-        if self.hint_rate.is_none() || !d.pinned() {
-            self.window_pinned_since = None;
-            return;
-        }
-        let rtt = self.srtt.unwrap_or(Duration::from_millis(100));
-        let since = *self.window_pinned_since.get_or_insert(now);
-        if now.saturating_since(since) < rtt * 2 {
-            return;
-        }
-        self.window_pinned_since = Some(now);
-        let ceiling = if self.ctx.limits.can_force {
-            self.ctx.limits.rmem_max.max(self.ctx.limits.tcp_rmem[2])
-        } else {
-            self.ctx.limits.rmem_max
-        };
-        if d.max_buffer() < ceiling {
-            let window = d.window();
-            // And from now on twice the largest estimate, as the kernel's own right-sizing
-            // does: 1.2 x let the window trail a sender that grows into its share.
-            d.retarget(window, ceiling, 2.0);
         }
     }
 
@@ -905,7 +880,16 @@ impl AutoTuner {
     /// of the number asked for. A stream whose plan already holds more (sized for the
     /// path alone, before the other flow came) does not grow: it keeps its plan, as it
     /// would have without the other flow.
-    fn shared_queue_cap(&self) -> Bytes {
+    ///
+    /// And no more than [`SHARED_HEADROOM`] x what this stream delivers now per smoothed
+    /// RTT (the queue included): a buffer the congestion control can grow into, by a
+    /// quarter or so per step as its rate does, not the kernel's whole reach at once. A
+    /// stream alone on its path delivers what it did when it settled (its buffer already
+    /// holds 1.75 x that per minimum RTT): the rule gives it nothing; it had given a path
+    /// alone at 25 ms 4-5 x its BDP of buffers (lab, 2026-11-29), through the queue its
+    /// own streams keep. Beside another flow the rate grows with the buffer, and the cap
+    /// with the rate.
+    fn shared_queue_cap(&self, rate: Rate, estimate: &crate::estimate::PathEstimate) -> Bytes {
         let per_socket = self.tcp_wmem_max.0 / 2;
         let running = u64::from(self.total_streams.max(1));
         let asked = self
@@ -913,7 +897,9 @@ impl AutoTuner {
             .hint
             .streams_asked
             .map_or(running, |n| u64::from(n.max(1)).min(running));
-        Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value)
+        let kernel = Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value);
+        let in_flight = rate.bdp(estimate.srtt.unwrap_or(Duration::ZERO)).0;
+        Bytes(scale(in_flight, SHARED_HEADROOM)).min(kernel)
     }
 
     /// Ask for streams so that the transfer has `total` in all (once per call; counts
@@ -1103,7 +1089,6 @@ impl Tuner for AutoTuner {
                 if let Some(d) = self.drs.as_mut() {
                     d.handle_snapshot(now, snapshot);
                 }
-                self.widen_shared_window(now);
             }
         }
     }
