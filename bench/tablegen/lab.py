@@ -23,6 +23,10 @@ LAB_RUNS = {
         "sudo ./target/release/tcptune lab --plan bench/lab_auto8.toml --out DIR",
     "docs/bench/lab-2026-11-28-auto8/committed-run2":
         "sudo ./target/release/tcptune lab --plan bench/lab_auto8.toml --out DIR",
+    "docs/bench/lab-2026-11-29-auto-mem/before-25b7587":
+        "sudo ./target/release/tcptune lab --plan bench/lab_auto_mem.toml --out DIR",
+    "docs/bench/lab-2026-11-29-auto-mem/after-611c2e0":
+        "sudo ./target/release/tcptune lab --plan bench/lab_auto_mem.toml --out DIR",
 }
 # crates/lab/src/aggregate.rs: fixed sizes within 3% of the best median tie; the smallest wins.
 IDEAL_TIE = 0.03
@@ -165,6 +169,20 @@ def lab_targets():
         max(r["mem_bdp"] for r in mem.rows) <= 2,
         "[auto-mem](#in-band-measurements-memory-on-a-new-path-2026-11-26) from "
         f"`{mem.rel}/results.csv`"))
+    for name in ("before-25b7587", "after-611c2e0"):
+        lab = Lab(f"docs/bench/lab-2026-11-29-auto-mem/{name}")
+        parts = []
+        for rtt in sorted({r["rtt_ms"] for r in lab.rows}):
+            parts.append(f"{rtt:g} ms: " + ", ".join(
+                f"{r['mem_bdp']:.2f} (x{r['streams']})" for r in lab.rows if r["rtt_ms"] == rtt))
+        targets.append(Target(
+            f"`auto` memory on a new path, re-run {name} (bench/lab_auto_mem.toml, 25/100 ms x "
+            f"1/8 streams, {min(r['runs'] for r in lab.rows)} reps; the larger end)",
+            "2 x BDP (setsockopt units)", "<= 2",
+            "**" + "; ".join(parts) + f"** (commit {lab.commit})",
+            max(r["mem_bdp"] for r in lab.rows) <= 2,
+            f"[auto-mem 2026-11-29](lab-2026-11-29-auto-mem/README.md) from "
+            f"`{lab.rel}/results.csv`"))
     bound = {100.0: 1.3, 200.0: 1.5}
     known = {}
     for name in ("before-82e4978", "after-43e026a", "merged-92212df"):
