@@ -110,16 +110,19 @@
 //!   again, if it has not asked before.
 //!
 //! * **a queue shared with flows tcptune does not control** (a rate is known, the RTT shows
-//!   a queue, the send buffer binds): the stream may hold what kernel autotuning would give
-//!   the streams the user asked for (`tcp_wmem[2]` each, shared by the streams the transfer
-//!   runs), as far as 1.25 x what it delivers per smoothed RTT now (the cap grows with the
-//!   rate; a stream alone on its path gains nothing from it). A latecomer beside an iperf3 flow set otherwise
-//!   kept the buffers it sized from the rate it measured while the other flow held the path
-//!   (a quarter of the link at 25 ms), and the congestion controls never evened out. A
-//!   buffer sized for the path alone is larger than that and does not grow.
+//!   a queue, the send buffer binds over two RTTs): the buffer grows on trial to keep a
+//!   quarter more in flight than the stream delivers per smoothed RTT now, and never past
+//!   what kernel autotuning would give the streams the user asked for (`tcp_wmem[2]` each,
+//!   shared by the streams the transfer runs). The growth is kept only if the stream's rate
+//!   rose by a tenth over the next two RTTs (beside another flow the rate follows the
+//!   buffer), and the next step is tried from there; otherwise the queue is the transfer's
+//!   own (a path alone: the bytes only lengthened it), the buffer goes back to its plan and
+//!   the rule rests for 50 RTTs. A latecomer beside an iperf3 flow set otherwise kept the
+//!   buffers it sized from the rate it measured while the other flow held the path (a
+//!   quarter of the link at 25 ms), and the congestion controls never evened out.
 //!
-//! Nothing shrinks: the unsent reserve already bounds memory in use, and a shrinking buffer
-//! would only throttle a stream the next time its window opens.
+//! Nothing else shrinks: the unsent reserve already bounds memory in use, and a shrinking
+//! buffer would only throttle a stream the next time its window opens.
 //!
 //! # What it cannot fix
 //!
@@ -163,6 +166,16 @@ const RECV_HEADROOM: f64 = 1.5;
 /// multiples of what the stream delivers per smoothed RTT now (see
 /// [`AutoTuner::shared_queue_cap`]).
 const SHARED_HEADROOM: f64 = 1.25;
+
+/// In a queue shared with other flows, a growth is kept only if the stream's rate grew by
+/// this factor over the two RTTs after it: a stream alone on its path, whose own streams
+/// keep the queue, delivers the link's rate with the larger buffer as with the smaller (the
+/// bytes only lengthen the queue), while beside another flow the rate follows the buffer.
+const SHARED_PAYS: f64 = 1.1;
+
+/// After a growth that did not pay, how many smoothed RTTs the shared-queue rule waits
+/// before it tries again (another flow may arrive later).
+const SHARED_RETRY_RTTS: u32 = 50;
 
 /// While slow start grows the delivery (by a quarter or more per half-RTT sample) and the pipe is
 /// not yet full, the most the measuring receiver's window holds, in multiples of the bytes per
@@ -354,6 +367,8 @@ impl AutoConfig {
             last: None,
             evidence: None,
             shared_since: None,
+            shared_probe: None,
+            shared_quiet_until: None,
             srtt: ctx.hint.rtt,
             stopped: false,
             out: Outbox::default(),
@@ -416,6 +431,11 @@ pub struct AutoTuner {
     /// At the sender: the start of the two RTTs over which a shared queue is judged, and
     /// the send-buffer-limited time and the bytes acknowledged then.
     shared_since: Option<(Time, u64, u64)>,
+    /// At the sender: a growth by the shared-queue rule on trial, with the value before it
+    /// and the stream's rate over the two RTTs before it ([`SHARED_PAYS`]).
+    shared_probe: Option<(Bytes, Rate)>,
+    /// At the sender: no shared-queue growth before this time (one did not pay).
+    shared_quiet_until: Option<Time>,
     srtt: Option<Duration>,
     /// Careful resume: the stream starts paced at its share of the saved rate.
     resume: Option<ResumePacer>,
@@ -865,9 +885,27 @@ impl AutoTuner {
             (u128::from(acked.saturating_sub(acked0)) * 8 * 1_000_000 / dt.as_micros().max(1))
                 as u64,
         );
+        // A growth on trial must pay: a rate that stayed where it was says the added bytes
+        // only lengthened a queue this transfer keeps itself. It is taken back, and the
+        // rule rests for a while.
+        if let Some((before, r0)) = self.shared_probe.take() {
+            if (rate.0 as f64) < r0.0 as f64 * SHARED_PAYS {
+                if before < v {
+                    self.send = SendPlan::Explicit(before);
+                    self.out.push(Action::SetSndBuf(before));
+                }
+                let srtt = self.srtt.unwrap_or(Duration::from_millis(100));
+                self.shared_quiet_until = Some(now + srtt * SHARED_RETRY_RTTS);
+                return;
+            }
+        }
+        if self.shared_quiet_until.is_some_and(|t| now < t) {
+            return;
+        }
         let cap = self.shared_queue_cap(rate, estimate);
         if v < cap {
             self.send = SendPlan::Explicit(cap);
+            self.shared_probe = Some((v, rate));
             self.out.push(Action::SetSndBuf(cap));
         }
     }
@@ -881,14 +919,12 @@ impl AutoTuner {
     /// path alone, before the other flow came) does not grow: it keeps its plan, as it
     /// would have without the other flow.
     ///
-    /// And no more than [`SHARED_HEADROOM`] x what this stream delivers now per smoothed
-    /// RTT (the queue included): a buffer the congestion control can grow into, by a
-    /// quarter or so per step as its rate does, not the kernel's whole reach at once. A
-    /// stream alone on its path delivers what it did when it settled (its buffer already
-    /// holds 1.75 x that per minimum RTT): the rule gives it nothing; it had given a path
-    /// alone at 25 ms 4-5 x its BDP of buffers (lab, 2026-11-29), through the queue its
-    /// own streams keep. Beside another flow the rate grows with the buffer, and the cap
-    /// with the rate.
+    /// And no more than keeps [`SHARED_HEADROOM`] x what this stream delivers now per
+    /// smoothed RTT (the queue included) in flight: a buffer the congestion control can
+    /// grow into, a quarter or so per step as its rate does, not the kernel's whole reach
+    /// at once (that held a path alone at 25 ms at 4-5 x its BDP, lab 2026-11-29, through
+    /// the queue its own streams keep). A step that does not raise the rate is taken back
+    /// ([`SHARED_PAYS`]).
     fn shared_queue_cap(&self, rate: Rate, estimate: &crate::estimate::PathEstimate) -> Bytes {
         let per_socket = self.tcp_wmem_max.0 / 2;
         let running = u64::from(self.total_streams.max(1));
@@ -898,8 +934,14 @@ impl AutoTuner {
             .streams_asked
             .map_or(running, |n| u64::from(n.max(1)).min(running));
         let kernel = Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value);
+        // In flight now (the queue included), and the value whose buffer keeps a quarter
+        // more in flight (a value of v keeps 2 v x 0.70 in flight when it binds).
         let in_flight = rate.bdp(estimate.srtt.unwrap_or(Duration::ZERO)).0;
-        Bytes(scale(in_flight, SHARED_HEADROOM)).min(kernel)
+        let value = scale(
+            in_flight,
+            SHARED_HEADROOM / (2.0 * linux::SNDBUF_INFLIGHT_FRACTION),
+        );
+        Bytes(value).min(kernel)
     }
 
     /// Ask for streams so that the transfer has `total` in all (once per call; counts

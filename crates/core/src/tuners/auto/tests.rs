@@ -926,11 +926,12 @@ fn a_latecomer_in_a_queue_another_flow_holds_grows_to_what_kernel_tuned_streams_
             kernel,
             kernel * 9 / 10,
             lim,
-            Rate::mbit(80),
+            Rate::mbit(120),
             60 + 20 * k,
         )
     });
-    // 80 Mbit/s x 42 ms x 1.25 is more than a fifth of one kernel-tuned stream: the latter.
+    // A buffer that keeps a quarter more than 120 Mbit/s x 42 ms in flight is more than a
+    // fifth of one kernel-tuned stream: the latter.
     assert_eq!(actions(&mut t), vec![Action::SetSndBuf(cap)]);
     assert_eq!(t.send(), SendPlan::Explicit(cap));
 }
@@ -952,19 +953,23 @@ fn in_a_shared_queue_the_buffer_follows_the_rate_up_to_kernel_tuned_streams_of_t
     let now = feed(&mut t, now, 21, 5, |k| {
         acking(42, kernel, kernel, (k + 1) * 4_000, Rate::mbit(80), 21 * k)
     });
-    let first = Bytes(scale(Rate::mbit(80).bdp(Duration::from_millis(42)).0, 1.25));
+    // A value of v keeps 2 v x 0.70 in flight: a quarter more than now.
+    let first = Bytes(scale(
+        Rate::mbit(80).bdp(Duration::from_millis(42)).0,
+        1.25 / 1.4,
+    ));
     assert!(first > v, "{first} over the plan's {v}");
     assert_eq!(actions(&mut t), vec![Action::SetSndBuf(first)]);
     // The rate grew with it: so does the buffer, up to a kernel-tuned stream's.
     let base = Rate::mbit(80).bytes_per_sec() * 105 / 1000;
     let now = feed(&mut t, now, 21, 5, |k| TcpSnapshot {
-        bytes_acked: Some(base + Rate::mbit(500).bytes_per_sec() * 21 * k / 1000),
+        bytes_acked: Some(base + Rate::mbit(700).bytes_per_sec() * 21 * k / 1000),
         ..busy(
             42,
             2 * first.0 as u32,
             2 * first.0 as u32,
             (k + 20) * 4_000,
-            Rate::mbit(500),
+            Rate::mbit(700),
         )
     });
     assert_eq!(actions(&mut t), vec![Action::SetSndBuf(Bytes::mib(2))]);
@@ -980,6 +985,36 @@ fn in_a_shared_queue_the_buffer_follows_the_rate_up_to_kernel_tuned_streams_of_t
         )
     });
     assert_eq!(actions(&mut t), vec![]);
+}
+
+#[test]
+fn in_a_shared_queue_a_growth_that_did_not_raise_the_rate_is_taken_back() {
+    // The latecomer grows once; its rate stays where it was (the added bytes only
+    // lengthened the queue): the buffer goes back to its plan, and stays there for 50 RTTs
+    // however the buffer binds.
+    let mut t = settled_sender(25.0, Rate::mbit(300), 5, 5);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("explicit expected");
+    };
+    let kernel = (2 * v.0) as u32;
+    let now = feed(&mut t, Time::from_millis(300), 14, 4, |_| {
+        snap(27, kernel, kernel / 2, 0, Rate::mbit(60))
+    });
+    let now = feed(&mut t, now, 21, 5, |k| {
+        acking(42, kernel, kernel, (k + 1) * 4_000, Rate::mbit(80), 21 * k)
+    });
+    let grown = actions(&mut t);
+    assert!(
+        matches!(grown.as_slice(), [Action::SetSndBuf(b)] if *b > v),
+        "{grown:?}"
+    );
+    let base = Rate::mbit(80).bytes_per_sec() * 105 / 1000;
+    feed(&mut t, now, 21, 40, |k| TcpSnapshot {
+        bytes_acked: Some(base + Rate::mbit(84).bytes_per_sec() * 21 * k / 1000),
+        ..busy(42, kernel, kernel, (k + 20) * 4_000, Rate::mbit(84))
+    });
+    assert_eq!(actions(&mut t), vec![Action::SetSndBuf(v)]);
+    assert_eq!(t.send(), SendPlan::Explicit(v));
 }
 
 #[test]
