@@ -846,7 +846,8 @@ fn a_measuring_receivers_window_covers_slow_start_until_its_next_window_arrives(
 
 #[test]
 fn a_receiver_whose_delivery_grows_slower_than_slow_start_keeps_a_smaller_window() {
-    let f = super::growing_window_factor;
+    let long = Duration::from_millis(100);
+    let f = |g| super::growing_window_factor(g, long);
     // Slow start (sqrt 2 per half RTT): its growth over the 1.75 RTT the window lags.
     assert!((f(std::f64::consts::SQRT_2) - 3.36).abs() < 0.05);
     // Growing by a quarter per half RTT (the bottleneck fills): about the old 2 x.
@@ -854,6 +855,19 @@ fn a_receiver_whose_delivery_grows_slower_than_slow_start_keeps_a_smaller_window
     // Never less than twice, never more than the cap, whatever a burst shows.
     assert_eq!(f(1.0), 2.0);
     assert_eq!(f(3.0), super::RECV_GROWING);
+}
+
+#[test]
+fn on_a_short_path_the_growing_window_stays_within_the_bdp_and_a_queue_of_one() {
+    let f = super::growing_window_factor;
+    let ss = std::f64::consts::SQRT_2;
+    // At 25 ms and below: twice the delivery, slow start or not.
+    assert_eq!(f(ss, Duration::from_millis(25)), 2.0);
+    assert_eq!(f(3.0, Duration::from_millis(1)), 2.0);
+    // Between 25 and 100 ms the cap rises with the RTT; from 100 ms on it is the full 4 x.
+    let mid = f(3.0, Duration::from_millis(50));
+    assert!(mid > 2.0 && mid < super::RECV_GROWING, "{mid}");
+    assert_eq!(f(3.0, Duration::from_millis(200)), super::RECV_GROWING);
 }
 
 /// A sender of a transfer of `running` streams, the user having asked for `asked`, settled
