@@ -27,6 +27,10 @@ LAB_RUNS = {
         "sudo ./target/release/tcptune lab --plan bench/lab_auto_mem.toml --out DIR",
     "docs/bench/lab-2026-11-29-auto-mem/after-611c2e0":
         "sudo ./target/release/tcptune lab --plan bench/lab_auto_mem.toml --out DIR",
+    "docs/bench/lab-2026-11-29-auto-mem/capped-222a231":
+        "sudo ./target/release/tcptune lab --plan bench/lab_auto_mem.toml --out DIR",
+    "docs/bench/lab-2026-11-29-auto-mem/auto8-222a231":
+        "sudo ./target/release/tcptune lab --plan bench/lab_auto8.toml --out DIR",
 }
 # crates/lab/src/aggregate.rs: fixed sizes within 3% of the best median tie; the smallest wins.
 IDEAL_TIE = 0.03
@@ -169,7 +173,7 @@ def lab_targets():
         max(r["mem_bdp"] for r in mem.rows) <= 2,
         "[auto-mem](#in-band-measurements-memory-on-a-new-path-2026-11-26) from "
         f"`{mem.rel}/results.csv`"))
-    for name in ("before-25b7587", "after-611c2e0"):
+    for name in ("before-25b7587", "after-611c2e0", "capped-222a231"):
         lab = Lab(f"docs/bench/lab-2026-11-29-auto-mem/{name}")
         parts = []
         for rtt in sorted({r["rtt_ms"] for r in lab.rows}):
@@ -203,17 +207,18 @@ def lab_targets():
             ", ".join(parts) + f" (commit {lab.commit}); a path never seen, same run: "
             f"{rng(newx)} x", ok, "[known paths](#known-paths-vs-the-physical-limit-2026-11-26) from "
             f"`{lab.rel}/results.csv`"))
-    for name in ("committed-run1", "committed-run2"):
-        lab = Lab(f"docs/bench/lab-2026-11-28-auto8/{name}")
+    for name in ("lab-2026-11-28-auto8/committed-run1", "lab-2026-11-28-auto8/committed-run2",
+                 "lab-2026-11-29-auto-mem/auto8-222a231"):
+        lab = Lab(f"docs/bench/{name}")
         rows = [r for r in lab.rows if r["path"] == "new"]
         targets.append(Target(
             "`auto` vs kernel autotuning with 8 streams, path never seen, 100/200 ms, after the "
-            f"receiver-window rule (bench/lab_auto8.toml, {name}, {min(r['runs'] for r in rows)} "
+            f"receiver-window rule (bench/lab_auto8.toml, {name.split('/')[-1]}, {min(r['runs'] for r in rows)} "
             "reps)", "same run", "not later (throughput ratio >= 1)",
             ", ".join(f"**{r['over_kernel']:.3f}** at {r['rtt_ms']:g} ms" for r in rows)
             + f" (commit {lab.commit}; mem/BDP {rng([r['mem_bdp'] for r in rows], '.2f')})",
             min(r["over_kernel"] for r in rows) >= 1.0,
-            f"[auto8](lab-2026-11-28-auto8/README.md) from `{lab.rel}/results.csv`"))
+            f"[auto8]({name.split('/')[0]}/README.md) from `{lab.rel}/results.csv`"))
     regions["BENCHMARKS"] = {
         "lab-inband": inband.table(),
         "lab-auto-mem": mem.table(),
