@@ -950,30 +950,38 @@ fn a_latecomer_in_a_queue_another_flow_holds_grows_to_what_kernel_tuned_streams_
     assert_eq!(t.send(), SendPlan::Explicit(cap));
 }
 
-#[test]
-fn in_a_shared_queue_the_buffer_follows_the_rate_up_to_kernel_tuned_streams_of_the_number_asked() {
-    // The same latecomer, the user having asked for its 5 streams: each may hold what a
-    // kernel-tuned stream would (tcp_wmem[2] of kernel memory), no more, and only as fast
-    // as its rate grows into it (1.25 x what it delivers per smoothed RTT).
+/// A latecomer of 5 streams, all asked for, settled on 300 Mbit/s at 25 ms, then in a queue
+/// that lasts (42 ms) for 84 ms at 80 Mbit/s with its buffer binding: the tuner, its plan's
+/// value, the time, and the actions of those samples (the rule's first step).
+fn latecomer_in_a_queue() -> (AutoTuner, Bytes, Time, Vec<Action>) {
     let mut t = settled_sender(25.0, Rate::mbit(300), 5, 5);
     let SendPlan::Explicit(v) = t.send() else {
-        panic!("explicit expected");
+        panic!("explicit expected: {:?}", t.send());
     };
     let kernel = (2 * v.0) as u32;
     let now = feed(&mut t, Time::from_millis(300), 14, 4, |_| {
         snap(27, kernel, kernel / 2, 0, Rate::mbit(60))
     });
-    // 84 ms at 80 Mbit/s, judged: 80 Mbit/s x 42 ms x 1.25.
     let now = feed(&mut t, now, 21, 5, |k| {
         acking(42, kernel, kernel, (k + 1) * 4_000, Rate::mbit(80), 21 * k)
     });
-    // A value of v keeps 2 v x 0.70 in flight: a quarter more than now.
+    let acts = actions(&mut t);
+    (t, v, now, acts)
+}
+
+#[test]
+fn in_a_shared_queue_the_buffer_follows_the_rate_up_to_kernel_tuned_streams_of_the_number_asked() {
+    // The same latecomer, the user having asked for its 5 streams: each may hold what a
+    // kernel-tuned stream would (tcp_wmem[2] of kernel memory), no more, and only as fast
+    // as its rate grows into it (a quarter more in flight than it delivers per smoothed RTT).
+    let (mut t, v, now, acts) = latecomer_in_a_queue();
+    // A value of v keeps 2 v x 0.70 in flight: a quarter more than 80 Mbit/s x 42 ms.
     let first = Bytes(scale(
         Rate::mbit(80).bdp(Duration::from_millis(42)).0,
         1.25 / 1.4,
     ));
     assert!(first > v, "{first} over the plan's {v}");
-    assert_eq!(actions(&mut t), vec![Action::SetSndBuf(first)]);
+    assert_eq!(acts, vec![Action::SetSndBuf(first)]);
     // The rate grew with it: so does the buffer, up to a kernel-tuned stream's.
     let base = Rate::mbit(80).bytes_per_sec() * 105 / 1000;
     let now = feed(&mut t, now, 21, 5, |k| TcpSnapshot {
@@ -1006,18 +1014,8 @@ fn in_a_shared_queue_a_growth_that_did_not_raise_the_rate_is_taken_back() {
     // The latecomer grows once; its rate stays where it was (the added bytes only
     // lengthened the queue): the buffer goes back to its plan, and stays there for 50 RTTs
     // however the buffer binds.
-    let mut t = settled_sender(25.0, Rate::mbit(300), 5, 5);
-    let SendPlan::Explicit(v) = t.send() else {
-        panic!("explicit expected");
-    };
+    let (mut t, v, now, grown) = latecomer_in_a_queue();
     let kernel = (2 * v.0) as u32;
-    let now = feed(&mut t, Time::from_millis(300), 14, 4, |_| {
-        snap(27, kernel, kernel / 2, 0, Rate::mbit(60))
-    });
-    let now = feed(&mut t, now, 21, 5, |k| {
-        acking(42, kernel, kernel, (k + 1) * 4_000, Rate::mbit(80), 21 * k)
-    });
-    let grown = actions(&mut t);
     assert!(
         matches!(grown.as_slice(), [Action::SetSndBuf(b)] if *b > v),
         "{grown:?}"
