@@ -343,11 +343,15 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 	if (open) {
 		__sync_fetch_and_add(open, 1);
 		n = *open;
-	} else {
-		bpf_map_update_elem(&tt_conns, &peer, &one, BPF_NOEXIST);
+	} else if (bpf_map_update_elem(&tt_conns, &peer, &one, BPF_NOEXIST) != 0) {
+		// Another connection to this peer inserted the count first (both looked it up
+		// before either inserted): add this one to it, or the first close would take the
+		// count to zero while a connection is still open.
 		open = bpf_map_lookup_elem(&tt_conns, &peer);
-		if (open && *open > 1)
+		if (open) {
+			__sync_fetch_and_add(open, 1);
 			n = *open;
+		}
 	}
 	c->counted = 1;
 
