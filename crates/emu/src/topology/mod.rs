@@ -387,18 +387,23 @@ impl Topology {
             .local_addr()
             .map_err(|e| EmuError::sys("reading the probe address", e))?;
         let mut buf = [0u8; 64];
+        // Any of this path's probes proves it, the one of an earlier try too: a first probe
+        // that came back late (the forwarder starting on a loaded host) would otherwise be
+        // what every later try reads and rejects, each try one probe behind.
+        let prefix = format!("tcptune-probe {index} ");
+        let ours = |n: usize, buf: &[u8]| buf[..n].starts_with(prefix.as_bytes());
         for i in 0..tries {
             if let Some(why) = self.failure() {
                 return Err(EmuError::NotReady(why));
             }
-            let msg = format!("tcptune-probe {index} {i}");
+            let msg = format!("{prefix}{i}");
             let _ = a.send_to(msg.as_bytes(), b_addr);
-            let crossed = matches!(b.recv_from(&mut buf), Ok((n, from)) if &buf[..n] == msg.as_bytes() && from == a_addr);
-            if !crossed {
-                continue;
-            }
-            let _ = b.send_to(msg.as_bytes(), a_addr);
-            if matches!(a.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == msg.as_bytes()) {
+            let n = match b.recv_from(&mut buf) {
+                Ok((n, from)) if from == a_addr && ours(n, &buf) => n,
+                _ => continue,
+            };
+            let _ = b.send_to(&buf[..n], a_addr);
+            if matches!(a.recv_from(&mut buf), Ok((n, _)) if ours(n, &buf)) {
                 return Ok(());
             }
         }
