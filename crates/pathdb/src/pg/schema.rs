@@ -67,6 +67,25 @@ pub(crate) enum MigrateError {
     Sql(&'static str, postgres::Error),
 }
 
+/// The schema version, read with one simple query outside any transaction; `None` when it
+/// cannot be read that way (no table yet, no row, an error): [`migrate`]'s locked path
+/// decides then.
+fn current_version(client: &mut Client) -> Option<u32> {
+    let msgs = client
+        .simple_query("SELECT value FROM tcptune_meta WHERE key = 'schema_version'")
+        .ok()?;
+    let v = msgs.iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+        _ => None,
+    })?;
+    Some(parse_version(&v))
+}
+
+/// A version that is not a small number is not ours: newer than anything.
+fn parse_version(v: &str) -> u32 {
+    v.get(..10).unwrap_or(v).parse::<u32>().unwrap_or(u32::MAX)
+}
+
 fn version(tx: &mut postgres::Transaction<'_>) -> Result<u32, MigrateError> {
     let exists: bool = tx
         .query_one("SELECT to_regclass('tcptune_meta') IS NOT NULL", &[])
@@ -85,13 +104,22 @@ fn version(tx: &mut postgres::Transaction<'_>) -> Result<u32, MigrateError> {
     let v: String = row
         .try_get(0)
         .map_err(|e| MigrateError::Sql("reading its schema version", e))?;
-    // A version that is not a small number is not ours: newer than anything.
-    Ok(v.get(..10).unwrap_or(&v).parse::<u32>().unwrap_or(u32::MAX))
+    Ok(parse_version(&v))
 }
 
 /// Bring the database to [`PG_SCHEMA_VERSION`] in one transaction; returns the version it
 /// had.
 pub(crate) fn migrate(client: &mut Client) -> Result<u32, MigrateError> {
+    // The common case first, in one round trip and without the lock: a database already at
+    // this version. (The locked transaction below costs six to eight round trips more,
+    // which a client with its database 10 ms away paid before every lookup: 2026-11-29,
+    // the lookup's answer came 0.26 RTT of a 100 ms path after the handshake.) Anything
+    // else (no table yet, an older or newer version, an error) takes the locked path.
+    if let Some(found) = current_version(client) {
+        if found == PG_SCHEMA_VERSION {
+            return Ok(found);
+        }
+    }
     let mut tx = client
         .transaction()
         .map_err(|e| MigrateError::Sql("starting the schema check", e))?;
