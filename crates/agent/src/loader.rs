@@ -313,14 +313,31 @@ impl Loaded {
 
     /// Wait until the ring buffer has records, or `timeout` passes (EINTR returns early).
     pub fn wait_readable(&self, timeout: Duration) -> Result<(), LoadError> {
-        let mut pfd = libc::pollfd {
-            fd: self.events.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        self.wait_readable_or(timeout, None)
+    }
+
+    /// [`wait_readable`](Self::wait_readable), also returning early when `also` becomes
+    /// readable (a pidfd: the child it names exited).
+    pub fn wait_readable_or(
+        &self,
+        timeout: Duration,
+        also: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<(), LoadError> {
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: also.map_or(-1, |f| f.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // SAFETY: two valid pollfds (poll ignores a negative fd).
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {

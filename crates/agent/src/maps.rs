@@ -99,6 +99,9 @@ pub const STAT_OBSERVED: u32 = 1;
 pub const STAT_ADVISED: u32 = 2;
 /// Index in `tt_stats`: records dropped (ring buffer full).
 pub const STAT_DROPPED: u32 = 3;
+/// Index in `tt_stats`: sockets whose close the program saw (each counted once in
+/// [`STAT_TUNED`], [`STAT_OBSERVED`] or [`STAT_ADVISED`] when it was established).
+pub const STAT_CLOSED: u32 = 4;
 
 #[cfg(test)]
 mod tests {

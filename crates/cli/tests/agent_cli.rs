@@ -164,6 +164,99 @@ fn exec_json_streams_a_close_record_for_each_end_and_a_summary() {
     assert!(summary["sockets_observed"].as_u64().expect("observed") >= 2);
 }
 
+/// A server outside the agent's cgroup that accepts a connection and reads nothing for
+/// `read_after` seconds (holds it unread until killed, when negative), then reads it to its
+/// end and closes it: CMD's socket, closed with data its peer has not taken, stays closing
+/// (FIN_WAIT1) after CMD has exited.
+struct SlowCloser(std::process::Child, u16);
+
+impl SlowCloser {
+    fn start(read_after: f64) -> SlowCloser {
+        let script = format!(
+            "import socket, sys, time\n\
+             l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()\n\
+             print(l.getsockname()[1], flush=True)\n\
+             held = []\n\
+             while True:\n    c, _ = l.accept()\n    \
+             if {read_after} < 0:\n        held.append(c); continue\n    \
+             time.sleep({read_after})\n    while c.recv(65536):\n        pass\n    \
+             c.close()\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 server");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the server's port");
+        let port = line.trim().parse().expect("a port");
+        SlowCloser(child, port)
+    }
+}
+
+impl Drop for SlowCloser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn exec_waits_for_the_close_of_a_connection_cmd_left_closing_but_not_forever() {
+    let test = "exec_waits_for_the_close_of_a_connection_cmd_left_closing_but_not_forever";
+    if !can_load(test) || !require(test, &[Need::Program("python3")]) {
+        return;
+    }
+    let client = |port: u16| {
+        format!(
+            "import socket\n\
+             s = socket.create_connection(('127.0.0.1', {port})); s.setblocking(False)\n\
+             try:\n    while True:\n        s.send(b'x' * 65536)\n\
+             except BlockingIOError:\n    pass\n\
+             s.close()\n"
+        )
+    };
+    let summary = |out: &Output| -> (Vec<Value>, Value) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let last = lines.last().cloned().expect("a summary line");
+        assert_eq!(last["kind"], "summary", "{lines:?}");
+        (lines, last)
+    };
+    // The peer takes CMD's data 0.4 s after CMD exited: the agent waits for that close and
+    // its record.
+    let db = tmp_db("linger");
+    let server = SlowCloser::start(0.4);
+    let out = agent_exec(&db, &["--json"], &["python3", "-c", &client(server.1)]);
+    let (lines, last) = summary(&out);
+    let closed = lines
+        .iter()
+        .find(|l| l["kind"] == "close" && l["opened"] == "active")
+        .unwrap_or_else(|| panic!("no close record of CMD's connection: {lines:?}"));
+    assert!(closed["bytes_acked"].as_u64().expect("bytes_acked") >= 50_000);
+    assert_eq!(last["sockets_unclosed"], 0, "{lines:?}");
+    drop(server);
+    // A peer that never closes: the agent still ends, and says the connection went unmeasured.
+    let server = SlowCloser::start(-1.0);
+    let out = agent_exec(&db, &["--json"], &["python3", "-c", &client(server.1)]);
+    let (_, last) = summary(&out);
+    assert_eq!(last["sockets_unclosed"], 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 connection(s) still open, not measured"),
+        "{err}"
+    );
+}
+
 /// `agent exec -- tcptune emu run ... -- python3 CLIENT` against a server in side B, with a
 /// full-pipe entry for the emulated peer in the path database.
 fn through_emu(db: &std::path::Path, mode: &str) -> Output {

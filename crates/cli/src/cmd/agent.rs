@@ -41,8 +41,10 @@ const AGENT_SCHEMA_VERSION: u32 = 1;
 const REFRESH_EVERY: Duration = Duration::from_secs(30);
 /// The name of `agent exec`'s cgroups: `<tag>-<pid>-<n>` under the cgroup2 mount.
 const EXEC_CGROUP_TAG: &str = "tcptune-agent-exec";
-/// How long `agent exec` keeps reading records after CMD exits (its last closes).
-const EXEC_LINGER: Duration = Duration::from_millis(300);
+/// The longest `agent exec` keeps reading records after CMD exits: it stops as soon as every
+/// connection CMD made has reported its close (about one round trip after the last one was
+/// closed: the FIN exchange), or after this if a peer never closes its side.
+const EXEC_LINGER: Duration = Duration::from_secs(1);
 
 /// Options of `tcptune agent`.
 #[derive(clap::Args, Debug)]
@@ -193,6 +195,9 @@ struct SummaryLine {
     sockets_observed: u64,
     sockets_advised: u64,
     records_dropped: u64,
+    /// Connections still open (or closing) when the program was detached: their close, and
+    /// so their measurement, was not seen.
+    sockets_unclosed: u64,
     measurements_recorded: u64,
     app_requests_overridden: u64,
 }
@@ -371,7 +376,16 @@ impl Agent {
 
     /// Read what the ring buffer holds: record, print, advise.
     fn pump(&mut self, wait: Duration) -> anyhow::Result<()> {
-        self.loaded.wait_readable(wait)?;
+        self.pump_or(wait, None)
+    }
+
+    /// [`pump`](Self::pump), waiting at most until `also` is readable (a child's pidfd).
+    fn pump_or(
+        &mut self,
+        wait: Duration,
+        also: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> anyhow::Result<()> {
+        self.loaded.wait_readable_or(wait, also)?;
         for raw in self.loaded.drain(4096) {
             let r = match record::parse_event(&raw) {
                 Ok(Event::Conn(r)) => r,
@@ -447,9 +461,23 @@ impl Agent {
         Ok(())
     }
 
+    /// Connections established under the program and not closed yet: (seen, not closed), or
+    /// `None` if the counters cannot be read.
+    fn unclosed(&self) -> Option<u64> {
+        let stat = |i| self.loaded.stat(i).ok();
+        let seen = stat(maps::STAT_TUNED)? + stat(maps::STAT_OBSERVED)? + stat(maps::STAT_ADVISED)?;
+        Some(seen.saturating_sub(stat(maps::STAT_CLOSED)?))
+    }
+
+    /// Has every connection established under the program reported its close?
+    fn all_closed(&self) -> bool {
+        self.unclosed() == Some(0)
+    }
+
     /// Detach (drop the program) and say what it did.
     fn finish(self) -> anyhow::Result<()> {
         let stat = |i| self.loaded.stat(i).unwrap_or(0);
+        let unclosed = self.unclosed().unwrap_or(0);
         let summary = SummaryLine {
             schema_version: AGENT_SCHEMA_VERSION,
             kind: "summary",
@@ -459,6 +487,7 @@ impl Agent {
             sockets_observed: stat(maps::STAT_OBSERVED),
             sockets_advised: stat(maps::STAT_ADVISED),
             records_dropped: stat(maps::STAT_DROPPED),
+            sockets_unclosed: unclosed,
             measurements_recorded: self.recorded,
             app_requests_overridden: self.overridden,
         };
@@ -467,7 +496,7 @@ impl Agent {
             r.restore();
         }
         eprintln!(
-            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}",
+            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}{}",
             summary.cgroup,
             summary.sockets_tuned,
             summary.sockets_observed,
@@ -476,6 +505,14 @@ impl Agent {
             summary.measurements_recorded,
             if summary.records_dropped > 0 {
                 format!("; {} record(s) lost (ring buffer full)", summary.records_dropped)
+            } else {
+                String::new()
+            },
+            if summary.sockets_unclosed > 0 {
+                format!(
+                    "; {} connection(s) still open, not measured",
+                    summary.sockets_unclosed
+                )
             } else {
                 String::new()
             }
@@ -601,6 +638,8 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
     let flag = Arc::clone(&stop);
     signals::on_stop(move || flag.store(true, Ordering::Relaxed))?;
     let mut child = process::spawn(&mut cmd, prog.to_string_lossy().into_owned())?;
+    // CMD's exit wakes the loop at once (without a pidfd, within the 50 ms of a pump).
+    let pidfd = child.pidfd();
     let mut forwarded = false;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -615,11 +654,20 @@ fn exec(o: ExecOpts) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        agent.pump(Duration::from_millis(50))?;
+        agent.pump_or(
+            Duration::from_millis(50),
+            pidfd.as_ref().map(std::os::fd::AsFd::as_fd),
+        )?;
     };
+    // Every connection CMD made reports its close; wait for those still closing.
     let until = Instant::now() + EXEC_LINGER;
-    while Instant::now() < until {
-        agent.pump(Duration::from_millis(50))?;
+    loop {
+        let closed = agent.all_closed();
+        agent.pump(Duration::ZERO)?;
+        if closed || Instant::now() >= until {
+            break;
+        }
+        agent.pump(Duration::from_millis(10))?;
     }
     agent.finish()?;
     drop(cgroup);

@@ -97,6 +97,23 @@ impl Supervised {
         self.child.id()
     }
 
+    /// A pidfd for it (pidfd_open(2)): readable once it has exited, for a poll(2) that also
+    /// waits on other descriptors. `None` if the kernel refuses one (before Linux 5.3).
+    /// Open it before reaping the child (a reaped pid may be reused).
+    pub fn pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let pid = libc::pid_t::try_from(self.child.id()).ok()?;
+        if self.status.is_some() {
+            return None;
+        }
+        // SAFETY: pidfd_open(2) with a valid pid and no flags; it returns a new descriptor
+        // or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = libc::c_int::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: fd is a descriptor we just opened and nothing else owns.
+        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// What it is, for messages.
     pub fn what(&self) -> &str {
         &self.what
