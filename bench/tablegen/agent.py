@@ -99,5 +99,23 @@ def agent(md, rel):
     out += ["", "Targets (issue 23): enforce >= 1.8 x plain; with `--raise-limits` >= 0.85 of the "
             "link's payload; advise the same as plain; `--override-app-buffers` >= 5 x plain for "
             "an application that fixes a 64 KiB window; a server under the agent (curl's "
-            "download) >= 1.8 x plain. A target is met when the median meets it."]
+            "download) >= 1.8 x plain. A target is met when the median meets it.",
+            "",
+            "Why `enforce` stops near 1.7 x for iperf3 (diagnosed 2026-11-29 with `ss -tinm` "
+            "during the run and iperf3's per-second rates, at commit 2f75ba3): without "
+            "`--raise-limits` the largest send buffer an agent may set is `wmem_max` doubled, "
+            "8 MiB, against autotuning's `tcp_wmem[2]` of 4 MiB, so twice the buffer; but "
+            "iperf3 writes only when `select()` reports the socket writable (the kernel's rule: "
+            "at most two thirds of the buffer queued) and then at most 10 x 128 KiB. Its queue "
+            "so holds 0.69-0.72 of an 8 MiB buffer (5.8 MB in flight, 482 Mbit/s steady) but "
+            "0.84-0.95 of a 4 MiB one (3.5 MB, 283 Mbit/s): 1.70 x in the steady state, less "
+            "during the start. curl's server (python's blocking writes keep the queue full) "
+            "reaches 1.95 x with the same buffers. The remaining lever is the host's limit, "
+            "which is what `--raise-limits` is for (0.86 of the link).",
+            "",
+            "`agent exec`'s own cost is in each time: since 2f75ba3 it wakes on the command's "
+            "exit (a pidfd) and detaches once every connection the command made has reported "
+            "its close, instead of polling every 50 ms and lingering a fixed 300 ms "
+            "(`agent exec -- true`: 0.35-0.41 s before, 0.04-0.05 s after). That alone moved "
+            "`--raise-limits` from 10.60 s (0.840) to 10.35 s (0.860)."]
     return "\n".join(out), targets
