@@ -12,8 +12,9 @@ use tcptune_testkit::{sshd, Sshd};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tcptune");
 
-/// One runnable cell (untuned, kernel, one stream, 8 x 1 MiB) and cells that cannot be
-/// applied across a real path (kernel_only's and user_kernel's raised limits).
+/// Two runnable cells (untuned, kernel then manual sized from kernel's measured rate, one
+/// stream, 8 x 1 MiB) and cells that cannot be applied across a real path (kernel_only's and
+/// user_kernel's raised limits).
 const PLAN: &str = r#"
 name = "remote-one-cell"
 streams = [1]
@@ -22,7 +23,7 @@ messages = 8
 message_size = "1m"
 max_time = "60s"
 [hosts]
-untuned = ["kernel"]
+untuned = ["kernel", "manual"]
 kernel_only = ["auto"]
 user_kernel = ["ideal"]
 "#;
@@ -51,8 +52,9 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The report's checks: the one runnable cell ran and measured the path; the others are
-/// marked, each with its reason.
+/// The report's checks: the runnable cells ran and measured the path, `manual` with the
+/// rate `kernel` measured; the others are marked, each with its reason; both hosts' limits
+/// are in it.
 fn check(o: &Output) -> serde_json::Value {
     assert!(
         o.status.success(),
@@ -63,15 +65,32 @@ fn check(o: &Output) -> serde_json::Value {
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o.stdout)));
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let cells = v["cells"].as_array().expect("cells");
     let ran: Vec<&serde_json::Value> = cells
         .iter()
         .filter(|c| c["not_applied"].is_null())
         .collect();
-    assert_eq!(ran.len(), 1, "{v}");
+    assert_eq!(ran.len(), 2, "{v}");
     assert_eq!(ran[0]["mode"], "kernel");
     assert_eq!(ran[0]["rates_bps"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(ran[1]["mode"], "manual");
+    assert_eq!(ran[1]["rates_bps"].as_array().map(Vec::len), Some(1), "{v}");
+    let measured = ran[0]["rates_bps"][0].as_f64().expect("kernel's rate");
+    assert_eq!(
+        ran[1]["tuned_with"].as_str(),
+        Some(format!("manual:{}bit", measured.floor() as u64).as_str()),
+        "manual is sized from the best rate measured before it: {v}"
+    );
+    let hosts = v["hosts"].as_array().expect("hosts");
+    assert_eq!(hosts.len(), 2, "{v}");
+    assert_eq!(hosts[0]["role"], "sender");
+    assert_eq!(hosts[1]["role"], "receiver");
+    for h in hosts {
+        assert!(h["error"].is_null(), "{h}");
+        assert!(h["wmem_max"].is_u64() && h["tcp_rmem_max"].is_u64(), "{h}");
+        assert!(h["one_stream_autotuned_bps"].is_u64(), "{h}");
+    }
     assert!(v["path"]["min_rtt_us"].is_u64(), "{v}");
     assert!(v["path"]["best_rate_bps"].is_f64(), "{v}");
     let marked: Vec<String> = cells
@@ -100,13 +119,24 @@ fn lab_remote_runs_its_cells_over_a_fake_ssh_and_marks_what_it_cannot_apply() {
     )
     .expect("write fake ssh");
     std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = t.0.join("out");
     let o = std::process::Command::new(BIN)
         .args(["lab", "--remote", "fake", "--json", "--plan", &t.plan()])
+        .arg("--out")
+        .arg(&out)
         .args(["-e", rsh.to_str().expect("utf-8"), "--remote-tcptune", BIN])
         .stdin(Stdio::null())
         .output()
         .expect("run tcptune lab --remote");
-    check(&o);
+    let v = check(&o);
+    // --out: the same report as results.json, and report.html with a bar per cell that ran.
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("results.json is JSON");
+    assert_eq!(saved, v);
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert_eq!(page.matches("<rect ").count(), 2, "{page}");
+    assert!(page.contains("not applied"), "{page}");
 }
 
 #[test]

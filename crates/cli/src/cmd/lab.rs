@@ -106,8 +106,11 @@ pub(crate) struct Opts {
     /// cell is one `tcptune send --ssh HOST` (the far end started over ssh, as `cp` starts
     /// it; -e/--rsh and --remote-tcptune as for cp). The report states the path's measured
     /// RTT and rate, and marks the cells that cannot be applied there (raising the remote
-    /// host's limits, the ideal sweep, manual's rate). Nothing is written to --out.
-    #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["psc", "cleanup", "rate", "mtu", "no_calibrate", "force", "seed", "out"])]
+    /// host's limits, the ideal sweep). `manual` runs last, sized from the best rate the
+    /// other cells measured (its bandwidth test). The report also gives both hosts' limits
+    /// and what they let one stream reach (`tcptune doctor` on each, the far one over the
+    /// same ssh). With --out DIR: results.json and report.html there.
+    #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["psc", "cleanup", "rate", "mtu", "no_calibrate", "force", "seed"])]
     remote: Option<String>,
 
     #[command(flatten)]
@@ -294,7 +297,7 @@ pub(crate) fn run(opts: Opts) -> anyhow::Result<ExitCode> {
     }
     if let Some(remote) = &opts.remote {
         let plan = build_plan(&opts)?;
-        return super::lab_remote::run(&plan, remote, &opts.ssh, opts.json);
+        return super::lab_remote::run(&plan, remote, &opts.ssh, opts.json, opts.out.as_deref());
     }
     opts.ssh.only_over_ssh("lab without --remote")?;
     let plan = build_plan(&opts)?;

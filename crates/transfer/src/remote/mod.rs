@@ -302,12 +302,7 @@ impl RemoteSpec {
 
     /// The command line, program first.
     pub fn argv(&self) -> Vec<String> {
-        let mut v = self.rsh.clone();
-        v.push(self.target.clone());
-        // ssh joins these with spaces for the remote shell.
-        v.push(self.remote_tcptune.clone());
-        v.push("serve".into());
-        v.push("--stdio".into());
+        let mut v = self.argv_running(&["serve".to_string(), "--stdio".to_string()]);
         if let Some(r) = self.port_range {
             v.push("--port-range".into());
             v.push(r.to_string());
@@ -315,6 +310,17 @@ impl RemoteSpec {
         if self.no_path_db {
             v.push("--no-path-db".into());
         }
+        v
+    }
+
+    /// The command line that runs the far host's tcptune with `args` (`doctor --json`),
+    /// program first. The words reach the remote shell joined with spaces (as ssh joins
+    /// them): give only words without shell syntax.
+    pub fn argv_running(&self, args: &[String]) -> Vec<String> {
+        let mut v = self.rsh.clone();
+        v.push(self.target.clone());
+        v.push(self.remote_tcptune.clone());
+        v.extend(args.iter().cloned());
         v
     }
 }
