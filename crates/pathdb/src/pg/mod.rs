@@ -12,7 +12,7 @@ use crate::error::{StoreError, Warning};
 use crate::host::Host;
 use crate::merge::{self, BadRow, Change, RawRow, Recorded, HISTORY_PER_PATH, MAX_ROWS_READ};
 use crate::types::{direction_from, direction_name, Source, StoredEntry, StoredMeasurement};
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls, Row};
 use schema::MigrateError;
 use std::time::Duration;
@@ -261,7 +261,7 @@ impl PgStore {
     fn select(
         client: &mut impl postgres::GenericClient,
         filter: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[(&(dyn ToSql + Sync), Type)],
         lock: bool,
     ) -> Result<Selected, postgres::Error> {
         let sql = format!(
@@ -270,7 +270,7 @@ impl PgStore {
             MAX_ROWS_READ + 1,
             if lock { " FOR UPDATE" } else { "" }
         );
-        let rows = client.query(&sql, params)?;
+        let rows = client.query_typed(&sql, params)?;
         if rows.len() > MAX_ROWS_READ {
             return Ok(Err(rows.len()));
         }
@@ -285,7 +285,7 @@ impl PgStore {
         &mut self,
         what: &'static str,
         filter: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<StoredEntry>, StoreError> {
         let err = self.err(what);
         let (rows, bad) = Self::select(&mut self.client, filter, params, false)
@@ -313,7 +313,10 @@ impl PgStore {
         self.fetch(
             "looking up a path",
             "peer = $1 AND direction = $2",
-            &[&peer, &direction_name(direction)],
+            &[
+                (&peer, Type::TEXT),
+                (&direction_name(direction), Type::TEXT),
+            ],
         )
     }
 
@@ -331,7 +334,11 @@ impl PgStore {
         let rows = self.fetch(
             "looking up a path",
             "peer = $1 AND direction = $2 AND rtt_bucket BETWEEN $3 - 1 AND $3 + 1",
-            &[&peer, &direction_name(direction), &bucket],
+            &[
+                (&peer, Type::TEXT),
+                (&direction_name(direction), Type::TEXT),
+                (&bucket, Type::INT4),
+            ],
         )?;
         Ok(merge::lookup_in(
             &rows, peer, direction, rtt, now_unix_s, policy,
@@ -355,15 +362,15 @@ impl PgStore {
         let err = self.err("recording a measurement");
         let host = self.host.clone();
         let mut tx = self.client.transaction().map_err(&err)?;
-        tx.execute(
+        tx.execute_typed(
             "SELECT pg_advisory_xact_lock(hashtextextended($1 || '|' || $2, 0))",
-            &[&host.name, &host.addr],
+            &[(&host.name, Type::TEXT), (&host.addr, Type::TEXT)],
         )
         .map_err(&err)?;
         let (before, bad) = match Self::select(
             &mut tx,
             "host_name = $1 AND host_addr = $2",
-            &[&host.name, &host.addr],
+            &[(&host.name, Type::TEXT), (&host.addr, Type::TEXT)],
             true,
         )
         .map_err(&err)?
@@ -394,19 +401,37 @@ impl PgStore {
         let delete = "DELETE FROM tcptune_paths WHERE host_name = $1 AND host_addr = $2 \
                       AND peer = $3 AND direction = $4 AND rtt_bucket = $5";
         for (p, d, b) in &plan.delete {
-            tx.execute(delete, &[&host.name, &host.addr, p, &direction_name(*d), b])
-                .map_err(&err)?;
+            tx.execute_typed(
+                delete,
+                &[
+                    (&host.name, Type::TEXT),
+                    (&host.addr, Type::TEXT),
+                    (p, Type::TEXT),
+                    (&direction_name(*d), Type::TEXT),
+                    (b, Type::INT4),
+                ],
+            )
+            .map_err(&err)?;
         }
         for ((p, d, b), _, _) in bad.iter().map(|b| &**b) {
             let b = i32::try_from(*b).unwrap_or(i32::MAX);
-            tx.execute(delete, &[&host.name, &host.addr, p, d, &b])
-                .map_err(&err)?;
+            tx.execute_typed(
+                delete,
+                &[
+                    (&host.name, Type::TEXT),
+                    (&host.addr, Type::TEXT),
+                    (p, Type::TEXT),
+                    (d, Type::TEXT),
+                    (&b, Type::INT4),
+                ],
+            )
+            .map_err(&err)?;
         }
         if let Some(s) = &plan.upsert {
             let e = &s.entry;
             let big = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             let samples = i32::try_from(e.samples).unwrap_or(i32::MAX);
-            tx.execute(
+            tx.execute_typed(
                 "INSERT INTO tcptune_paths (host_name, host_addr, peer, direction, rtt_bucket,
                      rate_bps, full_pipe, min_rtt_us, first_seen_unix_s, updated_unix_s,
                      samples, source, last_source, last_measured_unix_s)
@@ -419,54 +444,57 @@ impl PgStore {
                      source = excluded.source, last_source = excluded.last_source,
                      last_measured_unix_s = excluded.last_measured_unix_s",
                 &[
-                    &host.name,
-                    &host.addr,
-                    &e.peer,
-                    &direction_name(e.direction),
-                    &e.rtt_bucket,
-                    &big(e.rate_bps),
-                    &e.full_pipe,
-                    &big(e.min_rtt_us),
-                    &e.first_seen_unix_s,
-                    &e.updated_unix_s,
-                    &samples,
-                    &s.source.as_str(),
-                    &s.last_source.as_str(),
-                    &s.last_measured_unix_s,
+                    (&host.name, Type::TEXT),
+                    (&host.addr, Type::TEXT),
+                    (&e.peer, Type::TEXT),
+                    (&direction_name(e.direction), Type::TEXT),
+                    (&e.rtt_bucket, Type::INT4),
+                    (&big(e.rate_bps), Type::INT8),
+                    (&e.full_pipe, Type::BOOL),
+                    (&big(e.min_rtt_us), Type::INT8),
+                    (&e.first_seen_unix_s, Type::FLOAT8),
+                    (&e.updated_unix_s, Type::FLOAT8),
+                    (&samples, Type::INT4),
+                    (&s.source.as_str(), Type::TEXT),
+                    (&s.last_source.as_str(), Type::TEXT),
+                    (&s.last_measured_unix_s, Type::FLOAT8),
                 ],
             )
             .map_err(&err)?;
-            tx.execute(
+            tx.execute_typed(
                 "INSERT INTO tcptune_measurements (host_name, host_addr, peer, direction,
                      rtt_bucket, at_unix_s, source, rate_bps, full_pipe, min_rtt_us)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 &[
-                    &host.name,
-                    &host.addr,
-                    &peer,
-                    &direction_name(direction),
-                    &e.rtt_bucket,
-                    &m.at_unix_s,
-                    &source.as_str(),
-                    &big(m.rate.0),
-                    &m.full_pipe,
-                    &big(u64::try_from(m.min_rtt.as_micros()).unwrap_or(u64::MAX)),
+                    (&host.name, Type::TEXT),
+                    (&host.addr, Type::TEXT),
+                    (&peer, Type::TEXT),
+                    (&direction_name(direction), Type::TEXT),
+                    (&e.rtt_bucket, Type::INT4),
+                    (&m.at_unix_s, Type::FLOAT8),
+                    (&source.as_str(), Type::TEXT),
+                    (&big(m.rate.0), Type::INT8),
+                    (&m.full_pipe, Type::BOOL),
+                    (
+                        &big(u64::try_from(m.min_rtt.as_micros()).unwrap_or(u64::MAX)),
+                        Type::INT8,
+                    ),
                 ],
             )
             .map_err(&err)?;
-            tx.execute(
+            tx.execute_typed(
                 "DELETE FROM tcptune_measurements WHERE host_name = $1 AND host_addr = $2
                  AND peer = $3 AND direction = $4 AND rtt_bucket = $5
                  AND id NOT IN (SELECT id FROM tcptune_measurements
                      WHERE host_name = $1 AND host_addr = $2 AND peer = $3 AND direction = $4
                      AND rtt_bucket = $5 ORDER BY id DESC LIMIT $6)",
                 &[
-                    &host.name,
-                    &host.addr,
-                    &peer,
-                    &direction_name(direction),
-                    &e.rtt_bucket,
-                    &(HISTORY_PER_PATH as i64),
+                    (&host.name, Type::TEXT),
+                    (&host.addr, Type::TEXT),
+                    (&peer, Type::TEXT),
+                    (&direction_name(direction), Type::TEXT),
+                    (&e.rtt_bucket, Type::INT4),
+                    (&(HISTORY_PER_PATH as i64), Type::INT8),
                 ],
             )
             .map_err(&err)?;
