@@ -964,6 +964,11 @@ impl<'a> Conversation<'a> {
         let Some(keys) = &self.keys else { return };
         let Some(p) = &mut self.phase else { return };
         let hello = DataHello::sealed(keys, self.token, p.seq, index).encode();
+        // Without TCP_NODELAY, Nagle held the first small message after the hello (cp's
+        // request for its first file) until the hello's ACK came back: one RTT before any
+        // data. Bulk data goes in large writes, which Nagle never delays; the server's data
+        // connections have it too.
+        let _ = stream.set_nodelay(true);
         // A new connection's send buffer is empty: 48 bytes go at once.
         if let Err(e) = stream.write_all(&hello) {
             return self.session.handle_stream_failed(
