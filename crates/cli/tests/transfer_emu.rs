@@ -23,6 +23,16 @@ fn text(b: &[u8]) -> String {
 /// Run `sends` (each a list of `send` arguments after the peer) one after the other across
 /// one emulated path with a `tcptune serve` on side B; returns every JSON report.
 fn across(path: &[&str], sends: &[Vec<String>]) -> Vec<serde_json::Value> {
+    across_to(path, "", "/dev/null", sends)
+}
+
+/// [`across`] to a `serve` given `server_opts`, its log written to `server_log`.
+fn across_to(
+    path: &[&str],
+    server_opts: &str,
+    server_log: &str,
+    sends: &[Vec<String>],
+) -> Vec<serde_json::Value> {
     let script: Vec<String> = sends
         .iter()
         .map(|args| {
@@ -38,9 +48,9 @@ fn across(path: &[&str], sends: &[Vec<String>]) -> Vec<serde_json::Value> {
         .args(path)
         .args([
             "--server",
-            &format!("'{BIN}' serve"),
+            &format!("'{BIN}' serve {server_opts}"),
             "--server-log",
-            "/dev/null",
+            server_log,
             "--",
             "sh",
             "-c",
@@ -251,8 +261,12 @@ fn a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams() {
     };
     // First run: measured in band, recorded with a full pipe. Second: resumed. Third: told
     // not to. Between and after them the host route to the peer must be the original one.
-    let reports = across(
+    // The server gives careful resume to clients that receive (it logs what it did).
+    let log = dir.0.join("server.log");
+    let reports = across_to(
         &["--rtt", "60ms", "--rate", "200mbit"],
+        "--careful-resume",
+        log.to_str().expect("utf-8"),
         &[
             args(&[]),
             args(&[]),
@@ -288,14 +302,36 @@ fn a_known_path_starts_at_its_saved_rate_and_the_route_goes_with_the_streams() {
         "{third}"
     );
     // Receiving from the server (the database keeps each direction apart: the second
-    // reverse run knows the path): the server does not change its routes for clients.
-    let fifth = &reports[4]["start"]["tcptune"]["resume"];
-    assert_eq!(fifth["used"], false, "{fifth}");
+    // reverse run knows the path): this host offers a large initial receive window, and the
+    // server (started with --careful-resume) gives the streams its initial window.
+    let fourth = &reports[3]["start"]["tcptune"];
     assert!(
-        fifth["why_not"]
-            .as_str()
-            .is_some_and(|s| s.contains("server sends")),
+        fourth["resume"].is_null(),
+        "nothing to resume yet: {fourth}"
+    );
+    let fifth = &reports[4]["start"]["tcptune"]["resume"];
+    assert_eq!(fifth["used"], true, "{fifth}");
+    assert!(
+        fifth["initrwnd_segs"].as_u64().is_some_and(|w| w > 10),
         "{fifth}"
+    );
+    assert!(fifth["initcwnd_segs"].is_null(), "{fifth}");
+    assert!(
+        fifth["route"]
+            .as_str()
+            .is_some_and(|s| s.contains("initrwnd")),
+        "{fifth}"
+    );
+    assert_eq!(reports[4]["end"]["tcptune"]["complete"], true);
+    let log = std::fs::read_to_string(&log).expect("the server's log");
+    let resumed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("careful resume"))
+        .collect();
+    assert_eq!(resumed.len(), 1, "only the fifth run asked: {log}");
+    assert!(
+        resumed[0].contains("initial window of"),
+        "the server gave it: {log}"
     );
 }
 
@@ -307,20 +343,37 @@ fn the_route_is_gone_after_the_transfer() {
     let dir = TempDir::new("resume-route");
     let db = dir.0.join("paths.sqlite");
     let db = db.to_str().expect("utf-8");
-    let send = format!(
-        "'{BIN}' send \"$TCPTUNE_PEER\" --tune auto -n 32 --path-db '{db}' --json --no-progress >/dev/null || exit 9"
-    );
-    // Two runs (the second resumes), then the host route to the peer as `ip` shows it.
+    let send = |extra: &str| {
+        format!(
+            "'{BIN}' send \"$TCPTUNE_PEER\" --tune auto -n 32 --path-db '{db}' --json --no-progress {extra} >/dev/null || exit 9"
+        )
+    };
+    let name = tcptune_emu::unique_name("rr");
+    // The server's route to this side, as `ip` in side B shows it.
+    let theirs =
+        format!("ip netns exec 'tt-{name}-b' ip -j -d route show exact \"$TCPTUNE_SELF\"/32");
+    let ours = "ip -j -d route show exact \"$TCPTUNE_PEER\"/32";
+    // Two runs each way (the second resumes), then the host routes to the peer as `ip`
+    // shows them, on both sides (the server gives careful resume to receiving clients).
     let out = Command::new(BIN)
-        .args(["emu", "run", "--name", &tcptune_emu::unique_name("rr")])
+        .args(["emu", "run", "--name", &name])
         .args(["--rtt", "60ms", "--rate", "200mbit"])
-        .args(["--server", &format!("'{BIN}' serve"), "--server-log", "/dev/null"])
+        .args([
+            "--server",
+            &format!("'{BIN}' serve --careful-resume"),
+            "--server-log",
+            "/dev/null",
+        ])
         .args([
             "--",
             "sh",
             "-c",
             &format!(
-                "ip -j -d route show exact \"$TCPTUNE_PEER\"/32; {send}; {send}; ip -j -d route show exact \"$TCPTUNE_PEER\"/32"
+                "{ours}; {theirs}; {}; {}; {}; {}; {ours}; {theirs}",
+                send(""),
+                send(""),
+                send("-R"),
+                send("-R")
             ),
         ])
         .output()
@@ -330,6 +383,7 @@ fn the_route_is_gone_after_the_transfer() {
         .into_iter()
         .collect::<Result<_, _>>()
         .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
-    assert_eq!(docs.len(), 2, "{}", text(&out.stdout));
-    assert_eq!(docs[0], docs[1], "the route to the peer changed");
+    assert_eq!(docs.len(), 4, "{}", text(&out.stdout));
+    assert_eq!(docs[0], docs[2], "the route to the peer changed");
+    assert_eq!(docs[1], docs[3], "the server's route to this side changed");
 }

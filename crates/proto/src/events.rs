@@ -113,6 +113,18 @@ pub enum ServerEvent {
         /// What the path delivers in all, as far as the server knows, bit/s.
         path_bps: Option<u64>,
     },
+    /// Careful resume for a client that receives (`serve --careful-resume`): the initial
+    /// window its data connections were given through a route to it, or why not.
+    Resume {
+        /// Client address.
+        peer: SocketAddr,
+        /// The session's label.
+        session: String,
+        /// The initial congestion window, segments (`None`: not given).
+        initcwnd_segs: Option<u64>,
+        /// Why not.
+        why_not: Option<String>,
+    },
     /// A problem outside any session (the path database), said once per kind.
     Warning {
         /// What happened.

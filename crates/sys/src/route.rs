@@ -35,8 +35,8 @@ pub enum RouteError {
         message: String,
     },
     /// The route to the peer already sets an initial window (someone else's tuning).
-    #[error("the route to {0} already sets initcwnd: left alone")]
-    AlreadySet(IpAddr),
+    #[error("the route to {0} already sets {1}: left alone")]
+    AlreadySet(IpAddr, &'static str),
     /// Another live tcptune process holds the route to this peer.
     #[error("another tcptune transfer (pid {0}) holds the route to this peer")]
     Busy(u32),
@@ -109,13 +109,19 @@ impl RouteSpec {
 
     /// The host route to `peer` that `route get` chose, with `initcwnd` set.
     pub fn with_initcwnd(&self, peer: IpAddr, segments: u32) -> RouteSpec {
+        self.with_initial(peer, Window::Congestion, segments)
+    }
+
+    /// The host route to `peer` that `route get` chose, with the initial `window` set.
+    pub fn with_initial(&self, peer: IpAddr, window: Window, segments: u32) -> RouteSpec {
+        let key = window.metric();
         let mut metrics: Vec<(String, u64)> = self
             .metrics
             .iter()
-            .filter(|(k, _)| k != "initcwnd")
+            .filter(|(k, _)| k != key)
             .cloned()
             .collect();
-        metrics.push(("initcwnd".into(), u64::from(segments)));
+        metrics.push((key.into(), u64::from(segments)));
         RouteSpec {
             dst: format!("{peer}/{}", host_prefix(peer)),
             gateway: self.gateway.clone(),
@@ -132,9 +138,14 @@ impl RouteSpec {
 
     /// The initial window it sets, if any.
     pub fn initcwnd(&self) -> Option<u64> {
+        self.initial(Window::Congestion)
+    }
+
+    /// The initial `window` it sets, if any.
+    pub fn initial(&self, window: Window) -> Option<u64> {
         self.metrics
             .iter()
-            .find(|(k, _)| k == "initcwnd")
+            .find(|(k, _)| k == window.metric())
             .map(|&(_, v)| v)
     }
 
@@ -195,6 +206,27 @@ pub struct JournalEntry {
     pub original: Option<RouteSpec>,
 }
 
+/// Which initial window a route gives new connections to its peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// `initcwnd`: what a sender may send before the first ACK (careful resume's burst).
+    Congestion,
+    /// `initrwnd`: the receive window a receiver offers from its SYN on, instead of 10
+    /// segments grown about threefold per round trip (read when the connection is opened:
+    /// before connect() for an active open).
+    Receive,
+}
+
+impl Window {
+    /// The route metric's name in `ip route`.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Window::Congestion => "initcwnd",
+            Window::Receive => "initrwnd",
+        }
+    }
+}
+
 /// An installed route; dropping it puts the original back.
 #[derive(Debug)]
 pub struct InitialWindow {
@@ -206,6 +238,15 @@ pub struct InitialWindow {
 impl InitialWindow {
     /// Give new connections to `peer` an initial window of `segments` segments.
     pub fn install(peer: IpAddr, segments: u32) -> Result<InitialWindow, RouteError> {
+        Self::install_window(peer, Window::Congestion, segments)
+    }
+
+    /// Give new connections to `peer` an initial `window` of `segments` segments.
+    pub fn install_window(
+        peer: IpAddr,
+        window: Window,
+        segments: u32,
+    ) -> Result<InitialWindow, RouteError> {
         if !crate::os::has_cap_net_admin() {
             return Err(RouteError::NoCapability);
         }
@@ -224,15 +265,16 @@ impl InitialWindow {
         if exact
             .as_ref()
             .or(Some(&chosen))
-            .and_then(RouteSpec::initcwnd)
+            .and_then(|r| r.initial(window))
             .is_some()
         {
-            return Err(RouteError::AlreadySet(peer));
+            return Err(RouteError::AlreadySet(peer, window.metric()));
         }
-        let installed = exact
-            .as_ref()
-            .unwrap_or(&chosen)
-            .with_initcwnd(peer, segments.max(1));
+        let installed =
+            exact
+                .as_ref()
+                .unwrap_or(&chosen)
+                .with_initial(peer, window, segments.max(1));
         let (pid, start) = this_process();
         let entry = JournalEntry {
             pid,
@@ -480,6 +522,14 @@ mod tests {
         );
         assert_eq!(w.initcwnd(), Some(2000));
         assert_eq!(r.initcwnd(), None);
+        // A receiver's: the initial receive window, beside whatever else the route sets.
+        let both = w.with_initial(peer, Window::Receive, 700);
+        assert_eq!(
+            both.args("replace").join(" "),
+            "route replace 198.19.0.1/32 dev tt0 proto static scope link src 198.18.0.1 initcwnd 2000 initrwnd 700"
+        );
+        assert_eq!(both.initial(Window::Receive), Some(700));
+        assert_eq!(both.initcwnd(), Some(2000));
     }
 
     #[test]

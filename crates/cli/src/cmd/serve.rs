@@ -138,6 +138,17 @@ pub(crate) struct Opts {
     /// Use SO_SNDBUFFORCE/SO_RCVBUFFORCE when privileged (ignores net.core.*mem_max).
     #[arg(long)]
     force_buffers: bool,
+    /// Careful resume for clients that receive (cp pulls, send --reverse): when a client
+    /// says its path is known (a fresh full-pipe measurement) and the RTT this server
+    /// measures agrees, its data connections start with a large initial window, each its
+    /// share of the path's bandwidth-delay product within this host's send buffer, paced at
+    /// the path's rate and lifted after two round trips or the first loss, as `send` does
+    /// when it pushes. The window comes from a host route to the client that this server
+    /// installs while the client's connections open and then removes (as `ip route replace
+    /// CLIENT/32 ... initcwnd N`; needs CAP_NET_ADMIN). Off by default: it changes this
+    /// host's routes on a client's word.
+    #[arg(long)]
+    careful_resume: bool,
     /// Share this directory with `tcptune cp` clients. Every path a client names is resolved
     /// beneath it by the kernel (openat2 RESOLVE_BENEATH): `..`, absolute paths and
     /// symlinks that lead outside are refused. Without it, copies are refused.
@@ -492,6 +503,18 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             error: Some(message),
             ..LogLine::of("warning")
         },
+        ServerEvent::Resume {
+            peer,
+            session,
+            initcwnd_segs,
+            why_not,
+        } => LogLine {
+            peer: Some(show_peer(peer)),
+            session: Some(session),
+            count: *initcwnd_segs,
+            error: why_not.as_deref(),
+            ..LogLine::of("resume")
+        },
         ServerEvent::Share {
             peer,
             session,
@@ -609,6 +632,20 @@ fn log_event(sink: &Sink, json: bool, ev: &ServerEvent) {
             if *full_pipe { "" } else { " (at least)" }
         ),
         ServerEvent::Warning { message } => format!("warning: {}", esc(message)),
+        ServerEvent::Resume {
+            initcwnd_segs,
+            why_not,
+            ..
+        } => format!(
+            "{} session {} careful resume: {}",
+            line.peer.as_deref().unwrap_or(""),
+            esc(line.session.unwrap_or("")),
+            match (initcwnd_segs, why_not) {
+                (Some(n), _) => format!("its streams start with an initial window of {n} segments"),
+                (None, Some(w)) => format!("not given: {}", esc(w)),
+                (None, None) => "not given".to_string(),
+            }
+        ),
         ServerEvent::Share {
             rate_bps,
             sessions,
@@ -738,6 +775,7 @@ fn bounds(opts: &Opts) -> anyhow::Result<ServerConfig> {
     cfg.slots.max_queue = opts.max_queue;
     cfg.slots.max_queue_per_addr = (opts.max_queue / 4).max(1);
     cfg.force_buffers = opts.force_buffers;
+    cfg.careful_resume = opts.careful_resume;
     if let Some(b) = opts.memory_budget {
         if b.0 < 64 * 1024 {
             return Err(exit::fail(

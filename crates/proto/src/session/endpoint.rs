@@ -168,6 +168,9 @@ pub enum EndpointEvent {
         session: SessionId,
         /// The session's label (as in the log).
         label: String,
+        /// Where its control connection came from (its data connections come from the same
+        /// host).
+        peer: SocketAddr,
         /// What the engine runs.
         spec: Box<EngineSpec>,
         /// The session's tuning mode (`advise` for an advice's measurement), for monitoring.
@@ -1090,6 +1093,7 @@ impl Endpoint {
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
+                        peer: e.peer,
                         keys: Box::new(CopyKeys {
                             block: e.keys.block_key(),
                             aead: encrypt.then(|| e.keys.aead_key()),

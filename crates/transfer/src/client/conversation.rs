@@ -336,7 +336,11 @@ impl<'a> Conversation<'a> {
     }
 
     /// Install the route that gives the streams about to open a large initial window: each
-    /// stream's share of the BDP of the saved rate at the saved RTT, in segments.
+    /// stream's share of the BDP of the saved rate at the saved RTT, in segments. When this
+    /// host sends, the congestion window (`initcwnd`); when the server sends (a pull), the
+    /// receive window these streams offer from their SYN on (`initrwnd`), without which the
+    /// server's initial burst would meet a window of 10 segments; the server's own initial
+    /// window is its to give (`serve --careful-resume`), asked for with the phase's hint.
     fn careful_resume(
         &mut self,
         rate: tcptune_core::Rate,
@@ -351,13 +355,24 @@ impl<'a> Conversation<'a> {
         let share = rate.bdp(rtt).0 / u64::from(streams.max(1));
         let segments = share.div_ceil(mss).clamp(10, 1 << 20);
         let pacing = rate.0 / u64::from(streams.max(1));
-        match tcptune_sys::route::InitialWindow::install(self.addr.ip(), segments as u32) {
+        let window = if self.cfg.reverse {
+            tcptune_sys::route::Window::Receive
+        } else {
+            tcptune_sys::route::Window::Congestion
+        };
+        match tcptune_sys::route::InitialWindow::install_window(
+            self.addr.ip(),
+            window,
+            segments as u32,
+        ) {
             Ok(route) => {
                 let text = route.route().to_string();
                 self.route = Some(route);
+                let sending = window == tcptune_sys::route::Window::Congestion;
                 crate::report::ResumeReport {
                     used: true,
-                    initcwnd_segs: Some(segments),
+                    initcwnd_segs: sending.then_some(segments),
+                    initrwnd_segs: (!sending).then_some(segments),
                     pacing_bps: Some(pacing),
                     route: Some(text),
                     why_not: None,
@@ -366,6 +381,7 @@ impl<'a> Conversation<'a> {
             Err(e) => crate::report::ResumeReport {
                 used: false,
                 initcwnd_segs: None,
+                initrwnd_segs: None,
                 pacing_bps: None,
                 route: None,
                 why_not: Some(e.to_string()),

@@ -419,6 +419,7 @@ fn resume_report(
         Err(why_not) => why_not.map(|why| ResumeReport {
             used: false,
             initcwnd_segs: None,
+            initrwnd_segs: None,
             pacing_bps: None,
             route: None,
             why_not: Some(why),
@@ -569,11 +570,6 @@ fn resume_intent(
     }
     if !cfg.resume_rate {
         return Err(Some("off (--no-resume-rate)".into()));
-    }
-    if cfg.reverse {
-        return Err(Some(
-            "the server sends: careful resume needs the sender's routes, and a server does not change its routes for clients".into(),
-        ));
     }
     let Some(rtt) = hint.rtt else {
         return Err(Some("no RTT was measured on the control connection".into()));

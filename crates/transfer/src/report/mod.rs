@@ -369,6 +369,11 @@ pub struct ResumeReport {
     pub used: bool,
     /// The initial window new connections to the peer got, segments.
     pub initcwnd_segs: Option<u64>,
+    /// When the server sends (a pull): the initial receive window this host's connections to
+    /// it offered, segments (the server's own initial window is the server's: `serve
+    /// --careful-resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initrwnd_segs: Option<u64>,
     /// Each stream's pacing cap for its first round trips, bit/s.
     pub pacing_bps: Option<u64>,
     /// The route installed for the transfer (and removed at its end).

@@ -79,6 +79,51 @@ struct Phase {
     /// For monitoring: the session's mode, and the bytes of this phase already counted.
     mode: &'static str,
     counted: u64,
+    /// Careful resume's route to the client, held by its thread until this is dropped: when
+    /// every stream asked for has joined (new connections took their window), or the phase
+    /// ends.
+    resume_route: Option<Sender<()>>,
+    /// Streams joined so far.
+    attached: u32,
+}
+
+/// The longest careful resume's route to a client stays installed (its streams connect
+/// about one RTT after their phase starts; a client that never connects them loses it).
+const RESUME_ROUTE_HOLD: Duration = Duration::from_secs(10);
+
+/// A client's word for careful resume, checked: the initial window (segments) each of its
+/// `streams` gets when this server sends, or why not. Pure: `measured` is the RTT this
+/// server measured on the client's control connection, `max_payload` what one of its
+/// sockets can hold for sending (`None`: no cap).
+fn resume_segments(
+    hint: &tcptune_core::PathHint,
+    measured: Option<Duration>,
+    streams: u32,
+    max_payload: Option<u64>,
+) -> Result<u64, String> {
+    if !hint.resume {
+        return Err("the client's path is not known".into());
+    }
+    let (Some(rate), Some(rtt)) = (hint.rate, hint.rtt) else {
+        return Err("the client gave no rate and RTT".into());
+    };
+    let Some(measured) = measured else {
+        return Err("this server measured no RTT to the client".into());
+    };
+    // The client's saved RTT must be the one this server sees (a rerouted path, or a
+    // client's word that does not match the path, is another path).
+    if measured.as_secs_f64() > rtt.as_secs_f64() * 1.25
+        || measured.as_secs_f64() < rtt.as_secs_f64() * 0.8
+    {
+        return Err(format!(
+            "the RTT this server measures ({}) is not the client's ({})",
+            tcptune_core::format_duration(measured),
+            tcptune_core::format_duration(rtt)
+        ));
+    }
+    let share = rate.bdp(rtt).0 / u64::from(streams.max(1));
+    let share = max_payload.map_or(share, |m| share.min(m));
+    Ok(share.div_ceil(1448).clamp(10, 1 << 20))
 }
 
 impl Phase {
@@ -649,10 +694,11 @@ impl Driver {
                 EndpointEvent::StartEngine {
                     session,
                     label,
+                    peer,
                     spec,
                     mode,
                     keys,
-                } => self.start_engine(session, &label, *spec, (mode, *keys)),
+                } => self.start_engine(session, (&label, peer), *spec, (mode, *keys)),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -835,10 +881,83 @@ impl Driver {
         }
     }
 
+    /// Careful resume for a client that receives: check its word, and install the route
+    /// that gives its data connections their initial window on a thread of its own (`ip`
+    /// runs there, not in this loop), held until the returned sender is dropped.
+    fn resume_route(
+        &self,
+        peer: std::net::SocketAddr,
+        label: &str,
+        spec: &EngineSpec,
+        limits: &tcptune_core::HostLimits,
+    ) -> Option<Sender<()>> {
+        let measured = self
+            .conns
+            .values()
+            .find(|c| c.stream.peer_addr().ok() == Some(peer))
+            .and_then(|c| tcptune_sys::sockopt::tcp_info(c.stream.as_fd()).ok())
+            .and_then(|t| t.min_rtt().or(t.rtt()));
+        let log = self.config.log.clone();
+        let say = move |initcwnd_segs: Option<u64>, why_not: Option<String>| {
+            if let Some(log) = &log {
+                log(&ServerEvent::Resume {
+                    peer,
+                    session: label.to_string(),
+                    initcwnd_segs,
+                    why_not,
+                });
+            }
+        };
+        let segments = match resume_segments(
+            &spec.hint,
+            measured,
+            spec.streams,
+            tcptune_core::linux::max_send_payload(limits),
+        ) {
+            Ok(n) => n,
+            Err(why) => {
+                // A client that did not ask is not told about it in the log.
+                if spec.hint.resume {
+                    say(None, Some(why));
+                }
+                return None;
+            }
+        };
+        let (tx, rx) = mpsc::channel::<()>();
+        let ip = peer.ip().to_canonical();
+        let log = self.config.log.clone();
+        let label = label.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("resume-route".into())
+            .spawn(move || {
+                let installed = tcptune_sys::route::InitialWindow::install_window(
+                    ip,
+                    tcptune_sys::route::Window::Congestion,
+                    u32::try_from(segments).unwrap_or(u32::MAX),
+                );
+                if let Some(log) = &log {
+                    let (n, why) = match &installed {
+                        Ok(_) => (Some(segments), None),
+                        Err(e) => (None, Some(e.to_string())),
+                    };
+                    log(&ServerEvent::Resume {
+                        peer,
+                        session: label,
+                        initcwnd_segs: n,
+                        why_not: why,
+                    });
+                }
+                // Until every stream joined, the phase ended, or the hold ran out.
+                let _ = rx.recv_timeout(RESUME_ROUTE_HOLD);
+                drop(installed);
+            });
+        spawned.ok().map(|_| tx)
+    }
+
     fn start_engine(
         &mut self,
         session: SessionId,
-        label: &str,
+        (label, peer): (&str, std::net::SocketAddr),
         spec: EngineSpec,
         (mode, keys): (&'static str, CopyKeys),
     ) {
@@ -879,6 +998,9 @@ impl Driver {
         let mut limits = tcptune_sys::sysctl::read_host_limits()
             .unwrap_or_else(|_| tcptune_core::HostLimits::linux_defaults());
         limits.can_force = self.force;
+        let resume_route = (self.config.careful_resume && role == Role::Sender && main)
+            .then(|| self.resume_route(peer, label, &spec, &limits))
+            .flatten();
         self.phases.insert(
             session,
             Phase {
@@ -906,6 +1028,8 @@ impl Driver {
                 congestion: spec.params.congestion.clone(),
                 mode,
                 counted: 0,
+                resume_route,
+                attached: 0,
             },
         );
     }
@@ -974,14 +1098,55 @@ impl Driver {
             p.congestion.as_deref(),
         )
         .map_err(io::Error::other)?;
+        p.attached += 1;
+        if p.attached >= p.streams {
+            // Every stream asked for took its window from the route: it goes at once (other
+            // connections to the client must not inherit it).
+            p.resume_route = None;
+        }
         p.engine.add_stream(self.now, index, stream, driver)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::dest_base;
+    use super::{dest_base, resume_segments};
     use std::path::PathBuf;
+    use std::time::Duration;
+    use tcptune_core::{PathHint, Rate};
+
+    #[test]
+    fn careful_resume_takes_a_clients_word_only_when_this_server_sees_the_same_path() {
+        let ms = Duration::from_millis;
+        let hint = PathHint {
+            rate: Some(Rate::gbit(1)),
+            rtt: Some(ms(100)),
+            resume: true,
+            ..PathHint::default()
+        };
+        // 1 Gbit/s x 100 ms = 12.5 MB; four streams: 3.125 MB each, 2159 segments of 1448.
+        assert_eq!(resume_segments(&hint, Some(ms(101)), 4, None), Ok(2159));
+        // Within what one socket can hold for sending here.
+        assert_eq!(
+            resume_segments(&hint, Some(ms(101)), 4, Some(1_448_000)),
+            Ok(1000)
+        );
+        // At least the kernel's own 10.
+        assert_eq!(resume_segments(&hint, Some(ms(101)), 4, Some(1000)), Ok(10));
+        // The RTT this server measures must be the client's.
+        let e = resume_segments(&hint, Some(ms(60)), 4, None).expect_err("rerouted");
+        assert!(e.contains("is not the client's"), "{e}");
+        assert!(resume_segments(&hint, Some(ms(130)), 4, None).is_err());
+        assert!(resume_segments(&hint, None, 4, None).is_err());
+        // Nothing asked, nothing given.
+        let unknown = PathHint {
+            resume: false,
+            ..hint.clone()
+        };
+        assert!(resume_segments(&unknown, Some(ms(100)), 4, None).is_err());
+        let no_rate = PathHint { rate: None, ..hint };
+        assert!(resume_segments(&no_rate, Some(ms(100)), 4, None).is_err());
+    }
 
     #[test]
     fn a_push_to_slash_lands_at_the_root_only_when_unconfined() {

@@ -103,6 +103,9 @@ pub struct ServerConfig {
     pub secret: Option<Secret>,
     /// Use `SO_*BUFFORCE` for the server's buffers when the process has `CAP_NET_ADMIN`.
     pub force_buffers: bool,
+    /// Careful resume for clients that receive: a large initial window through a route to
+    /// the client while its data connections open (`serve --careful-resume`).
+    pub careful_resume: bool,
     /// Return after the first session that got past the handshake ends.
     pub one_off: bool,
     /// A memory budget for the send buffers of every `psc` and `auto` stream of every
@@ -207,6 +210,7 @@ impl Default for ServerConfig {
             slots: SlotRules::default(),
             secret: None,
             force_buffers: false,
+            careful_resume: false,
             one_off: false,
             memory_budget: None,
             log: None,
