@@ -141,7 +141,8 @@ pub(crate) struct Opts {
     /// Careful resume for clients that receive (cp pulls, send --reverse): when a client
     /// says its path is known (a fresh full-pipe measurement) and the RTT this server
     /// measures agrees, its data connections start with a large initial window, each its
-    /// share of the path's bandwidth-delay product within this host's send buffer, paced at
+    /// share of the path's bandwidth-delay product (64 MiB at most in all) within this
+    /// host's send buffer, paced at
     /// the path's rate and lifted after two round trips or the first loss, as `send` does
     /// when it pushes. The window comes from a host route to the client that this server
     /// installs while the client's connections open and then removes (as `ip route replace

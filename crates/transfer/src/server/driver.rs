@@ -91,6 +91,11 @@ struct Phase {
 /// about one RTT after their phase starts; a client that never connects them loses it).
 const RESUME_ROUTE_HOLD: Duration = Duration::from_secs(10);
 
+/// The most careful resume lets one session's streams send before their first ACKs, in all:
+/// the client's word sizes the burst, and this bounds what a client that claims too much
+/// can have sent toward it (a 100 ms path at 5 Gbit/s fits).
+pub(crate) const RESUME_MAX_BURST_BYTES: u64 = 64 << 20;
+
 /// A client's word for careful resume, checked: the initial window (segments) each of its
 /// `streams` gets when this server sends, or why not. Pure: `measured` is the RTT this
 /// server measured on the client's control connection, `max_payload` what one of its
@@ -121,7 +126,7 @@ fn resume_segments(
             tcptune_core::format_duration(rtt)
         ));
     }
-    let share = rate.bdp(rtt).0 / u64::from(streams.max(1));
+    let share = rate.bdp(rtt).0.min(RESUME_MAX_BURST_BYTES) / u64::from(streams.max(1));
     let share = max_payload.map_or(share, |m| share.min(m));
     Ok(share.div_ceil(1448).clamp(10, 1 << 20))
 }
@@ -1133,6 +1138,16 @@ mod tests {
         );
         // At least the kernel's own 10.
         assert_eq!(resume_segments(&hint, Some(ms(101)), 4, Some(1000)), Ok(10));
+        // A client that claims a huge path gets at most RESUME_MAX_BURST_BYTES in all.
+        let huge = PathHint {
+            rate: Some(Rate::gbit(400)),
+            ..hint.clone()
+        };
+        let per = resume_segments(&huge, Some(ms(100)), 64, None).expect("known");
+        assert!(
+            per * 1448 * 64 <= super::RESUME_MAX_BURST_BYTES + 64 * 1448,
+            "{per}"
+        );
         // The RTT this server measures must be the client's.
         let e = resume_segments(&hint, Some(ms(60)), 4, None).expect_err("rerouted");
         assert!(e.contains("is not the client's"), "{e}");
