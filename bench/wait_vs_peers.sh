@@ -34,7 +34,8 @@
 # a quick look at this run's tables to $out/wait.md (WAIT_MD= elsewhere); the committed tables are
 # bench/tables' (docs/bench/wait*.md from bench/raw/*.tsv: register a new OUT_TSV there).
 # Usage: sudo bench/wait_vs_peers.sh [gridftp] [matrix] [cp]  (default: all three)
-# Environment: REPS (default 3), TCPTUNE (default target/release/tcptune).
+# Environment: REPS (default 3), TCPTUNE (default target/release/tcptune), SERVE_OPTS (cp:
+# options of the running tcptune server, e.g. --careful-resume for pulls on a known path).
 # The issue-21 rows alone, once, at 100 ms:
 #   sudo CP_RTTS=100 CP_TOOLS="known ssh scp rsync" REPS=1 bench/wait_vs_peers.sh cp
 set -euo pipefail
@@ -260,8 +261,8 @@ gopts_of() { if [ "$1" = gcc ]; then echo "-fast -p 4"; else echo "-p ${1#g}"; f
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
-    printf '# command: sudo CP_RTTS="%s" CP_TOOLS="%s" CP_WHAT="%s" REPS=%s bench/wait_vs_peers.sh cp\n' \
-        "${CP_RTTS:-100 25}" "${CP_TOOLS:-}" "${CP_WHAT:-file tree}" "$REPS" >"$OUT_TSV"
+    printf '# command: sudo CP_RTTS="%s" CP_TOOLS="%s" CP_WHAT="%s" SERVE_OPTS="%s" REPS=%s bench/wait_vs_peers.sh cp\n' \
+        "${CP_RTTS:-100 25}" "${CP_TOOLS:-}" "${CP_WHAT:-file tree}" "${SERVE_OPTS:-}" "$REPS" >"$OUT_TSV"
     printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$OUT_TSV"
     local whats=${CP_WHAT:-file tree}
     mkdir -p "$src/tree"
@@ -283,7 +284,10 @@ cp_files() {
     local commit
     commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
     for rtt in ${CP_RTTS:-100 25}; do
-        up "$rtt"
+        # SERVE_OPTS: options of the running tcptune server (e.g. --careful-resume), said in
+        # the raw file's command line and in the options of the runs that reach it.
+        # shellcheck disable=SC2086
+        up "$rtt" ${SERVE_OPTS:-}
         [[ " $tools " != *" g"* ]] || gridftp_server
         sshd_server
         if [[ " $tools " == *" sshcm "* ]]; then
@@ -294,6 +298,11 @@ cp_files() {
         local warm="$out/cpwarm$rtt.sqlite"
         mkdir -p "$dst"; chmod 777 "$dst"
         timed "warmup.cp.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "$src/big" "${srv}dst/big"
+        if [[ " $whats " == *" pull "* ]]; then
+            # The path database keeps each direction apart: a pull learns the way back.
+            rm -rf "$shm/pulled"; mkdir -p "$shm/pulled"
+            timed "warmup.cppull.$rtt" "$TCPTUNE" cp --json --path-db "$warm" "${srv}pullsrc/big" "$shm/pulled/big"
+        fi
         for rep in $(seq 1 "$REPS"); do
             for what in $whats; do
                 local runs
@@ -312,7 +321,7 @@ cp_files() {
                             new) rm -f "$out/cpnew.sqlite"*
                                  opts="cp --json (new path db) ${srv}pullsrc/big DST"
                                  timed "$tag" "$TCPTUNE" cp --json --path-db "$out/cpnew.sqlite" "${srv}pullsrc/big" "$shm/pulled/big" ;;
-                            known) opts="cp --json (warm path db) ${srv}pullsrc/big DST"
+                            known) opts="cp --json (warm path db) ${srv}pullsrc/big DST${SERVE_OPTS:+ (serve $SERVE_OPTS)}"
                                    timed "$tag" "$TCPTUNE" cp --json --path-db "$warm" "${srv}pullsrc/big" "$shm/pulled/big" ;;
                             g*) opts="globus-url-copy $(gopts_of "$r")"
                                 # shellcheck disable=SC2046
