@@ -39,6 +39,9 @@ export TCPTUNE_BIN
 exec python3 - <<'PY'
 import os, shutil, signal, subprocess, sys, tempfile, time
 
+sys.path.insert(0, "bench")
+from benchlib import commit_of, sh  # noqa: E402
+
 # A SIGTERM (or Ctrl-C) still tears the emulator and the servers down (the finally below).
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -55,15 +58,6 @@ os.chmod(work, 0o755)
 DB_A = os.path.join(work, "a.db")   # side a's path database: what `send` recorded
 DB_B = os.path.join(work, "b.db")   # side b's: the operator's entry for side a
 FILE = os.path.join(work, "www", "1g.bin")
-
-
-def sh(*cmd, **kw):
-    return subprocess.run(list(cmd), capture_output=True, text=True, **kw)
-
-
-def commit_of(binary):
-    ver = sh(binary, "--version").stdout
-    return ver.split("commit ", 1)[1].split(")")[0].split()[0] if "commit " in ver else "unknown"
 
 
 servers = []

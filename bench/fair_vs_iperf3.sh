@@ -32,6 +32,9 @@ export TCPTUNE_BIN
 exec python3 - <<'PY'
 import json, os, subprocess, sys, threading, time
 
+sys.path.insert(0, "bench")
+from benchlib import commit_of, sh  # noqa: E402
+
 BIN = os.environ["TCPTUNE_BIN"]
 REPS = int(os.environ["REPS"])
 RTTS = [int(x) for x in os.environ["RTTS"].split()]
@@ -40,15 +43,6 @@ RAW = os.environ.get("RAW", "bench/raw/fair_vs_iperf3.tsv")
 NAME = f"fairip{os.getpid() % 10000}"
 A, B, PEER = f"tt-{NAME}-a", f"tt-{NAME}-b", "198.19.0.1"
 LONG, SHORT, JOIN = 12, 6, 3
-
-
-def sh(*cmd, **kw):
-    return subprocess.run(list(cmd), capture_output=True, text=True, **kw)
-
-
-def commit_of(binary):
-    ver = sh(binary, "--version").stdout
-    return ver.split("commit ", 1)[1].split(")")[0].split()[0] if "commit " in ver else "unknown"
 
 
 servers = []

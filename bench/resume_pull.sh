@@ -28,6 +28,9 @@ export TCPTUNE_BIN
 exec python3 - <<'PY'
 import json, os, resource, shutil, signal, subprocess, sys, tempfile, time
 
+sys.path.insert(0, "bench")
+from benchlib import Servers, commit_of, sh  # noqa: E402
+
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 BIN = os.path.abspath(os.environ["TCPTUNE_BIN"])
 REPS = int(os.environ["REPS"])
@@ -39,28 +42,7 @@ MIB = 128
 work = tempfile.mkdtemp(prefix="tcptune-resume-bench.")
 
 
-def sh(*cmd, **kw):
-    return subprocess.run(list(cmd), capture_output=True, text=True, **kw)
-
-
-def commit_of(binary):
-    ver = sh(binary, "--version").stdout
-    return ver.split("commit ", 1)[1].split(")")[0].split()[0] if "commit " in ver else "unknown"
-
-
-servers = []
-
-
-def down():
-    for p in servers:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    servers.clear()
-    sh(BIN, "emu", "down", NAME)
+servers = Servers(BIN, NAME)
 
 
 def send(port, reverse, db):
@@ -89,16 +71,15 @@ commit = commit_of(BIN)
 load0 = open("/proc/loadavg").read().split()[:3]
 rows = []
 try:
-    down()
+    servers.down()
     r = sh(BIN, "emu", "up", NAME, "--rtt", "200ms", "--rate", "1gbit")
     if r.returncode != 0:
         sys.exit(f"emu up failed: {r.stderr.strip()}")
     cases = {"plain": (5310, []), "careful": (5311, ["--careful-resume"])}
     dbs = {}
     for case, (port, opts) in cases.items():
-        servers.append(subprocess.Popen(
-            ["ip", "netns", "exec", B, BIN, "serve", "--no-path-db", "--port", str(port), *opts],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        servers.start(["ip", "netns", "exec", B, BIN, "serve", "--no-path-db", "--port",
+                       str(port), *opts])
     time.sleep(1)
     for case, (port, _) in cases.items():
         dbs[case] = os.path.join(work, f"{case}.sqlite")
@@ -118,7 +99,7 @@ try:
                              str(bool(resume.get("used"))).lower(),
                              resume.get("initcwnd_segs") or "", resume.get("initrwnd_segs") or ""))
 finally:
-    down()
+    servers.down()
     shutil.rmtree(work, ignore_errors=True)
 load1 = open("/proc/loadavg").read().split()[:3]
 with open(RAW, "w") as f:
