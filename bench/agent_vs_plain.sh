@@ -40,7 +40,7 @@ exec python3 - <<'PY'
 import os, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, "bench")
-from benchlib import commit_of, sh  # noqa: E402
+from benchlib import Servers, commit_of, sh  # noqa: E402
 
 # A SIGTERM (or Ctrl-C) still tears the emulator and the servers down (the finally below).
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -60,24 +60,15 @@ DB_B = os.path.join(work, "b.db")   # side b's: the operator's entry for side a
 FILE = os.path.join(work, "www", "1g.bin")
 
 
-servers = []
+servers = Servers(BIN, NAME)
 
 
 def serve(cmd):
-    servers.append(subprocess.Popen(cmd, cwd=work,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    servers.start(cmd, cwd=work)
 
 
 def down():
-    for p in servers:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    servers.clear()
-    sh(BIN, "emu", "down", NAME)
+    servers.down()
 
 
 def run(cmd, expect):

@@ -67,6 +67,14 @@ fn agent_exec(db: &std::path::Path, extra: &[&str], cmd: &[&str]) -> Output {
         .expect("running tcptune agent exec")
 }
 
+/// `agent --json`'s lines, each parsed.
+fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 #[test]
 fn without_the_capabilities_the_agent_says_which_are_missing_in_one_line() {
     let test = "without_the_capabilities_the_agent_says_which_are_missing_in_one_line";
@@ -135,10 +143,7 @@ fn exec_json_streams_a_close_record_for_each_end_and_a_summary() {
     let out = agent_exec(&db, &["--json"], &["python3", "-c", script]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let lines = json_lines(&out);
     assert!(lines.iter().all(|l| l["schema_version"] == 1));
     let closes: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "close").collect();
     let active = closes
@@ -224,10 +229,7 @@ fn exec_waits_for_the_close_of_a_connection_cmd_left_closing_but_not_forever() {
     let summary = |out: &Output| -> (Vec<Value>, Value) {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{err}");
-        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect();
+        let lines = json_lines(out);
         let last = lines.last().cloned().expect("a summary line");
         assert_eq!(last["kind"], "summary", "{lines:?}");
         (lines, last)
