@@ -242,7 +242,9 @@ fn both_hosts(remote: &str, ssh: &SshOpts, path: &PathFigures) -> anyhow::Result
     )
     .map_err(|m| exit::msg(exit::USAGE, m))?;
     let there = spec.argv_running(&args);
-    let local = hostname();
+    let local = Some(tcptune_pathdb::hostname())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this host".into());
     Ok([
         ("sender", local.as_str(), here),
         ("receiver", remote, there),
@@ -258,14 +260,6 @@ fn both_hosts(remote: &str, ssh: &SshOpts, path: &PathFigures) -> anyhow::Result
         },
     })
     .collect())
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "this host".into())
 }
 
 #[derive(Debug, Serialize)]

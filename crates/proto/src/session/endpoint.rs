@@ -168,6 +168,8 @@ pub enum EndpointEvent {
         session: SessionId,
         /// The session's label (as in the log).
         label: String,
+        /// Its control connection (for what the server measured of the client's path).
+        ctrl: ConnId,
         /// Where its control connection came from (its data connections come from the same
         /// host).
         peer: SocketAddr,
@@ -1093,6 +1095,7 @@ impl Endpoint {
                     self.events.push_back(EndpointEvent::StartEngine {
                         session: sid,
                         label: e.label.clone(),
+                        ctrl: e.ctrl,
                         peer: e.peer,
                         keys: Box::new(CopyKeys {
                             block: e.keys.block_key(),

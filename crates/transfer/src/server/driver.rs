@@ -699,11 +699,12 @@ impl Driver {
                 EndpointEvent::StartEngine {
                     session,
                     label,
+                    ctrl,
                     peer,
                     spec,
                     mode,
                     keys,
-                } => self.start_engine(session, (&label, peer), *spec, (mode, *keys)),
+                } => self.start_engine(session, (&label, ctrl, peer), *spec, (mode, *keys)),
                 EndpointEvent::Attach {
                     session,
                     conn,
@@ -845,11 +846,7 @@ impl Driver {
         peer: IpAddr,
         direction: Direction,
     ) {
-        let rtt = self.conns.get(&conn).and_then(|c| {
-            tcptune_sys::sockopt::tcp_info(c.stream.as_fd())
-                .ok()
-                .and_then(|t| t.min_rtt().or(t.rtt()))
-        });
+        let rtt = self.conn_rtt(conn);
         let asked = match (&self.paths, rtt) {
             (Some(w), Some(r)) => w.lookup(session, peer, direction, r),
             _ => false,
@@ -886,28 +883,32 @@ impl Driver {
         }
     }
 
-    /// Careful resume for a client that receives: check its word, and install the route
-    /// that gives its data connections their initial window on a thread of its own (`ip`
-    /// runs there, not in this loop), held until the returned sender is dropped.
+    /// The smallest RTT a connection measured (its handshake's, until data has flowed).
+    fn conn_rtt(&self, conn: ConnId) -> Option<Duration> {
+        self.conns.get(&conn).and_then(|c| {
+            tcptune_sys::sockopt::tcp_info(c.stream.as_fd())
+                .ok()
+                .and_then(|t| t.min_rtt().or(t.rtt()))
+        })
+    }
+
+    /// Careful resume for a client that receives: check its word against the RTT of its
+    /// control connection `ctrl`, and install the route that gives its data connections
+    /// their initial window on a thread of its own (`ip` runs there, not in this loop), held
+    /// until the returned sender is dropped.
     fn resume_route(
         &self,
-        peer: std::net::SocketAddr,
-        label: &str,
+        (label, ctrl, peer): (&str, ConnId, std::net::SocketAddr),
         spec: &EngineSpec,
         limits: &tcptune_core::HostLimits,
     ) -> Option<Sender<()>> {
-        let measured = self
-            .conns
-            .values()
-            .find(|c| c.stream.peer_addr().ok() == Some(peer))
-            .and_then(|c| tcptune_sys::sockopt::tcp_info(c.stream.as_fd()).ok())
-            .and_then(|t| t.min_rtt().or(t.rtt()));
         let log = self.config.log.clone();
+        let label = label.to_string();
         let say = move |initcwnd_segs: Option<u64>, why_not: Option<String>| {
             if let Some(log) = &log {
                 log(&ServerEvent::Resume {
                     peer,
-                    session: label.to_string(),
+                    session: label.clone(),
                     initcwnd_segs,
                     why_not,
                 });
@@ -915,7 +916,7 @@ impl Driver {
         };
         let segments = match resume_segments(
             &spec.hint,
-            measured,
+            self.conn_rtt(ctrl),
             spec.streams,
             tcptune_core::linux::max_send_payload(limits),
         ) {
@@ -930,8 +931,6 @@ impl Driver {
         };
         let (tx, rx) = mpsc::channel::<()>();
         let ip = peer.ip().to_canonical();
-        let log = self.config.log.clone();
-        let label = label.to_string();
         let spawned = std::thread::Builder::new()
             .name("resume-route".into())
             .spawn(move || {
@@ -940,17 +939,9 @@ impl Driver {
                     tcptune_sys::route::Window::Congestion,
                     u32::try_from(segments).unwrap_or(u32::MAX),
                 );
-                if let Some(log) = &log {
-                    let (n, why) = match &installed {
-                        Ok(_) => (Some(segments), None),
-                        Err(e) => (None, Some(e.to_string())),
-                    };
-                    log(&ServerEvent::Resume {
-                        peer,
-                        session: label,
-                        initcwnd_segs: n,
-                        why_not: why,
-                    });
+                match &installed {
+                    Ok(_) => say(Some(segments), None),
+                    Err(e) => say(None, Some(e.to_string())),
                 }
                 // Until every stream joined, the phase ended, or the hold ran out.
                 let _ = rx.recv_timeout(RESUME_ROUTE_HOLD);
@@ -962,7 +953,7 @@ impl Driver {
     fn start_engine(
         &mut self,
         session: SessionId,
-        (label, peer): (&str, std::net::SocketAddr),
+        (label, ctrl, peer): (&str, ConnId, std::net::SocketAddr),
         spec: EngineSpec,
         (mode, keys): (&'static str, CopyKeys),
     ) {
@@ -1004,7 +995,7 @@ impl Driver {
             .unwrap_or_else(|_| tcptune_core::HostLimits::linux_defaults());
         limits.can_force = self.force;
         let resume_route = (self.config.careful_resume && role == Role::Sender && main)
-            .then(|| self.resume_route(peer, label, &spec, &limits))
+            .then(|| self.resume_route((label, ctrl, peer), &spec, &limits))
             .flatten();
         self.phases.insert(
             session,
