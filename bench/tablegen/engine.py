@@ -96,6 +96,9 @@ def engine(md, rel):
                 f"{', '.join(sorted({r['commit'][:7] for r in sel['tcptune']}))}{was})",
                 v >= 1.0, link(md)))
     out.append(f"Machine load during the run: {raw.meta.get('load', 'not recorded')}.")
+    if raw.meta.get("before"):
+        out.append("")
+        out.append(f"The binary before: {raw.meta['before']}.")
     out.append("")
     out.append("Target (issue 22, item 1): tcptune / iperf3 at least 1.0 in throughput and in bits "
                "per CPU-second at 1 and 4 streams, judged on the unrounded medians.")
