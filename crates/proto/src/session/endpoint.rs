@@ -1002,6 +1002,36 @@ impl Endpoint {
         }
     }
 
+    /// The route this session's control connection takes changed (careful resume gave its
+    /// client's data connections their initial window through it). On Linux 6.18 the first
+    /// message a connection sends after its route changed leaves in segments of a few
+    /// hundred bytes, so a large one (the phase's result, 6 kB with 8 streams) waits a
+    /// round trip for its congestion window; a small message sent now takes that turn
+    /// instead. The session is told again the share it was told last, which changes
+    /// nothing for it; a session that takes no shares (or was told none) is sent nothing.
+    pub fn on_route_changed(&mut self, _now: Instant, session: SessionId) {
+        let Some(e) = self.sessions.get(&session) else {
+            return;
+        };
+        if !e.share.0 {
+            return;
+        }
+        let Some(share) = self.fair.told(session) else {
+            return;
+        };
+        let msg = ServerMsg::Share {
+            rate_bps: share.rate.map(|r| r.0),
+            sessions: share.sessions,
+            path_bps: share.path.map(|r| r.0),
+        };
+        if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
+            self.events.push_back(EndpointEvent::Send {
+                conn: e.ctrl,
+                frame,
+            });
+        }
+    }
+
     /// The driver failed a session's duty (a stream could not be set up, a thread could not
     /// start): the session ends with `reason`.
     pub fn on_session_error(&mut self, now: Instant, session: SessionId, reason: String) {

@@ -283,6 +283,11 @@ impl FairShare {
         self.recompute();
     }
 
+    /// What `session` was told last, if anything.
+    pub fn told(&self, session: SessionId) -> Option<Share> {
+        self.members.get(&session).and_then(|m| m.told)
+    }
+
     /// The next member to tell its share.
     pub fn poll_share(&mut self) -> Option<(SessionId, Share)> {
         self.out.pop_front()

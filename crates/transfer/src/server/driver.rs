@@ -215,6 +215,7 @@ pub fn run(
         share,
         paths,
         lookup_rtts: HashMap::new(),
+        route_changed: mpsc::channel(),
         counted_at: start,
         host_read: start,
         finished_sessions: 0,
@@ -323,6 +324,8 @@ struct Driver {
     conns: HashMap<ConnId, Conn>,
     phases: HashMap<SessionId, Phase>,
     tx: Sender<Finished>,
+    /// Careful resume's route threads say here when a session's route changed.
+    route_changed: (Sender<SessionId>, Receiver<SessionId>),
     next_conn: u64,
     accept_paused: Option<Instant>,
     /// Connections closing (see [`Conn::close_at`]).
@@ -688,6 +691,9 @@ impl Driver {
         while let Ok(Finished(sid, seq, r)) = rx.try_recv() {
             endpoint.on_phase_result(self.now, sid, seq, *r);
         }
+        while let Ok(sid) = self.route_changed.1.try_recv() {
+            endpoint.on_route_changed(self.now, sid);
+        }
     }
 
     /// Carry out what the endpoint asks, until it asks nothing more.
@@ -895,9 +901,13 @@ impl Driver {
     /// Careful resume for a client that receives: check its word against the RTT of its
     /// control connection `ctrl`, and install the route that gives its data connections
     /// their initial window on a thread of its own (`ip` runs there, not in this loop), held
-    /// until the returned sender is dropped.
+    /// until the returned sender is dropped. After each change of the route (installed,
+    /// then restored) the session is told ([`Endpoint::on_route_changed`]): the control
+    /// connection's next message after a change of its route would leave in small segments
+    /// and its result (6 kB) wait a round trip.
     fn resume_route(
         &self,
+        session: SessionId,
         (label, ctrl, peer): (&str, ConnId, std::net::SocketAddr),
         spec: &EngineSpec,
         limits: &tcptune_core::HostLimits,
@@ -931,6 +941,11 @@ impl Driver {
         };
         let (tx, rx) = mpsc::channel::<()>();
         let ip = peer.ip().to_canonical();
+        let (changed, waker) = (self.route_changed.0.clone(), self.waker.clone());
+        let tell = move || {
+            let _ = changed.send(session);
+            let _ = waker.wake();
+        };
         let spawned = std::thread::Builder::new()
             .name("resume-route".into())
             .spawn(move || {
@@ -940,12 +955,18 @@ impl Driver {
                     u32::try_from(segments).unwrap_or(u32::MAX),
                 );
                 match &installed {
-                    Ok(_) => say(Some(segments), None),
+                    Ok(_) => {
+                        tell();
+                        say(Some(segments), None)
+                    }
                     Err(e) => say(None, Some(e.to_string())),
                 }
                 // Until every stream joined, the phase ended, or the hold ran out.
                 let _ = rx.recv_timeout(RESUME_ROUTE_HOLD);
-                drop(installed);
+                if installed.is_ok() {
+                    drop(installed);
+                    tell();
+                }
             });
         spawned.ok().map(|_| tx)
     }
@@ -995,7 +1016,7 @@ impl Driver {
             .unwrap_or_else(|_| tcptune_core::HostLimits::linux_defaults());
         limits.can_force = self.force;
         let resume_route = (self.config.careful_resume && role == Role::Sender && main)
-            .then(|| self.resume_route((label, ctrl, peer), &spec, &limits))
+            .then(|| self.resume_route(session, (label, ctrl, peer), &spec, &limits))
             .flatten();
         self.phases.insert(
             session,

@@ -115,3 +115,54 @@ fn a_client_that_does_not_take_shares_is_never_sent_one() {
         .iter()
         .any(|ev| matches!(ev, EndpointEvent::Pace { .. })));
 }
+
+/// The session of the engine `evs` started on connection `conn`.
+fn started(evs: &[EndpointEvent], conn: ConnId) -> SessionId {
+    evs.iter()
+        .find_map(|e| match e {
+            EndpointEvent::StartEngine { session, ctrl, .. } if *ctrl == conn => Some(*session),
+            _ => None,
+        })
+        .expect("an engine started")
+}
+
+#[test]
+fn a_changed_route_repeats_the_last_share_and_only_to_a_session_that_takes_shares() {
+    let t0 = Instant::now();
+    let mut e = endpoint(config());
+    admit(&mut e, t0, 1, 1, 7, true);
+    let evs = events(&mut e);
+    let sid = started(&evs, 1);
+    assert_eq!(shares(&evs)[&1], (None, 1));
+    e.on_route_changed(t0, sid);
+    let evs = events(&mut e);
+    assert_eq!(
+        shares(&evs).get(&1),
+        Some(&(None, 1)),
+        "told again: {evs:?}"
+    );
+    assert_eq!(
+        evs.len(),
+        1,
+        "one message, nothing logged or paced: {evs:?}"
+    );
+    // A client that takes no shares is sent nothing, nor is a session that is gone.
+    e.on_accept(t0, 2, peer(2, 1000));
+    let params = TestParams {
+        reverse: true,
+        ..params()
+    };
+    feed(
+        &mut e,
+        t0,
+        2,
+        &frames(&[hello(8, None), ClientMsg::Setup { params }, start(0)]),
+    );
+    let other = started(&events(&mut e), 2);
+    e.on_route_changed(t0, other);
+    assert!(events(&mut e).is_empty());
+    e.on_closed(t0, 1);
+    let _ = events(&mut e);
+    e.on_route_changed(t0, sid);
+    assert!(shares(&events(&mut e)).is_empty());
+}
