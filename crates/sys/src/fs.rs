@@ -507,27 +507,6 @@ pub fn advise_sequential(fd: BorrowedFd<'_>) {
     }
 }
 
-/// An anonymous in-memory file (`memfd_create(2)`) holding `data`, sealed against any
-/// change (`F_SEAL_WRITE`, `_SHRINK`, `_GROW`, `_SEAL`): its pages can be handed to TCP by
-/// `sendfile` and stay what they are until the last segment that holds them is freed, with
-/// no copy through user space. `name` shows in `/proc/PID/fd`.
-pub fn sealed_memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
-    use std::io::Write;
-    let cname = CString::new(name).map_err(|_| io::Error::other("memfd name holds a NUL"))?;
-    // SAFETY: a valid C string; the flags ask for a close-on-exec descriptor that allows
-    // seals. A descriptor it returns is ours alone.
-    let fd = cvt(unsafe {
-        libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-    })?;
-    // SAFETY: just created, owned by nothing else.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    file.write_all(data)?;
-    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: valid descriptor; no shared writable mapping of it exists.
-    cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
-    Ok(file)
-}
-
 /// Write what is cached of a file to its device (`fdatasync`).
 pub fn sync_data(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: valid descriptor.
@@ -538,19 +517,6 @@ pub fn sync_data(fd: BorrowedFd<'_>) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
-
-    #[test]
-    fn a_sealed_memfd_reads_back_its_data_and_refuses_writes() {
-        use std::io::{Read, Seek, Write};
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let mut f = sealed_memfd("tcptune-test", &data).expect("memfd");
-        f.rewind().expect("rewind");
-        let mut back = Vec::new();
-        f.read_to_end(&mut back).expect("read");
-        assert_eq!(back, data);
-        assert!(f.write_all(b"x").is_err(), "a sealed memfd took a write");
-        assert!(f.set_len(1).is_err(), "a sealed memfd shrank");
-    }
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("tcptune-fs-{name}-{}", std::process::id()));

@@ -33,7 +33,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stream::{recv_loop, send_loop, PatternFile, ThreadOut};
+use stream::{recv_loop, send_loop, PatternBuf, ThreadOut};
 use tcptune_core::{Role, Time};
 use tcptune_sys::driver::TunerDriver;
 use tcptune_sys::os::CpuTimes;
@@ -121,8 +121,9 @@ pub(crate) struct Engine {
     slots: Vec<Slot>,
     sampler_tx: Sender<SamplerCmd>,
     sampler: Option<JoinHandle<SamplerOut>>,
-    /// A sender's pattern as a file its streams `sendfile` from (`None`: they write it).
-    pattern_file: Option<Arc<PatternFile>>,
+    /// A sender's pattern as one periodic buffer its streams write from (`None`: a receiver,
+    /// or a copy of files).
+    periodic: Option<Arc<PatternBuf>>,
     events_rx: Receiver<Event>,
     intervals_rx: Receiver<Interval>,
     congestion: String,
@@ -169,16 +170,15 @@ impl Engine {
                 .spawn(move || sampler_main(sampler_rx, intervals_tx, &shared, &cfg, &t0))
                 .ok()
         };
-        let pattern_file = (cfg.role == Role::Sender && cfg.files.is_none())
-            .then(|| PatternFile::new(&cfg.pattern).ok().map(Arc::new))
-            .flatten();
+        let periodic = (cfg.role == Role::Sender && cfg.files.is_none())
+            .then(|| Arc::new(PatternBuf::new(&cfg.pattern)));
         Engine {
             cfg,
             shared,
             slots: Vec::new(),
             sampler_tx,
             sampler,
-            pattern_file,
+            periodic,
             events_rx,
             intervals_rx,
             congestion: String::new(),
@@ -245,7 +245,7 @@ impl Engine {
             let (stream, counters, shared) =
                 (stream.clone(), counters.clone(), self.shared.clone());
             let (pattern, cfg) = (self.cfg.pattern.clone(), self.cfg.clone());
-            let file = self.pattern_file.clone();
+            let periodic = self.periodic.clone();
             std::thread::Builder::new()
                 .name(format!("tcptune-stream-{}", index + 1))
                 .stack_size(THREAD_STACK)
@@ -261,7 +261,7 @@ impl Engine {
                             &stream,
                             &shared,
                             &pattern,
-                            file.as_deref(),
+                            periodic.as_deref(),
                             &counters,
                             &cfg,
                             index,
