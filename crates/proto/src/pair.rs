@@ -282,6 +282,8 @@ pub(crate) fn endpoint_config(secret: Option<Secret>) -> EndpointConfig {
         // is admitted, so an address needs room for the streams plus the control connection
         // (and here for the seeded tests' intruders on the client's host).
         max_pending_per_addr: 16,
+        max_parked: 16,
+        max_parked_per_addr: 16,
         first_frame_timeout: Duration::from_secs(5),
         handshake_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(30),

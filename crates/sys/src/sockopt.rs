@@ -210,6 +210,31 @@ pub fn set_rcvbuf(fd: BorrowedFd<'_>, bytes: Bytes, force: bool) -> Result<u64, 
     rcvbuf(fd)
 }
 
+/// Offer a receive window of `bytes` from the SYN-ACK on, to every connection a listening
+/// socket accepts, without locking any buffer: `SO_RCVLOWAT` on an unlocked TCP socket
+/// raises `sk_rcvbuf` to hold that window (capped at half `tcp_rmem[2]`), which a listener
+/// uses as the space of its SYN-ACKs and its connections inherit, still autotuned; the
+/// low-water mark goes back to 1 at once (connections inherit it too). Returns the receive
+/// buffer read back. (Without it a connection starts at `tcp_rmem[1]`'s window, 64 KiB by
+/// default, and grows it about threefold per round trip as data arrives.)
+pub fn offer_receive_window(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, SockoptError> {
+    set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        bytes.0,
+        format!("setsockopt SO_RCVLOWAT={}", bytes.0),
+    )?;
+    set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        1,
+        "setsockopt SO_RCVLOWAT=1".to_string(),
+    )?;
+    rcvbuf(fd)
+}
+
 /// `TCP_WINDOW_CLAMP`: bound the advertised window. Returns the clamp read back.
 pub fn set_window_clamp(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, SockoptError> {
     set_int(
@@ -400,6 +425,29 @@ mod tests {
         assert!(snap.sndbuf_bytes.unwrap_or(0) > 0);
         assert!(snap.rcvbuf_bytes.unwrap_or(0) > 0);
         assert!(snap.snd_mss_bytes > 0);
+    }
+
+    #[test]
+    fn a_listener_offers_its_connections_a_larger_window_without_locking_their_buffers() {
+        let plain = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let before = rcvbuf(l.as_fd()).expect("rcvbuf");
+        let after = offer_receive_window(l.as_fd(), Bytes::kib(1024)).expect("offer");
+        // Half of tcp_rmem[2] caps it; every Linux default allows more than 64 KiB.
+        assert!(after > before, "{before} -> {after}");
+        let accepted = |l: &TcpListener| {
+            let _c = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+            l.accept().expect("accept").0
+        };
+        let (a, b) = (accepted(&plain), accepted(&l));
+        let (ra, rb) = (
+            rcvbuf(a.as_fd()).expect("rcvbuf"),
+            rcvbuf(b.as_fd()).expect("rcvbuf"),
+        );
+        assert!(rb > ra, "inherited: {ra} plain, {rb} offered");
+        let lowat =
+            get_int(b.as_fd(), libc::SOL_SOCKET, libc::SO_RCVLOWAT, "lowat").expect("lowat");
+        assert_eq!(lowat, 1, "a connection wakes its reader at the first byte");
     }
 
     #[test]

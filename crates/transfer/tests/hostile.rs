@@ -584,3 +584,70 @@ fn a_stream_with_a_stolen_token_but_no_key_is_refused_and_the_transfer_completes
     );
     server.stop();
 }
+
+/// How many bytes a connection that sent `prefix` can get the server's kernel to take, from
+/// a sender whose own buffer is small: what the server holds for it, give or take the
+/// sender's buffer and what is in flight on loopback.
+fn bytes_taken(addr: SocketAddr, prefix: &[u8]) -> usize {
+    let s = TcpStream::connect(addr).expect("connect");
+    tcptune_sys::sockopt::set_sndbuf(
+        std::os::fd::AsFd::as_fd(&s),
+        tcptune_core::Bytes::kib(16),
+        false,
+    )
+    .expect("sndbuf");
+    (&s).write_all(prefix).expect("hello");
+    // The server parks it (and makes it small) at its hello.
+    std::thread::sleep(Duration::from_millis(300));
+    s.set_nonblocking(true).expect("non-blocking");
+    let chunk = vec![0u8; 64 << 10];
+    let (mut taken, deadline) = (0, Instant::now() + Duration::from_secs(2));
+    while Instant::now() < deadline && taken < 16 << 20 {
+        match (&s).write(&chunk) {
+            Ok(n) => taken += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(_) => break,
+        }
+    }
+    taken
+}
+
+#[test]
+fn a_server_offering_large_windows_holds_a_waiting_stranger_to_a_small_one() {
+    // With careful resume every connection is offered a large window from its SYN-ACK on;
+    // a data connection that waits for a session nobody opened is made small at its hello.
+    let server = TestServer::start(ServerConfig {
+        careful_resume: true,
+        ..ServerConfig::default()
+    });
+    let hello = DataHello {
+        token: Token([0xee; 16]),
+        seq: 0,
+        stream: 0,
+        tag: [0; 16],
+    }
+    .encode();
+    // The offer is made when the server's loop starts; a connection the kernel completed
+    // before that keeps Linux's window.
+    std::thread::sleep(Duration::from_millis(300));
+    let parked = bytes_taken(server.addr, &hello);
+    assert!(
+        parked < 1 << 20,
+        "a waiting stranger got {parked} bytes into the server's kernel"
+    );
+    // A stranger that sends its hello's first bytes, then everything at once, gets the
+    // offered window in before the server has read a whole hello: the offer took, and this
+    // is what the budget of waiting connections bounds (the parking makes it small after).
+    let offered = bytes_taken(server.addr, &hello[..8]);
+    assert!(
+        offered > 1 << 20,
+        "the offer did not take: {offered} bytes before the hello was whole"
+    );
+    let mut c = server.client();
+    c.tune = TuneMode::Kernel;
+    c.messages = 8;
+    let r = run(&c, None).expect("the server still serves");
+    assert!(r.end.tcptune.complete);
+}

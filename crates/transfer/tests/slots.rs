@@ -145,3 +145,20 @@ fn eight_concurrent_sends_from_one_address_all_complete() {
     let stats = server.stop();
     assert_eq!(stats.sessions_ok, 8, "{stats:?}");
 }
+
+#[test]
+fn queued_sessions_complete_on_a_server_that_offers_large_windows() {
+    // `careful_resume` offers every connection a large receive window from its SYN-ACK
+    // on; the data connections of the sessions that wait in the queue are held small
+    // meanwhile and given their size back when their session runs.
+    let server = TestServer::start(ServerConfig {
+        careful_resume: true,
+        ..ServerConfig::default()
+    });
+    let (told, failures) = eight_at_once(&server, None);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(told >= 1, "some waited in the queue");
+    server.await_sessions_ok(8);
+    let stats = server.stop();
+    assert_eq!(stats.sessions_ok, 8, "{stats:?}");
+}

@@ -146,8 +146,12 @@ pub(crate) struct Opts {
     /// the path's rate and lifted after two round trips or the first loss, as `send` does
     /// when it pushes. The window comes from a host route to the client that this server
     /// installs while the client's connections open and then removes (as `ip route replace
-    /// CLIENT/32 ... initcwnd N`; needs CAP_NET_ADMIN). Off by default: it changes this
-    /// host's routes on a client's word.
+    /// CLIENT/32 ... initcwnd N`; needs CAP_NET_ADMIN). For clients that send (cp pushes,
+    /// send), every connection is offered a 4 MiB receive window from its SYN-ACK on
+    /// (at most half net.ipv4.tcp_rmem's maximum; Linux offers 64 KiB), still autotuned, so
+    /// that a known path's first burst is taken at once; a data connection that waits for
+    /// its session is held to 64 KiB meanwhile. Off by default: it changes this host's
+    /// routes on a client's word.
     #[arg(long)]
     careful_resume: bool,
     /// Share this directory with `tcptune cp` clients. Every path a client names is resolved

@@ -113,6 +113,12 @@ pub struct EndpointConfig {
     pub max_pending: u32,
     /// Most connections not yet in a session from one address.
     pub max_pending_per_addr: u32,
+    /// Most data connections waiting for their sessions ([`EndpointEvent::Parked`]), in all
+    /// and from one address: what the kernel buffers for them before they are made small is
+    /// the driver's receive window, which may be large (`serve --careful-resume`).
+    pub max_parked: u32,
+    /// See `max_parked`.
+    pub max_parked_per_addr: u32,
     /// Time for a new connection's first frame.
     pub first_frame_timeout: Duration,
     /// Time for a control connection to be admitted.
@@ -180,6 +186,14 @@ pub enum EndpointEvent {
         /// The keys of the copy's block tags and, when the job asks for it, of its sealed
         /// bodies (see [`crate::keys`]).
         keys: Box<CopyKeys>,
+    },
+    /// A data connection waits for its session (not admitted yet, its phase not started,
+    /// or queued): until it is attached, what the kernel buffers for it should be small (a
+    /// server that offers large receive windows from the SYN-ACK on holds no more than that
+    /// for connections nobody reads).
+    Parked {
+        /// The data connection.
+        conn: ConnId,
     },
     /// Stop reading this connection: hand it to the session's engine as stream `index`.
     Attach {
@@ -953,14 +967,35 @@ impl Endpoint {
         if matches!(c.state, ConnState::Parked(_)) {
             return;
         }
-        let list = self.parked.entry(hello.token).or_default();
-        if list.len() >= max {
-            let peer = c.peer;
+        let peer = c.peer;
+        let group = addr_group(peer.ip());
+        let waiting = self.parked.values().flatten();
+        let (all, mine) = waiting.fold((0u32, 0u32), |(all, mine), w| {
+            let same = self
+                .conns
+                .get(w)
+                .is_some_and(|x| addr_group(x.peer.ip()) == group);
+            (all + 1, mine + u32::from(same))
+        });
+        if all >= self.cfg.max_parked || mine >= self.cfg.max_parked_per_addr {
+            self.close_conn(now, conn);
+            let why = format!(
+                "too many data connections waiting for their sessions ({all} in all, {mine} from \
+                 this address; at most {} and {})",
+                self.cfg.max_parked, self.cfg.max_parked_per_addr
+            );
+            return self.refused(now, peer, "data_refused", why);
+        }
+        if self.parked.get(&hello.token).map_or(0, Vec::len) >= max {
             self.close_conn(now, conn);
             return self.refused(now, peer, "data_refused", "too many streams waiting".into());
         }
-        list.push(conn);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
         c.state = ConnState::Parked(hello);
+        self.parked.entry(hello.token).or_default().push(conn);
+        self.events.push_back(EndpointEvent::Parked { conn });
         // It waits at most a handshake timeout from its arrival for its session.
         self.set_deadline(conn, now + self.cfg.handshake_timeout);
         // Or with its session in the queue.

@@ -234,6 +234,8 @@ fn config() -> EndpointConfig {
         max_sessions_per_addr: 2,
         max_pending: 32,
         max_pending_per_addr: 8,
+        max_parked: 4096,
+        max_parked_per_addr: 4096,
         first_frame_timeout: Duration::from_secs(5),
         handshake_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(30),

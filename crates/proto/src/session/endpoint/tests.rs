@@ -28,6 +28,8 @@ fn config() -> EndpointConfig {
         max_sessions_per_addr: 2,
         max_pending: 16,
         max_pending_per_addr: 4,
+        max_parked: 4096,
+        max_parked_per_addr: 4096,
         first_frame_timeout: FIRST,
         handshake_timeout: HANDSHAKE,
         idle_timeout: Duration::from_secs(30),
@@ -201,7 +203,11 @@ fn data_connections_that_arrive_before_their_session_wait_for_it() {
     let mut e = endpoint(config());
     e.on_accept(t0, 2, peer(1, 1001));
     feed(&mut e, t0, 2, &data_hello(7, 0, 1));
-    assert!(events(&mut e).is_empty(), "parked");
+    assert_eq!(
+        events(&mut e),
+        vec![EndpointEvent::Parked { conn: 2 }],
+        "parked, and the driver told"
+    );
     e.on_accept(t0, 1, peer(1, 1000));
     feed(
         &mut e,
@@ -245,7 +251,7 @@ fn a_data_connection_for_no_session_waits_then_goes() {
     let mut e = endpoint(config());
     e.on_accept(t0, 2, peer(1, 1001));
     feed(&mut e, t0, 2, &data_hello(3, 0, 0));
-    assert!(events(&mut e).is_empty());
+    assert_eq!(events(&mut e), vec![EndpointEvent::Parked { conn: 2 }]);
     assert_eq!(e.poll_timeout(), Some(t0 + HANDSHAKE));
     e.on_timeout(t0 + HANDSHAKE, &|_| None);
     let evs = events(&mut e);
@@ -753,3 +759,34 @@ fn a_result_too_large_to_send_goes_without_its_series() {
 
 mod fair;
 mod slots;
+
+#[test]
+fn waiting_data_connections_are_bounded_per_address_and_in_all() {
+    let t0 = Instant::now();
+    let mut e = endpoint(EndpointConfig {
+        max_parked: 3,
+        max_parked_per_addr: 2,
+        ..config()
+    });
+    // Three strangers' streams from one address (tokens nobody agreed): two wait.
+    for (conn, token) in [(2, 3), (3, 4), (4, 5)] {
+        e.on_accept(t0, conn, peer(1, 1000 + conn as u16));
+        feed(&mut e, t0, conn, &data_hello(token, 0, 0));
+    }
+    let evs = events(&mut e);
+    let parked = evs
+        .iter()
+        .filter(|ev| matches!(ev, EndpointEvent::Parked { .. }))
+        .count();
+    assert_eq!(parked, 2, "{evs:?}");
+    assert!(evs.contains(&EndpointEvent::Close { conn: 4 }));
+    assert_eq!(refused_kinds(&evs), vec!["data_refused"]);
+    // Another address: one more waits, then the bound in all holds.
+    for (conn, token) in [(5, 6), (6, 7)] {
+        e.on_accept(t0, conn, peer(2, 1000 + conn as u16));
+        feed(&mut e, t0, conn, &data_hello(token, 0, 0));
+    }
+    let evs = events(&mut e);
+    assert!(evs.contains(&EndpointEvent::Parked { conn: 5 }), "{evs:?}");
+    assert!(evs.contains(&EndpointEvent::Close { conn: 6 }), "{evs:?}");
+}
