@@ -119,46 +119,38 @@ fn eight_at_once(server: &TestServer, secret: Option<Secret>) -> (u32, Vec<Strin
     (told.load(Ordering::SeqCst), f)
 }
 
-#[test]
-fn eight_concurrent_sends_from_one_address_all_complete() {
-    // Anonymous: four run (the limit per address), the others wait, then run.
-    let server = TestServer::start(ServerConfig::default());
-    let (told, failures) = eight_at_once(&server, None);
+/// Eight `send`s at once to a server started with `cfg`: all complete; how many waited.
+fn eight_complete(cfg: ServerConfig, secret: Option<Secret>) -> u32 {
+    let server = TestServer::start(cfg);
+    let (told, failures) = eight_at_once(&server, secret);
     assert!(failures.is_empty(), "{failures:?}");
-    assert!(told >= 1, "some waited in the queue");
     server.await_sessions_ok(8);
     let stats = server.stop();
     assert_eq!(stats.sessions_ok, 8, "{stats:?}");
-    // With a secret: not limited per address, all eight run at once.
-    let secret = Secret::from_bytes(b"0123456789abcdef0123456789abcdef").expect("secret");
-    let server = TestServer::start(ServerConfig {
-        secret: Some(secret.clone()),
-        ..ServerConfig::default()
-    });
-    let (told, failures) = eight_at_once(&server, Some(secret));
-    assert!(failures.is_empty(), "{failures:?}");
-    assert_eq!(
-        told, 0,
-        "an authenticated client is not limited per address"
-    );
-    server.await_sessions_ok(8);
-    let stats = server.stop();
-    assert_eq!(stats.sessions_ok, 8, "{stats:?}");
+    told
 }
 
 #[test]
-fn queued_sessions_complete_on_a_server_that_offers_large_windows() {
-    // `careful_resume` offers every connection a large receive window from its SYN-ACK
-    // on; the data connections of the sessions that wait in the queue are held small
-    // meanwhile and given their size back when their session runs.
-    let server = TestServer::start(ServerConfig {
+fn eight_concurrent_sends_from_one_address_all_complete() {
+    // Anonymous: four run (the limit per address), the others wait, then run.
+    let told = eight_complete(ServerConfig::default(), None);
+    assert!(told >= 1, "some waited in the queue");
+    // The same on a server that offers every connection a large receive window from its
+    // SYN-ACK on (careful resume; waiting data connections are made small).
+    let cfg = ServerConfig {
         careful_resume: true,
         ..ServerConfig::default()
-    });
-    let (told, failures) = eight_at_once(&server, None);
-    assert!(failures.is_empty(), "{failures:?}");
-    assert!(told >= 1, "some waited in the queue");
-    server.await_sessions_ok(8);
-    let stats = server.stop();
-    assert_eq!(stats.sessions_ok, 8, "{stats:?}");
+    };
+    assert!(eight_complete(cfg, None) >= 1, "some waited in the queue");
+    // With a secret: not limited per address, all eight run at once.
+    let secret = Secret::from_bytes(b"0123456789abcdef0123456789abcdef").expect("secret");
+    let cfg = ServerConfig {
+        secret: Some(secret.clone()),
+        ..ServerConfig::default()
+    };
+    assert_eq!(
+        eight_complete(cfg, Some(secret)),
+        0,
+        "an authenticated client is not limited per address"
+    );
 }

@@ -60,7 +60,7 @@
 //! [`Endpoint::poll_timeout`]. After every call drain [`Endpoint::poll_event`] and carry the
 //! events out in order.
 
-use super::fair::{FairConfig, FairShare};
+use super::fair::{FairConfig, FairShare, Share};
 use super::guard::{addr_group, Backoff, LogDecision, LogLimiter, RateLimiter, ReplayCache};
 use super::server::advise::{KnownPath, LookupAnswer};
 use super::server::{EngineSpec, Observation, ServerSession, SessionEnd, SessionOutput};
@@ -1054,16 +1054,20 @@ impl Endpoint {
         let Some(share) = self.fair.told(session) else {
             return;
         };
+        let ctrl = e.ctrl;
+        self.send_share(ctrl, &share);
+    }
+
+    /// Queue `share` as a message on control connection `ctrl`.
+    fn send_share(&mut self, ctrl: ConnId, share: &Share) {
         let msg = ServerMsg::Share {
             rate_bps: share.rate.map(|r| r.0),
             sessions: share.sessions,
             path_bps: share.path.map(|r| r.0),
         };
         if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
-            self.events.push_back(EndpointEvent::Send {
-                conn: e.ctrl,
-                frame,
-            });
+            self.events
+                .push_back(EndpointEvent::Send { conn: ctrl, frame });
         }
     }
 
@@ -1236,17 +1240,8 @@ impl Endpoint {
             if !tell {
                 continue;
             }
-            let msg = ServerMsg::Share {
-                rate_bps: share.rate.map(|r| r.0),
-                sessions: share.sessions,
-                path_bps: share.path.map(|r| r.0),
-            };
-            if let Ok(frame) = wire::encode_limited(&msg, MAX_SERVER_FRAME) {
-                self.events.push_back(EndpointEvent::Send {
-                    conn: e.ctrl,
-                    frame,
-                });
-            }
+            let (ctrl, peer, label) = (e.ctrl, e.peer, e.label.clone());
+            self.send_share(ctrl, &share);
             if reverse {
                 self.events.push_back(EndpointEvent::Pace {
                     session: sid,
@@ -1255,8 +1250,8 @@ impl Endpoint {
             }
             self.events
                 .push_back(EndpointEvent::Log(ServerEvent::Share {
-                    peer: e.peer,
-                    session: e.label.clone(),
+                    peer,
+                    session: label,
                     rate_bps: share.rate.map(|r| r.0),
                     sessions: share.sessions,
                     path_bps: share.path.map(|r| r.0),
