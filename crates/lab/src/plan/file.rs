@@ -31,6 +31,7 @@ struct PlanFile {
     ideal: Option<IdealSweep>,
     buffer_sweep: Option<BufferSweepFile>,
     known_path: Option<bool>,
+    careful_resume_server: Option<bool>,
     congestion_sweep: Option<CongestionFile>,
     size_sweep: Option<SizeFile>,
     competing: Option<CompetingFile>,
@@ -256,6 +257,7 @@ impl Plan {
             // full preset's (which may name paths the user did not ask for).
             p.buffer_sweep = None;
         }
+        p.careful_resume_server = f.careful_resume_server.unwrap_or(false);
         p.extras = Extras {
             known_path: f.known_path.unwrap_or(false),
             congestion: f.congestion_sweep.map(|c| c.into_sweep()).transpose()?,

@@ -19,6 +19,7 @@
 //! seed = 1
 //! congestion = "cubic"    # or "default" to keep the namespace's
 //! raised_max = "128m"     # the "raised" buffer maxima; "auto" sizes them from the paths
+//! careful_resume_server = false   # true: the servers run `serve --careful-resume`
 //!
 //! [hosts]                 # modes to run under each host configuration
 //! untuned = ["none", "kernel", "auto"]
@@ -275,6 +276,12 @@ pub struct Plan {
     pub ideal: IdealSweep,
     /// Figure 5's sweep, if any.
     pub buffer_sweep: Option<BufferSweep>,
+    /// The servers run `serve --careful-resume` (the plan's `careful_resume_server`): a
+    /// receiving client's streams get their initial window from the server, and every
+    /// connection is offered a 4 MiB receive window from its SYN-ACK on (which helps every
+    /// mode that pushes, kernel autotuning's too). Off by default.
+    #[serde(default)]
+    pub careful_resume_server: bool,
     /// The experiments beyond the paper's matrix.
     #[serde(default)]
     pub extras: Extras,
@@ -480,6 +487,7 @@ impl Plan {
             raised_max: None,
             hosts,
             ideal: IdealSweep { below: 1, above: 2 },
+            careful_resume_server: false,
             buffer_sweep: Some(BufferSweep {
                 rtts_us: vec![ms(0.5), ms(25.0)],
                 streams: vec![1, 2],
@@ -875,6 +883,18 @@ mod tests {
         assert!(with(CellRole::Size).any(|c| c.key.bytes.is_none()));
         assert!(with(CellRole::Competing).all(|c| c.key.scenario == Some(Scenario::Competing)));
         assert_eq!(with(CellRole::PathChange).count(), 2 * 3);
+    }
+
+    #[test]
+    fn a_plan_file_may_start_its_servers_with_careful_resume() {
+        let toml = |extra: &str| {
+            format!("rtts = [\"100ms\"]\nstreams = [1]\n{extra}\n[hosts]\nuntuned = [\"auto\"]\n")
+        };
+        let on = Plan::from_toml(&toml("careful_resume_server = true")).expect("parses");
+        assert!(on.careful_resume_server);
+        let off = Plan::from_toml(&toml("")).expect("parses");
+        assert!(!off.careful_resume_server, "off unless asked");
+        assert!(!Plan::full().careful_resume_server);
     }
 
     #[test]

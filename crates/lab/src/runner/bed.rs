@@ -42,6 +42,8 @@ pub(crate) struct BedSpec {
     pub(crate) port: u16,
     /// Where logs go.
     pub(crate) log_dir: PathBuf,
+    /// The server runs with `--careful-resume`.
+    pub(crate) careful_resume: bool,
 }
 
 /// A running path and server.
@@ -136,10 +138,11 @@ impl Bed {
             .try_clone()
             .context("duplicating the server log handle")?;
         let mut cmd = self.topo()?.command(Side::B, self.spec.tcptune.as_os_str());
-        cmd.args(["serve", "--port", &self.spec.port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
+        cmd.args(["serve", "--port", &self.spec.port.to_string()]);
+        if self.spec.careful_resume {
+            cmd.arg("--careful-resume");
+        }
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
         let what = format!("{} serve on side B", self.spec.tcptune.display());
         let server = self
             .server

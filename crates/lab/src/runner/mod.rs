@@ -468,6 +468,7 @@ fn run_matrix(
             tcptune: cfg.tcptune.clone(),
             port: cfg.port,
             log_dir: dir.join("logs"),
+            careful_resume: p.careful_resume_server,
         };
         let mut bed = Bed::up(&spec).with_context(|| {
             format!(
@@ -574,6 +575,8 @@ fn calibrate_once(
         tcptune: cfg.tcptune.clone(),
         port: cfg.port,
         log_dir: dir.join("logs"),
+        // The calibration measures the emulated path: a plain server.
+        careful_resume: false,
     };
     let mut bed = Bed::up(&spec).context("bringing up the calibration path")?;
     // Two BDPs of buffer per end (within the default 4 MiB caps at 10 ms and 1 Gbit/s):
