@@ -227,6 +227,15 @@ def lab_targets():
             ", ".join(parts) + f" (commit {lab.commit}); a path never seen, same run: "
             f"{rng(newx)} x", ok, f"[known, careful]({careful_dir.split('/', 1)[1]}/README.md) "
             f"from `{lab.rel}/results.csv`"))
+        new100 = [r["of_limit"] for r in lab.rows if r["path"] == "new" and r["rtt_ms"] == 100.0]
+        targets.append(Target(
+            "`auto` on a path never seen at 100 ms, 128 MiB pushed, 1/4 streams, the same run "
+            "(servers with `serve --careful-resume`)", "physical limit",
+            "auto/limit >= 0.75 (issue 22)",
+            f"**{rng(new100, '.3f')}** (commit {lab.commit}; by estimate, 8 streams slow-starting "
+            "from 10 segments each need about 7 round trips to fill the 12.5 MB BDP)", bool(new100) and min(new100) >= 0.75,
+            f"[known, careful]({careful_dir.split('/', 1)[1]}/README.md) from "
+            f"`{lab.rel}/results.csv`"))
     for name in ("lab-2026-11-28-auto8/committed-run1", "lab-2026-11-28-auto8/committed-run2",
                  "lab-2026-11-29-auto-mem/auto8-222a231"):
         lab = Lab(f"docs/bench/{name}")
