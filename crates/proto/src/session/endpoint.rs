@@ -113,9 +113,11 @@ pub struct EndpointConfig {
     pub max_pending: u32,
     /// Most connections not yet in a session from one address.
     pub max_pending_per_addr: u32,
-    /// Most data connections waiting for their sessions ([`EndpointEvent::Parked`]), in all
-    /// and from one address: what the kernel buffers for them before they are made small is
-    /// the driver's receive window, which may be large (`serve --careful-resume`).
+    /// Most data connections waiting for a session nobody knows yet (no session, no keys
+    /// agreed for their token: a Hello still on its way, or a stranger's), in all and from
+    /// one address: what the kernel buffers for them before they are made small
+    /// ([`EndpointEvent::Parked`]) is the driver's receive window, which may be large (`serve
+    /// --careful-resume`). The streams of a session being admitted are bounded by its streams.
     pub max_parked: u32,
     /// See `max_parked`.
     pub max_parked_per_addr: u32,
@@ -969,7 +971,15 @@ impl Endpoint {
         }
         let peer = c.peer;
         let group = addr_group(peer.ip());
-        let waiting = self.parked.values().flatten();
+        // Streams of a session that exists or whose keys were agreed are bounded by its
+        // streams and the sessions an address may have; those of a token nobody knows yet
+        // (a Hello still on its way, or a stranger's) by the waiting budget.
+        let stranger = |t: &Token| !self.tokens.contains_key(t) && !self.agreed.contains_key(t);
+        let waiting = self
+            .parked
+            .iter()
+            .filter(|(t, _)| stranger(t))
+            .flat_map(|(_, v)| v);
         let (all, mine) = waiting.fold((0u32, 0u32), |(all, mine), w| {
             let same = self
                 .conns
@@ -977,7 +987,9 @@ impl Endpoint {
                 .is_some_and(|x| addr_group(x.peer.ip()) == group);
             (all + 1, mine + u32::from(same))
         });
-        if all >= self.cfg.max_parked || mine >= self.cfg.max_parked_per_addr {
+        if stranger(&hello.token)
+            && (all >= self.cfg.max_parked || mine >= self.cfg.max_parked_per_addr)
+        {
             self.close_conn(now, conn);
             let why = format!(
                 "too many data connections waiting for their sessions ({all} in all, {mine} from \

@@ -108,9 +108,11 @@ const RESUME_RECEIVE_WINDOW: u64 = 4 << 20;
 /// phase not started, or queued): a connection nobody reads holds no more than this, once
 /// parked. What arrived before (with its hello, up to the offered window) stays until the
 /// connection is attached or closed (its handshake timeout), so with large windows offered
-/// the waiting connections are also counted against these budgets (256 MiB in all, 64 MiB
-/// from one address: 64 and 16 connections at 4 MiB); honest clients connect their streams
-/// once their session's keys are agreed, and rarely wait.
+/// the connections that wait for a token nobody knows (no session, no keys agreed: a
+/// stranger's) are counted against these budgets (256 MiB in all, 64 MiB from one address:
+/// 64 and 16 connections at 4 MiB); a session's own streams are bounded by its streams and
+/// the sessions an address may have, and honest clients connect them once their session's
+/// keys are agreed, so they rarely wait.
 const PARKED_RCVBUF: u64 = 64 << 10;
 /// See [`PARKED_RCVBUF`].
 const PARKED_WINDOW_BUDGET: u64 = 256 << 20;

@@ -790,3 +790,33 @@ fn waiting_data_connections_are_bounded_per_address_and_in_all() {
     assert!(evs.contains(&EndpointEvent::Parked { conn: 5 }), "{evs:?}");
     assert!(evs.contains(&EndpointEvent::Close { conn: 6 }), "{evs:?}");
 }
+
+#[test]
+fn the_streams_of_a_session_being_set_up_are_not_held_to_the_strangers_budget() {
+    let t0 = Instant::now();
+    let mut e = endpoint(EndpointConfig {
+        max_parked: 1,
+        max_parked_per_addr: 1,
+        ..config()
+    });
+    // A session admitted, its phase not started yet: its three streams wait for it.
+    e.on_accept(t0, 1, peer(1, 1000));
+    feed(
+        &mut e,
+        t0,
+        1,
+        &frames(&[hello(7, None), ClientMsg::Setup { params: params() }]),
+    );
+    events(&mut e);
+    for (conn, stream) in [(2, 0), (3, 1), (4, 2)] {
+        e.on_accept(t0, conn, peer(1, 1000 + conn as u16));
+        feed(&mut e, t0, conn, &data_hello(7, 0, stream));
+    }
+    let evs = events(&mut e);
+    let parked = evs
+        .iter()
+        .filter(|ev| matches!(ev, EndpointEvent::Parked { .. }))
+        .count();
+    assert_eq!(parked, 3, "{evs:?}");
+    assert!(refused_kinds(&evs).is_empty(), "{evs:?}");
+}
