@@ -574,8 +574,7 @@ fn resume_intent(
     let Some(rtt) = hint.rtt else {
         return Err(Some("no RTT was measured on the control connection".into()));
     };
-    let (now, saved) = (rtt.as_secs_f64(), k.min_rtt.as_secs_f64());
-    if saved <= 0.0 || now > saved * 1.25 || now < saved * 0.8 {
+    if !tcptune_core::tuners::auto::same_path_rtt(rtt, k.min_rtt) {
         return Err(Some(format!(
             "the RTT now ({}) is not the saved one ({}): the path may have changed",
             tcptune_core::format_duration(rtt),

@@ -143,11 +143,8 @@ fn resume_segments(
     let Some(measured) = measured else {
         return Err("this server measured no RTT to the client".into());
     };
-    // The client's saved RTT must be the one this server sees (a rerouted path, or a
-    // client's word that does not match the path, is another path).
-    if measured.as_secs_f64() > rtt.as_secs_f64() * 1.25
-        || measured.as_secs_f64() < rtt.as_secs_f64() * 0.8
-    {
+    // The client's saved RTT must be the one this server sees.
+    if !tcptune_core::tuners::auto::same_path_rtt(measured, rtt) {
         return Err(format!(
             "the RTT this server measures ({}) is not the client's ({})",
             tcptune_core::format_duration(measured),

@@ -145,7 +145,7 @@ mod share;
 #[cfg(test)]
 mod tests;
 
-pub use resume::{LiftReason, ResumePacer, ResumeState};
+pub use resume::{same_path_rtt, LiftReason, ResumePacer, ResumeState};
 pub use share::MeasureShare;
 
 pub use plan::{AutoPlan, RecvPlan, SendPlan, MEASURE_MIN_RTT, MEASURE_START, MEASURE_WINDOW};

@@ -58,6 +58,15 @@ pub struct ResumePacer {
 
 /// The RTT may exceed the saved one by this factor before the pacer retreats.
 const RTT_SLACK: f64 = 1.25;
+
+/// Whether an RTT measured now is the saved one's path: within 0.8-1.25 x of it (a rerouted
+/// path, or a claim that does not match the path, is another path). Both ends of careful
+/// resume decide with it: the client against its database's entry, the server against the
+/// client's word.
+pub fn same_path_rtt(now: Duration, saved: Duration) -> bool {
+    let (now, saved) = (now.as_secs_f64(), saved.as_secs_f64());
+    saved > 0.0 && now <= saved * RTT_SLACK && now >= saved / RTT_SLACK
+}
 /// Round trips paced at the saved rate.
 const PACED_ROUNDS: u32 = 2;
 
@@ -132,6 +141,17 @@ mod tests {
             total_retrans_segs: retrans,
             ..TcpSnapshot::empty()
         }
+    }
+
+    #[test]
+    fn a_path_is_the_same_within_a_quarter_of_its_saved_rtt() {
+        let ms = Duration::from_millis;
+        assert!(same_path_rtt(ms(100), ms(100)));
+        assert!(same_path_rtt(ms(125), ms(100)));
+        assert!(same_path_rtt(ms(80), ms(100)));
+        assert!(!same_path_rtt(ms(126), ms(100)));
+        assert!(!same_path_rtt(ms(79), ms(100)));
+        assert!(!same_path_rtt(ms(1), Duration::ZERO));
     }
 
     fn pacer() -> ResumePacer {
