@@ -142,9 +142,8 @@ pub(crate) struct Opts {
     /// says its path is known (a fresh full-pipe measurement) and the RTT this server
     /// measures agrees, its data connections start with a large initial window, each its
     /// share of the path's bandwidth-delay product (64 MiB at most in all) within this
-    /// host's send buffer, paced at
-    /// the path's rate and lifted after two round trips or the first loss, as `send` does
-    /// when it pushes. The window comes from a host route to the client that this server
+    /// host's send buffer, paced at the path's rate and lifted after two round trips or the
+    /// first loss, as `send` does when it pushes. The window comes from a host route to the client that this server
     /// installs while the client's connections open and then removes (as `ip route replace
     /// CLIENT/32 ... initcwnd N`; needs CAP_NET_ADMIN). For clients that send (cp pushes,
     /// send), every connection is offered a 4 MiB receive window from its SYN-ACK on

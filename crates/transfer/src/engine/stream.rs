@@ -48,19 +48,9 @@ impl PatternBuf {
     /// Message `m`'s payload from `pos`: as much of it as one write takes, from the
     /// buffer.
     fn window(&self, pattern: &Pattern, m: u64, pos: u64) -> &[u8] {
-        let (offset, len) = Self::range(pattern, m, pos);
-        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-        &self.data[offset..offset + len]
-    }
-
-    /// Where message `m`'s payload from `pos` (of `size`) is in the buffer, and how much of
-    /// it one write takes from there.
-    fn range(pattern: &Pattern, m: u64, pos: u64) -> (u64, usize) {
         let left = usize::try_from(pattern.message_size() - pos).unwrap_or(usize::MAX);
-        (
-            pattern.template_offset(m, pos) as u64,
-            left.min(SEND_WINDOW),
-        )
+        let offset = pattern.template_offset(m, pos);
+        &self.data[offset..offset + left.min(SEND_WINDOW)]
     }
 }
 
