@@ -34,7 +34,7 @@ exec python3 - <<'PY'
 import os, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, "bench")
-from benchlib import Servers, commit_of, sh  # noqa: E402
+from benchlib import Servers, commit_of, sh, timed  # noqa: E402
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -48,18 +48,6 @@ MIB = 128
 work = tempfile.mkdtemp(prefix="tcptune-agent-resume.")
 DB = os.path.join(work, "a.db")
 servers = Servers(BIN, NAME)
-
-
-def run(cmd):
-    """Run cmd and reap it with its rusage: wall s, exit, CPU s."""
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = p.stderr.read().decode(errors="replace")
-    _, status, ru = os.wait4(p.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        print(f"  failed ({code}): {' '.join(cmd)}: {err.strip()[-300:]}", file=sys.stderr)
-    return time.monotonic() - t0, code, ru.ru_utime + ru.ru_stime
 
 
 def a(*cmd):
@@ -100,7 +88,7 @@ try:
     for rep in range(1, REPS + 1):
         k = (rep - 1) % len(cases)
         for case, options, tool, cmd in cases[k:] + cases[:k]:
-            wall, code, cpu = run(cmd)
+            wall, code, cpu = timed(cmd)
             print(f"rep {rep} {case:8} {wall:6.2f} s exit {code}", file=sys.stderr)
             rows.append((case, tool, options, rep, wall, (MIB << 20) if code == 0 else 0, cpu,
                          code))

@@ -40,7 +40,7 @@ exec python3 - <<'PY'
 import os, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, "bench")
-from benchlib import Servers, commit_of, sh  # noqa: E402
+from benchlib import Servers, commit_of, sh, timed  # noqa: E402
 
 # A SIGTERM (or Ctrl-C) still tears the emulator and the servers down (the finally below).
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -69,21 +69,6 @@ def serve(cmd):
 
 def down():
     servers.down()
-
-
-def run(cmd, expect):
-    """Run cmd and reap it with its rusage: wall s, exit, bytes, CPU s."""
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
-    err = p.stderr.read().decode(errors="replace")
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - t0
-    if p.returncode != 0:
-        print(f"  failed ({p.returncode}): {' '.join(cmd)}: {err.strip()[-300:]}",
-              file=sys.stderr)
-    return wall, p.returncode, expect, ru.ru_utime + ru.ru_stime
 
 
 def agent(*opts, db=DB_A):
@@ -160,7 +145,8 @@ try:
             cases = plan[part]
             k = (rep - 1) % len(cases)
             for case, options, cmd, size in cases[k:] + cases[:k]:
-                wall, code, got, cpu = run(cmd, size)
+                wall, code, cpu = timed(cmd)
+                got = size
                 print(f"rep {rep} {part:11} {case:8} {wall:7.2f} s  "
                       f"{got * 8 / wall / 1e6:6.0f} Mbit/s  exit {code}", file=sys.stderr)
                 tool = "tcptune agent" if case != "plain" else cmd[4]
