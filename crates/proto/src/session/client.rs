@@ -373,6 +373,10 @@ pub struct ClientSession {
     ignored_results: BTreeSet<u32>,
     out: VecDeque<ClientOutput>,
     failed: bool,
+    /// A data connection that failed before the server said anything: its failure waits
+    /// for the control connection's verdict (something that is not a tcptune server, or one
+    /// that refuses, resets the early connections too and says why on the control one).
+    early_stream_failure: Option<StreamFailed>,
 }
 
 impl ClientSession {
@@ -395,6 +399,7 @@ impl ClientSession {
             ignored_results: BTreeSet::new(),
             out: VecDeque::new(),
             failed: false,
+            early_stream_failure: None,
             plan,
         };
         s.out.push_back(ClientOutput::Send(ClientMsg::Hello {
@@ -675,6 +680,14 @@ impl ClientSession {
 
     /// A message from the server.
     pub fn handle_msg(&mut self, now: Instant, msg: ServerMsg) {
+        self.handle_answer(now, msg);
+        // The server answered: a stream that failed meanwhile fails the session now.
+        if let Some(f) = self.early_stream_failure.take() {
+            self.fail(Failure::Connect(f));
+        }
+    }
+
+    fn handle_answer(&mut self, now: Instant, msg: ServerMsg) {
         if self.failed {
             return;
         }
@@ -893,12 +906,19 @@ impl ClientSession {
     }
 
     /// Stream `index` could not be opened.
+    /// Before the server said anything (no challenge, no admission) the failure waits for
+    /// its first message, its close or the answer's deadline, which say more.
     pub fn handle_stream_failed(&mut self, _now: Instant, index: u32, why: String) {
-        self.fail(Failure::Connect(StreamFailed {
+        let f = StreamFailed {
             index,
             measurement: false,
             reason: why,
-        }));
+        };
+        if self.server.is_none() && self.server_share.is_none() && self.queued.is_none() {
+            self.early_stream_failure.get_or_insert(f);
+            return;
+        }
+        self.fail(Failure::Connect(f));
     }
 
     /// An event of the local engine.

@@ -682,11 +682,37 @@ fn a_stream_that_cannot_connect_fails_the_session() {
     s.start_phase(t0, main_phase(2));
     drain(&mut s);
     s.handle_stream_failed(t0, 1, "connection refused".into());
+    // Before the server said anything its answer decides what the failure was.
+    assert!(drain(&mut s).is_empty(), "waits for the server's answer");
+    s.handle_msg(t0, accepted(8));
     let out = drain(&mut s);
     assert!(out.contains(&ClientOutput::AbortEngine));
     assert!(
         matches!(out.last(), Some(ClientOutput::Failed(Failure::Connect(f))) if f.index == 1 && f.to_string().contains("stream 2"))
     );
+}
+
+#[test]
+fn a_stream_reset_before_any_answer_yields_to_what_the_control_connection_says() {
+    let t0 = Instant::now();
+    // Something that is not a tcptune server answers, then closes: the streams it reset
+    // are not the story.
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(2));
+    drain(&mut s);
+    s.handle_stream_failed(t0, 0, "connection reset by peer".into());
+    s.handle_closed(t0);
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::Closed))
+    ));
+    // After an admission a failed stream fails the session at once.
+    let mut s = running(t0, plan());
+    s.handle_stream_failed(t0, 1, "connection refused".into());
+    assert!(matches!(
+        drain(&mut s).last(),
+        Some(ClientOutput::Failed(Failure::Connect(f))) if f.index == 1
+    ));
 }
 
 #[test]
