@@ -107,11 +107,6 @@ impl RouteSpec {
         })
     }
 
-    /// The host route to `peer` that `route get` chose, with `initcwnd` set.
-    pub fn with_initcwnd(&self, peer: IpAddr, segments: u32) -> RouteSpec {
-        self.with_initial(peer, Window::Congestion, segments)
-    }
-
     /// The host route to `peer` that `route get` chose, with the initial `window` set.
     pub fn with_initial(&self, peer: IpAddr, window: Window, segments: u32) -> RouteSpec {
         let key = window.metric();
@@ -134,11 +129,6 @@ impl RouteSpec {
             metric: self.metric,
             metrics,
         }
-    }
-
-    /// The initial window it sets, if any.
-    pub fn initcwnd(&self) -> Option<u64> {
-        self.initial(Window::Congestion)
     }
 
     /// The initial `window` it sets, if any.
@@ -236,13 +226,8 @@ pub struct InitialWindow {
 }
 
 impl InitialWindow {
-    /// Give new connections to `peer` an initial window of `segments` segments.
-    pub fn install(peer: IpAddr, segments: u32) -> Result<InitialWindow, RouteError> {
-        Self::install_window(peer, Window::Congestion, segments)
-    }
-
     /// Give new connections to `peer` an initial `window` of `segments` segments.
-    pub fn install_window(
+    pub fn install(
         peer: IpAddr,
         window: Window,
         segments: u32,
@@ -515,13 +500,13 @@ mod tests {
             "route replace 198.19.0.1/32 dev tt0 proto kernel scope link src 198.18.0.1"
         );
         let peer: IpAddr = "198.19.0.1".parse().expect("addr");
-        let w = r.with_initcwnd(peer, 2000);
+        let w = r.with_initial(peer, Window::Congestion, 2000);
         assert_eq!(
             w.args("replace").join(" "),
             "route replace 198.19.0.1/32 dev tt0 proto static scope link src 198.18.0.1 initcwnd 2000"
         );
-        assert_eq!(w.initcwnd(), Some(2000));
-        assert_eq!(r.initcwnd(), None);
+        assert_eq!(w.initial(Window::Congestion), Some(2000));
+        assert_eq!(r.initial(Window::Congestion), None);
         // A receiver's: the initial receive window, beside whatever else the route sets.
         let both = w.with_initial(peer, Window::Receive, 700);
         assert_eq!(
@@ -529,15 +514,19 @@ mod tests {
             "route replace 198.19.0.1/32 dev tt0 proto static scope link src 198.18.0.1 initcwnd 2000 initrwnd 700"
         );
         assert_eq!(both.initial(Window::Receive), Some(700));
-        assert_eq!(both.initcwnd(), Some(2000));
+        assert_eq!(both.initial(Window::Congestion), Some(2000));
     }
 
     #[test]
     fn a_route_through_a_gateway_keeps_its_next_hop_and_metrics() {
         let text = r#"[{"dst":"203.0.113.9","gateway":"192.0.2.1","dev":"eth0","prefsrc":"192.0.2.2","flags":[],"uid":0,"cache":[],"metrics":[{"mtu":1400,"initcwnd":10}]}]"#;
         let r = &parse_routes(text, 32)[0];
-        assert_eq!(r.initcwnd(), Some(10));
-        let w = r.with_initcwnd("203.0.113.9".parse().expect("addr"), 500);
+        assert_eq!(r.initial(Window::Congestion), Some(10));
+        let w = r.with_initial(
+            "203.0.113.9".parse().expect("addr"),
+            Window::Congestion,
+            500,
+        );
         assert_eq!(
             w.args("replace").join(" "),
             "route replace 203.0.113.9/32 via 192.0.2.1 dev eth0 proto static src 192.0.2.2 mtu 1400 initcwnd 500"

@@ -3,7 +3,9 @@
 
 use std::net::IpAddr;
 use std::process::Command;
-use tcptune_sys::route::{cleanup_stale, journal_dir, parse_routes, InitialWindow, JournalEntry};
+use tcptune_sys::route::{
+    cleanup_stale, journal_dir, parse_routes, InitialWindow, JournalEntry, Window,
+};
 use tcptune_testkit::{Need, Netns};
 
 const PEER: &str = "10.231.0.2";
@@ -33,7 +35,7 @@ fn initcwnd_of_lookup() -> Option<u64> {
     parse_routes(&String::from_utf8_lossy(&o.stdout), 32)
         .into_iter()
         .next()
-        .and_then(|r| r.initcwnd())
+        .and_then(|r| r.initial(Window::Congestion))
 }
 
 fn ip(args: &[&str]) {
@@ -52,7 +54,7 @@ fn the_route_gives_the_initial_window_and_goes_when_dropped() {
     let (a, _b) = Netns::veth_pair("rt");
     a.run_in(|| {
         assert_eq!(exact(), None, "only the subnet's route to start with");
-        let w = InitialWindow::install(peer(), 500).expect("install");
+        let w = InitialWindow::install(peer(), Window::Congestion, 500).expect("install");
         assert_eq!(initcwnd_of_lookup(), Some(500));
         assert!(
             w.route().to_string().contains("initcwnd 500"),
@@ -60,7 +62,7 @@ fn the_route_gives_the_initial_window_and_goes_when_dropped() {
             w.route()
         );
         // A second transfer to the same peer leaves it alone while this one runs.
-        let busy = InitialWindow::install(peer(), 900).expect_err("busy");
+        let busy = InitialWindow::install(peer(), Window::Congestion, 900).expect_err("busy");
         assert!(
             busy.to_string().contains("another tcptune transfer"),
             "{busy}"
@@ -104,9 +106,9 @@ fn an_existing_host_route_is_put_back_exactly() {
             "1400",
         ]);
         let before = exact().expect("the host route");
-        let w = InitialWindow::install(peer(), 64).expect("install");
+        let w = InitialWindow::install(peer(), Window::Congestion, 64).expect("install");
         let during = exact().expect("still a host route");
-        assert_eq!(during.initcwnd(), Some(64));
+        assert_eq!(during.initial(Window::Congestion), Some(64));
         assert!(during.metrics.contains(&("mtu".into(), 1400)), "{during}");
         assert_eq!(during.metric, Some(7));
         w.restore().expect("restore");
@@ -123,7 +125,7 @@ fn an_existing_host_route_is_put_back_exactly() {
             "initcwnd",
             "20",
         ]);
-        let e = InitialWindow::install(peer(), 64).expect_err("already set");
+        let e = InitialWindow::install(peer(), Window::Congestion, 64).expect_err("already set");
         assert!(e.to_string().contains("already sets initcwnd"), "{e}");
     });
 }
@@ -138,7 +140,7 @@ fn a_crashed_owners_route_is_restored_by_the_next_run() {
     }
     let (a, _b) = Netns::veth_pair("rc");
     a.run_in(|| {
-        let w = InitialWindow::install(peer(), 300).expect("install");
+        let w = InitialWindow::install(peer(), Window::Congestion, 300).expect("install");
         // The owner "dies" without restoring: its journal entry names a process that is gone.
         std::mem::forget(w);
         let netns = std::fs::metadata("/proc/thread-self/ns/net")

@@ -360,11 +360,7 @@ impl<'a> Conversation<'a> {
         } else {
             tcptune_sys::route::Window::Congestion
         };
-        match tcptune_sys::route::InitialWindow::install_window(
-            self.addr.ip(),
-            window,
-            segments as u32,
-        ) {
+        match tcptune_sys::route::InitialWindow::install(self.addr.ip(), window, segments as u32) {
             Ok(route) => {
                 let text = route.route().to_string();
                 self.route = Some(route);

@@ -1013,7 +1013,7 @@ impl Driver {
         let spawned = std::thread::Builder::new()
             .name("resume-route".into())
             .spawn(move || {
-                let installed = tcptune_sys::route::InitialWindow::install_window(
+                let installed = tcptune_sys::route::InitialWindow::install(
                     ip,
                     tcptune_sys::route::Window::Congestion,
                     u32::try_from(segments).unwrap_or(u32::MAX),
