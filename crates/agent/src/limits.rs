@@ -94,7 +94,10 @@ pub fn restore_plan(
     journal
         .entries
         .iter()
-        .filter(|e| current(&e.key).is_some_and(|v| v.trim() == e.written.trim()))
+        // By words: the kernel reads vectors (`tcp_rmem`) back with tabs.
+        .filter(|e| {
+            current(&e.key).is_some_and(|v| v.split_whitespace().eq(e.written.split_whitespace()))
+        })
         .map(|e| (e.key.clone(), e.previous.clone()))
         .collect()
 }
@@ -209,5 +212,28 @@ mod tests {
         );
         let text = serde_json::to_string(&j).expect("json");
         assert_eq!(serde_json::from_str::<Journal>(&text).expect("parse"), j);
+    }
+
+    #[test]
+    fn a_vector_read_back_with_tabs_is_still_what_was_written() {
+        let j = Journal {
+            schema_version: JOURNAL_VERSION,
+            owner_pid: 1,
+            entries: vec![JournalEntry {
+                key: "net.ipv4.tcp_rmem".into(),
+                previous: "4096 131072 33554432".into(),
+                written: "4096 131072 134217728".into(),
+            }],
+        };
+        let now = |_: &str| Some("4096\t131072\t134217728\n".to_string());
+        assert_eq!(
+            restore_plan(&j, now),
+            vec![(
+                "net.ipv4.tcp_rmem".to_string(),
+                "4096 131072 33554432".to_string()
+            )]
+        );
+        let changed = |_: &str| Some("4096\t131072\t67108864".to_string());
+        assert!(restore_plan(&j, changed).is_empty());
     }
 }

@@ -38,9 +38,9 @@ Exit status (every subcommand):
   3    connection: refused, unreachable, timed out, name not resolved, rejected by the server
        or no slot within --wait (send, cp, advise, doctor HOST); ssh failed (HOST:PATH, --ssh)
   4    integrity: a byte mismatch or a short transfer (send)
-  5    environment: not root where root is needed (doctor --apply, agent; emu and lab when user
-       namespaces are not allowed either), no /dev/net/tun, a name or port already taken
-       (emu up, serve)
+  5    environment: not root where root is needed (doctor --apply, agent, hold-limits; emu and
+       lab when user namespaces are not allowed either), no /dev/net/tun, a name or port
+       already taken (emu up, serve)
   6    not found: a source of cp, or the directory of its destination
   7    permission denied: cp locally, at a read-only server, or a path outside the server's
        shared directory

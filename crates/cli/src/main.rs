@@ -75,6 +75,10 @@ enum Command {
     Agent(cmd::agent::Opts),
     /// Make a shared secret for `serve --secret-file` and its clients (`secret new`).
     Secret(cmd::secret::Opts),
+    /// Raise this host's socket-buffer maxima while it runs (the far end of `lab --remote`'s
+    /// raised host configurations; needs root).
+    #[command(hide = true)]
+    HoldLimits(cmd::hold_limits::Opts),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(hide = true)]
     Completions(cmd::docs::CompletionsOpts),
@@ -144,6 +148,7 @@ fn command_words(raw: &[OsString]) -> String {
                     | "export"
                     | "secret"
                     | "new"
+                    | "hold-limits"
             )
         })
         .collect::<Vec<_>>()
@@ -218,6 +223,7 @@ fn main() -> ExitCode {
         Command::Advise(o) => cmd::advise::run(o),
         Command::Agent(o) => cmd::agent::run(o),
         Command::Secret(o) => cmd::secret::run(o),
+        Command::HoldLimits(o) => cmd::hold_limits::run(o),
         Command::Completions(o) => cmd::docs::completions(o, Cli::command()),
         Command::Man(o) => cmd::docs::man(o, Cli::command()),
     };

@@ -1,7 +1,8 @@
 //! `agent --raise-limits`: the driver around `tcptune_agent::limits` (which sysctls, the
 //! journal format). Writes go through `doctor --apply`'s `apply` (each read back); the journal
 //! is written before anything changes, so that the next agent restores what a crashed one
-//! left raised.
+//! left raised. `hold-limits` (the raised host configurations of `lab --remote`) keeps its
+//! own journal through the same functions ([`recover_as`], [`raise_values`]).
 
 use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
@@ -58,6 +59,17 @@ fn restore(path: &Path, journal: &Journal) -> Vec<String> {
 /// At start: restore what a dead agent left raised. A live agent's journal is left alone;
 /// `--raise-limits` then fails (two agents cannot both own the limits).
 pub(crate) fn recover(path: &Path, want_raise: bool) -> anyhow::Result<()> {
+    recover_as(path, want_raise, "agent", "--raise-limits")
+}
+
+/// [`recover`] for any owner of a journal: `who` names it in messages ("agent"), `option`
+/// what cannot proceed while a live one holds the journal.
+pub(crate) fn recover_as(
+    path: &Path,
+    want_raise: bool,
+    who: &str,
+    option: &str,
+) -> anyhow::Result<()> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -68,7 +80,7 @@ pub(crate) fn recover(path: &Path, want_raise: bool) -> anyhow::Result<()> {
     if journal.owner_pid != std::process::id() && alive(journal.owner_pid) {
         if want_raise {
             return Err(anyhow!(
-                "another agent (pid {}) holds raised limits (journal {}): --raise-limits needs it to exit first",
+                "another {who} (pid {}) holds raised limits (journal {}): {option} needs it to exit first",
                 journal.owner_pid,
                 path.display()
             ));
@@ -77,7 +89,7 @@ pub(crate) fn recover(path: &Path, want_raise: bool) -> anyhow::Result<()> {
     }
     for line in restore(path, &journal) {
         eprintln!(
-            "tcptune: {line} (left raised by a dead agent, pid {})",
+            "tcptune: {line} (left raised by a dead {who}, pid {})",
             journal.owner_pid
         );
     }
@@ -113,7 +125,22 @@ impl Drop for Raised {
 
 /// Write the journal, then raise what `plan` says; `None` when there is nothing to raise.
 pub(crate) fn raise(path: &Path, plan: &[Raise]) -> anyhow::Result<Option<Raised>> {
-    if plan.is_empty() {
+    let writes: Vec<(String, String)> = plan
+        .iter()
+        .map(|r| (r.key.to_string(), r.to.to_string()))
+        .collect();
+    raise_values(path, &writes, "the agent exits")
+}
+
+/// Write the journal (each key's value now), then write each `(key, value)`; `None` when
+/// there is nothing to write. `until` ends the line said for each ("the agent exits"). A
+/// write that fails puts back what was written before it.
+pub(crate) fn raise_values(
+    path: &Path,
+    writes: &[(String, String)],
+    until: &str,
+) -> anyhow::Result<Option<Raised>> {
+    if writes.is_empty() {
         return Ok(None);
     }
     let mut journal = Journal {
@@ -121,15 +148,15 @@ pub(crate) fn raise(path: &Path, plan: &[Raise]) -> anyhow::Result<Option<Raised
         owner_pid: std::process::id(),
         entries: Vec::new(),
     };
-    for r in plan {
-        let previous = read_sysctl(r.key)
-            .map_err(|e| anyhow!("reading {}: {e}", r.key))?
+    for (key, to) in writes {
+        let previous = read_sysctl(key)
+            .map_err(|e| anyhow!("reading {key}: {e}"))?
             .trim()
             .to_string();
         journal.entries.push(JournalEntry {
-            key: r.key.to_string(),
+            key: key.clone(),
             previous,
-            written: r.to.to_string(),
+            written: to.clone(),
         });
     }
     if let Some(dir) = path.parent() {
@@ -138,19 +165,17 @@ pub(crate) fn raise(path: &Path, plan: &[Raise]) -> anyhow::Result<Option<Raised
     }
     std::fs::write(path, serde_json::to_string_pretty(&journal)?)
         .with_context(|| format!("writing the journal {}", path.display()))?;
+    let from: Vec<String> = journal.entries.iter().map(|e| e.previous.clone()).collect();
     let raised = Raised {
         path: path.to_path_buf(),
         journal: Some(journal),
     };
-    for r in plan {
-        if let Some(e) = write(r.key, &r.to.to_string()) {
+    for ((key, to), from) in writes.iter().zip(from) {
+        if let Some(e) = write(key, to) {
             // `raised` drops here and puts back what was written.
-            return Err(anyhow!("raising {} to {}: {e}", r.key, r.to));
+            return Err(anyhow!("raising {key} to {to}: {e}"));
         }
-        eprintln!(
-            "tcptune: raised {} from {} to {} (restored when the agent exits)",
-            r.key, r.from, r.to
-        );
+        eprintln!("tcptune: raised {key} from {from} to {to} (restored when {until})");
     }
     Ok(Some(raised))
 }

@@ -105,11 +105,17 @@ pub(crate) struct Opts {
     /// Run the matrix across the real path to [USER@]HOST instead of emulated paths: each
     /// cell is one `tcptune send --ssh HOST` (the far end started over ssh, as `cp` starts
     /// it; -e/--rsh and --remote-tcptune as for cp). The report states the path's measured
-    /// RTT and rate, and marks the cells that cannot be applied there (raising the remote
-    /// host's limits, the ideal sweep). `manual` runs last, sized from the best rate the
-    /// other cells measured (its bandwidth test). The report also gives both hosts' limits
-    /// and what they let one stream reach (`tcptune doctor` on each, the far one over the
-    /// same ssh). With --out DIR: results.json and report.html there.
+    /// RTT and rate, and marks the cells that cannot be applied there (the ideal sweep; the
+    /// raised host configurations without root on both hosts). The untuned cells run first
+    /// under both hosts' own limits; then, for kernel_only and user_kernel, both hosts'
+    /// net.core.rmem_max/wmem_max and tcp_rmem/tcp_wmem maxima are raised to the plan's
+    /// raised_max while those cells run (here by this process, there by `tcptune
+    /// hold-limits` over the same ssh; journaled, put back after them, after a dropped
+    /// connection, and after a crash by the next lab --remote or hold-limits). `manual`
+    /// runs last in each part, sized from the best rate measured before it (its bandwidth
+    /// test). The report also gives both hosts' limits and what they let one stream reach
+    /// (`tcptune doctor` on each, the far one over the same ssh). With --out DIR:
+    /// results.json and report.html there.
     #[arg(long, value_name = "[USER@]HOST", conflicts_with_all = ["psc", "cleanup", "rate", "mtu", "no_calibrate", "force", "seed"])]
     remote: Option<String>,
 

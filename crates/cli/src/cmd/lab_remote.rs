@@ -6,11 +6,16 @@
 //!
 //! The order: [`cells`] (pure: the plan's host configurations, modes and stream counts, each
 //! runnable or with the reason it is not), then [`run`] drives one `send` per runnable cell
-//! and repetition; `manual` (the paper's ping + bandwidth test, 2 x BDP) runs last, with the
-//! best rate the other cells measured as its bandwidth test. [`summarize`] (pure) turns the
+//! and repetition: first the untuned host configuration's cells under both hosts' own
+//! limits, then the raised ones (kernel-only and user/kernel tuning) with both hosts' maxima
+//! raised for as long as they run (`lab_raise`: here in this process, there by a
+//! `hold-limits` over the same ssh; root on both hosts, else those cells are marked with the
+//! reason). In each part `manual` (the paper's ping + bandwidth test, 2 x BDP) runs last,
+//! with the best rate the cells before it measured as its bandwidth test. [`summarize`] (pure) turns the
 //! reports into the path's figures, `tcptune doctor --json` on each host (the far one over
 //! the same ssh) gives its limits, and [`render`]/[`html`] (pure) write the report.
 
+use crate::cmd::lab_raise::{RaisedReport, Raising};
 use crate::cmd::ssh::SshOpts;
 use crate::{exit, out};
 use anyhow::Context as _;
@@ -24,8 +29,9 @@ use tcptune_lab::svg::esc;
 use tcptune_transfer::remote::RemoteSpec;
 
 /// Version of `lab --remote --json` (and of `results.json` under `--out`). 2: `manual`
-/// cells run (`tuned_with`), `hosts` added.
-const REMOTE_SCHEMA_VERSION: u32 = 2;
+/// cells run (`tuned_with`), `hosts` added. 3: the raised host configurations run (cells'
+/// `raised`, the report's `raised`).
+const REMOTE_SCHEMA_VERSION: u32 = 3;
 /// The most of a host's `doctor --json` read (it is a few kB).
 const DOCTOR_OUTPUT_BUDGET: u64 = 1 << 20;
 /// How long `doctor` may take on a host (ssh's setup included).
@@ -41,6 +47,9 @@ pub(crate) struct RemoteCell {
     host: String,
     mode: String,
     streams: u32,
+    /// Whether it runs with both hosts' buffer maxima raised (kernel-only and user/kernel
+    /// tuning).
+    raised: bool,
     /// Why the cell cannot be applied across a real path (`None`: it runs).
     not_applied: Option<String>,
     /// The `--tune` value it ran with, when that is not `mode` (`manual` with the measured
@@ -59,35 +68,29 @@ fn needs_measured_rate(mode: &str) -> bool {
     mode == "manual"
 }
 
-/// The cells of `plan` across a real path: only the untuned host configuration can be
-/// applied (the others raise the hosts' global maxima, which needs root on the remote host,
-/// and tcptune changes no remote host's sysctls); `ideal` is a sweep of fixed sizes with the
-/// maxima raised. `manual` runs after the others, with the best rate they measured.
+/// The cells of `plan` across a real path. The raised host configurations (kernel-only and
+/// user/kernel tuning) run with both hosts' maxima raised, which needs root on both (see
+/// [`mark_not_raisable`]); `ideal` is a sweep of fixed sizes around the emulated path's BDP
+/// and is not run. `manual` runs after the others of its part, with the best rate they
+/// measured.
 pub(crate) fn cells(plan: &Plan) -> Vec<RemoteCell> {
     let mut out = Vec::new();
     for (host, modes) in &plan.hosts {
         for mode in modes {
             for &streams in &plan.streams {
-                let not_applied = if *host != HostConfig::Untuned {
-                    Some(format!(
-                        "{host} raises net.core.rmem_max/wmem_max on both hosts: needs root on \
-                         the remote host, and tcptune changes no remote host's sysctls (the \
-                         hosts' limits are in the report)"
-                    ))
-                } else {
-                    match mode {
-                        PlanMode::Ideal => Some(
-                            "ideal is a sweep of fixed sizes around the BDP with the maxima \
-                             raised: not run across a real path"
-                                .to_string(),
-                        ),
-                        PlanMode::Tune(_) => None,
-                    }
+                let not_applied = match mode {
+                    PlanMode::Ideal => Some(
+                        "ideal is a sweep of fixed sizes around the BDP of an emulated path: not \
+                         run across a real path"
+                            .to_string(),
+                    ),
+                    PlanMode::Tune(_) => None,
                 };
                 out.push(RemoteCell {
                     host: host.to_string(),
                     mode: mode.to_string(),
                     streams,
+                    raised: *host != HostConfig::Untuned,
                     not_applied,
                     tuned_with: None,
                     rates_bps: Vec::new(),
@@ -98,6 +101,16 @@ pub(crate) fn cells(plan: &Plan) -> Vec<RemoteCell> {
         }
     }
     out
+}
+
+/// Mark the raised cells not applied with `why` (the hosts' maxima could not be raised).
+pub(crate) fn mark_not_raisable(cells: &mut [RemoteCell], why: &str) {
+    for c in cells
+        .iter_mut()
+        .filter(|c| c.raised && c.not_applied.is_none())
+    {
+        c.not_applied = Some(why.to_string());
+    }
 }
 
 /// What the matrix measured of the path.
@@ -271,6 +284,8 @@ struct RemoteReport<'a> {
     hosts: Vec<HostLimits>,
     bytes_per_run: u64,
     repetitions: u32,
+    /// What was raised for the raised cells (`None`: none ran).
+    raised: Option<RaisedReport>,
     cells: &'a [RemoteCell],
 }
 
@@ -345,6 +360,49 @@ fn run_cell(
     Ok(())
 }
 
+/// Run the runnable cells of one part (`raised` or not): the measuring cells first, then
+/// `manual` with the best rate measured so far as its bandwidth test. `n` counts the cells
+/// run, for the progress lines.
+fn run_part(
+    exe: &Path,
+    plan: &Plan,
+    remote: &str,
+    ssh: &SshOpts,
+    cells: &mut [RemoteCell],
+    raised: bool,
+    n: &mut usize,
+) -> anyhow::Result<()> {
+    let runnable = cells.iter().filter(|c| c.not_applied.is_none()).count();
+    let part = |c: &RemoteCell| c.raised == raised && c.not_applied.is_none();
+    for cell in cells
+        .iter_mut()
+        .filter(|c| part(c) && !needs_measured_rate(&c.mode))
+    {
+        *n += 1;
+        let tune = cell.mode.clone();
+        run_cell(exe, plan, remote, ssh, cell, &tune, (*n, runnable))?;
+    }
+    let manual = manual_tune(&summarize(cells));
+    for cell in cells
+        .iter_mut()
+        .filter(|c| part(c) && needs_measured_rate(&c.mode))
+    {
+        *n += 1;
+        match &manual {
+            Some(tune) => {
+                cell.tuned_with = Some(tune.clone());
+                run_cell(exe, plan, remote, ssh, cell, tune, (*n, runnable))?;
+            }
+            None => cell.failures.push(
+                "manual needs the path's rate, and no other cell measured it (add one, e.g. \
+                 kernel, to the plan)"
+                    .to_string(),
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// Run every runnable cell of `plan` across the path to `remote`, print the report, and
 /// with `out_dir` write `results.json` and `report.html` there.
 pub(crate) fn run(
@@ -358,35 +416,32 @@ pub(crate) fn run(
     if let Some(d) = out_dir {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
+    crate::cmd::lab_raise::recover_here()?;
     let mut cells = cells(plan);
-    let runnable = cells.iter().filter(|c| c.not_applied.is_none()).count();
     let mut n = 0;
-    // The measuring cells first; `manual` then takes their best rate as its bandwidth test.
-    for cell in cells
-        .iter_mut()
-        .filter(|c| c.not_applied.is_none() && !needs_measured_rate(&c.mode))
-    {
-        n += 1;
-        let tune = cell.mode.clone();
-        run_cell(&exe, plan, remote, ssh, cell, &tune, (n, runnable))?;
-    }
-    let measured = summarize(&cells);
-    let manual = manual_tune(&measured);
-    for cell in cells
-        .iter_mut()
-        .filter(|c| c.not_applied.is_none() && needs_measured_rate(&c.mode))
-    {
-        n += 1;
-        match &manual {
-            Some(tune) => {
-                cell.tuned_with = Some(tune.clone());
-                run_cell(&exe, plan, remote, ssh, cell, tune, (n, runnable))?;
+    // The untuned cells under both hosts' own limits, then the raised ones.
+    run_part(&exe, plan, remote, ssh, &mut cells, false, &mut n)?;
+    let mut raised = None;
+    if cells.iter().any(|c| c.raised && c.not_applied.is_none()) {
+        let max = plan.raised_limit();
+        eprintln!(
+            "lab --remote: raising both hosts' socket-buffer maxima to {max} for the raised \
+             host configurations"
+        );
+        match Raising::start(remote, ssh, max) {
+            Ok(hold) => {
+                let result = run_part(&exe, plan, remote, ssh, &mut cells, true, &mut n);
+                let report = hold.finish();
+                for e in &report.restore_errors {
+                    eprintln!("tcptune: {e}");
+                }
+                raised = Some(report);
+                result?;
             }
-            None => cell.failures.push(
-                "manual needs the path's rate, and no other cell measured it (add one, e.g. \
-                 kernel, to the plan)"
-                    .to_string(),
-            ),
+            Err(why) => {
+                eprintln!("lab --remote: the raised host configurations are not applied: {why}");
+                mark_not_raisable(&mut cells, &why);
+            }
         }
     }
     let path = summarize(&cells);
@@ -399,6 +454,7 @@ pub(crate) fn run(
         hosts,
         bytes_per_run: plan.transfer_bytes(),
         repetitions: plan.repetitions,
+        raised,
         cells: &cells,
     };
     if let Some(d) = out_dir {
@@ -412,13 +468,26 @@ pub(crate) fn run(
         )?;
         write(
             REMOTE_REPORT_FILE,
-            &html(remote, &report.path, &report.hosts, &cells, plan),
+            &html(
+                remote,
+                &report.path,
+                &report.hosts,
+                report.raised.as_ref(),
+                &cells,
+                plan,
+            ),
         )?;
     }
     if json {
         out::json(&report)?;
     } else {
-        out::text(&render(remote, &report.path, &report.hosts, &cells));
+        out::text(&render(
+            remote,
+            &report.path,
+            &report.hosts,
+            report.raised.as_ref(),
+            &cells,
+        ));
         if let Some(d) = out_dir {
             out::line(&format!(
                 "\nreport: {}",
@@ -518,17 +587,51 @@ fn cell_row(c: &RemoteCell) -> (String, String) {
     }
 }
 
+/// What was raised for the raised cells, in a sentence (`None`: nothing ran raised).
+fn raised_line(raised: Option<&RaisedReport>) -> Option<String> {
+    let r = raised?;
+    let list = |c: &[crate::cmd::hold_limits::Change]| {
+        if c.is_empty() {
+            "nothing (already at or above it)".to_string()
+        } else {
+            c.iter()
+                .map(|c| format!("{} {} -> {}", c.key, c.before, c.set))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let mut s = format!(
+        "Raised host configurations ran with the maxima at {}: here {}; there {}",
+        mib(Some(r.max_bytes)),
+        list(&r.here),
+        list(&r.there)
+    );
+    for n in &r.notes {
+        s.push_str(&format!(" ({n})"));
+    }
+    s.push_str("; put back after them");
+    for e in &r.restore_errors {
+        s.push_str(&format!("; {e}"));
+    }
+    Some(s)
+}
+
 /// The report for people: the measured path, the hosts' limits, then one line per cell.
 pub(crate) fn render(
     remote: &str,
     path: &PathFigures,
     hosts: &[HostLimits],
+    raised: Option<&RaisedReport>,
     cells: &[RemoteCell],
 ) -> String {
     let mut s = path_line(remote, path);
     s.push('\n');
     for h in hosts {
         s.push_str(&host_line(h));
+        s.push('\n');
+    }
+    if let Some(l) = raised_line(raised) {
+        s.push_str(&l);
         s.push('\n');
     }
     s.push('\n');
@@ -554,6 +657,7 @@ pub(crate) fn html(
     remote: &str,
     path: &PathFigures,
     hosts: &[HostLimits],
+    raised: Option<&RaisedReport>,
     cells: &[RemoteCell],
     plan: &Plan,
 ) -> String {
@@ -575,7 +679,11 @@ pub(crate) fn html(
     for l in hosts {
         h.push_str(&format!("<li>{}</li>\n", esc(&host_line(l))));
     }
-    h.push_str("</ul>\n<h2>Cells</h2>\n");
+    h.push_str("</ul>\n");
+    if let Some(l) = raised_line(raised) {
+        h.push_str(&format!("<p>{}</p>\n", esc(&l)));
+    }
+    h.push_str("<h2>Cells</h2>\n");
     let ran: Vec<&RemoteCell> = cells.iter().filter(|c| !c.rates_bps.is_empty()).collect();
     if !ran.is_empty() {
         let top = tcptune_lab::svg::nice_ceil(
@@ -663,22 +771,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_untuned_cells_run_across_a_real_path_and_manual_waits_for_a_measured_rate() {
+    fn raised_cells_run_unless_the_limits_cannot_be_raised_and_manual_waits_for_a_rate() {
         let plan = Plan::quick();
-        let cells = cells(&plan);
-        let run: Vec<String> = cells
+        let mut cells = cells(&plan);
+        let run = |cells: &[RemoteCell]| -> Vec<String> {
+            cells
+                .iter()
+                .filter(|c| c.not_applied.is_none())
+                .map(|c| format!("{} {} {}", c.host, c.mode, c.streams))
+                .collect()
+        };
+        let all = run(&cells);
+        assert!(all.iter().any(|r| r.starts_with("untuned ")), "{all:?}");
+        assert!(all.iter().any(|r| r.starts_with("kernel_only ")), "{all:?}");
+        assert!(
+            cells.iter().all(|c| c.raised == (c.host != "untuned")),
+            "raised: exactly the kernel-only and user/kernel cells"
+        );
+        // ideal (a sweep around an emulated BDP) never runs across a real path.
+        assert!(cells.iter().filter(|c| c.mode == "ideal").all(|c| c
+            .not_applied
+            .as_deref()
+            .is_some_and(|w| w.contains("sweep"))));
+        mark_not_raisable(&mut cells, "needs root on the remote host");
+        let left = run(&cells);
+        assert!(!left.is_empty());
+        assert!(left.iter().all(|r| r.starts_with("untuned ")), "{left:?}");
+        assert!(cells
             .iter()
-            .filter(|c| c.not_applied.is_none())
-            .map(|c| format!("{} {} {}", c.host, c.mode, c.streams))
-            .collect();
-        assert!(!run.is_empty());
-        assert!(run.iter().all(|r| r.starts_with("untuned ")), "{run:?}");
-        let not: Vec<&RemoteCell> = cells.iter().filter(|c| c.not_applied.is_some()).collect();
-        assert!(not
-            .iter()
-            .any(|c| c.mode == "ideal"
-                && c.not_applied.as_deref().is_some_and(|w| w.contains("root"))));
-        assert!(not.iter().any(|c| c.host != "untuned"));
+            .filter(|c| c.raised && c.mode != "ideal")
+            .all(|c| c.not_applied.as_deref() == Some("needs root on the remote host")));
         assert!(needs_measured_rate("manual"));
         assert!(
             !needs_measured_rate("manual:100mbit"),
@@ -768,12 +890,25 @@ mod tests {
                 ..HostLimits::default()
             },
         ];
-        let text = render("dtn2", &p, &hosts, &c);
+        let raised = RaisedReport {
+            max_bytes: 128 << 20,
+            here: vec![crate::cmd::hold_limits::Change {
+                key: "net.core.wmem_max".into(),
+                before: "4194304".into(),
+                set: "134217728".into(),
+            }],
+            ..RaisedReport::default()
+        };
+        let text = render("dtn2", &p, &hosts, Some(&raised), &c);
+        assert!(
+            text.contains("here net.core.wmem_max 4194304 -> 134217728; there nothing"),
+            "{text}"
+        );
         assert!(text.contains("RTT 25.10 ms (measured)"), "{text}");
         assert!(text.contains("not applied"), "{text}");
         assert!(text.contains("ran as manual:940000000bit"), "{text}");
         assert!(text.contains("dtn2 (receiver): limits unknown"), "{text}");
-        let page = html("dtn2", &p, &hosts, &c, &Plan::quick());
+        let page = html("dtn2", &p, &hosts, None, &c, &Plan::quick());
         assert_eq!(
             page.matches("<rect ").count(),
             2,
@@ -789,7 +924,7 @@ mod tests {
         c[0].rates_bps = vec![1e8];
         c[0].failures = vec!["<script>alert(1)</script>".into()];
         let p = summarize(&c);
-        let page = html("<b>evil</b>@host", &p, &[], &c, &Plan::quick());
+        let page = html("<b>evil</b>@host", &p, &[], None, &c, &Plan::quick());
         assert!(!page.contains("<script>"), "{page}");
         assert!(!page.contains("<b>evil"), "{page}");
         assert!(page.contains("&lt;script&gt;"));
