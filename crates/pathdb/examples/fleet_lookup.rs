@@ -3,7 +3,10 @@
 //! p99 of one lookup, PostgreSQL (a throw-away cluster on a Unix socket, `tcptune_testkit::pg`)
 //! against the SQLite store on the same machine. `FLEET_HOSTS=16` makes it smaller.
 //!
-//! `cargo run --release -p tcptune-pathdb --example fleet_lookup`
+//! `cargo run --release -p tcptune-pathdb --example fleet_lookup`; `bench/fleet_lookup.sh`
+//! runs it with `FLEET_REPS` rounds of lookups on both stores, interleaved, and `FLEET_RAW`
+//! naming the raw file its rows are appended to (one per store and round: bench/tables
+//! makes docs/bench/fleet_lookup.md of them); `FLEET_COMMIT` is the commit they record.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -45,18 +48,16 @@ fn entries(h: u32) -> Vec<StoredEntry> {
         .collect()
 }
 
-fn fill(location: &Path, hosts: u32) -> Result<(), Box<dyn std::error::Error>> {
+/// Store `hosts` x [`PER_HOST`] paths; the seconds it took.
+fn fill(location: &Path, hosts: u32) -> Result<f64, Box<dyn std::error::Error>> {
     let mut s = PathStore::open(location)?;
     let t = Instant::now();
     for h in 0..hosts {
         s.import(&entries(h))?;
     }
-    println!(
-        "  filled {} paths in {:.1} s",
-        hosts * PER_HOST,
-        t.elapsed().as_secs_f64()
-    );
-    Ok(())
+    let secs = t.elapsed().as_secs_f64();
+    println!("  filled {} paths in {secs:.1} s", hosts * PER_HOST);
+    Ok(secs)
 }
 
 /// Every lookup's time from `CLIENTS` threads at once, sorted.
@@ -100,37 +101,92 @@ fn lookups(location: &Path, hosts: u32) -> Vec<Duration> {
     all
 }
 
-fn report(name: &str, times: &[Duration]) -> (f64, f64) {
+/// The p50 and p99 of `times` (sorted), milliseconds.
+fn percentiles(times: &[Duration]) -> (f64, f64) {
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
-    let (p50, p99) = (pct(0.5), pct(0.99));
-    println!(
-        "  {name}: {} lookups, p50 {p50:.3} ms, p99 {p99:.3} ms",
-        times.len()
-    );
-    (p50, p99)
+    (pct(0.5), pct(0.99))
+}
+
+/// One raw row (see bench/fleet_lookup.sh for the header).
+struct Row<'a> {
+    store: &'a str,
+    rep: u32,
+    paths: u32,
+    lookups: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    fill_s: f64,
+}
+
+fn append(raw: &Path, commit: &str, r: &Row<'_>) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().append(true).open(raw)?;
+    writeln!(
+        f,
+        "lookup\t{}\ttcptune-pathdb\t{commit}\t{} paths, {CLIENTS} clients x {LOOKUPS_EACH} lookups\t{}\t{}\t{CLIENTS}\t{}\t{:.4}\t{:.4}\t{:.1}\t0",
+        r.store, r.paths, r.rep, r.paths, r.lookups, r.p50_ms, r.p99_ms, r.fill_s
+    )
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let hosts: u32 = std::env::var("FLEET_HOSTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
+    let env_u32 = |k: &str, d: u32| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let hosts = env_u32("FLEET_HOSTS", 256);
+    let reps = env_u32("FLEET_REPS", 1).max(1);
+    let raw = std::env::var_os("FLEET_RAW").map(PathBuf::from);
+    let commit = std::env::var("FLEET_COMMIT").unwrap_or_else(|_| "-".into());
+    let paths = hosts * PER_HOST;
     let dir = std::env::temp_dir().join(format!("tcptune-fleet-lookup-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    println!("SQLite ({} paths, {CLIENTS} clients):", hosts * PER_HOST);
+    println!("filling both stores with {paths} paths");
     let sqlite = dir.join("paths.sqlite");
-    fill(&sqlite, hosts)?;
-    let (_, s99) = report("sqlite", &lookups(&sqlite, hosts));
-    println!(
-        "PostgreSQL ({} paths, {CLIENTS} clients):",
-        hosts * PER_HOST
-    );
+    let sqlite_fill = fill(&sqlite, hosts)?;
     let cluster = PgCluster::start();
     cluster.create_database("fleet");
     let url = PathBuf::from(cluster.url("fleet"));
-    fill(&url, hosts)?;
-    let (_, p99) = report("postgres", &lookups(&url, hosts));
-    println!("p99 postgres / sqlite: {:.2}", p99 / s99);
+    let pg_fill = fill(&url, hosts)?;
+    // Rounds interleaved, so that a change in the machine's load falls on both stores.
+    for rep in 1..=reps {
+        let mut p99 = [0.0; 2];
+        for (i, (store, location, fill_s)) in [
+            ("sqlite", &sqlite, sqlite_fill),
+            ("postgres", &url, pg_fill),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let times = lookups(location, hosts);
+            let (p50_ms, p99_ms) = percentiles(&times);
+            p99[i] = p99_ms;
+            println!(
+                "  round {rep} {store}: {} lookups from {CLIENTS} clients, p50 {p50_ms:.3} ms, p99 {p99_ms:.3} ms",
+                times.len()
+            );
+            if let Some(raw) = &raw {
+                append(
+                    raw,
+                    &commit,
+                    &Row {
+                        store,
+                        rep,
+                        paths,
+                        lookups: times.len(),
+                        p50_ms,
+                        p99_ms,
+                        fill_s,
+                    },
+                )?;
+            }
+        }
+        println!(
+            "  round {rep}: p99 postgres / sqlite {:.2}",
+            p99[1] / p99[0]
+        );
+    }
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -267,17 +267,28 @@ fn start_remote(
         })
         .map_err(|e| e.to_string())?;
     match lines.recv_timeout(HOLD_DEADLINE) {
-        Ok(line) => {
-            let changes = parse_answer(&line)?;
-            Ok((
+        Ok(line) => match parse_answer(&line) {
+            Ok(answer) => Ok((
                 RemoteHold {
                     child,
                     lines,
                     stderr,
                 },
-                changes,
-            ))
-        }
+                answer,
+            )),
+            Err(why) => {
+                // An older far end (no hold-limits), a shell's complaint: its stderr says
+                // more than its first line did.
+                let _ = child.wait_until(Some(Instant::now() + Duration::from_secs(5)), || false);
+                let _ = child.terminate();
+                let err = last_line(&stderr.join().unwrap_or_default());
+                Err(if err.is_empty() || err.contains(&why) {
+                    why
+                } else {
+                    format!("{why}: {err}")
+                })
+            }
+        },
         Err(_) => {
             let _ = child.terminate();
             let err = stderr.join().unwrap_or_default();
