@@ -750,3 +750,140 @@ fn sigterm_to_exec_stops_the_command_detaches_and_removes_its_cgroup() {
     );
     assert!(!cgroup.exists(), "{} is left", cgroup.display());
 }
+
+/// The IDs of the programs attached to `cgroup` for `attach_type` (BPF_PROG_QUERY: what
+/// `bpftool cgroup show` lists).
+fn attached_programs(cgroup: &std::path::Path, attach_type: u32) -> Vec<u32> {
+    use std::os::fd::AsRawFd;
+    // The `query` member of union bpf_attr (Linux 6.x).
+    #[repr(C)]
+    #[derive(Default)]
+    struct Query {
+        target_fd: u32,
+        attach_type: u32,
+        query_flags: u32,
+        attach_flags: u32,
+        prog_ids: u64,
+        prog_cnt: u32,
+        _pad: u32,
+        prog_attach_flags: u64,
+        link_ids: u64,
+        link_attach_flags: u64,
+        revision: u64,
+    }
+    const BPF_PROG_QUERY: libc::c_long = 16;
+    let dir = std::fs::File::open(cgroup).expect("open the cgroup");
+    let mut ids = [0u32; 64];
+    let mut q = Query {
+        target_fd: dir.as_raw_fd() as u32,
+        attach_type,
+        prog_ids: ids.as_mut_ptr() as u64,
+        prog_cnt: ids.len() as u32,
+        ..Query::default()
+    };
+    // SAFETY: bpf(2) BPF_PROG_QUERY with a valid attr of its size; the kernel writes at most
+    // prog_cnt IDs into `ids`, which outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_QUERY,
+            &mut q as *mut Query,
+            std::mem::size_of::<Query>(),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "BPF_PROG_QUERY {}: {}",
+        cgroup.display(),
+        std::io::Error::last_os_error()
+    );
+    ids[..(q.prog_cnt as usize).min(ids.len())].to_vec()
+}
+
+/// A client in `cgroup` connects across an emulated 20 ms path to a full-pipe peer and
+/// prints the pacing rate its socket has right after connect() (-1: none; python reads the
+/// 4-byte value signed).
+fn pacing_after_connect(cgroup: &tcptune_agent::cgroup::ChildCgroup) -> i64 {
+    let server = "python3 -c \"\nimport socket\nl = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nl.bind(('198.19.0.1', 5399)); l.listen()\nwhile True:\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\"";
+    let client = "import socket, time\n\
+        for i in range(200):\n    \
+            try:\n        s = socket.create_connection(('198.19.0.1', 5399)); break\n    \
+            except OSError:\n        time.sleep(0.05)\n\
+        print(s.getsockopt(socket.SOL_SOCKET, 47))\n\
+        s.close()\n";
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "emu", "run", "--rtt", "20ms", "--rate", "100mbit", "--server", server, "--", "python3",
+        "-c", client,
+    ]);
+    cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let out = cmd.output().expect("emu run");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pacing rate printed: {said}"))
+}
+
+#[test]
+fn kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned() {
+    use std::io::BufRead;
+    let test = "kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned";
+    if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("kill9");
+    record_full_pipe_entry(&db);
+    let mount = tcptune_agent::cgroup::cgroup2_mount().expect("cgroup2");
+    let cgroup =
+        tcptune_agent::cgroup::ChildCgroup::create(&mount, "tt-agent-kill9").expect("cgroup");
+    let sock_ops = tcptune_agent::stale::BPF_CGROUP_SOCK_OPS;
+    assert!(attached_programs(cgroup.path(), sock_ops).is_empty());
+    let limits = wmem_max();
+    let mut agent = tcptune_testkit::ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["agent", "run", "--cgroup"])
+            .arg(cgroup.path())
+            .arg("--path-db")
+            .arg(&db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
+    let attached = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("agent attached to"));
+    assert!(attached);
+    assert_eq!(attached_programs(cgroup.path(), sock_ops).len(), 1);
+    // Tuned while the agent lives: the full-pipe peer's connection is paced at its rate.
+    let paced = pacing_after_connect(&cgroup);
+    assert_eq!(paced, 100_000_000 / 8, "paced at the path's rate");
+
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(agent.id() as i32, libc::SIGKILL);
+    }
+    let killed = std::time::Instant::now();
+    let _ = agent.0.wait();
+    let gone = tcptune_testkit::wait_for(std::time::Duration::from_secs(10), || {
+        attached_programs(cgroup.path(), sock_ops).is_empty()
+    });
+    let took = killed.elapsed();
+    assert!(gone, "programs still attached after kill -9");
+    eprintln!(
+        "{test}: nothing attached {:.0} ms after kill -9",
+        took.as_secs_f64() * 1e3
+    );
+    // The next connection is the kernel's own, and the host's limits are as they were.
+    assert_eq!(pacing_after_connect(&cgroup), -1, "not paced");
+    assert_eq!(wmem_max(), limits);
+}
