@@ -262,8 +262,11 @@ fn exec_waits_for_the_close_of_a_connection_cmd_left_closing_but_not_forever() {
 /// `agent exec -- tcptune emu run ... -- python3 CLIENT` against a server in side B, with a
 /// full-pipe entry for the emulated peer in the path database.
 fn through_emu(db: &std::path::Path, mode: &str) -> Output {
-    let server = "python3 -c \"\nimport socket\nl = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nl.bind(('198.19.0.1', 5399)); l.listen()\nwhile True:\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\"";
-    let client = "import socket, time\n\
+    through_emu_with(db, mode, "20ms", TWO_CONNECTIONS)
+}
+
+/// CMD's client for [`through_emu`]: two connections to the server, 2 MB each.
+const TWO_CONNECTIONS: &str = "import socket, time\n\
         for n in range(2):\n    \
             for i in range(200):\n        \
                 try:\n            s = socket.create_connection(('198.19.0.1', 5399)); break\n        \
@@ -271,11 +274,26 @@ fn through_emu(db: &std::path::Path, mode: &str) -> Output {
             s.sendall(b'x' * 2000000); s.shutdown(socket.SHUT_WR)\n    \
             while s.recv(65536):\n        pass\n    \
             s.close()\n";
+
+/// One emulated path at a time in this binary: the agent applies a policy only while the
+/// handshake RTT is inside the entry's half-octave bucket (16.8-23.8 ms for 20 ms), and two
+/// emulators forwarding at once on a busy 2-core host have delayed a handshake past it.
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_emulator() -> std::sync::MutexGuard<'static, ()> {
+    EMU.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`through_emu`] with the path's RTT and the client's code given.
+fn through_emu_with(db: &std::path::Path, mode: &str, rtt: &str, client: &str) -> Output {
+    let _one = one_emulator();
+    let server = "python3 -c \"\nimport socket\nl = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\nl.bind(('198.19.0.1', 5399)); l.listen()\nwhile True:\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\"";
     agent_exec(
         db,
         &["--json", "--mode", mode],
         &[
-            BIN, "emu", "run", "--rtt", "20ms", "--rate", "100mbit", "--server", server, "--",
+            BIN, "emu", "run", "--rtt", rtt, "--rate", "100mbit", "--server", server, "--",
             "python3", "-c", client,
         ],
     )
@@ -485,6 +503,7 @@ fn override_app_buffers_raises_a_small_window_and_names_the_process() {
     let run = |extra: &[&str]| {
         let mut args = vec!["--json"];
         args.extend_from_slice(extra);
+        let _one = one_emulator();
         agent_exec(
             &db,
             &args,
@@ -818,6 +837,7 @@ fn pacing_after_connect(cgroup: &tcptune_agent::cgroup::ChildCgroup) -> i64 {
         "-c", client,
     ]);
     cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let _one = one_emulator();
     let out = cmd.output().expect("emu run");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -886,4 +906,68 @@ fn kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned(
     // The next connection is the kernel's own, and the host's limits are as they were.
     assert_eq!(pacing_after_connect(&cgroup), -1, "not paced");
     assert_eq!(wmem_max(), limits);
+}
+
+#[test]
+fn only_a_known_peer_is_tuned_and_only_inside_its_rtt_bucket() {
+    let test = "only_a_known_peer_is_tuned_and_only_inside_its_rtt_bucket";
+    if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
+        return;
+    }
+    let db = tmp_db("bucket");
+    // A full-pipe entry for side B (198.19.0.1) measured at 20 ms.
+    record_full_pipe_entry(&db);
+    // One connection to the known peer, one to a peer without an entry (a server on side
+    // A's own address, 198.18.0.1).
+    let both = "import socket, threading, time\n\
+        l = socket.socket(); l.bind(('198.18.0.1', 0)); l.listen()\n\
+        def serve():\n    c, _ = l.accept()\n    while c.recv(65536):\n        pass\n    c.close()\n\
+        t = threading.Thread(target=serve); t.start()\n\
+        u = socket.create_connection(l.getsockname()); u.sendall(b'x' * 200000); u.close(); t.join()\n\
+        for i in range(200):\n    \
+            try:\n        s = socket.create_connection(('198.19.0.1', 5399)); break\n    \
+            except OSError:\n        time.sleep(0.05)\n\
+        s.sendall(b'x' * 200000); s.shutdown(socket.SHUT_WR)\n\
+        while s.recv(65536):\n    pass\n\
+        s.close()\n";
+    let closes = |out: &Output, peer: &str| -> Vec<Value> {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["kind"] == "close" && l["peer"] == peer && l["opened"] == "active")
+            .collect()
+    };
+    let bits = |c: &Value| c["applied_bits"].as_u64().expect("applied_bits");
+    // On the 20 ms path: the known peer is tuned (a policy, pacing), the other observed.
+    let out = through_emu_with(&db, "enforce", "20ms", both);
+    let known = closes(&out, "198.19.0.1");
+    assert_eq!(known.len(), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        known[0]["policy_id"].as_u64().is_some_and(|id| id > 0),
+        "{}",
+        known[0]
+    );
+    assert!(bits(&known[0]) & 8 != 0, "paced: {}", known[0]);
+    let unknown = closes(&out, "198.18.0.1");
+    assert_eq!(unknown.len(), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(bits(&unknown[0]), 0, "nothing applied: {}", unknown[0]);
+    // On a 100 ms path the known peer's handshake RTT is outside the 20 ms entry's bucket:
+    // another path, observed only.
+    let out = through_emu_with(&db, "enforce", "100ms", both);
+    let rerouted = closes(&out, "198.19.0.1");
+    assert_eq!(
+        rerouted.len(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let b = bits(&rerouted[0]);
+    assert!(b & 64 != 0, "outside its bucket: {}", rerouted[0]);
+    assert_eq!(b & (1 | 2 | 4 | 8 | 16), 0, "nothing set: {}", rerouted[0]);
 }
