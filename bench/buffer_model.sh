@@ -10,7 +10,10 @@
 # data the limiting buffer kept in flight. Both ends' peak buffers come from SO_MEMINFO
 # (tcptune send --tune kernel reports them). REPS repetitions, interleaved; medians.
 #
-# Usage: sudo bench/buffer_model.sh [--reps N] [--duration SECS]   (writes docs/bench/buffer_model.md)
+# Writes every run to bench/raw/buffer_model.tsv (RAW=) and docs/bench/buffer_model.md from it
+# with bench/tables.
+#
+# Usage: sudo bench/buffer_model.sh [--reps N] [--duration SECS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TCPTUNE=${TCPTUNE:-target/release/tcptune}
@@ -32,6 +35,7 @@ BIG=268435456
 RTT_MS=100
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # run CASE REP: CASE is "send" (sender's tcp_wmem max small) or "recv" (receiver's tcp_rmem max small)
 run() {
@@ -53,40 +57,50 @@ for rep in $(seq 1 "$REPS"); do
     echo "repetition $rep of $REPS done" >&2
 done
 
-python3 - "$out" "$REPS" "$DUR" "$SMALL" "$RTT_MS" <<'PY' | tee docs/bench/buffer_model.md
-import json, statistics, sys, glob, os
-out, reps, dur, small, rtt_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-rows = {}
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+RAW=${RAW:-bench/raw/buffer_model.tsv}
+python3 - "$out" "$REPS" "$DUR" "$SMALL" "$RTT_MS" "$RAW" "$TCPTUNE" "$load_before" "$load_after" <<'PY'
+import json, sys, glob, os, datetime, platform
+sys.path.insert(0, "bench")
+from benchlib import commit_of  # noqa: E402
+out, reps, dur, small, rtt_ms, raw, binary, load0, load1 = sys.argv[1:10]
+reps, dur, small, rtt_ms = int(reps), float(dur), int(small), float(rtt_ms)
+commit = commit_of(binary)
+lines = [
+    f"# command: sudo bench/buffer_model.sh --reps {reps} --duration {dur:g}",
+    f"# date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+    f"# host: Linux {platform.release()}, {os.cpu_count()} CPUs, tcptune emu at 1 Gbit/s x "
+    f"{rtt_ms:g} ms, queue 1 BDP, cubic",
+    f"# load: load average {load0} before and {load1} after",
+    f"# small: {small}",
+    "# steady: the second half of each run; inflight_bytes = its rate x the sender's min RTT; "
+    "buffer_bytes = the limiting end's peak SO_MEMINFO buffer",
+    "part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\tbits_per_s\t"
+    "rtt_min_us\tbuffer_bytes\tinflight_bytes\texit",
+]
 for case in ("send", "recv"):
-    vals = []
-    for f in sorted(glob.glob(os.path.join(out, f"{case}.*.json"))):
+    opts = (f"tcp_wmem max {small}, tcp_rmem max 256 MiB" if case == "send"
+            else f"tcp_rmem max {small}, tcp_wmem max 256 MiB")
+    for rep in range(1, reps + 1):
+        f = os.path.join(out, f"{case}.{rep}.json")
+        row = ["model", case, "tcptune send --tune kernel -C cubic", commit, opts, str(rep)]
         try:
             r = json.load(open(f))
-        except Exception:
-            continue
-        iv = [i["sum"] for i in r.get("intervals", []) if i["sum"]["start"] >= dur / 2]
-        if not iv:
-            continue
-        bps = sum(i["bytes"] for i in iv) * 8 / sum(i["seconds"] for i in iv)
-        d = r["end"]["tcptune"]["streams"][0]
-        rtt_s = (d["sender"].get("rtt_min_us") or rtt_ms * 1000) / 1e6
-        inflight = bps / 8 * rtt_s
-        buf = d["sender"]["peak_sndbuf_bytes"] if case == "send" else d["receiver"]["peak_rcvbuf_bytes"]
-        vals.append((bps, inflight, buf))
-    rows[case] = vals
-print("# Socket buffer: data in flight per byte of buffer (measured)\n")
-print(f"One cubic flow, emulated 1 Gbit/s x {rtt_ms:g} ms (BDP 12.5 MB), {dur:g} s per run, steady state = the second half;")
-print(f"only one end's autotuning maximum is small ({small >> 20} MiB), the other's is 256 MiB. {reps} repetitions, medians (min-max).")
-print("Produced by `sudo bench/buffer_model.sh`.\n")
-print("| limiting buffer | peak sk buffer | steady throughput | data in flight | in flight / buffer |")
-print("| --- | --- | --- | --- | --- |")
-for case, name in (("send", "send (tcp_wmem max)"), ("recv", "receive (tcp_rmem max)")):
-    v = rows.get(case) or []
-    if not v:
-        print(f"| {name} | - | - | - | no successful run |")
-        continue
-    med = lambda k: statistics.median(x[k] for x in v)
-    frac = [x[1] / x[2] for x in v if x[2]]
-    print(f"| {name} | {med(2) / 2**20:.2f} MiB | {med(0) / 1e6:.0f} Mbit/s | {med(1) / 2**20:.2f} MiB | "
-          f"**{statistics.median(frac):.2f}** ({min(frac):.2f}-{max(frac):.2f}, n={len(frac)}) |")
+            iv = [i["sum"] for i in r.get("intervals", []) if i["sum"]["start"] >= dur / 2]
+            secs = sum(i["seconds"] for i in iv)
+            nbytes = sum(i["bytes"] for i in iv)
+            bps = nbytes * 8 / secs
+            d = r["end"]["tcptune"]["streams"][0]
+            rtt_us = d["sender"].get("rtt_min_us") or rtt_ms * 1000
+            buf = (d["sender"]["peak_sndbuf_bytes"] if case == "send"
+                   else d["receiver"]["peak_rcvbuf_bytes"])
+            inflight = bps / 8 * rtt_us / 1e6
+            row += [f"{secs:.3f}", str(nbytes), "-", f"{bps:.0f}", str(rtt_us), str(buf),
+                    f"{inflight:.0f}", "0"]
+        except Exception:  # noqa: BLE001 - a failed run is a row that says so
+            row += ["-", "0", "-", "-", "-", "-", "-", "1"]
+        lines.append("\t".join(row))
+open(raw, "w").write("\n".join(lines) + "\n")
+print(f"wrote {raw}", file=sys.stderr)
 PY
+python3 bench/tables

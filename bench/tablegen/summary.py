@@ -21,7 +21,7 @@ HAND_TABLES = [
     ("docs/bench/transfer.md", "the committed table predates bench/raw/transfer_vs_iperf3.tsv "
      "(the script writes it from now on; bench/tables then generates transfer.md and its "
      "summary rows from it)"),
-    ("docs/bench/emu.md, emu-rootless.md, watch.md, buffer_model.md",
+    ("docs/bench/emu.md, emu-rootless.md, watch.md",
      "their scripts' per-run output is not committed"),
 ]
 
