@@ -50,8 +50,11 @@ pub const MIN_INITIAL_WINDOW: u64 = 10;
 /// The initial receive window a listener the agent raised gives a peer without a policy,
 /// bytes: what Linux offered every connection before 6.10 (its SYN-ACK's unscaled 16-bit
 /// window, RFC 7323), answered at `RWND_INIT` in whole segments of [`MSS`]
-/// ([`stranger_segments`]: 45 x 1448 = 65160 bytes). A stranger's window grows from there
-/// as any connection's does, with the data it sends.
+/// ([`stranger_segments`]: 45 x 1448 = 65160 bytes; with a jumbo MTU 45 segments are
+/// more). A stranger's window grows from there as any connection's does, with the data it
+/// sends. Not held: a connection accepted through a SYN cookie (the listener's SYN queue
+/// overflowed), which the kernel opens without asking the program (`cookie_v4_check` takes
+/// the route's `initrwnd`), and gets the listener's offer.
 pub const STRANGER_WINDOW_BYTES: u64 = 65_535;
 /// The largest receive window a listener is offered for its known peers, bytes, whatever the
 /// host's limits (`SO_RCVLOWAT` takes at most half `tcp_rmem[2]`, 16 MiB by default).
