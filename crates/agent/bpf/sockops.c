@@ -23,6 +23,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define SOL_SOCKET 1
 #define SO_SNDBUF 7
 #define SO_RCVBUF 8
+#define SO_RCVLOWAT 18
 #define SO_MAX_PACING_RATE 47
 #define SOL_TCP 6
 #define SOCK_STREAM 1
@@ -30,6 +31,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define TCP_CONGESTION 13
 #define TCP_BPF_IW 1001
 #define TCP_CLOSE 7
+#define TCP_LISTEN 10
 #define SOCK_SNDBUF_LOCK 1
 #define SOCK_RCVBUF_LOCK 2
 
@@ -49,6 +51,9 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define A_ADVISED 128     // advise mode: nothing was set
 #define A_FAILED 256      // a setsockopt the kernel refused
 #define A_LIFTED 512      // the pacing cap was lifted after careful resume's two round trips
+#define A_RWND 1024       // accepted from a listener the agent raised: the peer (known) was
+                          // offered the listener's large initial window
+#define A_RWND_HELD 2048  // ... the peer (a stranger) was held to the pre-6.10 window
 
 // Bits of `flags` in a record.
 #define F_PASSIVE 1
@@ -96,6 +101,28 @@ struct tt_cfg {
 	// SO_SNDBUF (SO_RCVBUF) request below this is raised to it (see policy.rs).
 	__u32 override_snd;
 	__u32 override_rcv;
+	// A listener opened under the agent (enforce) offers this receive window from its
+	// SYN-ACK on (SO_RCVLOWAT raises its unlocked receive buffer, which the SYN-ACKs'
+	// window comes from and its connections inherit); 0: listeners are left alone.
+	__u32 listen_offer;
+	// ... and a peer without a policy is answered this initial window at RWND_INIT,
+	// segments: what Linux offered before 6.10 (64 KiB), whatever the listener holds.
+	__u32 stranger_rwnd;
+};
+
+// A port some listener the agent raised listens on, in one network namespace (what
+// RWND_INIT, which runs on a request socket, can tell of its listener).
+struct tt_listen_key {
+	__u64 netns;
+	__u32 port;
+	__u32 _pad;
+};
+
+struct tt_listen_val {
+	__u32 count;  // listeners raised on the port (SO_REUSEPORT, one per family)
+	__u32 offer;  // the SO_RCVLOWAT the agent set (and reset from, see passive_child())
+	__u32 lowat;  // the listener's own SO_RCVLOWAT before (1 unless the application set it)
+	__u32 _pad;
 };
 
 // An application's buffer request the setsockopt program raised (56 bytes).
@@ -123,6 +150,8 @@ struct tt_conn {
 	// --override-app-buffers rewrote the application's SO_SNDBUF (1) / SO_RCVBUF (2)
 	// request: the lock that left is ours, not the application's (set by tt_setsockopt).
 	__u32 overridden;
+	__u32 listening; // a listener the agent raised (its close unregisters its port)
+	__u32 listen_port;
 	__u32 _pad;
 };
 
@@ -181,12 +210,22 @@ struct {
 	__type(value, struct tt_cfg);
 } tt_cfg SEC(".maps");
 
+// The ports of the listeners the agent raised: at most 1024 at once (a listener beyond is
+// left alone: its strangers could not be told apart).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct tt_listen_key);
+	__type(value, struct tt_listen_val);
+} tt_listen SEC(".maps");
+
 // Counters: 0 sockets tuned, 1 sockets observed, 2 sockets advised, 3 records dropped,
-// 4 sockets closed. Every connection established() counts in exactly one of 0-2 and, at its
-// close, in 4: `agent exec` waits for 4 to reach the sum of 0-2 after its command exits.
+// 4 sockets closed, 5 listeners raised. Every connection established() counts in exactly one
+// of 0-2 and, at its close, in 4: `agent exec` waits for 4 to reach the sum of 0-2 after its
+// command exits.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 5);
+	__uint(max_entries, 6);
 	__type(key, __u32);
 	__type(value, __u64);
 } tt_stats SEC(".maps");
@@ -302,6 +341,140 @@ static __always_inline void emit(struct bpf_sock_ops *skops, struct tt_conn *c, 
 	bpf_ringbuf_submit(r, 0);
 }
 
+// The port a listener (or, at RWND_INIT and *_ESTABLISHED, the listener a connection came
+// to) listens on, in its network namespace.
+static __always_inline void listen_key(struct bpf_sock_ops *skops, struct tt_listen_key *k)
+{
+	k->netns = bpf_get_netns_cookie(skops);
+	k->port = skops->local_port;
+	k->_pad = 0;
+}
+
+static __always_inline void unregister_listener(struct tt_listen_key *k)
+{
+	struct tt_listen_val *l = bpf_map_lookup_elem(&tt_listen, k);
+	if (!l)
+		return;
+	// (clang's BPF target before v3 cannot use the value an atomic add returns: read it
+	// after, as closed() does for tt_conns.)
+	__sync_fetch_and_add(&l->count, -1);
+	if (l->count == 0 || l->count > 0x7fffffff)
+		bpf_map_delete_elem(&tt_listen, k);
+}
+
+// listen(2) on a socket of the cgroup: offer cfg->listen_offer from the SYN-ACK on, as
+// `tcptune serve --careful-resume` does for its own listener: SO_RCVLOWAT on an unlocked TCP
+// socket raises sk_rcvbuf to hold that window without locking it (the SYN-ACKs' window is
+// the listener's space since Linux 6.10; accepted connections inherit the buffer, still
+// autotuned), and the low-water mark is put back at once (connections inherit it too).
+// Which peers get the window is RWND_INIT's answer (rwnd_init()). A buffer the application
+// fixed is left alone, and so is a listener that already holds as much.
+static __always_inline void listening(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	__u32 zero = 0;
+	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
+	if (!sk || !cfg || cfg->mode != MODE_ENFORCE || !cfg->listen_offer || !cfg->stranger_rwnd)
+		return;
+	if (userlocks(skops) & SOCK_RCVBUF_LOCK)
+		return;
+	int before = 0, after = 0, old = 1, v;
+	if (bpf_getsockopt(skops, SOL_SOCKET, SO_RCVBUF, &before, sizeof(before)) ||
+	    bpf_getsockopt(skops, SOL_SOCKET, SO_RCVLOWAT, &old, sizeof(old)))
+		return;
+	// Register the port first: a listener whose strangers could not be told apart (the
+	// map is full) is not raised.
+	struct tt_listen_key k;
+	listen_key(skops, &k);
+	struct tt_listen_val nv = { .count = 1, .offer = cfg->listen_offer, .lowat = old };
+	struct tt_listen_val *l = bpf_map_lookup_elem(&tt_listen, &k);
+	if (l) {
+		__sync_fetch_and_add(&l->count, 1);
+	} else if (bpf_map_update_elem(&tt_listen, &k, &nv, BPF_NOEXIST) != 0) {
+		l = bpf_map_lookup_elem(&tt_listen, &k);
+		if (!l)
+			return;
+		__sync_fetch_and_add(&l->count, 1);
+	}
+	v = cfg->listen_offer;
+	int raised = bpf_setsockopt(skops, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0;
+	v = old;
+	bpf_setsockopt(skops, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v));
+	if (!raised || bpf_getsockopt(skops, SOL_SOCKET, SO_RCVBUF, &after, sizeof(after)) ||
+	    after <= before) {
+		unregister_listener(&k);
+		return;
+	}
+	count(5);
+	// Its close unregisters the port (STATE_CB from LISTEN to CLOSE).
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (c) {
+		c->listening = 1;
+		c->listen_port = k.port;
+	}
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+}
+
+static __always_inline void listener_closed(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return;
+	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, 0);
+	if (!c || !c->listening)
+		return;
+	struct tt_listen_key k;
+	listen_key(skops, &k);
+	k.port = c->listen_port;
+	unregister_listener(&k);
+	bpf_sk_storage_delete(&tt_socks, sk);
+}
+
+// RWND_INIT: the initial receive window (segments; 0 leaves the kernel's) of a connection
+// about to be offered. It runs on the request socket of a passive open (and at connect for
+// an active one, which is left alone: the agent raises no buffer before the SYN). On a port
+// the agent raised, a peer with a policy gets the listener's offer; a stranger gets what the
+// kernel offered before 6.10 (at most 64 KiB, RFC 7323's unscaled window) whatever the
+// listener holds: no large window is committed to a peer nobody knows.
+static __always_inline __u32 rwnd_init(struct bpf_sock_ops *skops)
+{
+	if (skops->is_fullsock)
+		return 0;
+	__u32 zero = 0;
+	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
+	if (!cfg || !cfg->stranger_rwnd)
+		return 0;
+	struct tt_listen_key k;
+	listen_key(skops, &k);
+	if (!bpf_map_lookup_elem(&tt_listen, &k))
+		return 0;
+	struct tt_addr peer, local;
+	if (addr_of(skops, &peer, &local))
+		return cfg->stranger_rwnd;
+	return find_policy(&peer) ? 0 : cfg->stranger_rwnd;
+}
+
+// A connection accepted from a listener the agent raised: the low-water mark it inherited is
+// the listener's own (put back at once in listening()); should it have been cloned in the
+// moment the offer stood, it gets the listener's own back here, before the application can
+// read (a request/response server would otherwise wait for the offer's bytes). Returns the
+// A_RWND* bit for the record (0: not from a raised listener).
+static __always_inline __u32 passive_child(struct bpf_sock_ops *skops, int known)
+{
+	struct tt_listen_key k;
+	listen_key(skops, &k);
+	struct tt_listen_val *l = bpf_map_lookup_elem(&tt_listen, &k);
+	if (!l)
+		return 0;
+	int lowat = 0, v;
+	if (bpf_getsockopt(skops, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)) == 0 &&
+	    lowat > 1 && (__u32)lowat == l->offer) {
+		v = l->lowat > 0 ? (int)l->lowat : 1;
+		bpf_setsockopt(skops, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v));
+	}
+	return known ? A_RWND : A_RWND_HELD;
+}
+
 static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 {
 	struct tt_addr peer, local;
@@ -327,11 +500,14 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 	struct tt_cfg *cfg = bpf_map_lookup_elem(&tt_cfg, &zero);
 	__u32 mode = cfg ? cfg->mode : MODE_OBSERVE;
 	struct tt_policy *p = find_policy(&peer);
+	// What RWND_INIT gave this connection (decided before any RTT was known).
+	if (passive)
+		c->applied = passive_child(skops, p != 0);
 	if (!p || mode == MODE_OBSERVE) {
 		count(1);
 		return;
 	}
-	c->applied = A_KNOWN;
+	c->applied |= A_KNOWN;
 	c->policy_id = p->id;
 	// A rerouted path is another path: apply only inside the entry's RTT bucket.
 	if (c->hs_rtt_us < p->rtt_lo_us || c->hs_rtt_us >= p->rtt_hi_us) {
@@ -431,7 +607,7 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 			failed = A_FAILED;
 	}
 	c->applied |= done | failed;
-	if (done)
+	if (done || (c->applied & A_RWND))
 		count(0);
 	else
 		count(1);
@@ -494,8 +670,18 @@ int tt_sockops(struct bpf_sock_ops *skops)
 		established(skops, 1);
 		break;
 	case BPF_SOCK_OPS_STATE_CB:
-		if (skops->args[1] == TCP_CLOSE)
-			closed(skops);
+		if (skops->args[1] == TCP_CLOSE) {
+			if (skops->args[0] == TCP_LISTEN)
+				listener_closed(skops);
+			else
+				closed(skops);
+		}
+		break;
+	case BPF_SOCK_OPS_TCP_LISTEN_CB:
+		listening(skops);
+		break;
+	case BPF_SOCK_OPS_RWND_INIT:
+		skops->reply = rwnd_init(skops);
 		break;
 	case BPF_SOCK_OPS_RTT_CB:
 		rtt_sample(skops);

@@ -7,8 +7,12 @@
 //! sets what the policy says: a send buffer sized from the path's rate and RTT, a receive
 //! buffer on passive sockets, a congestion control, pacing at the path's rate divided by the
 //! destination's open connections, and a larger initial window only for full-pipe entries,
-//! with pacing. At each close it reports the connection through a ring buffer; the agent
-//! turns the record into a measurement for the path database.
+//! with pacing. A listener opened in the cgroup offers the known destinations a receive
+//! window from the handshake on (`SO_RCVLOWAT` at `TCP_LISTEN_CB` raises its buffer without
+//! locking it), and at `RWND_INIT` a peer without a policy is held to the 64 KiB Linux
+//! offered before 6.10 ([`policy::initial_receive_window`]). At each close it reports the
+//! connection through a ring buffer; the agent turns the record into a measurement for the
+//! path database.
 //!
 //! The decisions are pure and tested here without a kernel: [`policy`] (path entry and host
 //! limits to settings, and the program's per-socket rule as a reference model), [`record`]

@@ -157,7 +157,8 @@ mod tests {
 
     #[test]
     fn raises_rmem_max_only_past_what_autotuning_reaches() {
-        // 25 MB of receive buffer: autotuning reaches 32 MiB, nothing to set or raise.
+        // 25 MB of receive buffer: autotuning reaches 32 MiB, no buffer to set or raise
+        // (only the first window is offered, which no maximum caps).
         let e = PathEntry {
             peer: "10.0.0.2".into(),
             direction: Direction::Receive,
@@ -169,15 +170,15 @@ mod tests {
             updated_unix_s: 0.0,
             samples: 1,
         };
-        assert_eq!(
-            settings_for(
-                None,
-                Some(&e),
-                &unbounded(&host()),
-                &PolicyOptions::default()
-            ),
-            None
-        );
+        let s = settings_for(
+            None,
+            Some(&e),
+            &unbounded(&host()),
+            &PolicyOptions::default(),
+        )
+        .expect("a receive window");
+        assert_eq!((s.sndbuf_request, s.rcvbuf_request), (0, 0));
+        assert!(raise_plan(&[s], &host()).is_empty());
         let s = settings(Direction::Receive, 10_000_000_000, 100);
         let plan = raise_plan(&[s], &host());
         assert_eq!(plan[0].key, "net.core.rmem_max");

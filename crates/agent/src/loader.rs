@@ -7,6 +7,7 @@
 //! loop, [`Loaded::wait_readable`] and [`Loaded::drain`]; drop it to detach.
 
 use crate::maps::{AddrKey, CfgValue, PolicyValue};
+use crate::policy::ListenOffer;
 use crate::Mode;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap, MapData, RingBuf};
@@ -185,12 +186,15 @@ impl Loaded {
         Ok(())
     }
 
-    /// Set the mode the program works in, and `--override-app-buffers`' thresholds for
-    /// sockets without a known peer ([`crate::policy::unconnected_needs`]; `None`: off).
+    /// Set the mode the program works in, `--override-app-buffers`' thresholds for sockets
+    /// without a known peer ([`crate::policy::unconnected_needs`]; `None`: off), and what
+    /// listeners opened from now on offer ([`crate::policy::listen_offer`]; the default:
+    /// nothing, they are left alone).
     pub fn set_config(
         &mut self,
         mode: Mode,
         override_needs: Option<(u32, u32)>,
+        listen: ListenOffer,
     ) -> Result<(), LoadError> {
         let mut cfg: Array<_, CfgValue> = Array::try_from(
             self.ebpf
@@ -205,6 +209,8 @@ impl Loaded {
                 override_on: u32::from(override_needs.is_some()),
                 override_snd: override_needs.map_or(0, |n| n.0),
                 override_rcv: override_needs.map_or(0, |n| n.1),
+                listen_offer: listen.window_bytes,
+                stranger_rwnd: listen.stranger_segments,
             },
             0,
         )

@@ -86,9 +86,14 @@ pub struct CfgValue {
     pub override_snd: u32,
     /// The same for `SO_RCVBUF`.
     pub override_rcv: u32,
+    /// The receive window a listener opened under the agent offers from its SYN-ACK on,
+    /// bytes (0: listeners are left alone; [`crate::policy::listen_offer`]).
+    pub listen_offer: u32,
+    /// The initial window a peer without a policy gets on such a listener, segments.
+    pub stranger_rwnd: u32,
 }
 
-// SAFETY: four u32s.
+// SAFETY: six u32s.
 unsafe impl aya::Pod for CfgValue {}
 
 /// Index in `tt_stats`: sockets the program tuned.
@@ -102,6 +107,8 @@ pub const STAT_DROPPED: u32 = 3;
 /// Index in `tt_stats`: sockets whose close the program saw (each counted once in
 /// [`STAT_TUNED`], [`STAT_OBSERVED`] or [`STAT_ADVISED`] when it was established).
 pub const STAT_CLOSED: u32 = 4;
+/// Index in `tt_stats`: listeners the program raised (they offer the known peers' window).
+pub const STAT_LISTENERS: u32 = 5;
 
 #[cfg(test)]
 mod tests {
@@ -111,7 +118,7 @@ mod tests {
     fn layouts_match_the_c_structs() {
         assert_eq!(std::mem::size_of::<PolicyValue>(), 64);
         assert_eq!(std::mem::size_of::<AddrKey>(), 16);
-        assert_eq!(std::mem::size_of::<CfgValue>(), 16);
+        assert_eq!(std::mem::size_of::<CfgValue>(), 24);
     }
 
     #[test]

@@ -14,7 +14,15 @@
 //!   divided by the destination's open connections: pacing at a lower bound would cap a
 //!   connection at what an earlier one happened to reach.
 //! * A larger initial window (`TCP_BPF_IW`, half the BDP in segments, as careful resume does)
-//!   only with that pacing.
+//!   only with that pacing, within what the socket's send buffer holds and
+//!   [`MAX_INITIAL_BURST_BYTES`].
+//! * A receive window offered from the handshake on to the destination's connections to a
+//!   listener of the agent's cgroup (half the BDP, as large as a careful-resume sender's
+//!   first window), within what `SO_RCVBUF` could give any application's listener under
+//!   `net.core.rmem_max`, half `tcp_rmem[2]` and [`MAX_LISTEN_OFFER_BYTES`]: a listener
+//!   opened under the agent holds the largest known destination's offer
+//!   ([`listen_offer`]), and a peer without a policy is answered the window Linux offered
+//!   before 6.10 ([`STRANGER_WINDOW_BYTES`], [`initial_receive_window`]).
 //! * Everything applies only while the handshake RTT is inside the entry's RTT bucket (a
 //!   rerouted path is another path), and never to a buffer the application fixed itself.
 
@@ -22,6 +30,7 @@ use crate::maps::{PolicyValue, POLICY_FULL_PIPE};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
+use tcptune_core::linux::{rcvbuf_window, sndbuf_payload};
 use tcptune_core::pathdb::{rtt_bucket_range, Direction, PathEntry};
 
 /// The send buffer's target, as a multiple of the BDP (`auto`'s sizing).
@@ -31,10 +40,36 @@ pub const SNDBUF_BDP_FACTOR: f64 = 1.75;
 pub const RCVBUF_BDP_FACTOR: f64 = 2.0;
 /// The segment size assumed for the initial window.
 pub const MSS: u64 = 1448;
-/// The largest initial window set, segments.
-pub const MAX_INITIAL_WINDOW: u64 = 1000;
+/// The most one connection's initial window may send before its first ACK, bytes: the
+/// budget `tcptune serve --careful-resume` gives one session (its `RESUME_MAX_BURST_BYTES`,
+/// 64 MiB: a 100 ms path at 5 Gbit/s fits half its BDP). A bad entry (a huge rate) costs
+/// at most this, paced at the entry's rate.
+pub const MAX_INITIAL_BURST_BYTES: u64 = 64 << 20;
 /// The smallest initial window worth setting (the kernel's default is 10).
 pub const MIN_INITIAL_WINDOW: u64 = 10;
+/// The initial receive window a listener the agent raised gives a peer without a policy,
+/// bytes: what Linux offered every connection before 6.10 (its SYN-ACK's unscaled 16-bit
+/// window, RFC 7323), answered at `RWND_INIT` in whole segments of [`MSS`]
+/// ([`stranger_segments`]: 45 x 1448 = 65160 bytes; with a jumbo MTU 45 segments are
+/// more). A stranger's window grows from there as any connection's does, with the data it
+/// sends. Not held: a connection accepted through a SYN cookie (the listener's SYN queue
+/// overflowed), which the kernel opens without asking the program (`cookie_v4_check` takes
+/// the route's `initrwnd`), and gets the listener's offer.
+pub const STRANGER_WINDOW_BYTES: u64 = 65_535;
+/// The largest receive window a listener is offered for its known peers, bytes, whatever the
+/// host's limits (`SO_RCVLOWAT` takes at most half `tcp_rmem[2]`, 16 MiB by default).
+///
+/// The offer is a budget question before it is a speed one. Every connection the listener
+/// accepts inherits its buffer, a stranger's too: its first window is held to 64 KiB at
+/// `RWND_INIT`, but the window then grows with the data it sends, and an application that
+/// does not read lets it fill the buffer (20.5 MB queued against 100 KB for a plain
+/// listener, measured with a 12.5 MB offer). And the buffer stays with the listener after
+/// the agent detaches (nothing lowers a buffer without locking it). So the offer is also
+/// kept within what `SO_RCVBUF` could give any application's listener under
+/// `net.core.rmem_max` (the window of twice it: 4 MiB on this host's defaults), the limit
+/// an operator sets on one socket's receive memory; `--raise-limits` raises it for the
+/// known paths.
+pub const MAX_LISTEN_OFFER_BYTES: u64 = 16 << 20;
 
 /// The host's socket-buffer limits (bytes), as the kernel uses them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +127,9 @@ pub struct Settings {
     pub pacing_bytes_per_s: u64,
     /// `TCP_BPF_IW`, segments (0: none).
     pub initial_window: u32,
+    /// The receive window this destination's connections to a listener of the agent's
+    /// cgroup are offered from the handshake on, bytes (0: no more than a stranger's).
+    pub receive_window: u32,
     /// `TCP_CONGESTION`.
     pub congestion: Option<String>,
     /// The RTT bucket the settings hold in, `[lo, hi)` microseconds.
@@ -218,14 +256,29 @@ pub fn settings_for(
     let full = send.filter(|e| e.full_pipe);
     let pacing_bytes_per_s = full.map_or(0, |e| e.rate_bps / 8);
     let initial_window = full.map_or(0, |e| {
-        let window = if sndbuf_request > 0 {
+        // What the socket's send buffer holds: the policy's, or autotuning's largest.
+        let sk_sndbuf = if sndbuf_request > 0 {
             u64::from(sndbuf_request).min(limits.wmem_max) * 2
         } else {
             limits.tcp_wmem_max
         };
-        let segs = (bdp(e) / 2).min(window / 2) / MSS;
+        let burst = (bdp(e) / 2)
+            .min(sndbuf_payload(sk_sndbuf))
+            .min(MAX_INITIAL_BURST_BYTES);
+        let segs = burst / MSS;
         if segs > MIN_INITIAL_WINDOW {
-            segs.min(MAX_INITIAL_WINDOW) as u32
+            to_u32(segs)
+        } else {
+            0
+        }
+    });
+    let receive_window = receive.or(send).map_or(0, |e| {
+        let offer = (bdp(e) / 2)
+            .min(rcvbuf_window(limits.rmem_max.saturating_mul(2)))
+            .min(limits.tcp_rmem_max / 2)
+            .min(MAX_LISTEN_OFFER_BYTES);
+        if offer > STRANGER_WINDOW_BYTES {
+            to_u32(offer)
         } else {
             0
         }
@@ -235,6 +288,7 @@ pub fn settings_for(
         rcvbuf_request,
         pacing_bytes_per_s,
         initial_window,
+        receive_window,
         congestion: opts.congestion.clone(),
         rtt_lo_us: micros(lo),
         rtt_hi_us: micros(hi).max(1),
@@ -247,14 +301,17 @@ pub fn settings_for(
     let nothing = s.sndbuf_request == 0
         && s.rcvbuf_request == 0
         && s.pacing_bytes_per_s == 0
+        && s.receive_window == 0
         && s.congestion.is_none();
     (!nothing).then_some(s)
 }
 
 impl Settings {
-    /// The actions, in a canonical text (what [`Settings::id`] hashes).
+    /// The actions, in a canonical text (what [`Settings::id`] hashes). The receive window
+    /// is named only when there is one, so that the IDs of advice without it stay as they
+    /// were before it existed.
     pub fn actions(&self) -> String {
-        format!(
+        let mut text = format!(
             "sndbuf={};rcvbuf={};pacing={};iw={};cc={};rtt={}-{}",
             self.sndbuf_request,
             self.rcvbuf_request,
@@ -263,7 +320,11 @@ impl Settings {
             self.congestion.as_deref().unwrap_or(""),
             self.rtt_lo_us,
             self.rtt_hi_us
-        )
+        );
+        if self.receive_window > 0 {
+            text.push_str(&format!(";rwnd={}", self.receive_window));
+        }
+        text
     }
 
     /// An ID derived from the actions (FNV-1a of [`Settings::actions`]; never 0): the same
@@ -353,6 +414,62 @@ pub fn unconnected_needs(all: &[Settings], limits: &HostLimits) -> (u32, u32) {
         snd.min(to_u32(limits.tcp_wmem_max / 2)),
         rcv.min(to_u32(limits.tcp_rmem_max / 2)),
     )
+}
+
+/// What listeners opened under the agent offer (`tt_cfg`'s `listen_offer` and
+/// `stranger_rwnd`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenOffer {
+    /// The receive window a listener offers from its SYN-ACK on, bytes (the `SO_RCVLOWAT`
+    /// that raises its buffer); 0: listeners are left alone.
+    pub window_bytes: u32,
+    /// The initial window a peer without a policy is answered at `RWND_INIT`, segments.
+    pub stranger_segments: u32,
+}
+
+/// [`STRANGER_WINDOW_BYTES`] in whole segments of [`MSS`].
+pub fn stranger_segments() -> u32 {
+    to_u32(STRANGER_WINDOW_BYTES / MSS)
+}
+
+/// What a listener opened under the agent offers: the largest receive window a known
+/// destination needs (each already within [`MAX_LISTEN_OFFER_BYTES`] and half
+/// `tcp_rmem[2]`), or nothing when none needs more than a stranger's window (the listener
+/// is then left as the application made it).
+pub fn listen_offer(all: &[Settings]) -> ListenOffer {
+    let window = all.iter().map(|s| s.receive_window).max().unwrap_or(0);
+    if u64::from(window) <= STRANGER_WINDOW_BYTES {
+        return ListenOffer::default();
+    }
+    ListenOffer {
+        window_bytes: window,
+        stranger_segments: stranger_segments(),
+    }
+}
+
+/// What the program answers at `RWND_INIT` (the reference model of `rwnd_init()` in
+/// `bpf/sockops.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialReceiveWindow {
+    /// The kernel's own choice: the listener's space (raised: its offer), or, for an active
+    /// open or a listener the agent did not raise, whatever the socket holds.
+    Kernel,
+    /// At most this many segments.
+    Segments(u32),
+}
+
+/// The rule at `RWND_INIT`: only a passive open to a listener the agent raised is answered,
+/// and there a peer without a policy is held to a stranger's window.
+pub fn initial_receive_window(
+    policy: Option<&Settings>,
+    passive: bool,
+    listener_raised: bool,
+    offer: &ListenOffer,
+) -> InitialReceiveWindow {
+    if !passive || !listener_raised || offer.stranger_segments == 0 || policy.is_some() {
+        return InitialReceiveWindow::Kernel;
+    }
+    InitialReceiveWindow::Segments(offer.stranger_segments)
 }
 
 /// The source name of an operator's entry (`tcptune paths add`).
@@ -563,8 +680,16 @@ mod tests {
             ..host()
         };
         let e = entry(Direction::Send, 100_000_000_000, 100, false);
+        let s = settings_for(Some(&e), Some(&e), &small_caps, &PolicyOptions::default())
+            .expect("a receive window");
+        assert_eq!((s.sndbuf_request, s.rcvbuf_request), (0, 0));
+        // What it may offer is bounded, whatever the entry says: no more than SO_RCVBUF
+        // gives any listener under rmem_max.
+        assert_eq!(s.receive_window, 212_992);
+        // A short path sets nothing at all.
+        let short = entry(Direction::Send, 10_000_000, 20, false);
         assert_eq!(
-            settings_for(Some(&e), Some(&e), &small_caps, &PolicyOptions::default()),
+            settings_for(Some(&short), None, &host(), &PolicyOptions::default()),
             None
         );
     }
@@ -574,8 +699,8 @@ mod tests {
         let e = entry(Direction::Send, 1_000_000_000, 100, true);
         let s = settings_for(Some(&e), None, &host(), &PolicyOptions::default()).expect("some");
         assert_eq!(s.pacing_bytes_per_s, 125_000_000);
-        // Half the BDP (6.25 MB), within half the 8 MiB buffer: 2896 segments, capped.
-        assert_eq!(s.initial_window, MAX_INITIAL_WINDOW as u32);
+        // Half the BDP (6.25 MB), within what the 8 MiB buffer holds (7.5 MB).
+        assert_eq!(s.initial_window, 6_250_000 / 1448);
         let v = s.to_value();
         assert_eq!(v.flags, POLICY_FULL_PIPE);
         assert_eq!(v.id, s.id());
@@ -645,7 +770,7 @@ mod tests {
         assert_eq!(a.sndbuf, None);
         // Active socket: no receive buffer (it would be set before the SYN's window scale).
         assert_eq!(a.rcvbuf, None);
-        assert_eq!(a.initial_window, Some(MAX_INITIAL_WINDOW as u32));
+        assert_eq!(a.initial_window, Some(6_250_000 / 1448));
         let passive = SocketFacts {
             passive: true,
             ..sock(100)
@@ -707,6 +832,112 @@ mod tests {
         assert_eq!(ps.len(), 1);
         assert_eq!(ps[0].0, ("198.19.0.0".parse().expect("ip"), 24));
         assert_eq!(ps[0].1.pacing_bytes_per_s, 250_000_000);
+    }
+
+    #[test]
+    fn the_initial_window_is_half_the_bdp_within_the_send_buffer_and_the_burst_budget() {
+        let o = PolicyOptions::default();
+        // 200 ms at 965 Mbit/s: half the BDP is 12.06 MB.
+        let e = entry(Direction::Send, 965_000_000, 200, true);
+        // Default limits: the 8 MiB send buffer (wmem_max doubled) holds 7.5 MB.
+        let s = settings_for(Some(&e), None, &host(), &o).expect("some");
+        assert_eq!(s.sndbuf_request, 4 * MIB as u32);
+        assert_eq!(
+            u64::from(s.initial_window),
+            sndbuf_payload(8 * MIB) / MSS,
+            "{s:?}"
+        );
+        // Limits raised for the path (--raise-limits): half the BDP.
+        let raised = crate::limits::unbounded(&host());
+        let s = settings_for(Some(&e), None, &raised, &o).expect("some");
+        assert_eq!(s.initial_window, 12_062_500 / 1448);
+        // The old cap of 1000 segments is gone, and the kernel's 10 is the floor.
+        assert!(s.initial_window > 8000, "{}", s.initial_window);
+        // A huge entry: at most the burst budget, whatever the buffer holds.
+        let huge = entry(Direction::Send, 100_000_000_000, 200, true);
+        let s = settings_for(Some(&huge), None, &raised, &o).expect("some");
+        assert_eq!(u64::from(s.initial_window), MAX_INITIAL_BURST_BYTES / MSS);
+        // A slow short path: not worth more than the kernel's ten.
+        let slow = entry(Direction::Send, 5_000_000, 20, true);
+        let s = settings_for(Some(&slow), None, &host(), &o).expect("pacing");
+        assert_eq!(s.initial_window, 0);
+    }
+
+    #[test]
+    fn a_listener_offers_the_largest_known_need_within_its_bounds() {
+        let o = PolicyOptions::default();
+        // A client that pushed to this host (a receive entry) on a 200 ms gigabit path: under
+        // this host's limits the buffers are autotuning's to grow (nothing to set), but the
+        // first window is offered, within what SO_RCVBUF gives any listener under rmem_max
+        // (4 MiB of window under this host's 4 MiB) ...
+        let r = entry(Direction::Receive, 1_000_000_000, 200, false);
+        let d = settings_for(None, Some(&r), &host(), &o).expect("a receive window");
+        assert_eq!(
+            (d.sndbuf_request, d.rcvbuf_request, d.pacing_bytes_per_s),
+            (0, 0, 0)
+        );
+        assert_eq!(u64::from(d.receive_window), 4 * MIB);
+        // ... and with the limits raised for it, half the BDP.
+        let raised = crate::limits::unbounded(&host());
+        let s = settings_for(None, Some(&r), &raised, &o).expect("a receive window");
+        assert_eq!(s.receive_window, 12_500_000);
+        // A nearer peer needs less; the listener holds the largest.
+        let mut near = entry(Direction::Receive, 1_000_000_000, 20, false);
+        near.peer = "198.19.0.2".into();
+        let n = settings_for(None, Some(&near), &raised, &o).expect("some");
+        assert_eq!(n.receive_window, 1_250_000);
+        let offer = listen_offer(&[n.clone(), s.clone()]);
+        assert_eq!(offer.window_bytes, 12_500_000);
+        assert_eq!(offer.stranger_segments, stranger_segments());
+        // Bounded by the budget, and by half tcp_rmem[2] (the most SO_RCVLOWAT takes).
+        let fast = entry(Direction::Receive, 10_000_000_000, 200, true);
+        let f = settings_for(None, Some(&fast), &raised, &o).expect("some");
+        assert_eq!(u64::from(f.receive_window), MAX_LISTEN_OFFER_BYTES);
+        let small_rmem = HostLimits {
+            tcp_rmem_max: 6 * MIB,
+            ..raised
+        };
+        let f = settings_for(None, Some(&fast), &small_rmem, &o).expect("some");
+        assert_eq!(u64::from(f.receive_window), 3 * MIB);
+        // No known peer needs more than a stranger gets: listeners are left alone.
+        let slow = entry(Direction::Send, 10_000_000, 40, true);
+        let w = settings_for(Some(&slow), None, &host(), &o).expect("pacing");
+        assert_eq!(w.receive_window, 0);
+        // Its advice ID is what it was before receive windows existed.
+        assert!(!w.actions().contains("rwnd"), "{}", w.actions());
+        assert!(s.actions().ends_with(";rwnd=12500000"), "{}", s.actions());
+        assert_eq!(listen_offer(&[w]), ListenOffer::default());
+        assert_eq!(listen_offer(&[]), ListenOffer::default());
+    }
+
+    #[test]
+    fn strangers_get_the_pre_6_10_window_on_a_raised_listener_only() {
+        // 45 segments of 1448 bytes: 65160 bytes, what 6.9 offered a 64 KiB listener.
+        assert_eq!(stranger_segments(), 45);
+        assert!(u64::from(stranger_segments()) * MSS <= STRANGER_WINDOW_BYTES);
+        let r = entry(Direction::Receive, 1_000_000_000, 200, false);
+        let known = settings_for(None, Some(&r), &host(), &PolicyOptions::default());
+        let offer = listen_offer(known.as_slice());
+        assert!(offer.window_bytes > 0);
+        use InitialReceiveWindow::{Kernel, Segments};
+        // A stranger, on a listener the agent raised: held to a stranger's window.
+        assert_eq!(
+            initial_receive_window(None, true, true, &offer),
+            Segments(45)
+        );
+        // A known peer: the listener's offer.
+        assert_eq!(
+            initial_receive_window(known.as_ref(), true, true, &offer),
+            Kernel
+        );
+        // A listener the agent did not raise (the application fixed its buffer, or it was
+        // opened before the agent attached), or an active open: the kernel's own.
+        assert_eq!(initial_receive_window(None, true, false, &offer), Kernel);
+        assert_eq!(initial_receive_window(None, false, true, &offer), Kernel);
+        assert_eq!(
+            initial_receive_window(None, true, true, &ListenOffer::default()),
+            Kernel
+        );
     }
 
     #[test]

@@ -50,13 +50,20 @@ pub mod applied {
     /// The pacing cap was lifted after careful resume's two round trips (or a
     /// retransmission): the connection was paced only while its first windows left.
     pub const LIFTED: u32 = 512;
+    /// Accepted from a listener the agent raised, from a peer with a policy: it was offered
+    /// the listener's receive window from the handshake on.
+    pub const RWND: u32 = 1024;
+    /// Accepted from a listener the agent raised, from a peer without a policy: its initial
+    /// window was held to the one Linux offered before 6.10 (64 KiB).
+    pub const RWND_HELD: u32 = 2048;
     /// Every setting bit with its name.
-    pub const NAMES: [(u32, &str); 5] = [
+    pub const NAMES: [(u32, &str); 6] = [
         (SNDBUF, "sndbuf"),
         (RCVBUF, "rcvbuf"),
         (CC, "congestion"),
         (PACING, "pacing"),
         (IW, "initial_window"),
+        (RWND, "receive_window"),
     ];
 }
 

@@ -1,16 +1,19 @@
 //! The program loads (the verifier accepts it on this kernel), attaches to a private cgroup,
 //! tunes a connection made from that cgroup across a veth pair between two network
-//! namespaces of the test's own, and reports the connection's close.
+//! namespaces of the test's own, and reports the connection's close; a listener opened in
+//! that cgroup offers a known peer a large first window, a stranger 64 KiB, and the
+//! connections it accepts read from the first byte.
 //!
 //! Needs root, cgroup v2, clang and libbpf-dev (at build time), python3 and ip: outside CI it
 //! skips and says why; under `CI=true` it must run.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use tcptune_agent::cgroup::{cgroup2_mount, ChildCgroup};
 use tcptune_agent::loader::{program_built, Loaded};
 use tcptune_agent::maps::PolicyValue;
+use tcptune_agent::policy::{stranger_segments, ListenOffer};
 use tcptune_agent::record::{self, Kind, Opened};
 use tcptune_agent::Mode;
 use tcptune_testkit::{ci, require, Need, Netns};
@@ -55,7 +58,9 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     let peer: IpAddr = "10.231.0.2".parse().expect("ip");
 
     let mut agent = Loaded::load().expect("the verifier accepts the program");
-    agent.set_config(Mode::Enforce, None).expect("mode");
+    agent
+        .set_config(Mode::Enforce, None, Default::default())
+        .expect("mode");
     agent
         .set_policy(
             peer,
@@ -133,6 +138,235 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     assert!(
         agent.stat(tcptune_agent::maps::STAT_TUNED).expect("stat") >= 1,
         "the tuned counter counts it"
+    );
+    drop(agent);
+    drop(cgroup);
+}
+
+/// The window offered to the listener's known peers in the test (a listener's default is
+/// 64 KiB: `tcp_rmem[1]` of 128 KiB at a scaling ratio of one half).
+const OFFER: u32 = 1 << 20;
+
+/// The name of the veth device of `ns` (the pair has one device on each side).
+fn veth_of(ns: &Netns) -> String {
+    let out = ns
+        .command("ip")
+        .args(["-o", "link", "show", "type", "veth"])
+        .output()
+        .expect("ip link");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let name = text
+        .split(':')
+        .nth(1)
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_string())
+        .filter(|n| !n.is_empty());
+    name.unwrap_or_else(|| panic!("no veth in {}: {text}", ns.name()))
+}
+
+/// A request/response server in the agent's cgroup (in namespace b): it prints its port and
+/// listener's receive buffer, then for each of `n` connections reads a request with one
+/// `recv` (a socket left with a large low-water mark would wait for more, and time out),
+/// answers it, and prints the peer, the accepted socket's SO_RCVLOWAT and what it read.
+const SERVER: &str = r#"
+import socket, sys
+l = socket.socket()
+l.bind(('0.0.0.0', 0))
+l.listen(8)
+print(l.getsockname()[1], l.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), flush=True)
+l.settimeout(60)
+for _ in range(int(sys.argv[1])):
+    c, peer = l.accept()
+    c.settimeout(30)
+    lowat = c.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+    try:
+        got = len(c.recv(4096))
+    except socket.timeout:
+        got = -1
+    c.sendall(b'ok')
+    print(peer[0], lowat, got, flush=True)
+    c.close()
+l.close()
+"#;
+
+/// A plain client (namespace a, outside the cgroup): from each source address, connect,
+/// send a 5-byte request, read the answer, and print the window the server advertised with
+/// it (`tcpi_snd_wnd`, offset 228 of `struct tcp_info`), which is its window right after the
+/// handshake (its SYN-ACK's is unscaled, 64 KiB at most; the first scaled one comes with
+/// the ACK of the request).
+const CLIENT: &str = r#"
+import socket, struct, sys
+port = int(sys.argv[1])
+for src in sys.argv[2:]:
+    s = socket.socket()
+    s.bind((src, 0))
+    s.settimeout(30)
+    s.connect(('10.231.0.2', port))
+    s.sendall(b'hello')
+    assert s.recv(16) == b'ok'
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    print(src, struct.unpack_from('I', info, 228)[0], flush=True)
+    s.close()
+"#;
+
+#[test]
+fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at_once() {
+    let test = "a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at_once";
+    if !require(
+        test,
+        &[
+            Need::Root,
+            Need::Program("ip"),
+            Need::Program("python3"),
+            Need::Program("clang"),
+        ],
+    ) {
+        return;
+    }
+    if !program_built() {
+        assert!(
+            !ci(),
+            "{test}: CI=true but the BPF program was not built (install clang libbpf-dev)"
+        );
+        eprintln!("skipping {test}: the BPF program was not built (apt-get install clang libbpf-dev, then rebuild)");
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let cgroup = ChildCgroup::create(&mount, "tt-agent-listen").expect("a private cgroup");
+    let (a, b) = Netns::veth_pair("al");
+    // A second address in a, for the stranger, reachable from b.
+    let (va, vb) = (veth_of(&a), veth_of(&b));
+    tcptune_testkit::ip(&["-n", a.name(), "addr", "add", "10.232.0.1/32", "dev", &va]);
+    tcptune_testkit::ip(&["-n", b.name(), "route", "add", "10.232.0.1/32", "dev", &vb]);
+    let known: IpAddr = "10.231.0.1".parse().expect("ip");
+    let stranger: IpAddr = "10.232.0.1".parse().expect("ip");
+
+    let mut agent = Loaded::load().expect("the verifier accepts the program");
+    let offer = ListenOffer {
+        window_bytes: OFFER,
+        stranger_segments: stranger_segments(),
+    };
+    agent
+        .set_config(Mode::Enforce, None, offer)
+        .expect("config");
+    // A policy that sets nothing but makes the peer known.
+    agent
+        .set_policy(
+            known,
+            &PolicyValue {
+                rtt_lo_us: 0,
+                rtt_hi_us: 10_000_000,
+                id: 43,
+                ..PolicyValue::default()
+            },
+        )
+        .expect("policy");
+    agent
+        .attach(cgroup.path(), false)
+        .expect("attach to the cgroup");
+
+    let mut cmd = b.command("python3");
+    cmd.arg("-c").arg(SERVER).arg("2");
+    cmd.stdout(std::process::Stdio::piped());
+    cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let mut server = cmd.spawn().expect("the server");
+    let mut lines = std::io::BufReader::new(server.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("the server's port").expect("read");
+    let mut words = first.split_whitespace();
+    let port: u16 = words.next().and_then(|w| w.parse().ok()).expect("a port");
+    let listener_rcvbuf: u64 = words.next().and_then(|w| w.parse().ok()).expect("rcvbuf");
+    // SO_RCVLOWAT raised the listener's buffer to hold the offer (without locking it).
+    assert!(
+        listener_rcvbuf >= u64::from(OFFER),
+        "the listener's receive buffer is {listener_rcvbuf}"
+    );
+
+    let out = a
+        .command("python3")
+        .arg("-c")
+        .arg(CLIENT)
+        .arg(port.to_string())
+        .arg(known.to_string())
+        .arg(stranger.to_string())
+        .output()
+        .expect("the client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = server.wait().expect("the server");
+    let served: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(status.success(), "server: {served:?}");
+    let windows: Vec<(String, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.parse().ok()?))
+        })
+        .collect();
+    eprintln!("{test}: client windows {windows:?}; server {served:?}");
+    let window_of = |ip: IpAddr| {
+        windows
+            .iter()
+            .find(|(a, _)| *a == ip.to_string())
+            .map(|(_, w)| *w)
+            .unwrap_or_else(|| panic!("no window for {ip}: {windows:?}"))
+    };
+    // (a) A known peer sees more than 64 KiB right after the handshake. (The window on the
+    // wire is scaled: 45 segments, 65160 bytes, read back as 65536.)
+    assert!(
+        window_of(known) > 65_536,
+        "the known peer's window {}",
+        window_of(known)
+    );
+    // (b) A stranger does not, although the listener holds as much for it.
+    assert!(
+        window_of(stranger) <= 65_536,
+        "the stranger's window {}",
+        window_of(stranger)
+    );
+    // (c) Every accepted socket wakes its reader at the first byte: SO_RCVLOWAT 1, and the
+    // 5-byte request was read by one recv.
+    for ip in [known, stranger] {
+        let line = served
+            .iter()
+            .find(|l| l.starts_with(&format!("{ip} ")))
+            .unwrap_or_else(|| panic!("the server did not serve {ip}: {served:?}"));
+        assert_eq!(line, &format!("{ip} 1 5"), "accepted from {ip}");
+    }
+
+    // The close records say which peer got the window and which was held.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut got_known, mut got_stranger) = (None, None);
+    while (got_known.is_none() || got_stranger.is_none()) && Instant::now() < deadline {
+        agent
+            .wait_readable(Duration::from_millis(200))
+            .expect("poll");
+        for raw in agent.drain(64) {
+            let r = record::parse(&raw).expect("a well-formed record");
+            if r.kind == Kind::Close && r.local_port == port && r.peer == known {
+                got_known = Some(r);
+            } else if r.kind == Kind::Close && r.local_port == port && r.peer == stranger {
+                got_stranger = Some(r);
+            }
+        }
+    }
+    let k = got_known.expect("a close record for the known peer");
+    assert_eq!(k.opened, Opened::Passive);
+    assert!(k.applied.contains(&"receive_window"), "{k:?}");
+    let st = got_stranger.expect("a close record for the stranger");
+    assert!(st.applied.is_empty(), "{st:?}");
+    assert_ne!(
+        st.applied_bits & record::applied::RWND_HELD,
+        0,
+        "the stranger was held: {st:?}"
+    );
+    assert_eq!(
+        agent
+            .stat(tcptune_agent::maps::STAT_LISTENERS)
+            .expect("stat"),
+        1,
+        "one listener raised"
     );
     drop(agent);
     drop(cgroup);

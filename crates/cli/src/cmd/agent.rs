@@ -24,7 +24,8 @@ use tcptune_agent::limits::{raise_plan, unbounded};
 use tcptune_agent::loader::Loaded;
 use tcptune_agent::metrics::{AgentMetrics, DEFAULT_MAX_GROUPS};
 use tcptune_agent::policy::{
-    policies, prefix_policies, unconnected_needs, HostLimits, PolicyOptions, Settings,
+    human_bytes, listen_offer, policies, prefix_policies, unconnected_needs, HostLimits,
+    ListenOffer, PolicyOptions, Settings,
 };
 use tcptune_agent::record::{self, ConnRecord, Event, Kind};
 use tcptune_agent::{caps, maps, stale, Mode};
@@ -56,7 +57,11 @@ another path), it sets: a send buffer sized from the path's rate and RTT (within
 net.core.wmem_max, and only when that exceeds what autotuning reaches), a receive buffer on
 accepted connections (the same rule), pacing at the path's rate divided by the connections
 open to it and a larger initial window (both only for paths measured with a full pipe), and
---congestion if given. Buffers an application fixed itself are left alone, unless
+--congestion if given. A listener opened under the agent (enforce) offers its known peers a
+receive window from the handshake on (half the BDP, within what SO_RCVBUF gives a listener
+under net.core.rmem_max); a peer without an entry gets the 64 KiB Linux offered before
+6.10. The listener keeps its larger buffer until it closes. Buffers an application fixed
+itself are left alone, unless
 --override-app-buffers: then an application's SO_SNDBUF/SO_RCVBUF request below what the path
 needs (within what autotuning reaches when the destination is not known yet) is raised to
 that need and logged with the process and destination. Unknown
@@ -198,6 +203,8 @@ struct SummaryLine {
     /// Connections still open (or closing) when the program was detached: their close, and
     /// so their measurement, was not seen.
     sockets_unclosed: u64,
+    /// Listeners opened under the program that offered the known peers' receive window.
+    listeners_raised: u64,
     measurements_recorded: u64,
     app_requests_overridden: u64,
 }
@@ -228,6 +235,8 @@ struct Agent {
     /// Operator prefixes (`paths add`), for advice lines.
     prefixes: Vec<((IpAddr, u8), Settings)>,
     override_app_buffers: bool,
+    /// What listeners opened from now on offer (enforce mode).
+    listen: ListenOffer,
     /// `--raise-limits`: what was raised (restored on drop).
     raised: Option<Raised>,
     advice: AdviceLog,
@@ -291,6 +300,7 @@ impl Agent {
             settings: HashMap::new(),
             prefixes: Vec::new(),
             override_app_buffers: common.override_app_buffers,
+            listen: ListenOffer::default(),
             raised: None,
             advice: AdviceLog::new(),
             refreshed: Instant::now(),
@@ -367,7 +377,14 @@ impl Agent {
         let needs = self
             .override_app_buffers
             .then(|| unconnected_needs(&settings, &self.limits));
-        self.loaded.set_config(self.mode, needs)?;
+        // Listeners are raised only to enforce: advise and observe leave them alone.
+        let listen = if self.mode == Mode::Enforce {
+            listen_offer(&settings)
+        } else {
+            ListenOffer::default()
+        };
+        self.loaded.set_config(self.mode, needs, listen)?;
+        self.listen = listen;
         self.settings = all.into_iter().collect();
         self.prefixes = prefixes;
         self.refreshed = Instant::now();
@@ -488,6 +505,7 @@ impl Agent {
             sockets_advised: stat(maps::STAT_ADVISED),
             records_dropped: stat(maps::STAT_DROPPED),
             sockets_unclosed: unclosed,
+            listeners_raised: stat(maps::STAT_LISTENERS),
             measurements_recorded: self.recorded,
             app_requests_overridden: self.overridden,
         };
@@ -496,13 +514,21 @@ impl Agent {
             r.restore();
         }
         eprintln!(
-            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}{}",
+            "tcptune: agent detached from {}: {} socket(s) tuned, {} observed, {} advised, {} application request(s) overridden; {} measurement(s) recorded{}{}{}",
             summary.cgroup,
             summary.sockets_tuned,
             summary.sockets_observed,
             summary.sockets_advised,
             summary.app_requests_overridden,
             summary.measurements_recorded,
+            if summary.listeners_raised > 0 {
+                format!(
+                    "; {} listener(s) raised (they keep their larger buffer until closed)",
+                    summary.listeners_raised
+                )
+            } else {
+                String::new()
+            },
             if summary.records_dropped > 0 {
                 format!("; {} record(s) lost (ring buffer full)", summary.records_dropped)
             } else {
@@ -531,8 +557,19 @@ impl Agent {
             .map(|s| s.rate_bps)
             .max()
             .map_or(String::new(), |r| format!(", fastest {}", human_rate(r)));
+        let listen = if self.listen.window_bytes > 0 {
+            format!(
+                "; listeners opened from now on offer the known peers a {} receive window from the handshake on, others {}",
+                human_bytes(u64::from(self.listen.window_bytes)),
+                human_bytes(
+                    u64::from(self.listen.stranger_segments) * tcptune_agent::policy::MSS
+                )
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "mode {}, {known} known destination(s){fastest}",
+            "mode {}, {known} known destination(s){fastest}{listen}",
             self.mode.as_str()
         )
     }
@@ -686,6 +723,7 @@ mod tests {
             rcvbuf_request: 0,
             pacing_bytes_per_s: rate,
             initial_window: 0,
+            receive_window: 0,
             congestion: None,
             rtt_lo_us: 0,
             rtt_hi_us: 1,
