@@ -30,9 +30,9 @@ fn wmem_max() -> u64 {
         .expect("wmem_max is a number")
 }
 
-#[test]
-fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
-    let test = "tunes_a_connection_in_its_cgroup_and_reports_its_close";
+/// Whether `test` can load the program and run traffic in namespaces here (root, ip,
+/// python3, and a build with clang and libbpf-dev); outside CI it skips and says why.
+fn can_attach(test: &str) -> bool {
     if !require(
         test,
         &[
@@ -42,7 +42,7 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
             Need::Program("clang"),
         ],
     ) {
-        return;
+        return false;
     }
     if !program_built() {
         assert!(
@@ -50,6 +50,15 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
             "{test}: CI=true but the BPF program was not built (install clang libbpf-dev)"
         );
         eprintln!("skipping {test}: the BPF program was not built (apt-get install clang libbpf-dev, then rebuild)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
+    let test = "tunes_a_connection_in_its_cgroup_and_reports_its_close";
+    if !can_attach(test) {
         return;
     }
     let mount = cgroup2_mount().expect("a cgroup2 mount");
@@ -211,23 +220,7 @@ for src in sys.argv[2:]:
 #[test]
 fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at_once() {
     let test = "a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at_once";
-    if !require(
-        test,
-        &[
-            Need::Root,
-            Need::Program("ip"),
-            Need::Program("python3"),
-            Need::Program("clang"),
-        ],
-    ) {
-        return;
-    }
-    if !program_built() {
-        assert!(
-            !ci(),
-            "{test}: CI=true but the BPF program was not built (install clang libbpf-dev)"
-        );
-        eprintln!("skipping {test}: the BPF program was not built (apt-get install clang libbpf-dev, then rebuild)");
+    if !can_attach(test) {
         return;
     }
     let mount = cgroup2_mount().expect("a cgroup2 mount");

@@ -627,7 +627,6 @@ impl Drop for RestoreWmem {
 
 #[test]
 fn raise_limits_restores_on_exit_and_after_a_crash() {
-    use std::io::BufRead;
     let test = "raise_limits_restores_on_exit_and_after_a_crash";
     if !can_load(test) {
         return;
@@ -682,30 +681,17 @@ fn raise_limits_restores_on_exit_and_after_a_crash() {
     let mount = tcptune_agent::cgroup::cgroup2_mount().expect("cgroup2");
     let cgroup =
         tcptune_agent::cgroup::ChildCgroup::create(&mount, "tt-agent-raise").expect("cgroup");
-    let mut agent = tcptune_testkit::ChildGuard::spawn(
+    let mut agent = run_attached(
         Command::new(BIN)
             .args(["agent", "run", "--raise-limits", "--cgroup"])
             .arg(cgroup.path())
             .arg("--path-db")
             .arg(&db)
-            .env("TCPTUNE_AGENT_JOURNAL", &journal)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
+            .env("TCPTUNE_AGENT_JOURNAL", &journal),
     );
-    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
-    let attached = std::io::BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.contains("agent attached to"));
-    assert!(attached);
     assert_eq!(wmem_max(), want);
     assert!(journal.exists());
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(agent.id() as i32, libc::SIGKILL);
-    }
-    let _ = agent.0.wait();
+    kill_9(&mut agent);
     assert_eq!(wmem_max(), want, "a killed agent cannot restore");
     let out = agent_exec_env(&db, &journal, &["true"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -768,6 +754,32 @@ fn sigterm_to_exec_stops_the_command_detaches_and_removes_its_cgroup() {
         "{rest:?}"
     );
     assert!(!cgroup.exists(), "{} is left", cgroup.display());
+}
+
+/// Start `agent run` (its stdio set here) and wait until it says it is attached.
+fn run_attached(cmd: &mut Command) -> tcptune_testkit::ChildGuard {
+    use std::io::BufRead;
+    let mut agent = tcptune_testkit::ChildGuard::spawn(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
+    let attached = std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("agent attached to"));
+    assert!(attached, "the agent never said it attached");
+    agent
+}
+
+/// `kill -9` the agent and reap it.
+fn kill_9(agent: &mut tcptune_testkit::ChildGuard) {
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(agent.id() as i32, libc::SIGKILL);
+    }
+    let _ = agent.0.wait();
 }
 
 /// The IDs of the programs attached to `cgroup` for `attach_type` (BPF_PROG_QUERY: what
@@ -854,7 +866,6 @@ fn pacing_after_connect(cgroup: &tcptune_agent::cgroup::ChildCgroup) -> i64 {
 
 #[test]
 fn kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned() {
-    use std::io::BufRead;
     let test = "kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned";
     if !can_load(test) || !require(test, &[Need::Emulator, Need::Program("python3")]) {
         return;
@@ -867,33 +878,20 @@ fn kill_9_of_the_agent_detaches_its_programs_and_the_next_connection_is_untuned(
     let sock_ops = tcptune_agent::stale::BPF_CGROUP_SOCK_OPS;
     assert!(attached_programs(cgroup.path(), sock_ops).is_empty());
     let limits = wmem_max();
-    let mut agent = tcptune_testkit::ChildGuard::spawn(
+    let mut agent = run_attached(
         Command::new(BIN)
             .args(["agent", "run", "--cgroup"])
             .arg(cgroup.path())
             .arg("--path-db")
-            .arg(&db)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
+            .arg(&db),
     );
-    let stderr = agent.0.child_mut().stderr.take().expect("stderr");
-    let attached = std::io::BufReader::new(stderr)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.contains("agent attached to"));
-    assert!(attached);
     assert_eq!(attached_programs(cgroup.path(), sock_ops).len(), 1);
     // Tuned while the agent lives: the full-pipe peer's connection is paced at its rate.
     let paced = pacing_after_connect(&cgroup);
     assert_eq!(paced, 100_000_000 / 8, "paced at the path's rate");
 
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(agent.id() as i32, libc::SIGKILL);
-    }
     let killed = std::time::Instant::now();
-    let _ = agent.0.wait();
+    kill_9(&mut agent);
     let gone = tcptune_testkit::wait_for(std::time::Duration::from_secs(10), || {
         attached_programs(cgroup.path(), sock_ops).is_empty()
     });
