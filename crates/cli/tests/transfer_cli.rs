@@ -278,17 +278,26 @@ fn path_database_spares_the_probe_on_a_known_path() {
     let text = String::from_utf8_lossy(&first.stdout);
     assert!(text.contains("probed for"), "{text}");
     assert!(text.contains("measuring the path"), "{text}");
-    let second = s.send(&[
-        "-n",
-        "16",
-        "-i",
-        "0",
-        "--tune",
-        "probe",
-        "--path-db",
-        &db_arg,
-    ]);
-    let text = String::from_utf8_lossy(&second.stdout);
+    // The entry is found by the RTT's bucket, and on loopback every RTT under 100 us shares
+    // one; a busy host has made a control connection's RTT 4.1 ms (another bucket: probed
+    // again, and recorded there). A known path, asked again up to three times, is found.
+    let mut text = String::new();
+    for _ in 0..3 {
+        let again = s.send(&[
+            "-n",
+            "16",
+            "-i",
+            "0",
+            "--tune",
+            "probe",
+            "--path-db",
+            &db_arg,
+        ]);
+        text = String::from_utf8_lossy(&again.stdout).into_owned();
+        if text.contains("from the path database") {
+            break;
+        }
+    }
     assert!(text.contains("from the path database"), "{text}");
     // --no-path-db measures again and leaves the file alone.
     let before = std::fs::read(&db).expect("database written");
