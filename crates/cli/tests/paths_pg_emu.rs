@@ -1,6 +1,7 @@
 //! The fleet's path database across an emulated long path (root): an entry another host of
-//! the fleet measured lets `send` start a known path with careful resume, and `serve`
-//! records what it measured of its client into the same database, under its own address.
+//! the fleet measured lets `send` start a known path with careful resume, `serve` records
+//! what it measured of its client into the same database, under its own address, and what
+//! `serve` recorded of a client starts another host's `send` to it as a known path.
 //!
 //! The database is a throw-away PostgreSQL cluster on a Unix socket (reachable from both
 //! network namespaces: a socket in the file system is not a network address).
@@ -106,4 +107,122 @@ fn another_hosts_entry_starts_a_known_path_with_careful_resume() {
             .is_some_and(|ps| ps.iter().any(|p| p["direction"] == "receive")),
         "the server's record of its client: {paths}"
     );
+}
+
+/// Issue 24's chain as the fleet sees it: `serve` on one host measures a client's download
+/// and records it in the shared database (within a second of the session's end: the test
+/// waits at most 10 s, the time is printed), and a `send` from another host of the same site
+/// to that client starts a known path from it with careful resume. Side A holds both hosts
+/// of the site (a `serve` and, later, a `send`), side B the client (which pulls) and its own
+/// server.
+#[test]
+fn a_path_serve_recorded_starts_another_hosts_send_as_a_known_path() {
+    use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
+    use tcptune_testkit::ChildGuard;
+    let test = "a_path_serve_recorded_starts_another_hosts_send_as_a_known_path";
+    if !tcptune_testkit::require(test, &[Need::Root, Need::Tun]) || !pg::require(test, false) {
+        return;
+    }
+    let c = PgCluster::start();
+    c.create_database("fleet");
+    let url = c.url("fleet");
+    let topo = Topology::up(&TopologyConfig::new(
+        unique_name("pgf"),
+        PathConfig {
+            delay: Duration::from_millis(50),
+            rate: Some(tcptune_core::Rate::mbit(100)),
+            ..PathConfig::default()
+        },
+    ))
+    .unwrap_or_else(|e| panic!("up: {e}"));
+    let (a, b) = (
+        topo.addr(Side::A).to_string(),
+        topo.addr(Side::B).to_string(),
+    );
+    let serve = |side: Side, db: &[&str]| {
+        ChildGuard::spawn(
+            topo.command(side, BIN)
+                .arg("serve")
+                .args(db)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        )
+    };
+    let _site = serve(Side::A, &["--path-db", &url]);
+    let _client_server = serve(Side::B, &["--no-path-db"]);
+    // A server is up once its port accepts a connection from the other side.
+    let ready = |side: Side, peer: &str| {
+        let addr: std::net::SocketAddr = format!("{peer}:5310").parse().expect("address");
+        tcptune_testkit::wait_for(Duration::from_secs(10), || {
+            topo.run_in(side, || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+            })
+        })
+    };
+    assert!(ready(Side::B, &a) && ready(Side::A, &b), "servers up");
+    let entries = || -> Vec<serde_json::Value> {
+        let o = Command::new(BIN)
+            .args(["paths", "--json", "--path-db", &url])
+            .output()
+            .expect("tcptune paths");
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .ok()
+            .and_then(|v| v["paths"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let recorded = |es: &[serde_json::Value]| {
+        es.iter()
+            .any(|p| p["peer"] == b.as_str() && p["direction"] == "send" && p["full_pipe"] == true)
+    };
+    assert!(!recorded(&entries()));
+
+    // The client in side B downloads from the site's server, which sends and records.
+    let pull = topo
+        .command(Side::B, BIN)
+        .args([
+            "send",
+            &a,
+            "--reverse",
+            "-n",
+            "64",
+            "--no-path-db",
+            "--no-progress",
+        ])
+        .output()
+        .expect("pull");
+    assert!(pull.status.success(), "{}", text(&pull.stderr));
+    let ended = std::time::Instant::now();
+    let seen = tcptune_testkit::wait_for(Duration::from_secs(10), || recorded(&entries()));
+    eprintln!(
+        "{test}: the server's record was in the database {:.2} s after the client's command ended",
+        ended.elapsed().as_secs_f64()
+    );
+    assert!(
+        seen,
+        "the server recorded its client's path: {:?}",
+        entries()
+    );
+
+    // Another host of the site sends to that client: a known path, with careful resume.
+    let out = topo
+        .command(Side::A, BIN)
+        .args([
+            "send",
+            &b,
+            "-n",
+            "32",
+            "--path-db",
+            &url,
+            "--json",
+            "--no-progress",
+        ])
+        .output()
+        .expect("send");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
+    let t = &v["start"]["tcptune"];
+    assert_eq!(t["measurement"]["source"], "path_db", "{t}");
+    assert_eq!(t["resume"]["used"], true, "{t}");
 }
