@@ -243,11 +243,18 @@ fn concurrent_send_processes_all_record_with_their_sources() {
     }
     assert!(!recorded.is_empty());
     let v = json(&paths(&db, &["show", "127.0.0.1", "--json"]));
-    let entry = &v["paths"][0];
-    assert_eq!(v["paths"].as_array().map(Vec::len), Some(1), "{v}");
+    // Four sends to one peer make one entry per RTT bucket: on a busy host loopback's RTT
+    // spans two buckets (16-152 us was seen in one CI run), so count samples over entries.
+    let entries = v["paths"].as_array().expect("paths");
+    assert!(!entries.is_empty() && entries.len() <= 4, "{v}");
+    assert!(
+        entries.iter().all(|e| e["peer"] == "127.0.0.1"),
+        "one peer: {v}"
+    );
+    let samples: u64 = entries.iter().filter_map(|e| e["samples"].as_u64()).sum();
     assert_eq!(
-        entry["samples"].as_u64(),
-        Some(recorded.len() as u64),
+        samples,
+        recorded.len() as u64,
         "every recorded measurement was merged: {v}"
     );
     let mut sources: Vec<String> = v["measurements"]
@@ -259,7 +266,9 @@ fn concurrent_send_processes_all_record_with_their_sources() {
     sources.sort();
     recorded.sort();
     assert_eq!(sources, recorded);
-    assert!(["probe", "transfer"].contains(&entry["source"].as_str().unwrap_or("")));
+    assert!(entries
+        .iter()
+        .all(|e| ["probe", "transfer"].contains(&e["source"].as_str().unwrap_or(""))));
     let t = text(&paths(&db, &["show", "localhost"]));
     assert!(
         t.contains("127.0.0.1") && t.contains("Recent measurements"),

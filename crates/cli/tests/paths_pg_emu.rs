@@ -24,15 +24,25 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-#[test]
-fn another_hosts_entry_starts_a_known_path_with_careful_resume() {
-    let test = "another_hosts_entry_starts_a_known_path_with_careful_resume";
+/// A throw-away cluster with an empty `fleet` database and its URL, or `None` when `test`
+/// cannot run here (root, TUN and PostgreSQL's server; outside CI it skips and says why).
+fn fleet_database(test: &str) -> Option<(PgCluster, String)> {
     if !tcptune_testkit::require(test, &[Need::Root, Need::Tun]) || !pg::require(test, false) {
-        return;
+        return None;
     }
     let c = PgCluster::start();
     c.create_database("fleet");
     let url = c.url("fleet");
+    Some((c, url))
+}
+
+#[test]
+fn another_hosts_entry_starts_a_known_path_with_careful_resume() {
+    let Some((_c, url)) =
+        fleet_database("another_hosts_entry_starts_a_known_path_with_careful_resume")
+    else {
+        return;
+    };
     // A long path: the client's fetch of the database (started beside the handshake) has
     // the handshake's round trip and a quarter of the RTT to arrive.
     let rtt = Duration::from_millis(200);
@@ -120,12 +130,9 @@ fn a_path_serve_recorded_starts_another_hosts_send_as_a_known_path() {
     use tcptune_emu::{unique_name, PathConfig, Side, Topology, TopologyConfig};
     use tcptune_testkit::ChildGuard;
     let test = "a_path_serve_recorded_starts_another_hosts_send_as_a_known_path";
-    if !tcptune_testkit::require(test, &[Need::Root, Need::Tun]) || !pg::require(test, false) {
+    let Some((_c, url)) = fleet_database(test) else {
         return;
-    }
-    let c = PgCluster::start();
-    c.create_database("fleet");
-    let url = c.url("fleet");
+    };
     let topo = Topology::up(&TopologyConfig::new(
         unique_name("pgf"),
         PathConfig {

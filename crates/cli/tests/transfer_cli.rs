@@ -259,16 +259,19 @@ fn path_database_spares_the_probe_on_a_known_path() {
         v["start"]["tcptune"]["measurement"]["source"], "none",
         "{v}"
     );
-    let first = s.send(&[
-        "-n",
-        "16",
-        "-i",
-        "0",
-        "--tune",
-        "probe",
-        "--path-db",
-        &db_arg,
-    ]);
+    let probe = || {
+        s.send(&[
+            "-n",
+            "16",
+            "-i",
+            "0",
+            "--tune",
+            "probe",
+            "--path-db",
+            &db_arg,
+        ])
+    };
+    let first = probe();
     assert_eq!(
         first.status.code(),
         Some(0),
@@ -283,17 +286,7 @@ fn path_database_spares_the_probe_on_a_known_path() {
     // again, and recorded there). A known path, asked again up to three times, is found.
     let mut text = String::new();
     for _ in 0..3 {
-        let again = s.send(&[
-            "-n",
-            "16",
-            "-i",
-            "0",
-            "--tune",
-            "probe",
-            "--path-db",
-            &db_arg,
-        ]);
-        text = String::from_utf8_lossy(&again.stdout).into_owned();
+        text = String::from_utf8_lossy(&probe().stdout).into_owned();
         if text.contains("from the path database") {
             break;
         }

@@ -57,17 +57,16 @@ pub(crate) struct Raising {
     pub(crate) report: RaisedReport,
 }
 
-/// The last non-empty line of `text`, for a one-line reason.
+/// The last non-empty line of `text` (the far end's words), escaped and cut as a client's
+/// strings are for the server's log, for a one-line reason.
 fn last_line(text: &str) -> String {
-    text.lines()
+    let line = text
+        .lines()
         .rev()
         .map(str::trim)
         .find(|l| !l.is_empty())
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(300)
-        .collect()
+        .unwrap_or("");
+    tcptune_transfer::server::escape(line, 300)
 }
 
 /// What a holder raised, and why it left keys out.
@@ -323,6 +322,9 @@ mod tests {
             "x".repeat(1000)
         );
         let why = parse_answer(&hostile).expect_err("error");
-        assert!(why.len() <= 300 && !why.contains('\u{1b}'), "{why}");
+        assert!(
+            why.chars().count() < 320 && !why.contains('\u{1b}'),
+            "{why}"
+        );
     }
 }

@@ -11,9 +11,10 @@
 //! raised for as long as they run (`lab_raise`: here in this process, there by a
 //! `hold-limits` over the same ssh; root on both hosts, else those cells are marked with the
 //! reason). In each part `manual` (the paper's ping + bandwidth test, 2 x BDP) runs last,
-//! with the best rate the cells before it measured as its bandwidth test. [`summarize`] (pure) turns the
-//! reports into the path's figures, `tcptune doctor --json` on each host (the far one over
-//! the same ssh) gives its limits, and [`render`]/[`html`] (pure) write the report.
+//! with the best rate the cells before it measured as its bandwidth test. [`summarize`]
+//! (pure) turns the reports into the path's figures, `tcptune doctor --json` on each host
+//! (the far one over the same ssh) gives its limits, and [`render`]/[`html`] (pure) write
+//! the report.
 
 use crate::cmd::lab_raise::{RaisedReport, Raising};
 use crate::cmd::ssh::SshOpts;
