@@ -11,6 +11,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 // License: reading the socket's `sk_userlocks` (whether the application fixed its buffers
 // with setsockopt) goes through a BTF pointer from bpf_skc_to_tcp_sock(), which the kernel
@@ -34,6 +35,11 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define TCP_LISTEN 10
 #define SOCK_SNDBUF_LOCK 1
 #define SOCK_RCVBUF_LOCK 2
+// Bits of tt_conn.locked beside sk_userlocks' two: what else the application set itself,
+// which the agent leaves as the application wants it (its own pacing and congestion
+// control win, as its own buffers do).
+#define APP_PACED 4       // SO_MAX_PACING_RATE (before *_ESTABLISHED, or over the agent's)
+#define APP_CC 8          // TCP_CONGESTION
 
 // Modes (tt_cfg.mode).
 #define MODE_OBSERVE 0
@@ -153,6 +159,8 @@ struct tt_conn {
 	__u32 listening; // a listener the agent raised (its close unregisters its port)
 	__u32 listen_port;
 	__u32 _pad;
+	__u32 paced;     // the SO_MAX_PACING_RATE the agent set (bytes/s; 0: none)
+	__u32 _pad2;
 };
 
 // One record in the ring buffer (112 bytes, little-endian on the hosts tcptune runs on); see
@@ -247,6 +255,13 @@ struct sock___tt {
 	unsigned char sk_userlocks;
 } __attribute__((preserve_access_index));
 
+// ... and of struct inet_connection_sock: icsk_ca_setsockopt is set when a congestion control
+// was chosen for the socket (or inherited from a listener it was chosen for) rather than
+// assigned from the host's default.
+struct inet_connection_sock___tt {
+	__u8 icsk_ca_state:5, icsk_ca_initialized:1, icsk_ca_setsockopt:1, icsk_ca_dst_locked:1;
+} __attribute__((preserve_access_index));
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&tt_stats, &idx);
@@ -297,6 +312,35 @@ static __always_inline __u32 userlocks(struct bpf_sock_ops *skops)
 	if (!tp)
 		return 0;
 	return ((struct sock___tt *)tp)->sk_userlocks;
+}
+
+// The socket's SO_MAX_PACING_RATE, bytes/s, as getsockopt gives it in an int (bpf_getsockopt
+// takes no other length): at most ~0U, which is also the kernel's default (no cap).
+static __always_inline __u32 max_pacing(struct bpf_sock_ops *skops)
+{
+	__u32 v = ~0U;
+	if (bpf_getsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)))
+		return ~0U;
+	return v;
+}
+
+// What the application set itself beside its buffers (APP_*), before the agent sets anything
+// (at *_ESTABLISHED, before the application can act on the connection).
+static __always_inline __u32 app_own(struct bpf_sock_ops *skops)
+{
+	__u32 own = 0;
+	if (max_pacing(skops) != ~0U)
+		own |= APP_PACED;
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return own;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return own;
+	struct inet_connection_sock___tt *icsk = (void *)tp;
+	if (BPF_CORE_READ_BITFIELD(icsk, icsk_ca_setsockopt))
+		own |= APP_CC;
+	return own;
 }
 
 static __always_inline struct tt_policy *find_policy(struct tt_addr *peer)
@@ -489,7 +533,8 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 	c->passive = passive;
 	// A lock left by a request tt_setsockopt raised is not the application's own: the
 	// policy may size that buffer as it would an untouched one.
-	c->locked = userlocks(skops) & ~c->overridden;
+	c->locked = (userlocks(skops) & ~c->overridden) | app_own(skops);
+	c->paced = 0;
 	c->applied = 0;
 	c->policy_id = 0;
 	c->counted = 0;
@@ -538,11 +583,13 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		want |= A_SNDBUF;
 	if (passive && p->rcvbuf && !(c->locked & SOCK_RCVBUF_LOCK))
 		want |= A_RCVBUF;
-	if (p->cc[0])
+	// The application's own pacing and congestion control win, as its buffers do (and a
+	// larger initial window goes only with the agent's pacing).
+	if (p->cc[0] && !(c->locked & APP_CC))
 		want |= A_CC;
-	if (p->pacing_Bps)
+	if (p->pacing_Bps && !(c->locked & APP_PACED))
 		want |= A_PACING;
-	if (p->iw && p->pacing_Bps && (p->flags & P_FULL_PIPE))
+	if (p->iw && (want & A_PACING) && (p->flags & P_FULL_PIPE))
 		want |= A_IW;
 
 	if (mode == MODE_ADVISE) {
@@ -584,10 +631,12 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		if (rate == 0)
 			rate = 1;
 		v = (int)(__u32)rate;
-		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
+		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0) {
 			done |= A_PACING;
-		else
+			c->paced = (__u32)rate;
+		} else {
 			failed = A_FAILED;
+		}
 	}
 	// Pacing is careful resume's, as `tcptune send` paces a resumed stream: it spreads the
 	// first windows at the connection's share of the path, and is lifted after two round
@@ -615,7 +664,8 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 
 // An RTT sample of a paced connection: two handshake RTTs after it was established, or at its
 // first retransmission, lift the pacing cap and stop these callbacks (they come per ACK that
-// samples the RTT).
+// samples the RTT). A cap the application has set since (tcptune's own engine paces its
+// streams) is the application's: it stays.
 static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
@@ -627,6 +677,12 @@ static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
 		__u64 two_rtts = (__u64)c->hs_rtt_us * 2000;
 		if (held < two_rtts && skops->total_retrans == 0)
 			return;
+		if (max_pacing(skops) != c->paced) {
+			c->locked |= APP_PACED;
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags &
+								 ~BPF_SOCK_OPS_RTT_CB_FLAG);
+			return;
+		}
 		int v = -1; // ~0U: no cap
 		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
 			c->applied |= A_LIFTED;

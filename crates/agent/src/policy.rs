@@ -534,6 +534,10 @@ pub struct SocketFacts {
     pub app_locked_sndbuf: bool,
     /// The application fixed its receive buffer (bit 1).
     pub app_locked_rcvbuf: bool,
+    /// The application set its own `SO_MAX_PACING_RATE` (`APP_PACED`).
+    pub app_paced: bool,
+    /// The application chose its congestion control (`APP_CC`: `icsk_ca_setsockopt`).
+    pub app_congestion: bool,
     /// Connections open to the destination, this one included.
     pub open_connections: u32,
 }
@@ -573,13 +577,14 @@ pub fn decide(policy: Option<&Settings>, sock: &SocketFacts) -> Decision {
     if sock.handshake_rtt_us < p.rtt_lo_us || sock.handshake_rtt_us >= p.rtt_hi_us {
         return Decision::OutsideBucket;
     }
-    let pacing = (p.pacing_bytes_per_s > 0)
+    // The application's own pacing and congestion control win, as its buffers do.
+    let pacing = (p.pacing_bytes_per_s > 0 && !sock.app_paced)
         .then(|| (p.pacing_bytes_per_s / u64::from(sock.open_connections.max(1))).max(1));
     Decision::Apply(Applied {
         sndbuf: (p.sndbuf_request > 0 && !sock.app_locked_sndbuf).then_some(p.sndbuf_request),
         rcvbuf: (sock.passive && p.rcvbuf_request > 0 && !sock.app_locked_rcvbuf)
             .then_some(p.rcvbuf_request),
-        congestion: p.congestion.clone(),
+        congestion: p.congestion.clone().filter(|_| !sock.app_congestion),
         pacing_bytes_per_s: pacing,
         initial_window: (pacing.is_some() && p.full_pipe && p.initial_window > 0)
             .then_some(p.initial_window),
@@ -624,6 +629,8 @@ mod tests {
             passive: false,
             app_locked_sndbuf: false,
             app_locked_rcvbuf: false,
+            app_paced: false,
+            app_congestion: false,
             open_connections: 1,
         }
     }
@@ -779,6 +786,36 @@ mod tests {
             panic!("not applied")
         };
         assert_eq!(a.rcvbuf, Some(s.rcvbuf_request));
+        assert!(a.sndbuf.is_some());
+    }
+
+    #[test]
+    fn an_applications_own_pacing_and_congestion_control_win() {
+        let e = entry(Direction::Send, 1_000_000_000, 100, true);
+        let opts = PolicyOptions {
+            congestion: Some("cubic".into()),
+        };
+        let s = settings_for(Some(&e), None, &host(), &opts).expect("some");
+        let Decision::Apply(a) = decide(Some(&s), &sock(100)) else {
+            panic!("not applied")
+        };
+        assert!(a.pacing_bytes_per_s.is_some() && a.initial_window.is_some());
+        assert_eq!(a.congestion.as_deref(), Some("cubic"));
+        // A process that paces its own streams (tcptune's engine does on a known path) keeps
+        // its pacing, and so gets no larger initial window from the agent either (careful
+        // resume's window goes only with the agent's pacing); its buffers are still sized.
+        let own = SocketFacts {
+            app_paced: true,
+            app_congestion: true,
+            ..sock(100)
+        };
+        let Decision::Apply(a) = decide(Some(&s), &own) else {
+            panic!("not applied")
+        };
+        assert_eq!(
+            (a.pacing_bytes_per_s, a.initial_window, a.congestion),
+            (None, None, None)
+        );
         assert!(a.sndbuf.is_some());
     }
 

@@ -153,6 +153,11 @@ pub struct ConnRecord {
     pub app_locked_sndbuf: bool,
     /// The application had fixed its receive buffer (`SO_RCVBUF`; left alone).
     pub app_locked_rcvbuf: bool,
+    /// The application paced the connection itself (`SO_MAX_PACING_RATE`, before the agent
+    /// could, or over the agent's cap before it was lifted): its pacing was left as it was.
+    pub app_paced: bool,
+    /// The application chose the congestion control itself (`TCP_CONGESTION`; left alone).
+    pub app_congestion: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -236,6 +241,8 @@ pub fn parse(bytes: &[u8]) -> Result<ConnRecord, RecordError> {
             .collect(),
         app_locked_sndbuf: locked & 1 != 0,
         app_locked_rcvbuf: locked & 2 != 0,
+        app_paced: locked & 4 != 0,
+        app_congestion: locked & 8 != 0,
     })
 }
 

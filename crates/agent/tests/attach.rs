@@ -425,3 +425,179 @@ fn a_program_a_dead_agent_left_attached_the_legacy_way_is_detached_at_start() {
         .is_empty());
     drop(cgroup);
 }
+
+/// What one connection of [`an_applications_own_pacing_and_congestion_control_win`]'s client
+/// saw: its local port, its pacing cap and congestion control once connected, its cap at the
+/// end.
+struct Seen {
+    port: u16,
+    pacing_at_connect: i64,
+    cc_at_connect: String,
+    pacing_at_end: i64,
+}
+
+#[test]
+fn an_applications_own_pacing_and_congestion_control_win() {
+    let test = "an_applications_own_pacing_and_congestion_control_win";
+    if !can_attach(test) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let cgroup = ChildCgroup::create(&mount, "tt-agent-own").expect("a private cgroup");
+    let (a, b) = Netns::veth_pair("ao");
+    let peer: IpAddr = "10.231.0.2".parse().expect("ip");
+    let mut agent = Loaded::load().expect("the verifier accepts the program");
+    agent
+        .set_config(Mode::Enforce, None, Default::default())
+        .expect("mode");
+    let mut cc = [0u8; 16];
+    cc[..4].copy_from_slice(b"reno");
+    const AGENT_RATE: u64 = 50_000_000;
+    agent
+        .set_policy(
+            peer,
+            &PolicyValue {
+                pacing_bytes_per_s: AGENT_RATE,
+                iw: 20,
+                flags: tcptune_agent::maps::POLICY_FULL_PIPE,
+                rtt_lo_us: 0,
+                rtt_hi_us: 1_000_000,
+                id: 7,
+                cc,
+                ..PolicyValue::default()
+            },
+        )
+        .expect("policy");
+    agent
+        .attach(cgroup.path(), false)
+        .expect("attach to the cgroup");
+
+    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
+    let port = listener.local_addr().expect("port").port();
+    let server = std::thread::spawn(move || {
+        for _ in 0..3 {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).expect("read");
+        }
+    });
+    // Three connections in turn: one that sets nothing; one that paces itself and chooses
+    // its congestion control before connect() (as tcptune's engine does on a known path);
+    // one that sets its own cap once connected, over the agent's (as a process that paces
+    // by what it measures does). 2 MB each: 40 ms at the agent's rate, well past the two
+    // round trips after which the agent lifts its own cap.
+    let script = format!(
+        "import socket\n\
+         def pace(s): return s.getsockopt(socket.SOL_SOCKET, 47)\n\
+         def cc(s): return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b'\\0')[0].decode()\n\
+         def run(before, after):\n    \
+             s = socket.socket()\n    \
+             before(s)\n    \
+             s.connect(('10.231.0.2', {port}))\n    \
+             after(s)\n    \
+             p, c = pace(s), cc(s)\n    \
+             s.sendall(b'x' * 2000000)\n    \
+             s.shutdown(socket.SHUT_WR)\n    \
+             while s.recv(65536):\n        pass\n    \
+             print(s.getsockname()[1], p, c, pace(s), flush=True)\n    \
+             s.close()\n\
+         def nothing(s): pass\n\
+         def own(s):\n    \
+             s.setsockopt(socket.SOL_SOCKET, 47, 12345678)\n    \
+             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b'cubic')\n\
+         def over(s): s.setsockopt(socket.SOL_SOCKET, 47, 7654321)\n\
+         run(nothing, nothing)\nrun(own, nothing)\nrun(nothing, over)\n"
+    );
+    let mut cmd = a.command("python3");
+    cmd.arg("-c").arg(script);
+    cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let out = cmd.output().expect("running the client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.join().expect("server");
+    let seen: Vec<Seen> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "{l}");
+            Seen {
+                port: f[0].parse().expect("port"),
+                pacing_at_connect: f[1].parse().expect("pacing"),
+                cc_at_connect: f[2].to_string(),
+                pacing_at_end: f[3].parse().expect("pacing"),
+            }
+        })
+        .collect();
+    assert_eq!(seen.len(), 3, "{}", String::from_utf8_lossy(&out.stdout));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut records = Vec::new();
+    while records.len() < 3 && Instant::now() < deadline {
+        agent
+            .wait_readable(Duration::from_millis(200))
+            .expect("poll");
+        for raw in agent.drain(64) {
+            let r = record::parse(&raw).expect("a well-formed record");
+            if r.kind == Kind::Close && r.peer == peer {
+                records.push(r);
+            }
+        }
+    }
+    let record_of = |s: &Seen| {
+        records
+            .iter()
+            .find(|r| r.local_port == s.port)
+            .unwrap_or_else(|| panic!("no close record for port {}: {records:?}", s.port))
+            .clone()
+    };
+    // Nothing set by the application: the agent's cap (the rate over the destination's open
+    // connections, 1 or 2 while the previous one closes), its congestion control and window;
+    // its cap lifted after two round trips.
+    let plain = &seen[0];
+    assert!(
+        [AGENT_RATE as i64, AGENT_RATE as i64 / 2].contains(&plain.pacing_at_connect),
+        "the agent paced it: {}",
+        plain.pacing_at_connect
+    );
+    assert_eq!(plain.cc_at_connect, "reno");
+    assert_eq!(plain.pacing_at_end, -1, "the agent lifted its cap");
+    let r = record_of(plain);
+    assert_eq!(
+        r.applied,
+        vec!["congestion", "pacing", "initial_window"],
+        "{r:?}"
+    );
+    assert!(r.applied_bits & record::applied::LIFTED != 0, "{r:?}");
+    assert!(!r.app_paced && !r.app_congestion, "{r:?}");
+    // The application's own, set before connect(): left as it was, and no larger window
+    // (careful resume's window goes only with the agent's own pacing).
+    let own = &seen[1];
+    assert_eq!(
+        (own.pacing_at_connect, own.cc_at_connect.as_str()),
+        (12_345_678, "cubic")
+    );
+    assert_eq!(
+        own.pacing_at_end, 12_345_678,
+        "the agent left the application's cap"
+    );
+    let r = record_of(own);
+    assert!(r.applied.is_empty(), "nothing applied: {r:?}");
+    assert!(r.app_paced && r.app_congestion, "{r:?}");
+    // The application's own, set over the agent's once connected: the agent's two round
+    // trips end with the application's cap still in place.
+    let over = &seen[2];
+    assert_eq!(over.pacing_at_connect, 7_654_321);
+    assert_eq!(
+        over.pacing_at_end, 7_654_321,
+        "the agent did not lift the application's cap"
+    );
+    let r = record_of(over);
+    assert!(r.applied.contains(&"pacing"), "{r:?}");
+    assert!(r.applied_bits & record::applied::LIFTED == 0, "{r:?}");
+    assert!(r.app_paced, "{r:?}");
+    drop(agent);
+    drop(cgroup);
+}

@@ -60,8 +60,11 @@ open to it and a larger initial window (both only for paths measured with a full
 --congestion if given. A listener opened under the agent (enforce) offers its known peers a
 receive window from the handshake on (half the BDP, within what SO_RCVBUF gives a listener
 under net.core.rmem_max); a peer without an entry gets the 64 KiB Linux offered before
-6.10. The listener keeps its larger buffer until it closes. Buffers an application fixed
-itself are left alone, unless
+6.10. The listener keeps its larger buffer until it closes. What an application set itself
+wins: its own pacing (SO_MAX_PACING_RATE, before the connection or over the agent's cap; the
+agent then sets no larger initial window either, and tcptune's own engine, which paces its
+streams on a known path, keeps its pacing) and its congestion control are left alone, and so
+are buffers it fixed, unless
 --override-app-buffers: then an application's SO_SNDBUF/SO_RCVBUF request below what the path
 needs (within what autotuning reaches when the destination is not known yet) is raised to
 that need and logged with the process and destination. Unknown
