@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# How fast can tcptune's emulator go and stay accurate? (results: docs/bench/emu.md)
+# How fast can tcptune's emulator go and stay accurate? (results: docs/bench/emu_capacity.md,
+# generated)
 #
 # 1. Accurate rate: a single iperf3 flow over --rtt $RTT at each rate, MTU 1500 and 9000;
 #    the link rate the emulator delivered (its own counters, after a warm-up) and the
@@ -8,9 +9,13 @@
 # 2. Raw forwarding: no rate limit, no delay, emulator (with and without GSO offload)
 #    against a plain veth pair between two namespaces, same run.
 #
+# Writes every run to bench/raw/emu_capacity.tsv (OUT=), then docs/bench/emu_capacity.md from
+# it with bench/tables.
+#
 # Usage: sudo bench/emu_capacity.sh   (env: REPS=3 SECS=8 WARM=3 RTT=20ms MTUS="1500 9000"
 #        RATES="1gbit 2gbit 2.5gbit 3gbit 4gbit 5gbit 6gbit" TCPTUNE=target/release/tcptune
-#        EXTRA="--no-offload" to measure the plain TUN path, RAW=0 to skip part 2)
+#        EXTRA="--no-offload" to measure the plain TUN path, RAW=0 to skip part 2,
+#        OUT=bench/raw/emu_capacity.tsv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/emu_common.sh
@@ -20,32 +25,70 @@ MTUS=${MTUS:-"1500 9000"}
 RATES=${RATES:-"1gbit 2gbit 2.5gbit 3gbit 4gbit 5gbit 6gbit"}
 EXTRA=${EXTRA:-}
 RAW=${RAW:-1}
-trap veth_down EXIT
+OUT=${OUT:-bench/raw/emu_capacity.tsv}
+rows=$(mktemp)
+trap 'veth_down; rm -f "$rows"' EXIT
+commit=$("$TCPTUNE" --version | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p')
+commit=${commit:-unknown}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+steal0=$(steal_mark)
+wakeup=$(wakeup_late)
+# row PART CASE TOOL OPTIONS REP MTU RATE LINK_MBIT P50_US P99_US MAX_US GOODPUT_MBIT
+# (the CPU steal since the last `mark` goes with it)
+row() {
+    local exit=0
+    case "$8${12}" in *nan*) exit=1 ;; esac
+    # shellcheck disable=SC2086
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$commit" \
+        "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "$(steal_pct $mark)" "$exit" >>"$rows"
+}
 
-echo "# emu capacity $(date -u +%FT%TZ) $(uname -r) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# single iperf3 flow, rtt $RTT, ${SECS}s (counters after ${WARM}s), median of $REPS ${EXTRA:+(emu $EXTRA)}"
-printf '%-5s %-8s %10s %7s %8s %8s %8s %10s %s\n' mtu rate link_mbit ratio p50_us p99_us max_us goodput held
+echo "# single iperf3 flow, rtt $RTT, ${SECS}s (counters after ${WARM}s), $REPS runs ${EXTRA:+(emu $EXTRA)}" >&2
+tool=emu_gso
+[ -z "$EXTRA" ] || tool=emu_plain
 for mtu in $MTUS; do
     for rate in $RATES; do
-        runs=$(for _ in $(seq "$REPS"); do emu_iperf "$SECS" "$WARM" --rtt "$RTT" --rate "$rate" --mtu "$mtu" $EXTRA; done)
-        col() { echo "$runs" | awk -v c="$1" '{print $c}' | median; }
-        link=$(col 1) p50=$(col 2) p99=$(col 3) mx=$(col 4) good=$(col 5)
-        want=$(python3 -c "import sys; s=sys.argv[1]; u={'k':1e3,'m':1e6,'g':1e9}[s[-4]]; print(float(s[:-4])*u/1e6)" "$rate")
-        ratio=$(python3 -c "print('%.3f' % ($link / $want))" 2>/dev/null || echo nan)
-        held=$(python3 -c "print('yes' if $ratio >= 0.95 and $p99 < 1000 else 'no')" 2>/dev/null || echo no)
-        printf '%-5s %-8s %10s %7s %8s %8s %8s %10s %s\n' "$mtu" "$rate" "$link" "$ratio" "$p50" "$p99" "$mx" "$good" "$held"
+        for rep in $(seq "$REPS"); do
+            mark=$(steal_mark)
+            read -r link p50 p99 mx good _ < <(emu_iperf "$SECS" "$WARM" --rtt "$RTT" --rate "$rate" --mtu "$mtu" $EXTRA)
+            row rate "$mtu/$rate" "$tool" "emu run --rtt $RTT --rate $rate --mtu $mtu --warmup ${WARM}s $EXTRA; iperf3 -t $SECS" \
+                "$rep" "$mtu" "$rate" "$link" "$p50" "$p99" "$mx" "$good"
+        done
+        echo "MTU $mtu, $rate: done" >&2
     done
 done
 
-[ "$RAW" = 1 ] || exit 0
-echo
-echo "# raw forwarding: no rate, no delay, ${SECS}s iperf3 goodput in Mbit/s, median of $REPS"
-printf '%-5s %12s %12s %12s %10s\n' mtu veth emu_gso emu_plain gso/veth
-for mtu in $MTUS; do
-    veth_up "$mtu"
-    v=$(for _ in $(seq "$REPS"); do veth_iperf "$SECS"; done | median)
-    veth_down
-    g=$(for _ in $(seq "$REPS"); do emu_iperf "$SECS" 1 --mtu "$mtu"; done | awk '{print $5}' | median)
-    p=$(for _ in $(seq "$REPS"); do emu_iperf "$SECS" 1 --mtu "$mtu" --no-offload; done | awk '{print $5}' | median)
-    printf '%-5s %12s %12s %12s %10s\n' "$mtu" "$v" "$g" "$p" "$(python3 -c "print('%.2f' % ($g / $v))" 2>/dev/null || echo nan)"
-done
+if [ "$RAW" = 1 ]; then
+    echo "# raw forwarding: no rate, no delay, ${SECS}s iperf3 goodput, $REPS runs" >&2
+    for mtu in $MTUS; do
+        for rep in $(seq "$REPS"); do
+            mark=$(steal_mark)
+            veth_up "$mtu"
+            v=$(veth_iperf "$SECS")
+            veth_down
+            row raw "$mtu" veth "veth pair, iperf3 -t $SECS" "$rep" "$mtu" - - - - - "$v"
+            mark=$(steal_mark)
+            read -r _ _ _ _ g _ < <(emu_iperf "$SECS" 1 --mtu "$mtu")
+            row raw "$mtu" emu_gso "emu run --mtu $mtu; iperf3 -t $SECS" "$rep" "$mtu" - - - - - "$g"
+            mark=$(steal_mark)
+            read -r _ _ _ _ p _ < <(emu_iperf "$SECS" 1 --mtu "$mtu" --no-offload)
+            row raw "$mtu" emu_plain "emu run --mtu $mtu --no-offload; iperf3 -t $SECS" "$rep" "$mtu" - - - - - "$p"
+        done
+        echo "raw forwarding, MTU $mtu: done" >&2
+    done
+fi
+
+{
+    echo "# command: sudo REPS=$REPS SECS=$SECS WARM=$WARM RTT=$RTT RATES=\"$RATES\"${EXTRA:+ EXTRA=\"$EXTRA\"} bench/emu_capacity.sh"
+    echo "# date: $(date -u '+%F %H:%M UTC')"
+    echo "# host: Linux $(uname -r), $(nproc) CPUs; a real-time thread's 200 us sleep, idle, overslept $wakeup"
+    echo "# congestion: $(sysctl -n net.ipv4.tcp_congestion_control)"
+    echo "# rtt: $RTT"
+    echo "# secs: $SECS"
+    # shellcheck disable=SC2086
+    echo "# load: load average $load_before before and $(cut -d' ' -f1-3 /proc/loadavg) after, CPU steal $(steal_pct $steal0)% over the run"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tmtu\trate\tlink_mbit\tp50_us\tp99_us\tmax_us\tgoodput_mbit\tsteal_pct\texit\n'
+    cat "$rows"
+} >"$OUT"
+echo "wrote $OUT" >&2
+python3 bench/tables >/dev/null && echo "wrote docs/bench/emu_capacity.md (bench/tables)" >&2

@@ -101,3 +101,24 @@ try: print("%.1f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_secon
 except Exception: print("nan")'
     wait || true
 }
+
+# The host's CPU steal time (a VM's hypervisor running others on its cores) over a run:
+# steal_mark prints a mark; steal_pct MARK prints the percentage of CPU time stolen since.
+steal_mark() { awk '/^cpu /{t=0; for (i=2; i<=NF; i++) t+=$i; print $9, t}' /proc/stat; }
+steal_pct() {
+    local s0=$1 t0=$2
+    awk -v s0="$s0" -v t0="$t0" '/^cpu /{t=0; for (i=2; i<=NF; i++) t+=$i;
+        printf "%.1f", (t > t0) ? 100 * ($9 - s0) / (t - t0) : 0}' /proc/stat
+}
+
+# How late this host wakes a real-time thread (what the emulator's threads are) from a
+# 200 us sleep, idle: "p50 X p99 Y us" over 2000 sleeps. A VM whose hypervisor is busy wakes
+# it late, and every packet the emulator holds inherits that.
+wakeup_late() {
+    chrt -f 10 python3 -c '
+import time
+d = []
+for _ in range(2000):
+    t = time.perf_counter(); time.sleep(0.0002); d.append((time.perf_counter() - t - 0.0002) * 1e6)
+d.sort(); print("p50 %.0f p99 %.0f us" % (d[1000], d[1980]))' 2>/dev/null || echo "unknown"
+}
