@@ -418,8 +418,7 @@ fn advice_and_memory_budget_lines_match_their_schemas() {
     let s = Server::start_with(&["--path-db", &db_arg, "--memory-budget", "1m"]);
     let port = s.port.to_string();
     // Measured now, then from the server's database; both directions.
-    let mut sources = Vec::new();
-    for extra in [&[][..], &[], &["-R"]] {
+    let advise = |extra: &[&str]| -> String {
         let mut args = vec!["advise", "127.0.0.1", "-p", &port, "--json"];
         args.extend_from_slice(extra);
         let o = run(&args);
@@ -431,8 +430,21 @@ fn advice_and_memory_budget_lines_match_their_schemas() {
         );
         let v = doc(&o);
         assert_valid("advise", &v);
-        sources.push(v["source"].as_str().unwrap_or_default().to_string());
+        v["source"].as_str().unwrap_or_default().to_string()
+    };
+    let mut sources = vec![advise(&[])];
+    // The database answers inside the RTT bucket of what it saved: on a busy host a loopback
+    // RTT has moved to the next bucket between two calls (108 vs 152 us in one CI run), so
+    // the known path is asked for up to three times.
+    let mut known = advise(&[]);
+    for _ in 0..2 {
+        if known == "path_db" {
+            break;
+        }
+        known = advise(&[]);
     }
+    sources.push(known);
+    sources.push(advise(&["-R"]));
     assert_eq!(sources, ["measured", "path_db", "measured"]);
     // The server sends with psc under the budget: its shares are logged.
     let o = run(&[
