@@ -49,6 +49,13 @@ BIN = os.path.abspath(os.environ["TCPTUNE_BIN"])
 REPS = int(os.environ["REPS"])
 CASES = os.environ["CASES"].split()
 RAW = os.environ.get("RAW", "bench/raw/agent.tsv")
+ALL_CASES = ["iperf3_1g", "iperf3_w64k", "curl_1g"]
+# The raw file holds one run of every case: a run of some of them would drop the others' rows
+# (and their summary targets), so it goes to a file of its own.
+if os.path.abspath(RAW) == os.path.abspath("bench/raw/agent.tsv") and \
+        sorted(CASES) != sorted(ALL_CASES):
+    sys.exit(f"CASES={' '.join(CASES)} is not every case: bench/raw/agent.tsv would lose the "
+             "others' rows; set RAW= to another file")
 NAME = f"agentb{os.getpid() % 10000}"
 A, B = f"tt-{NAME}-a", f"tt-{NAME}-b"
 PEER, SELF = "198.19.0.1", "198.18.0.1"
