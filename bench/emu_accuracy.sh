@@ -27,11 +27,7 @@ NAME="acc$$"
 rows=$(mktemp)
 cleanup() { "$TCPTUNE" emu down "$NAME" >/dev/null 2>&1 || true; veth_down; rm -f "$rows"; }
 trap cleanup EXIT
-commit=$("$TCPTUNE" --version | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p')
-commit=${commit:-unknown}
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-steal0=$(steal_mark)
-wakeup=$(wakeup_late)
+run_start
 
 # ping_ms EXEC... -> median ping RTT in ms (N pings 50 ms apart)
 ping_ms() {
@@ -98,14 +94,11 @@ done
 
 {
     echo "# command: sudo N=$N REPS=$REPS LOAD_SECS=$LOAD_SECS CUBIC_SECS=$CUBIC_SECS bench/emu_accuracy.sh"
-    echo "# date: $(date -u '+%F %H:%M UTC')"
-    echo "# host: Linux $(uname -r), $(nproc) CPUs; a real-time thread's 200 us sleep, idle, overslept $wakeup"
+    run_meta
     echo "# congestion: $cc"
     echo "# load_secs: $LOAD_SECS"
     echo "# cubic_secs: $CUBIC_SECS"
     echo "# samples: $N"
-    # shellcheck disable=SC2086
-    echo "# load: load average $load_before before and $(cut -d' ' -f1-3 /proc/loadavg) after, CPU steal $(steal_pct $steal0)% over the run"
     printf 'part\tcase\ttool\tcommit\toptions\trep\twant_ms\tms\tlink_mbit\tp50_us\tp99_us\tmax_us\tgoodput_mbit\tdrops\texit\n'
     cat "$rows"
 } >"$RAW"

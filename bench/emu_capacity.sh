@@ -28,11 +28,7 @@ RAW=${RAW:-1}
 OUT=${OUT:-bench/raw/emu_capacity.tsv}
 rows=$(mktemp)
 trap 'veth_down; rm -f "$rows"' EXIT
-commit=$("$TCPTUNE" --version | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p')
-commit=${commit:-unknown}
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-steal0=$(steal_mark)
-wakeup=$(wakeup_late)
+run_start
 # row PART CASE TOOL OPTIONS REP MTU RATE LINK_MBIT P50_US P99_US MAX_US GOODPUT_MBIT
 # (the CPU steal since the last `mark` goes with it)
 row() {
@@ -80,13 +76,10 @@ fi
 
 {
     echo "# command: sudo REPS=$REPS SECS=$SECS WARM=$WARM RTT=$RTT RATES=\"$RATES\"${EXTRA:+ EXTRA=\"$EXTRA\"} bench/emu_capacity.sh"
-    echo "# date: $(date -u '+%F %H:%M UTC')"
-    echo "# host: Linux $(uname -r), $(nproc) CPUs; a real-time thread's 200 us sleep, idle, overslept $wakeup"
+    run_meta
     echo "# congestion: $(sysctl -n net.ipv4.tcp_congestion_control)"
     echo "# rtt: $RTT"
     echo "# secs: $SECS"
-    # shellcheck disable=SC2086
-    echo "# load: load average $load_before before and $(cut -d' ' -f1-3 /proc/loadavg) after, CPU steal $(steal_pct $steal0)% over the run"
     printf 'part\tcase\ttool\tcommit\toptions\trep\tmtu\trate\tlink_mbit\tp50_us\tp99_us\tmax_us\tgoodput_mbit\tsteal_pct\texit\n'
     cat "$rows"
 } >"$OUT"

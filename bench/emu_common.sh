@@ -122,3 +122,19 @@ for _ in range(2000):
     t = time.perf_counter(); time.sleep(0.0002); d.append((time.perf_counter() - t - 0.0002) * 1e6)
 d.sort(); print("p50 %.0f p99 %.0f us" % (d[1000], d[1980]))' 2>/dev/null || echo "unknown"
 }
+
+# A raw file's run: run_start notes the binary's commit ($commit), the load, the steal and
+# the host's wake-up lateness before the run; run_meta prints the `# date/host/load` lines.
+run_start() {
+    commit=$("$TCPTUNE" --version | sed -n 's/.*commit \([0-9a-f]*\).*/\1/p')
+    commit=${commit:-unknown}
+    RUN_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+    RUN_STEAL=$(steal_mark)
+    RUN_WAKEUP=$(wakeup_late)
+}
+run_meta() {
+    echo "# date: $(date -u '+%F %H:%M UTC')"
+    echo "# host: Linux $(uname -r), $(nproc) CPUs; a real-time thread's 200 us sleep, idle, overslept $RUN_WAKEUP"
+    # shellcheck disable=SC2086
+    echo "# load: load average $RUN_LOAD before and $(cut -d' ' -f1-3 /proc/loadavg) after, CPU steal $(steal_pct $RUN_STEAL)% over the run"
+}

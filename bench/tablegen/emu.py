@@ -3,7 +3,7 @@ emulator on time? An idle path's ping and TCP handshake against 2 x the one-way 
 lateness of every packet of a 1 Gbit/s x 100 ms flow against its due time."""
 import statistics
 
-from tablegen.common import Raw, Target, link, values, verdict
+from tablegen.common import Raw, Target, link, median, spread, values, verdict
 
 EMU_ACC_RAW = "bench/raw/emu_accuracy.tsv"
 EMU_ACC_COLS = {"part", "case", "tool", "commit", "options", "rep", "want_ms", "ms",
@@ -44,7 +44,7 @@ def emu_accuracy(md, rel):
     for r in raw.rows:
         if r["part"] == "idle" and r["case"] not in cases:
             cases.append(r["case"])
-    worst, all_ok, idle_runs = None, True, 0
+    worst, all_ok, idle_runs, errs = None, True, 0, []
     for case in cases:
         ping = raw.ok(case, "ping", "idle")
         hs = raw.ok(case, "handshake", "idle")
@@ -54,34 +54,25 @@ def emu_accuracy(md, rel):
                 all_ok = False
             continue
         want = float(ping[0]["want_ms"])
-        p = statistics.median(values(ping, "ms"))
-        h = statistics.median(values(hs, "ms"))
-        pv, hv = values(ping, "ms"), values(hs, "ms")
-        spread = f"{min(pv):.3f}-{max(pv):.3f}"
-        hspread = f"{min(hv):.3f}-{max(hv):.3f}"
-        runs = min(len(pv), len(hv))
+        p, h = median(ping, "ms"), median(hs, "ms")
+        pspread, hspread = spread(ping, "ms", fmt=".3f"), spread(hs, "ms", fmt=".3f")
+        runs = min(len(values(ping, "ms")), len(values(hs, "ms")))
         if case == "veth":
-            out.append(f"| veth (no emulator) | 0 | {p:.3f} ms ({spread}) | | {h:.3f} ms "
+            out.append(f"| veth (no emulator) | 0 | {p:.3f} ms ({pspread}) | | {h:.3f} ms "
                        f"({hspread}) | | | | {runs} |")
             continue
         idle_runs = max(idle_runs, runs)
         tol = tolerance(want)
         ok = (not ping_precise(want) or abs(p - want) <= tol) and abs(h - want) <= tol
         all_ok = all_ok and ok
+        errs += [p - want] if ping_precise(want) else []
+        errs.append(h - want)
         err = max(abs(p - want) if ping_precise(want) else 0.0, abs(h - want))
         if worst is None or err / tol > worst[0] / worst[1]:
             worst = (err, tol, case)
-        out.append(f"| {case} | {want:g} ms | {p:.3f} ms ({spread}) | {p - want:+.3f} | "
+        out.append(f"| {case} | {want:g} ms | {p:.3f} ms ({pspread}) | {p - want:+.3f} | "
                    f"{h:.3f} ms ({hspread}) | {h - want:+.3f} | {tol:.3f} | {verdict(ok)} | "
                    f"{runs} |")
-    errs = []
-    for case in cases:
-        if case == "veth":
-            continue
-        for tool in ("ping", "handshake"):
-            rows = raw.ok(case, tool, "idle")
-            if rows and (tool == "handshake" or ping_precise(float(rows[0]["want_ms"]))):
-                errs.append(statistics.median(values(rows, "ms")) - float(rows[0]["want_ms"]))
     targets = []
     if errs:
         targets.append(Target(
@@ -120,9 +111,7 @@ def emu_accuracy(md, rel):
                        f"Mbit/s | {r['drops']} |")
         if not ok:
             continue
-        p99 = statistics.median(values(ok, "p99_us"))
-        link_m = statistics.median(values(ok, "link_mbit"))
-        good = statistics.median(values(ok, "goodput_mbit"))
+        p99, link_m, good = (median(ok, c) for c in ("p99_us", "link_mbit", "goodput_mbit"))
         out += ["", f"Medians: p99 lateness **{p99:.0f} us** (target < 1000 us: "
                 f"{verdict(p99 < P99_LIMIT_US)}), link rate **{link_m:.1f} Mbit/s** "
                 f"({link_m / 10:.1f}% of the configured 1 Gbit/s: "
@@ -131,12 +120,12 @@ def emu_accuracy(md, rel):
             targets.append(Target(
                 "emulator: 1 Gbit/s x 100 ms RTT, MTU 1500, p99 lateness", "due time", "< 1 ms",
                 f"**{p99 / 1000:.2f} ms** (median of {len(ok)} runs, "
-                f"{min(values(ok, 'p99_us')):.0f}-{max(values(ok, 'p99_us')):.0f} us, {flow})",
+                f"{spread(ok, 'p99_us', fmt='.0f')} us, {flow})",
                 p99 < P99_LIMIT_US, link(md)))
         targets.append(Target(
             f"emulator: single {flow} flow at 1 Gbit/s x 100 ms", "configured rate",
             "within 5%", f"link **{link_m / 10:.1f}%** (median of {len(ok)} runs, "
-            f"{min(values(ok, 'link_mbit')) / 10:.1f}-{max(values(ok, 'link_mbit')) / 10:.1f}%), "
+            f"{spread(ok, 'link_mbit', scale=0.1, fmt='.1f')}%), "
             f"iperf3 goodput {good:.0f} Mbit/s, p99 lateness {p99:.0f} us",
             link_m >= 950, link(md)))
     return "\n".join(out), targets
@@ -188,7 +177,7 @@ def emu_capacity(md, rel):
         if not ok:
             out.append(f"| {mtu} | {name} | - | - | - | - | - | - | no successful run | 0 | - |")
             continue
-        m = {c: statistics.median(values(ok, c)) for c in
+        m = {c: median(ok, c) for c in
              ("link_mbit", "p50_us", "p99_us", "max_us", "goodput_mbit")}
         ratio = m["link_mbit"] / rate_mbit(rate)
         is_held = ratio >= 0.95 and m["p99_us"] < P99_LIMIT_US
@@ -230,9 +219,9 @@ def emu_capacity(md, rel):
             for tool in ("veth", "emu_gso", "emu_plain"):
                 ok = [r for r in rawfw if r["mtu"] == mtu and r["tool"] == tool
                       and r["exit"] == "0"]
-                v = values(ok, "goodput_mbit")
-                med[tool] = statistics.median(v) if v else float("nan")
-                cell[tool] = (f"{med[tool]:.1f} ({min(v):.0f}-{max(v):.0f})" if v else "-")
+                med[tool] = median(ok, "goodput_mbit")
+                cell[tool] = (f"{med[tool]:.1f} ({spread(ok, 'goodput_mbit', fmt='.0f')})"
+                              if values(ok, "goodput_mbit") else "-")
             n = len([r for r in rawfw if r["mtu"] == mtu and r["tool"] == "emu_gso"])
             ratio = med["emu_gso"] / med["veth"]
             out.append(f"| {mtu} | {cell['veth']} | {cell['emu_gso']} | {cell['emu_plain']} | "

@@ -55,6 +55,40 @@ fn can_attach(test: &str) -> bool {
     true
 }
 
+/// The program loaded in enforce mode (with `offer` for listeners) and one policy, for
+/// `peer`, in its map; not attached yet.
+fn enforcing(offer: ListenOffer, peer: IpAddr, policy: &PolicyValue) -> Loaded {
+    let mut agent = Loaded::load().expect("the verifier accepts the program");
+    agent
+        .set_config(Mode::Enforce, None, offer)
+        .expect("config");
+    agent.set_policy(peer, policy).expect("policy");
+    agent
+}
+
+/// The close records `keep` selects, read from the ring buffer until `enough` says so or
+/// 10 s have passed.
+fn close_records(
+    agent: &mut Loaded,
+    keep: impl Fn(&record::ConnRecord) -> bool,
+    enough: impl Fn(&[record::ConnRecord]) -> bool,
+) -> Vec<record::ConnRecord> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut records = Vec::new();
+    while !enough(&records) && Instant::now() < deadline {
+        agent
+            .wait_readable(Duration::from_millis(200))
+            .expect("poll");
+        for raw in agent.drain(64) {
+            let r = record::parse(&raw).expect("a well-formed record");
+            if r.kind == Kind::Close && keep(&r) {
+                records.push(r);
+            }
+        }
+    }
+    records
+}
+
 #[test]
 fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     let test = "tunes_a_connection_in_its_cgroup_and_reports_its_close";
@@ -66,22 +100,17 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
     let (a, b) = Netns::veth_pair("ag");
     let peer: IpAddr = "10.231.0.2".parse().expect("ip");
 
-    let mut agent = Loaded::load().expect("the verifier accepts the program");
-    agent
-        .set_config(Mode::Enforce, None, Default::default())
-        .expect("mode");
-    agent
-        .set_policy(
-            peer,
-            &PolicyValue {
-                sndbuf: SNDBUF,
-                rtt_lo_us: 0,
-                rtt_hi_us: 1_000_000,
-                id: 42,
-                ..PolicyValue::default()
-            },
-        )
-        .expect("policy");
+    let mut agent = enforcing(
+        Default::default(),
+        peer,
+        &PolicyValue {
+            sndbuf: SNDBUF,
+            rtt_lo_us: 0,
+            rtt_hi_us: 1_000_000,
+            id: 42,
+            ..PolicyValue::default()
+        },
+    );
     agent
         .attach(cgroup.path(), false)
         .expect("attach to the cgroup");
@@ -123,20 +152,13 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
         "the program set SO_SNDBUF on the client's socket"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut found = None;
-    while found.is_none() && Instant::now() < deadline {
-        agent
-            .wait_readable(Duration::from_millis(200))
-            .expect("poll");
-        for raw in agent.drain(64) {
-            let r = record::parse(&raw).expect("a well-formed record");
-            if r.kind == Kind::Close && r.peer == peer && r.peer_port == port {
-                found = Some(r);
-            }
-        }
-    }
-    let r = found.expect("a close record for the client's connection");
+    let r = close_records(
+        &mut agent,
+        |r| r.peer == peer && r.peer_port == port,
+        |got| !got.is_empty(),
+    )
+    .pop()
+    .expect("a close record for the client's connection");
     assert_eq!(r.opened, Opened::Active);
     assert_eq!(r.policy_id, 42);
     assert_eq!(r.applied, vec!["sndbuf"]);
@@ -233,26 +255,21 @@ fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at
     let known: IpAddr = "10.231.0.1".parse().expect("ip");
     let stranger: IpAddr = "10.232.0.1".parse().expect("ip");
 
-    let mut agent = Loaded::load().expect("the verifier accepts the program");
     let offer = ListenOffer {
         window_bytes: OFFER,
         stranger_segments: stranger_segments(),
     };
-    agent
-        .set_config(Mode::Enforce, None, offer)
-        .expect("config");
     // A policy that sets nothing but makes the peer known.
-    agent
-        .set_policy(
-            known,
-            &PolicyValue {
-                rtt_lo_us: 0,
-                rtt_hi_us: 10_000_000,
-                id: 43,
-                ..PolicyValue::default()
-            },
-        )
-        .expect("policy");
+    let mut agent = enforcing(
+        offer,
+        known,
+        &PolicyValue {
+            rtt_lo_us: 0,
+            rtt_hi_us: 10_000_000,
+            id: 43,
+            ..PolicyValue::default()
+        },
+    );
     agent
         .attach(cgroup.path(), false)
         .expect("attach to the cgroup");
@@ -329,25 +346,21 @@ fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at
     }
 
     // The close records say which peer got the window and which was held.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (mut got_known, mut got_stranger) = (None, None);
-    while (got_known.is_none() || got_stranger.is_none()) && Instant::now() < deadline {
-        agent
-            .wait_readable(Duration::from_millis(200))
-            .expect("poll");
-        for raw in agent.drain(64) {
-            let r = record::parse(&raw).expect("a well-formed record");
-            if r.kind == Kind::Close && r.local_port == port && r.peer == known {
-                got_known = Some(r);
-            } else if r.kind == Kind::Close && r.local_port == port && r.peer == stranger {
-                got_stranger = Some(r);
-            }
-        }
-    }
-    let k = got_known.expect("a close record for the known peer");
+    let both = |got: &[record::ConnRecord]| {
+        [known, stranger]
+            .iter()
+            .all(|ip| got.iter().any(|r| r.peer == *ip))
+    };
+    let records = close_records(
+        &mut agent,
+        |r| r.local_port == port && (r.peer == known || r.peer == stranger),
+        both,
+    );
+    let last_of = |ip: IpAddr| records.iter().rev().find(|r| r.peer == ip).cloned();
+    let k = last_of(known).expect("a close record for the known peer");
     assert_eq!(k.opened, Opened::Passive);
     assert!(k.applied.contains(&"receive_window"), "{k:?}");
-    let st = got_stranger.expect("a close record for the stranger");
+    let st = last_of(stranger).expect("a close record for the stranger");
     assert!(st.applied.is_empty(), "{st:?}");
     assert_ne!(
         st.applied_bits & record::applied::RWND_HELD,
@@ -446,28 +459,23 @@ fn an_applications_own_pacing_and_congestion_control_win() {
     let cgroup = ChildCgroup::create(&mount, "tt-agent-own").expect("a private cgroup");
     let (a, b) = Netns::veth_pair("ao");
     let peer: IpAddr = "10.231.0.2".parse().expect("ip");
-    let mut agent = Loaded::load().expect("the verifier accepts the program");
-    agent
-        .set_config(Mode::Enforce, None, Default::default())
-        .expect("mode");
     let mut cc = [0u8; 16];
     cc[..4].copy_from_slice(b"reno");
     const AGENT_RATE: u64 = 50_000_000;
-    agent
-        .set_policy(
-            peer,
-            &PolicyValue {
-                pacing_bytes_per_s: AGENT_RATE,
-                iw: 20,
-                flags: tcptune_agent::maps::POLICY_FULL_PIPE,
-                rtt_lo_us: 0,
-                rtt_hi_us: 1_000_000,
-                id: 7,
-                cc,
-                ..PolicyValue::default()
-            },
-        )
-        .expect("policy");
+    let mut agent = enforcing(
+        Default::default(),
+        peer,
+        &PolicyValue {
+            pacing_bytes_per_s: AGENT_RATE,
+            iw: 20,
+            flags: tcptune_agent::maps::POLICY_FULL_PIPE,
+            rtt_lo_us: 0,
+            rtt_hi_us: 1_000_000,
+            id: 7,
+            cc,
+            ..PolicyValue::default()
+        },
+    );
     agent
         .attach(cgroup.path(), false)
         .expect("attach to the cgroup");
@@ -533,19 +541,7 @@ fn an_applications_own_pacing_and_congestion_control_win() {
         .collect();
     assert_eq!(seen.len(), 3, "{}", String::from_utf8_lossy(&out.stdout));
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut records = Vec::new();
-    while records.len() < 3 && Instant::now() < deadline {
-        agent
-            .wait_readable(Duration::from_millis(200))
-            .expect("poll");
-        for raw in agent.drain(64) {
-            let r = record::parse(&raw).expect("a well-formed record");
-            if r.kind == Kind::Close && r.peer == peer {
-                records.push(r);
-            }
-        }
-    }
+    let records = close_records(&mut agent, |r| r.peer == peer, |got| got.len() >= 3);
     let record_of = |s: &Seen| {
         records
             .iter()
