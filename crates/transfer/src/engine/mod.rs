@@ -393,8 +393,12 @@ impl Engine {
             .sum()
     }
 
-    /// [`Engine::delivered`] and the smallest `tcpi_min_rtt` of the streams, read in one
-    /// pass (the server's watch over its clients' paths).
+    /// Bytes delivered as [`Engine::delivered`] has them, except that a receiver counts
+    /// what its kernel received in order (`tcpi_bytes_received`, else what it read), and
+    /// the smallest `tcpi_min_rtt` of the streams, read in one pass (the server's watch
+    /// over its clients' paths). The kernel's count goes on while this process is
+    /// descheduled; what the streams read would come in a burst after it (a round well
+    /// above the path's rate).
     pub(crate) fn path_view(&self) -> (u64, Option<Duration>) {
         let mut delivered = 0u64;
         let mut min_rtt: Option<Duration> = None;
@@ -407,7 +411,9 @@ impl Engine {
                 Role::Sender => info
                     .and_then(|t| t.delivered_bytes())
                     .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
-                Role::Receiver => s.counters.bytes.load(Ordering::Relaxed),
+                Role::Receiver => info
+                    .and_then(|t| t.bytes_received)
+                    .unwrap_or_else(|| s.counters.bytes.load(Ordering::Relaxed)),
             };
         }
         (delivered, min_rtt)

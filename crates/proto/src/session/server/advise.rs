@@ -14,7 +14,8 @@
 //!   measurement).
 //! * Otherwise the server measures: it sends `Measure` (streams enough for a fast path at
 //!   this RTT, as the client's probe opens, [`ProbePlan`]) and starts a probe phase it
-//!   leads: it ends the phase itself as soon as its own watch sees the pipe full, or at the
+//!   leads: it ends the phase itself as soon as its own watch sees the pipe full and the
+//!   rate settled after it ([`tcptune_core::fullpipe::FullPipe::settling`]), or at the
 //!   probe's bound, and answers from what it measured ([`SessionOutput::Measured`] records
 //!   it).
 //! * A measurement this address may not have now (one was made recently) falls back on the
@@ -287,7 +288,8 @@ impl ServerSession {
             plan.max_duration,
             8,
             Duration::from_millis(2),
-        );
+        )
+        .settling();
         // The control connection's RTT, as this server's TCP_INFO has it.
         watch.seed_min_rtt(rtt);
         self.state = State::Phase(PhaseState {

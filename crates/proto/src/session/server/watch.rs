@@ -92,6 +92,14 @@ impl PathWatch {
         }
     }
 
+    /// The watch's rate settles after the plateau even at a sender ([`FullPipe::settling`]):
+    /// for a measurement the server leads and answers from (`advise`), which may take a
+    /// few rounds more to be right.
+    pub(crate) fn settling(mut self) -> PathWatch {
+        self.estimator = self.estimator.settling();
+        self
+    }
+
     /// When [`PathWatch::observe`] is due.
     pub(crate) fn next_sample(&self) -> Instant {
         self.next_sample
