@@ -20,16 +20,37 @@
 #                rate within 10% of 200 Mbit/s and the RTT within 10% of 50 ms (was
 #                advice_across_an_emulated_path_matches_its_rtt_and_rate_in_both_directions)
 #
-# Prints one line per repetition and a table of medians and whether the target held.
+# Prints one line per repetition and a table of medians and whether the target held, and
+# writes every repetition to bench/raw/round_trips.tsv (RAW=; bench/tables makes
+# docs/bench/round_trips.md and the summary's rows from it). A run of some measurements only
+# (ONLY=) must go to a RAW= of its own: it would drop the others' rows.
 # Usage: sudo bench/transfer_round_trips.sh   (env: REPS=3 TCPTUNE=target/release/tcptune
-# ONLY="round_trips pathfix advise")
+# ONLY="round_trips pathfix advise" RAW=bench/raw/round_trips.tsv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/emu_common.sh
 need ip python3
-ONLY=${ONLY:-"round_trips pathfix advise"}
+ALL="round_trips pathfix advise"
+ONLY=${ONLY:-$ALL}
+RAW=${RAW:-bench/raw/round_trips.tsv}
+if [ "$ONLY" != "$ALL" ] && [ "$RAW" = bench/raw/round_trips.tsv ]; then
+    echo "ONLY=\"$ONLY\" would replace $RAW without the other measurements' rows: set RAW= to a file of its own" >&2
+    exit 2
+fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+run_start
+ROWS="$TMP/rows.tsv"
+: >"$ROWS"
+# row PART CASE OPTIONS REP SETUP_RT FINISH_RT RATE_MBIT RTT_MS FULL_PIPE MEASURED_MBIT AFTER_S
+#     ENTRY_MBIT EXIT: one raw row ("-" where a column does not apply, nan where it is missing)
+row() {
+    local part=$1 case=$2 opts=$3
+    shift 3
+    printf '%s\t%s\ttcptune\t%s\t%s' "$part" "$case" "$commit" "$opts" >>"$ROWS"
+    printf '\t%s' "$@" >>"$ROWS"
+    printf '\n' >>"$ROWS"
+}
 
 echo "# transfer round trips $(date -u +%FT%TZ) $(uname -r) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $("$TCPTUNE" --version)"
 RESULTS=()
@@ -72,7 +93,15 @@ for n, d in zip(names, docs + [None] * (4 - len(docs))):
     nan = float("nan")
     print("round_trips %s %s %s" % (n, t.get("setup_round_trips", nan), t.get("finish_round_trips", nan)))
 PY
-        while read -r line; do record $line; done <"$TMP/rt.lines"
+        while read -r line; do
+            record $line
+            # shellcheck disable=SC2086
+            set -- $line
+            local ok=0
+            [ "$3" != nan ] && [ "$4" != nan ] || ok=1
+            row round_trips "$2" "send -n 8 --no-path-db --tune ${2%_*}$([ "${2#*_}" = recv ] && echo ' -R'), 100 ms x 1 Gbit/s" \
+                "$i" "$3" "$4" - - - - - - "$ok"
+        done <"$TMP/rt.lines"
     done
 }
 
@@ -85,7 +114,8 @@ pathfix() {
         "$TCPTUNE" paths --json --path-db "$db" >"$TMP/db1.json" 2>/dev/null || true
         across "$TMP/slow.json" --rtt 100ms --rate 20mbit -- --tune auto -n 8 --path-db "$db"
         "$TCPTUNE" paths --json --path-db "$db" >"$TMP/db2.json" 2>/dev/null || true
-        record pathfix $(python3 - "$TMP/db1.json" "$TMP/slow.json" "$TMP/db2.json" <<'PY'
+        local fix
+        fix=$(python3 - "$TMP/db1.json" "$TMP/slow.json" "$TMP/db2.json" <<'PY'
 import json, sys
 nan = float("nan")
 def entry(path):
@@ -104,6 +134,13 @@ now, _ = entry(sys.argv[3])
 print("%.1f %d %.1f %.2f %.1f" % (fast, full, measured, after, now))
 PY
 )
+        record pathfix $fix
+        # shellcheck disable=SC2086
+        set -- $fix
+        local ok=0
+        case "$1 $3 $4 $5" in *nan*) ok=1 ;; esac
+        row pathfix pathfix "send --tune auto -n 48 at 100 ms x 200 Mbit/s, then -n 8 at 100 ms x 20 Mbit/s, one path database" \
+            "$i" - - "$1" - "$2" "$3" "$4" "$5" "$ok"
     done
 }
 
@@ -116,14 +153,27 @@ advise() {
             -- sh -c "'$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json || exit \$?; '$TCPTUNE' advise \"\$TCPTUNE_PEER\" --json -R" \
             >"$TMP/adv.json" 2>"$TMP/adv.err" || echo "  emu run failed: $(tail -1 "$TMP/adv.err")" >&2
         json_lines "$TMP/adv.json" >"$TMP/adv.docs" 2>/dev/null || true
-        record $(python3 - "$TMP/adv.docs" <<'PY'
+        local adv
+        adv=$(python3 - "$TMP/adv.docs" <<'PY'
 import json, sys
 docs = [json.loads(line) for line in open(sys.argv[1])]
 nan = float("nan")
 for n, d in zip(["advise_send", "advise_recv"], docs + [{}] * (2 - len(docs))):
-    print("advise %s %s %s" % (n, d.get("rate_bps", nan * 1e6) / 1e6, d.get("rtt_ms", nan)), end=" ")
+    m = d.get("measurement") or {}
+    print("advise %s %s %s %s" % (n, d.get("rate_bps", nan * 1e6) / 1e6, d.get("rtt_ms", nan),
+                                  m.get("seconds", nan)), end=" ")
 PY
 )
+        record $adv
+        # shellcheck disable=SC2086
+        set -- $adv
+        while [ $# -ge 5 ]; do
+            local ok=0
+            case "$3 $4" in *nan*) ok=1 ;; esac
+            row advise "$2" "advise$([ "$2" = advise_recv ] && echo ' -R') against serve (fresh database), 50 ms x 200 Mbit/s; after_s: the measurement's seconds" \
+                "$i" - - "$3" "$4" - - "$5" - "$ok"
+            shift 5
+        done
     done
 }
 
@@ -148,7 +198,7 @@ for line in sys.stdin:
     if f and f[0] == "round_trips":
         rows.setdefault(f[1], []).append((float(f[2]), float(f[3])))
     elif f and f[0] == "advise":
-        for k in range(1, len(f), 4):
+        for k in range(1, len(f), 5):
             rows.setdefault(f[k], []).append((float(f[k + 1]), float(f[k + 2])))
     elif f and f[0] == "pathfix":
         rows.setdefault("pathfix", []).append([float(x) for x in f[1:]])
@@ -172,3 +222,12 @@ for name, runs in rows.items():
         print("%-12s %5d setup %.2f RTT (target %.2f-%.2f), finish %.2f RTT (target <= 1.25): %s"
               % (name, len(runs), setup, lo, hi, finish, "yes" if held else "NO"))
 '
+
+{
+    echo "# command: sudo REPS=$REPS bench/transfer_round_trips.sh"
+    run_meta
+    echo "# columns: setup_rt/finish_rt: the report's setup_round_trips/finish_round_trips; rate_mbit: pathfix's recorded rate at 200 Mbit/s, advise's rate; full_pipe: pathfix's entry a full pipe (1/0); measured_mbit/after_s: pathfix's in-band correction and when (advise: after_s is the measurement's seconds); entry_mbit: pathfix's entry afterwards"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\tsetup_rt\tfinish_rt\trate_mbit\trtt_ms\tfull_pipe\tmeasured_mbit\tafter_s\tentry_mbit\texit\n'
+    cat "$ROWS"
+} >"$RAW"
+echo "wrote $RAW"
