@@ -288,13 +288,7 @@ impl FullPipe {
         if !was_full {
             // The plateau was found with this round: it began `stale` rounds ago.
             let n = (self.stale as usize).min(self.tail.len());
-            self.since_plateau = self
-                .tail
-                .iter()
-                .skip(self.tail.len() - n)
-                .fold((0, Duration::ZERO, 0), |(b, t, k), (rb, rt)| {
-                    (b + rb, t + *rt, k + 1)
-                });
+            self.since_plateau = total(self.tail.iter().skip(self.tail.len() - n));
         } else {
             self.since_plateau.0 += bytes;
             self.since_plateau.1 += dt;
@@ -307,10 +301,7 @@ impl FullPipe {
         let lo = self.tail.iter().map(rate).fold(f64::INFINITY, f64::min);
         let hi = self.tail.iter().map(rate).fold(0.0, f64::max);
         if lo > 0.0 && hi <= lo * GROWTH {
-            let (b, t) = self
-                .tail
-                .iter()
-                .fold((0u64, Duration::ZERO), |(b, t), (rb, rt)| (b + rb, t + *rt));
+            let (b, t, _) = total(self.tail.iter());
             self.settled = Some(b as f64 * 8.0 / t.as_secs_f64().max(1e-9));
         }
     }
@@ -377,6 +368,13 @@ impl FullPipe {
     pub fn is_full(&self) -> bool {
         self.full
     }
+}
+
+/// The bytes, time and number of `rounds` together.
+fn total<'a>(rounds: impl Iterator<Item = &'a (u64, Duration)>) -> (u64, Duration, u32) {
+    rounds.fold((0, Duration::ZERO, 0), |(b, t, k), (rb, rt)| {
+        (b + rb, t + *rt, k + 1)
+    })
 }
 
 #[cfg(test)]
