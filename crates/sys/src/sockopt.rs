@@ -235,6 +235,21 @@ pub fn offer_receive_window(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, Soc
     rcvbuf(fd)
 }
 
+/// `SO_RCVLOWAT` on a connected socket: a blocking read (or a poll for input) waits until
+/// `bytes` are queued, the peer's FIN, the read timeout, or the kernel's own wake-ups (the
+/// receive window down to one segment, the buffer seven eighths full). Keep it well below
+/// `sk_rcvbuf`: on an unlocked socket a low-water mark whose buffer space exceeds
+/// `sk_rcvbuf` raises the buffer and clamps the window to the mark.
+pub fn set_rcvlowat(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<(), SockoptError> {
+    set_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        bytes.0.max(1),
+        format!("setsockopt SO_RCVLOWAT={}", bytes.0.max(1)),
+    )
+}
+
 /// `TCP_WINDOW_CLAMP`: bound the advertised window. Returns the clamp read back.
 pub fn set_window_clamp(fd: BorrowedFd<'_>, bytes: Bytes) -> Result<u64, SockoptError> {
     set_int(
