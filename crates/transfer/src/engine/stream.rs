@@ -46,12 +46,15 @@ const LOWAT_DELAY: Duration = Duration::from_millis(2);
 /// end, 4 streams: 25% of the receiver's samples in `finish_task_switch` under
 /// `sk_wait_data`); waking once per 2 ms of data, at most 256 KiB, doubled the engine's
 /// loopback throughput (25-27 to 50-52 Gbit/s, 1 and 4 streams pinned; 21 to 52 unpinned
-/// with 1 stream). The mark follows the rate measured between the reader's progress marks
-/// (every 10 ms or more) and a sixteenth of the receive buffer, and is applied only to
-/// pattern streams, whose sender never waits for the reader mid-stream (it ends with its
-/// FIN, which wakes the reader whatever the mark): a file copy's streams carry exchanges
-/// (manifest, plan) whose last bytes must not wait for more. A pure state machine: the
-/// reader's loop reads the buffer size, feeds it here and applies what it returns.
+/// with 1 stream).
+/// The mark follows the rate measured between the reader's progress marks
+/// (every 10 ms or more) and a sixteenth of the receive buffer. A pattern stream applies it
+/// as it is: its sender never waits for the reader mid-stream (it ends with its FIN, which
+/// wakes the reader whatever the mark). A file copy's streams also carry exchanges
+/// (manifest, plan) whose last bytes must not wait for more: each read there asks for at
+/// most what the record being read still owes ([`WakeMark::for_need`]), which its sender
+/// writes without waiting. A pure state machine: the reader's loop reads the buffer size,
+/// feeds it here and applies what it returns.
 #[derive(Debug, Default)]
 pub(super) struct WakeMark {
     /// The mark in force (0: the kernel's default of 1).
@@ -86,6 +89,15 @@ impl WakeMark {
             self.current = want;
             want.max(1)
         })
+    }
+
+    /// The mark for a read of a record that still owes `need` bytes: the stream's mark, at
+    /// most `need` (a wait for more than the record holds could last until the read's
+    /// timeout), at least 1.
+    pub(super) fn for_need(&self, need: usize) -> u64 {
+        self.current
+            .min(u64::try_from(need).unwrap_or(u64::MAX))
+            .max(1)
     }
 }
 
@@ -504,6 +516,17 @@ mod tests {
         // 10 Mbit/s: 2.5 kB in 2 ms, below the floor: back to the kernel's default (1).
         assert_eq!(w.on_mark(50 * MS, 31_262_500, 32 << 20), Some(1));
         assert_eq!(w.on_mark(60 * MS, 31_275_000, 32 << 20), None);
+    }
+
+    #[test]
+    fn wake_mark_never_waits_for_more_than_a_record_owes() {
+        let mut w = WakeMark::default();
+        assert_eq!(w.for_need(1 << 20), 1);
+        w.on_mark(0, 0, 32 << 20);
+        w.on_mark(10 * MS, 10_000_000, 32 << 20);
+        assert_eq!(w.for_need(1 << 20), LOWAT_MAX);
+        assert_eq!(w.for_need(40), 40);
+        assert_eq!(w.for_need(0), 1);
     }
 
     #[test]
