@@ -46,6 +46,9 @@ need ip python3
 PARTS=("$@")
 [ ${#PARTS[@]} -gt 0 ] || PARTS=(gridftp matrix cp)
 TCPTUNE=$(readlink -f "$TCPTUNE")
+# The commit of the run, taken before this script writes its raw files (which would make
+# every tree it measures look dirty).
+RUN_COMMIT=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 # The raw line of every cp run (the cp part rewrites it).
 OUT_TSV=$(readlink -f "${OUT_TSV:-bench/raw/wait_cp.tsv}")
 # ... and of every gridftp-part run (the gridftp part rewrites it). bench/tables writes
@@ -162,7 +165,7 @@ gridftp() {
     gridftp_server
     local warm="$out/warm.sqlite" size=$((1 << 30))
     local commit opts
-    commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+    commit=$RUN_COMMIT
     printf '# command: sudo REPS=%s bench/wait_vs_peers.sh gridftp\n' "$REPS" >"$GRIDFTP_TSV"
     printf '# serve_options: %s\n' "${serve_opts[*]:-none}" >>"$GRIDFTP_TSV"
     printf 'part\tcase\ttool\tcommit\toptions\trep\tseconds\tbytes\tcpu_s\texit\tserver_cpu_s\n' >>"$GRIDFTP_TSV"
@@ -282,7 +285,7 @@ cp_files() {
     local srv="$PEER:"
     "$TCPTUNE" cp --help | grep -q 'tcptune://' && srv="tcptune://$PEER/"
     local commit
-    commit=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+    commit=$RUN_COMMIT
     for rtt in ${CP_RTTS:-100 25}; do
         # SERVE_OPTS: options of the running tcptune server (e.g. --careful-resume), said in
         # the raw file's command line and in the options of the runs that reach it.
