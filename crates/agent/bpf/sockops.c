@@ -151,7 +151,7 @@ struct tt_conn {
 	__u32 applied;
 	__u32 policy_id;
 	__u32 locked;   // sk_userlocks at *_ESTABLISHED
-	__u32 counted;  // counted in tt_conns
+	__u32 counted;  // counted in tt_conns (its `open`)
 	__u32 passive;
 	// --override-app-buffers rewrote the application's SO_SNDBUF (1) / SO_RCVBUF (2)
 	// request: the lock that left is ours, not the application's (set by tt_setsockopt).
@@ -160,7 +160,9 @@ struct tt_conn {
 	__u32 listen_port;
 	__u32 _pad;
 	__u32 paced;     // the SO_MAX_PACING_RATE the agent set (bytes/s; 0: none)
-	__u32 _pad2;
+	__u32 bulk;      // counted in its destination's `bulk` (it has sent BULK_BYTES)
+	__u64 recent_since; // the `since_ns` of the window it was counted `recent` in
+	__u64 path_Bps;  // the policy's path rate, bytes/s (pacing shares it)
 };
 
 // One record in the ring buffer (112 bytes, little-endian on the hosts tcptune runs on); see
@@ -204,11 +206,32 @@ struct {
 	__type(value, struct tt_policy);
 } tt_prefix SEC(".maps");
 
+// Per destination with a policy: its connections, and which of them share the path's rate
+// (see sharers()).
+struct tt_share {
+	__u32 open;     // counted connections open
+	__u32 bulk;     // ... of which have sent BULK_BYTES (they carry data)
+	__u32 recent;   // connections established in the window that began at since_ns
+	__u32 _pad;
+	__u64 since_ns;
+};
+
+// A connection that has sent this much carries data: it shares its destination's rate for
+// good. An idle or request/response connection beside it (iperf3's control connection, an
+// FTP control channel) sends a few hundred bytes.
+#define BULK_BYTES (64 * 1024)
+// How long a connection is watched for BULK_BYTES, in its handshake RTTs: an idle
+// connection's ACKs (RTT callbacks) are not followed for ever.
+#define BULK_WATCH_RTTS 64
+// ... and at least this long (a short path's 64 RTTs are a few milliseconds: a writer
+// descheduled that long would not be seen to carry data).
+#define BULK_WATCH_MIN_NS 1000000000ULL
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct tt_addr);
-	__type(value, __u32);
+	__type(value, struct tt_share);
 } tt_conns SEC(".maps");
 
 struct {
@@ -519,6 +542,35 @@ static __always_inline __u32 passive_child(struct bpf_sock_ops *skops, int known
 	return known ? A_RWND : A_RWND_HELD;
 }
 
+// How many connections to a destination share its path's rate now: those that carry data
+// (bulk), and those established in the current window of two handshake RTTs (a transfer's
+// streams open together, before any has sent much). A connection that is neither, older and
+// idle (iperf3's control connection, opened three round trips before its data connection),
+// takes no share: counting it held the one connection that carries the data to half the
+// path until the pacing cap was lifted. A count gone below zero (a race between a window's
+// reset and a connection's move to bulk) counts as zero.
+static __always_inline __u32 sharers(struct tt_share *sh)
+{
+	__u32 recent = sh->recent, bulk = sh->bulk;
+	if (recent > 0x7fffffff)
+		recent = 0;
+	if (bulk > 0x7fffffff)
+		bulk = 0;
+	__u32 n = recent + bulk;
+	return n ? n : 1;
+}
+
+// The destination's SO_MAX_PACING_RATE share for a connection, bytes/s (as an int takes it).
+static __always_inline int pacing_share(__u64 path_Bps, __u32 n)
+{
+	__u64 rate = path_Bps / (n ? n : 1);
+	if (rate > 0xfffffffeULL)
+		rate = 0xfffffffeULL;
+	if (rate == 0)
+		rate = 1;
+	return (int)(__u32)rate;
+}
+
 static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 {
 	struct tt_addr peer, local;
@@ -538,6 +590,9 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 	c->applied = 0;
 	c->policy_id = 0;
 	c->counted = 0;
+	c->bulk = 0;
+	c->recent_since = 0;
+	c->path_Bps = 0;
 	// Every connection is reported at its close.
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
 
@@ -560,23 +615,32 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		count(1);
 		return;
 	}
-	// Open connections to this destination (pacing divides the path among them).
-	__u32 one = 1, n = 1;
-	__u32 *open = bpf_map_lookup_elem(&tt_conns, &peer);
-	if (open) {
-		__sync_fetch_and_add(open, 1);
-		n = *open;
-	} else if (bpf_map_update_elem(&tt_conns, &peer, &one, BPF_NOEXIST) != 0) {
-		// Another connection to this peer inserted the count first (both looked it up
-		// before either inserted): add this one to it, or the first close would take the
-		// count to zero while a connection is still open.
-		open = bpf_map_lookup_elem(&tt_conns, &peer);
-		if (open) {
-			__sync_fetch_and_add(open, 1);
-			n = *open;
-		}
+	// This destination's connections (pacing divides the path among those that share it:
+	// sharers()).
+	__u32 n = 1;
+	__u64 now = c->start_ns;
+	struct tt_share *sh = bpf_map_lookup_elem(&tt_conns, &peer);
+	if (!sh) {
+		// Another connection to this peer may insert the entry first (both looked it up
+		// before either inserted): this one then joins it, or the first close would
+		// delete the entry while a connection is still open.
+		struct tt_share fresh = { .since_ns = now };
+		bpf_map_update_elem(&tt_conns, &peer, &fresh, BPF_NOEXIST);
+		sh = bpf_map_lookup_elem(&tt_conns, &peer);
 	}
-	c->counted = 1;
+	if (sh) {
+		__sync_fetch_and_add(&sh->open, 1);
+		// A new window when the last one is two handshake RTTs old.
+		if (now - sh->since_ns > (__u64)c->hs_rtt_us * 2000) {
+			sh->since_ns = now;
+			sh->recent = 0;
+		}
+		__sync_fetch_and_add(&sh->recent, 1);
+		c->recent_since = sh->since_ns;
+		c->counted = 1;
+		n = sharers(sh);
+	}
+	c->path_Bps = p->pacing_Bps;
 
 	__u32 want = 0;
 	if (p->sndbuf && !(c->locked & SOCK_SNDBUF_LOCK))
@@ -625,25 +689,20 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 			failed = A_FAILED;
 	}
 	if (want & A_PACING) {
-		__u64 rate = p->pacing_Bps / (n ? n : 1);
-		if (rate > 0xfffffffeULL)
-			rate = 0xfffffffeULL;
-		if (rate == 0)
-			rate = 1;
-		v = (int)(__u32)rate;
+		v = pacing_share(p->pacing_Bps, n);
 		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0) {
 			done |= A_PACING;
-			c->paced = (__u32)rate;
+			c->paced = (__u32)v;
 		} else {
 			failed = A_FAILED;
 		}
 	}
 	// Pacing is careful resume's, as `tcptune send` paces a resumed stream: it spreads the
-	// first windows at the connection's share of the path, and is lifted after two round
-	// trips, or at once on a retransmission (the RTT callback below). Kept for good, a share
-	// taken while an idle connection to the same peer was open (iperf3's control
-	// connection) held the one that carries the data to half the path.
-	if (done & A_PACING)
+	// first windows at the connection's share of the path, re-shared as the destination's
+	// sharers change, and is lifted after two round trips, or at once on a retransmission
+	// (the RTT callback below, which also counts a connection that carries data in its
+	// destination's `bulk`).
+	if (c->counted && p->pacing_Bps)
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
 						 BPF_SOCK_OPS_STATE_CB_FLAG |
 						 BPF_SOCK_OPS_RTT_CB_FLAG);
@@ -662,34 +721,72 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		count(1);
 }
 
-// An RTT sample of a paced connection: two handshake RTTs after it was established, or at its
-// first retransmission, lift the pacing cap and stop these callbacks (they come per ACK that
-// samples the RTT). A cap the application has set since (tcptune's own engine paces its
-// streams) is the application's: it stays.
+// An RTT sample of a counted connection (they come per ACK that samples the RTT). Once it has
+// sent BULK_BYTES it carries data: counted in its destination's `bulk` (and out of `recent`,
+// if its window is still the current one). While the agent's pacing cap holds: re-shared at
+// the destination's sharers now, and two handshake RTTs after it was established, or at its
+// first retransmission, lifted. A cap the application has set since (tcptune's own engine
+// paces its streams) is the application's: it stays. The callbacks stop when there is
+// nothing left to do.
 static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
 	if (!sk)
 		return;
 	struct tt_conn *c = bpf_sk_storage_get(&tt_socks, sk, 0, 0);
-	if (c && (c->applied & A_PACING) && !(c->applied & A_LIFTED)) {
-		__u64 held = bpf_ktime_get_ns() - c->start_ns;
-		__u64 two_rtts = (__u64)c->hs_rtt_us * 2000;
-		if (held < two_rtts && skops->total_retrans == 0)
-			return;
+	if (!c) {
+		bpf_sock_ops_cb_flags_set(skops,
+					  skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_RTT_CB_FLAG);
+		return;
+	}
+	struct tt_addr peer, local;
+	struct tt_share *sh = 0;
+	if (c->counted && !addr_of(skops, &peer, &local))
+		sh = bpf_map_lookup_elem(&tt_conns, &peer);
+	if (sh && !c->bulk && skops->bytes_acked >= BULK_BYTES) {
+		c->bulk = 1;
+		__sync_fetch_and_add(&sh->bulk, 1);
+		if (sh->since_ns == c->recent_since)
+			__sync_fetch_and_add(&sh->recent, -1);
+	}
+	// (c->paced back at 0: a lift the kernel refused; APP_PACED: the cap is the application's.)
+	int pacing_left = (c->applied & A_PACING) && !(c->applied & A_LIFTED) &&
+			  !(c->locked & APP_PACED) && c->paced;
+	if (pacing_left) {
 		if (max_pacing(skops) != c->paced) {
 			c->locked |= APP_PACED;
-			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags &
-								 ~BPF_SOCK_OPS_RTT_CB_FLAG);
-			return;
+		} else {
+			__u64 held = bpf_ktime_get_ns() - c->start_ns;
+			__u64 two_rtts = (__u64)c->hs_rtt_us * 2000;
+			int v;
+			if (held >= two_rtts || skops->total_retrans != 0) {
+				v = -1; // ~0U: no cap
+				if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v,
+						   sizeof(v)) == 0) {
+					c->applied |= A_LIFTED;
+				} else {
+					c->applied |= A_FAILED;
+					c->paced = 0;
+				}
+			} else if (sh) {
+				v = pacing_share(c->path_Bps, sharers(sh));
+				if ((__u32)v != c->paced &&
+				    bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v,
+						   sizeof(v)) == 0)
+					c->paced = (__u32)v;
+			}
 		}
-		int v = -1; // ~0U: no cap
-		if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
-			c->applied |= A_LIFTED;
-		else
-			c->applied |= A_FAILED;
 	}
-	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_RTT_CB_FLAG);
+	pacing_left = (c->applied & A_PACING) && !(c->applied & A_LIFTED) &&
+		      !(c->locked & APP_PACED) && c->paced;
+	// A connection idle for BULK_WATCH_RTTS handshake RTTs is no longer watched.
+	__u64 watch = (__u64)c->hs_rtt_us * 1000 * BULK_WATCH_RTTS;
+	if (watch < BULK_WATCH_MIN_NS)
+		watch = BULK_WATCH_MIN_NS;
+	int bulk_left = sh && !c->bulk && bpf_ktime_get_ns() - c->start_ns < watch;
+	if (!pacing_left && !bulk_left)
+		bpf_sock_ops_cb_flags_set(skops,
+					  skops->bpf_sock_ops_cb_flags & ~BPF_SOCK_OPS_RTT_CB_FLAG);
 }
 
 static __always_inline void closed(struct bpf_sock_ops *skops)
@@ -702,10 +799,12 @@ static __always_inline void closed(struct bpf_sock_ops *skops)
 	if (!c)
 		return;
 	if (c->counted) {
-		__u32 *open = bpf_map_lookup_elem(&tt_conns, &peer);
-		if (open) {
-			__sync_fetch_and_add(open, -1);
-			if (*open == 0 || *open > 0x7fffffff)
+		struct tt_share *sh = bpf_map_lookup_elem(&tt_conns, &peer);
+		if (sh) {
+			if (c->bulk)
+				__sync_fetch_and_add(&sh->bulk, -1);
+			__sync_fetch_and_add(&sh->open, -1);
+			if (sh->open == 0 || sh->open > 0x7fffffff)
 				bpf_map_delete_elem(&tt_conns, &peer);
 		}
 		c->counted = 0;

@@ -42,7 +42,7 @@ pub fn advice_line(record: &ConnRecord, settings: &Settings) -> String {
     }
     if bits & applied::PACING != 0 {
         would.push(format!(
-            "pacing at {} Mbit/s shared by the open connections",
+            "pacing at {} Mbit/s shared by the connections that carry data",
             settings.pacing_bytes_per_s * 8 / 1_000_000
         ));
     }

@@ -6,7 +6,7 @@
 //! handshake RTT falls inside the entry's RTT bucket (a rerouted path is another path) it
 //! sets what the policy says: a send buffer sized from the path's rate and RTT, a receive
 //! buffer on passive sockets, a congestion control, pacing at the path's rate divided by the
-//! destination's open connections, and a larger initial window only for full-pipe entries,
+//! destination's connections that share it (those that carry data or just opened), and a larger initial window only for full-pipe entries,
 //! with pacing. A listener opened in the cgroup offers the known destinations a receive
 //! window from the handshake on (`SO_RCVLOWAT` at `TCP_LISTEN_CB` raises its buffer without
 //! locking it), and at `RWND_INIT` a peer without a policy is held to the 64 KiB Linux

@@ -12,7 +12,7 @@ pub struct PolicyValue {
     /// `SO_RCVBUF` to request at `PASSIVE_ESTABLISHED` (0: leave).
     pub rcvbuf: u32,
     /// The path's rate, bytes/s (0: no pacing); the program divides it by the destination's
-    /// open connections.
+    /// connections that share it (those that carry data or just opened).
     pub pacing_bytes_per_s: u64,
     /// The entry's RTT bucket, `[rtt_lo_us, rtt_hi_us)`.
     pub rtt_lo_us: u32,

@@ -11,7 +11,9 @@
 //!   `tcp_rmem[2]`), which is set only on passive sockets, after the SYN (before it, the lock
 //!   would also fix the window scale).
 //! * Pacing (`SO_MAX_PACING_RATE`) only from a full-pipe measurement of the path, at its rate
-//!   divided by the destination's open connections: pacing at a lower bound would cap a
+//!   divided by the destination's connections that share it (those that have sent 64 KiB, and
+//!   those opened within two handshake RTTs of each other; an idle control connection opened
+//!   earlier takes no share), re-shared while the cap holds: pacing at a lower bound would cap a
 //!   connection at what an earlier one happened to reach.
 //! * A larger initial window (`TCP_BPF_IW`, half the BDP in segments, as careful resume does)
 //!   only with that pacing, within what the socket's send buffer holds and

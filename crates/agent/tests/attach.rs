@@ -597,3 +597,102 @@ fn an_applications_own_pacing_and_congestion_control_win() {
     drop(agent);
     drop(cgroup);
 }
+
+/// Pacing divides a destination's rate among the connections that share it: one that carries
+/// data, and one just opened, but not an idle one opened earlier (iperf3's control
+/// connection), which took half the path from the one that carried the data.
+#[test]
+fn an_idle_connection_takes_no_share_of_the_pacing() {
+    let test = "an_idle_connection_takes_no_share_of_the_pacing";
+    if !can_attach(test) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let cgroup = ChildCgroup::create(&mount, "tt-agent-share").expect("a private cgroup");
+    let (a, b) = Netns::veth_pair("as");
+    let peer: IpAddr = "10.231.0.2".parse().expect("ip");
+    const AGENT_RATE: u64 = 50_000_000;
+    let mut agent = enforcing(
+        Default::default(),
+        peer,
+        &PolicyValue {
+            pacing_bytes_per_s: AGENT_RATE,
+            flags: tcptune_agent::maps::POLICY_FULL_PIPE,
+            rtt_lo_us: 0,
+            rtt_hi_us: 1_000_000,
+            id: 8,
+            ..PolicyValue::default()
+        },
+    );
+    agent
+        .attach(cgroup.path(), false)
+        .expect("attach to the cgroup");
+    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
+    let port = listener.local_addr().expect("port").port();
+    let server = std::thread::spawn(move || {
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (mut s, _) = listener.accept().expect("accept");
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    s.read_to_end(&mut got).expect("read");
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().expect("reader");
+        }
+    });
+    // An idle connection (a few bytes, as a control connection sends); 50 ms later one that
+    // sends 2 MB and stays open; then a third beside both.
+    let script = format!(
+        "import socket, time\n\
+         def pace(s): return s.getsockopt(socket.SOL_SOCKET, 47)\n\
+         def conn():\n    \
+             s = socket.socket()\n    \
+             s.connect(('10.231.0.2', {port}))\n    \
+             return s\n\
+         idle = conn()\n\
+         idle.sendall(b'hello')\n\
+         time.sleep(0.05)\n\
+         bulk = conn()\n\
+         alone = pace(bulk)\n\
+         bulk.sendall(b'x' * 2000000)\n\
+         time.sleep(0.3)\n\
+         third = conn()\n\
+         beside = pace(third)\n\
+         for s in (idle, bulk, third):\n    \
+             s.shutdown(socket.SHUT_WR)\n\
+         for s in (idle, bulk, third):\n    \
+             while s.recv(65536):\n        pass\n    \
+             s.close()\n\
+         print(alone, beside, flush=True)\n"
+    );
+    let mut cmd = a.command("python3");
+    cmd.arg("-c").arg(script);
+    cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let out = cmd.output().expect("running the client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.join().expect("server");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<i64> = stdout
+        .split_whitespace()
+        .map(|v| v.parse().expect("a pacing rate"))
+        .collect();
+    assert_eq!(f.len(), 2, "{stdout}");
+    assert_eq!(
+        f[0], AGENT_RATE as i64,
+        "the idle connection opened earlier took no share"
+    );
+    assert_eq!(
+        f[1],
+        AGENT_RATE as i64 / 2,
+        "the connection that carries data and the new one share the path"
+    );
+    drop(agent);
+    drop(cgroup);
+}

@@ -56,7 +56,7 @@ database, and whose handshake RTT falls inside that entry's RTT bucket (a rerout
 another path), it sets: a send buffer sized from the path's rate and RTT (within
 net.core.wmem_max, and only when that exceeds what autotuning reaches), a receive buffer on
 accepted connections (the same rule), pacing at the path's rate divided by the connections
-open to it and a larger initial window (both only for paths measured with a full pipe), and
+that share it (those that carry data or just opened) and a larger initial window (both only for paths measured with a full pipe), and
 --congestion if given. A listener opened under the agent (enforce) offers its known peers a
 receive window from the handshake on (half the BDP, within what SO_RCVBUF gives a listener
 under net.core.rmem_max); a peer without an entry gets the 64 KiB Linux offered before
