@@ -56,14 +56,55 @@ fn can_attach(test: &str) -> bool {
 }
 
 /// The program loaded in enforce mode (with `offer` for listeners) and one policy, for
-/// `peer`, in its map; not attached yet.
-fn enforcing(offer: ListenOffer, peer: IpAddr, policy: &PolicyValue) -> Loaded {
+/// `peer`, in its map, attached to `cgroup`.
+fn enforcing(
+    cgroup: &ChildCgroup,
+    offer: ListenOffer,
+    peer: IpAddr,
+    policy: &PolicyValue,
+) -> Loaded {
     let mut agent = Loaded::load().expect("the verifier accepts the program");
     agent
         .set_config(Mode::Enforce, None, offer)
         .expect("config");
     agent.set_policy(peer, policy).expect("policy");
     agent
+        .attach(cgroup.path(), false)
+        .expect("attach to the cgroup");
+    agent
+}
+
+/// A test's private cgroup and veth pair (side b holds 10.231.0.2, the peer), or `None`
+/// when it cannot attach here (it said why).
+fn veth_test(test: &str, cgroup: &str, veth: &str) -> Option<(ChildCgroup, Netns, Netns, IpAddr)> {
+    if !can_attach(test) {
+        return None;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let cgroup = ChildCgroup::create(&mount, cgroup).expect("a private cgroup");
+    let (a, b) = Netns::veth_pair(veth);
+    Some((cgroup, a, b, "10.231.0.2".parse().expect("ip")))
+}
+
+/// Run a Python client `script` in side `a`, inside `cgroup`; its output, once it succeeded.
+fn python_in(a: &Netns, cgroup: &ChildCgroup, script: &str) -> std::process::Output {
+    let mut cmd = a.command("python3");
+    cmd.arg("-c").arg(script);
+    cgroup.add_to(&mut cmd).expect("join the cgroup");
+    let out = cmd.output().expect("running the client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A listener on the side-b address of a veth pair, and its port.
+fn listen_in(b: &Netns) -> (std::net::TcpListener, u16) {
+    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
+    let port = listener.local_addr().expect("port").port();
+    (listener, port)
 }
 
 /// The close records `keep` selects, read from the ring buffer until `enough` says so or
@@ -91,16 +132,16 @@ fn close_records(
 
 #[test]
 fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
-    let test = "tunes_a_connection_in_its_cgroup_and_reports_its_close";
-    if !can_attach(test) {
+    let Some((cgroup, a, b, peer)) = veth_test(
+        "tunes_a_connection_in_its_cgroup_and_reports_its_close",
+        "tt-agent-test",
+        "ag",
+    ) else {
         return;
-    }
-    let mount = cgroup2_mount().expect("a cgroup2 mount");
-    let cgroup = ChildCgroup::create(&mount, "tt-agent-test").expect("a private cgroup");
-    let (a, b) = Netns::veth_pair("ag");
-    let peer: IpAddr = "10.231.0.2".parse().expect("ip");
+    };
 
     let mut agent = enforcing(
+        &cgroup,
         Default::default(),
         peer,
         &PolicyValue {
@@ -111,12 +152,8 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
             ..PolicyValue::default()
         },
     );
-    agent
-        .attach(cgroup.path(), false)
-        .expect("attach to the cgroup");
 
-    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
-    let port = listener.local_addr().expect("port").port();
+    let (listener, port) = listen_in(&b);
     let server = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().expect("accept");
         let mut got = Vec::new();
@@ -132,15 +169,7 @@ fn tunes_a_connection_in_its_cgroup_and_reports_its_close() {
          while s.recv(65536):\n    pass\n\
          s.close()\n"
     );
-    let mut cmd = a.command("python3");
-    cmd.arg("-c").arg(script);
-    cgroup.add_to(&mut cmd).expect("join the cgroup");
-    let out = cmd.output().expect("running the client");
-    assert!(
-        out.status.success(),
-        "client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = python_in(&a, &cgroup, &script);
     assert_eq!(server.join().expect("server"), BYTES);
     let sndbuf: u64 = String::from_utf8_lossy(&out.stdout)
         .trim()
@@ -261,6 +290,7 @@ fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at
     };
     // A policy that sets nothing but makes the peer known.
     let mut agent = enforcing(
+        &cgroup,
         offer,
         known,
         &PolicyValue {
@@ -270,9 +300,6 @@ fn a_listener_offers_known_peers_a_large_first_window_strangers_64k_and_reads_at
             ..PolicyValue::default()
         },
     );
-    agent
-        .attach(cgroup.path(), false)
-        .expect("attach to the cgroup");
 
     let mut cmd = b.command("python3");
     cmd.arg("-c").arg(SERVER).arg("2");
@@ -451,18 +478,18 @@ struct Seen {
 
 #[test]
 fn an_applications_own_pacing_and_congestion_control_win() {
-    let test = "an_applications_own_pacing_and_congestion_control_win";
-    if !can_attach(test) {
+    let Some((cgroup, a, b, peer)) = veth_test(
+        "an_applications_own_pacing_and_congestion_control_win",
+        "tt-agent-own",
+        "ao",
+    ) else {
         return;
-    }
-    let mount = cgroup2_mount().expect("a cgroup2 mount");
-    let cgroup = ChildCgroup::create(&mount, "tt-agent-own").expect("a private cgroup");
-    let (a, b) = Netns::veth_pair("ao");
-    let peer: IpAddr = "10.231.0.2".parse().expect("ip");
+    };
     let mut cc = [0u8; 16];
     cc[..4].copy_from_slice(b"reno");
     const AGENT_RATE: u64 = 50_000_000;
     let mut agent = enforcing(
+        &cgroup,
         Default::default(),
         peer,
         &PolicyValue {
@@ -476,12 +503,8 @@ fn an_applications_own_pacing_and_congestion_control_win() {
             ..PolicyValue::default()
         },
     );
-    agent
-        .attach(cgroup.path(), false)
-        .expect("attach to the cgroup");
 
-    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
-    let port = listener.local_addr().expect("port").port();
+    let (listener, port) = listen_in(&b);
     let server = std::thread::spawn(move || {
         for _ in 0..3 {
             let (mut s, _) = listener.accept().expect("accept");
@@ -516,15 +539,7 @@ fn an_applications_own_pacing_and_congestion_control_win() {
          def over(s): s.setsockopt(socket.SOL_SOCKET, 47, 7654321)\n\
          run(nothing, nothing)\nrun(own, nothing)\nrun(nothing, over)\n"
     );
-    let mut cmd = a.command("python3");
-    cmd.arg("-c").arg(script);
-    cgroup.add_to(&mut cmd).expect("join the cgroup");
-    let out = cmd.output().expect("running the client");
-    assert!(
-        out.status.success(),
-        "client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = python_in(&a, &cgroup, &script);
     server.join().expect("server");
     let seen: Vec<Seen> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -603,16 +618,16 @@ fn an_applications_own_pacing_and_congestion_control_win() {
 /// connection), which took half the path from the one that carried the data.
 #[test]
 fn an_idle_connection_takes_no_share_of_the_pacing() {
-    let test = "an_idle_connection_takes_no_share_of_the_pacing";
-    if !can_attach(test) {
+    let Some((cgroup, a, b, peer)) = veth_test(
+        "an_idle_connection_takes_no_share_of_the_pacing",
+        "tt-agent-share",
+        "as",
+    ) else {
         return;
-    }
-    let mount = cgroup2_mount().expect("a cgroup2 mount");
-    let cgroup = ChildCgroup::create(&mount, "tt-agent-share").expect("a private cgroup");
-    let (a, b) = Netns::veth_pair("as");
-    let peer: IpAddr = "10.231.0.2".parse().expect("ip");
+    };
     const AGENT_RATE: u64 = 50_000_000;
-    let mut agent = enforcing(
+    let agent = enforcing(
+        &cgroup,
         Default::default(),
         peer,
         &PolicyValue {
@@ -624,11 +639,7 @@ fn an_idle_connection_takes_no_share_of_the_pacing() {
             ..PolicyValue::default()
         },
     );
-    agent
-        .attach(cgroup.path(), false)
-        .expect("attach to the cgroup");
-    let listener = b.run_in(|| std::net::TcpListener::bind("10.231.0.2:0").expect("bind in b"));
-    let port = listener.local_addr().expect("port").port();
+    let (listener, port) = listen_in(&b);
     let server = std::thread::spawn(move || {
         let readers: Vec<_> = (0..3)
             .map(|_| {
@@ -668,15 +679,7 @@ fn an_idle_connection_takes_no_share_of_the_pacing() {
              s.close()\n\
          print(alone, beside, flush=True)\n"
     );
-    let mut cmd = a.command("python3");
-    cmd.arg("-c").arg(script);
-    cgroup.add_to(&mut cmd).expect("join the cgroup");
-    let out = cmd.output().expect("running the client");
-    assert!(
-        out.status.success(),
-        "client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = python_in(&a, &cgroup, &script);
     server.join().expect("server");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let f: Vec<i64> = stdout
