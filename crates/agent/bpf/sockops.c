@@ -721,6 +721,14 @@ static __always_inline void established(struct bpf_sock_ops *skops, int passive)
 		count(1);
 }
 
+// Whether the agent's pacing cap still holds on the connection (c->paced back at 0: a lift the
+// kernel refused; APP_PACED: the cap is the application's now).
+static __always_inline int pacing_held(struct tt_conn *c)
+{
+	return (c->applied & A_PACING) && !(c->applied & A_LIFTED) && !(c->locked & APP_PACED) &&
+	       c->paced;
+}
+
 // An RTT sample of a counted connection (they come per ACK that samples the RTT). Once it has
 // sent BULK_BYTES it carries data: counted in its destination's `bulk` (and out of `recent`,
 // if its window is still the current one). While the agent's pacing cap holds: re-shared at
@@ -749,10 +757,7 @@ static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
 		if (sh->since_ns == c->recent_since)
 			__sync_fetch_and_add(&sh->recent, -1);
 	}
-	// (c->paced back at 0: a lift the kernel refused; APP_PACED: the cap is the application's.)
-	int pacing_left = (c->applied & A_PACING) && !(c->applied & A_LIFTED) &&
-			  !(c->locked & APP_PACED) && c->paced;
-	if (pacing_left) {
+	if (pacing_held(c)) {
 		if (max_pacing(skops) != c->paced) {
 			c->locked |= APP_PACED;
 		} else {
@@ -777,8 +782,7 @@ static __always_inline void rtt_sample(struct bpf_sock_ops *skops)
 			}
 		}
 	}
-	pacing_left = (c->applied & A_PACING) && !(c->applied & A_LIFTED) &&
-		      !(c->locked & APP_PACED) && c->paced;
+	int pacing_left = pacing_held(c);
 	// A connection idle for BULK_WATCH_RTTS handshake RTTs is no longer watched.
 	__u64 watch = (__u64)c->hs_rtt_us * 1000 * BULK_WATCH_RTTS;
 	if (watch < BULK_WATCH_MIN_NS)

@@ -11,7 +11,7 @@
 //! run's files): that work is counted as progress, and a stream that hashes for long sends
 //! keep-alive records.
 
-use super::stream::{is_timeout, ThreadOut, WakeMark};
+use super::stream::{is_timeout, ReadWake, ThreadOut};
 use super::{nanos_since, Counters, EngineConfig, Event, Shared};
 use crate::files::digest::{self, BlockHasher, Cv};
 use crate::files::queue::Item;
@@ -32,18 +32,14 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tcptune_core::Bytes;
 use tcptune_proto::copy::receiver::{Body, Receiver, ReceiverOutput, KEEPALIVE};
 use tcptune_proto::copy::sender::{Sender, SenderOutput};
 use tcptune_sys::fs::{self as sysfs, OpenMode};
 use tcptune_sys::os::thread_cpu;
-use tcptune_sys::sockopt;
 use tcptune_sys::view::FileView;
 
 /// Bytes per read, hash and write.
 const PIECE: usize = 1 << 20;
-/// How often a stream's reads feed its low-water mark the rate ([`WakeMark`]).
-const WAKE_FEED: Duration = Duration::from_millis(10);
 
 /// Why a thread stopped.
 enum Halt {
@@ -67,11 +63,8 @@ struct Ctx<'a> {
     /// returns (a socket read or write, a file read, a wait on the copy's condition), and
     /// only there; everything between two turns uses it.
     now: Instant,
-    /// When this stream's reads wake ([`WakeMark`]; `None` once a call failed), the
-    /// low-water mark in force, and when the mark was last fed.
-    wake: Option<WakeMark>,
-    lowat: u64,
-    wake_fed: Option<Instant>,
+    /// When this stream's reads wake (off for a sending stream).
+    wake: ReadWake,
 }
 
 impl Ctx<'_> {
@@ -100,34 +93,7 @@ impl Ctx<'_> {
         self.counters.bytes.store(self.out.bytes, Ordering::Relaxed);
         let at = nanos_since(now, self.cfg.epoch);
         self.counters.last_io_ns.store(at, Ordering::Relaxed);
-        if self.wake.is_some()
-            && self
-                .wake_fed
-                .is_none_or(|t| now.duration_since(t) >= WAKE_FEED)
-        {
-            self.wake_fed = Some(now);
-            let rcvbuf = sockopt::rcvbuf(self.stream.as_fd()).unwrap_or(0);
-            let bytes = self.out.bytes;
-            if let Some(w) = self.wake.as_mut() {
-                w.on_mark(at, bytes, rcvbuf);
-            }
-        }
-    }
-
-    /// Before a read of a record that still owes `need` bytes: the low-water mark for it.
-    fn wake_for(&mut self, need: usize) {
-        let Some(want) = self.wake.as_ref().map(|w| w.for_need(need)) else {
-            return;
-        };
-        if want != self.lowat {
-            if sockopt::set_rcvlowat(self.stream.as_fd(), Bytes(want)).is_ok() {
-                self.lowat = want;
-            } else {
-                // Not worth a report: the reads keep the kernel's default.
-                self.wake = None;
-                let _ = sockopt::set_rcvlowat(self.stream.as_fd(), Bytes(1));
-            }
-        }
+        self.wake.feed(self.stream.as_fd(), now, at, self.out.bytes);
     }
 
     /// Read exactly `buf`. A close before the first byte is `Closed`.
@@ -136,7 +102,8 @@ impl Ctx<'_> {
         let mut last = (self.now, self.work.activity());
         let mut r = self.stream;
         while got < buf.len() {
-            self.wake_for(buf.len() - got);
+            // A read waits for at most what the record still owes.
+            self.wake.before_read(self.stream.as_fd(), buf.len() - got);
             match r.read(&mut buf[got..]) {
                 Ok(0) if got == 0 => return Err(Halt::Closed),
                 Ok(0) => {
@@ -401,9 +368,7 @@ pub(super) fn send_loop(
         out: ThreadOut::default(),
         index,
         now: Instant::now(),
-        wake: Some(WakeMark::default()),
-        lowat: 1,
-        wake_fed: None,
+        wake: ReadWake::off(),
     };
     let r = if index == 0 {
         lead_send(&mut c)
@@ -938,9 +903,7 @@ pub(super) fn recv_loop(
         out: ThreadOut::default(),
         index,
         now: Instant::now(),
-        wake: Some(WakeMark::default()),
-        lowat: 1,
-        wake_fed: None,
+        wake: ReadWake::on(),
     };
     let r = if index == 0 {
         lead_recv(&mut c)

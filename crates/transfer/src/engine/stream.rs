@@ -5,7 +5,7 @@ use crate::pattern::{Checker, Pattern, HEADER_LEN};
 use std::borrow::Cow;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tcptune_core::Bytes;
@@ -53,8 +53,7 @@ const LOWAT_DELAY: Duration = Duration::from_millis(2);
 /// wakes the reader whatever the mark). A file copy's streams also carry exchanges
 /// (manifest, plan) whose last bytes must not wait for more: each read there asks for at
 /// most what the record being read still owes ([`WakeMark::for_need`]), which its sender
-/// writes without waiting. A pure state machine: the reader's loop reads the buffer size,
-/// feeds it here and applies what it returns.
+/// writes without waiting. A pure state machine; [`ReadWake`] is its driver.
 #[derive(Debug, Default)]
 pub(super) struct WakeMark {
     /// The mark in force (0: the kernel's default of 1).
@@ -98,6 +97,69 @@ impl WakeMark {
         self.current
             .min(u64::try_from(need).unwrap_or(u64::MAX))
             .max(1)
+    }
+}
+
+/// How often a reader feeds its [`WakeMark`] the rate.
+const WAKE_FEED: Duration = Duration::from_millis(10);
+
+/// The driver of a reader's [`WakeMark`], shared by pattern and file streams: feeds it the
+/// bytes read and the socket's receive buffer at most every [`WAKE_FEED`], and before each
+/// read sets the mark for what that read may wait for, when it changed. A call the kernel
+/// refuses turns it off (the reads keep the kernel's default).
+pub(super) struct ReadWake {
+    mark: Option<WakeMark>,
+    /// The `SO_RCVLOWAT` in force.
+    lowat: u64,
+    fed: Option<Instant>,
+}
+
+impl ReadWake {
+    pub(super) fn on() -> ReadWake {
+        ReadWake {
+            mark: Some(WakeMark::default()),
+            lowat: 1,
+            fed: None,
+        }
+    }
+
+    /// A stream that only sends: its few reads keep the kernel's default.
+    pub(super) fn off() -> ReadWake {
+        ReadWake {
+            mark: None,
+            lowat: 1,
+            fed: None,
+        }
+    }
+
+    /// `bytes` read so far at `now` (`at_ns` on the engine's clock).
+    pub(super) fn feed(&mut self, fd: BorrowedFd<'_>, now: Instant, at_ns: u64, bytes: u64) {
+        let Some(mark) = self.mark.as_mut() else {
+            return;
+        };
+        if self.fed.is_some_and(|t| now.duration_since(t) < WAKE_FEED) {
+            return;
+        }
+        self.fed = Some(now);
+        mark.on_mark(at_ns, bytes, sockopt::rcvbuf(fd).unwrap_or(0));
+    }
+
+    /// Before a read that may wait for at most `need` bytes.
+    pub(super) fn before_read(&mut self, fd: BorrowedFd<'_>, need: usize) {
+        let Some(want) = self.mark.as_ref().map(|m| m.for_need(need)) else {
+            return;
+        };
+        if want == self.lowat {
+            return;
+        }
+        if sockopt::set_rcvlowat(fd, Bytes(want)).is_ok() {
+            self.lowat = want;
+        } else {
+            self.mark = None;
+            if self.lowat != 1 {
+                let _ = sockopt::set_rcvlowat(fd, Bytes(1));
+            }
+        }
     }
 }
 
@@ -404,8 +466,9 @@ pub(super) fn recv_loop(
     // (time, verified bytes) every >= 10 ms, for the tail rate; decimated when long.
     let mut marks: Decimated<u64> = Decimated::new(MARKS);
     let mut last_mark: Option<Instant> = None;
-    let mut wake = Some(WakeMark::default());
+    let mut wake = ReadWake::on();
     loop {
+        wake.before_read(stream.as_fd(), buf.len());
         let read = r.read(&mut buf);
         // The turn's time: read once, when the read returned.
         let now = Instant::now();
@@ -419,16 +482,7 @@ pub(super) fn recv_loop(
                     last_mark = Some(now);
                     let at = nanos_since(now, cfg.epoch);
                     marks.push(Time::from_nanos(at), checker.payload_bytes);
-                    let rcvbuf = || sockopt::rcvbuf(stream.as_fd()).unwrap_or(0);
-                    let mark = wake
-                        .as_mut()
-                        .and_then(|w| w.on_mark(at, checker.payload_bytes, rcvbuf()));
-                    if let Some(v) = mark {
-                        if sockopt::set_rcvlowat(stream.as_fd(), Bytes(v)).is_err() {
-                            // Not worth a report: the reader keeps the default.
-                            wake = None;
-                        }
-                    }
+                    wake.feed(stream.as_fd(), now, at, checker.payload_bytes);
                 }
                 if let Err(c) = checker.feed(&buf[..n]) {
                     let msg = format!("stream {}: {c}", index + 1);
