@@ -663,12 +663,18 @@ impl AutoTuner {
         self.recent.push(d);
         // A queue in the receive-side RTT: the pipe is full. (Waiting for a second sample
         // with a queue left the emulator's 25 ms paths at 2.2-2.35 x BDP: a round at twice
-        // the delivery more.)
+        // the delivery more.) The queue is judged against the lowest RTT this stream has
+        // seen itself, not the control connection's handshake: a queue that another flow
+        // kept before this stream's first windows (far too small to fill the pipe) is not
+        // this transfer's pipe filling. Judged against the handshake (taken when that queue
+        // was briefly empty), every sample showed it, and a latecomer beside `iperf3 -P 4`
+        // at 25 ms froze its windows at 1.5 x its first deliveries: about 100 KB per stream,
+        // a plateau of its own making, which the rate then measured and settled on.
         let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
         if !rcv_rtt.is_zero() {
             let min = self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt));
             self.min_rcv_rtt = Some(min);
-            if meter::queue_shows(rcv_rtt, min.min(rtt)) {
+            if meter::queue_shows(rcv_rtt, min) {
                 self.cfg.share.mark_full();
             }
         }
