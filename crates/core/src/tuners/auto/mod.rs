@@ -574,7 +574,10 @@ impl AutoTuner {
         } else {
             rate
         };
-        let own = (rate as f64 * rtt.as_secs_f64()) as u64;
+        // What one RTT at this rate holds, over the lowest RTT this connection has seen
+        // (see `covered_rtt`).
+        let seen = covered_rtt(rtt, s.min_rtt());
+        let own = (rate as f64 * seen.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
         let d = self.cfg.share.report(self.stream_index, own);
         let growing = match self.measured {
@@ -589,8 +592,16 @@ impl AutoTuner {
         // and 0.6 x BDP of send buffers at 100 ms in the simulation.)
         // Only the queue is told to the other streams: it is the bottleneck's, while one
         // stream's slow start may end early on its own (HyStart's ACK-train test).
+        // The queue is judged against the lowest RTT this connection has seen itself
+        // (the kernel's minimum), not the estimator's, which the handshake seeds: as at the
+        // receiver (see `measure_window`), a queue that another flow kept before this
+        // stream's first windows is not this transfer's pipe filling.
         let slow_start_over = s.snd_cwnd_segs >= s.snd_ssthresh_segs;
-        if self.est.estimate().rtt_inflated() {
+        let own_queue = match (self.est.estimate().srtt, s.min_rtt()) {
+            (Some(srtt), Some(min)) => meter::queue_shows(srtt, min),
+            _ => false,
+        };
+        if own_queue {
             self.cfg.share.mark_full();
         }
         self.full = self.full || slow_start_over || self.cfg.share.is_full();
@@ -653,7 +664,14 @@ impl AutoTuner {
         } else {
             rate
         };
-        let own = (rate as f64 * rtt.as_secs_f64()) as u64;
+        // What one RTT at this rate holds, over the lowest RTT this stream has seen (see
+        // `covered_rtt`).
+        let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
+        if !rcv_rtt.is_zero() {
+            self.min_rcv_rtt = Some(self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt)));
+        }
+        let seen = covered_rtt(rtt, self.min_rcv_rtt);
+        let own = (rate as f64 * seen.as_secs_f64()) as u64;
         let d = self.cfg.share.report(self.stream_index, own);
         let growth = self.measured.map_or(std::f64::consts::SQRT_2, |(_, d0)| {
             d as f64 / d0.max(1) as f64
@@ -670,10 +688,7 @@ impl AutoTuner {
         // was briefly empty), every sample showed it, and a latecomer beside `iperf3 -P 4`
         // at 25 ms froze its windows at 1.5 x its first deliveries: about 100 KB per stream,
         // a plateau of its own making, which the rate then measured and settled on.
-        let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
-        if !rcv_rtt.is_zero() {
-            let min = self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt));
-            self.min_rcv_rtt = Some(min);
+        if let Some(min) = self.min_rcv_rtt.filter(|_| !rcv_rtt.is_zero()) {
             if meter::queue_shows(rcv_rtt, min) {
                 self.cfg.share.mark_full();
             }
@@ -1196,4 +1211,18 @@ impl Tuner for AutoTuner {
             Role::Receiver => self.drs.as_ref().and_then(|d| d.poll_interval()),
         }
     }
+}
+
+/// The RTT a measuring stream's windows must cover: the path's minimum as the transfer
+/// knows it (`min`: the handshake's, or the estimator's), or the lowest this stream has
+/// seen itself (`own`) where that is longer, up to twice `min`. A queue that another flow
+/// keeps standing is in every RTT the stream sees, from its first packets on, and a window
+/// sized from the shorter RTT holds a rate only as long as nothing else queues: beside
+/// iperf3's BBR flows at 25 ms (RTTs of 42-50 ms from a stream's start), a window of 1.5 x
+/// rate x 25 ms sustains 0.8 x the rate, and a measuring end that sizes from what arrives
+/// shrinks its own share round after round. The stream's own queue (slow start's overshoot)
+/// comes after its first samples and does not raise its minimum: alone on a path, nothing
+/// changes.
+fn covered_rtt(min: Duration, own: Option<Duration>) -> Duration {
+    own.map_or(min, |o| o.clamp(min, min * 2))
 }
