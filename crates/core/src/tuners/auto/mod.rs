@@ -575,8 +575,14 @@ impl AutoTuner {
             rate
         };
         // What one RTT at this rate holds, over the lowest RTT this connection has seen
-        // (see `covered_rtt`).
-        let seen = covered_rtt(rtt, s.min_rtt());
+        // (see `covered_rtt`): the kernel's own minimum only. Without one (an old kernel)
+        // the rules before stand: the handshake's RTT, the estimator's queue test
+        // (`TcpSnapshot::min_rtt` would give the current RTT, this stream's own queue and all).
+        let own_min = s
+            .min_rtt_us
+            .filter(|&v| v > 0 && v != u32::MAX)
+            .map(|v| Duration::from_micros(u64::from(v)));
+        let seen = covered_rtt(rtt, own_min);
         let own = (rate as f64 * seen.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
         let d = self.cfg.share.report(self.stream_index, own);
@@ -597,9 +603,9 @@ impl AutoTuner {
         // receiver (see `measure_window`), a queue that another flow kept before this
         // stream's first windows is not this transfer's pipe filling.
         let slow_start_over = s.snd_cwnd_segs >= s.snd_ssthresh_segs;
-        let own_queue = match (self.est.estimate().srtt, s.min_rtt()) {
+        let own_queue = match (self.est.estimate().srtt, own_min) {
             (Some(srtt), Some(min)) => meter::queue_shows(srtt, min),
-            _ => false,
+            _ => self.est.estimate().rtt_inflated(),
         };
         if own_queue {
             self.cfg.share.mark_full();
