@@ -725,6 +725,19 @@ fn receiving_snap(received: u64, rtt_ms: u32) -> TcpSnapshot {
     }
 }
 
+/// A receiver on a path of `rtt_ms` whose rate is not known (it measures in band), under
+/// raised limits (the 4 MiB default maximum would cap its window), connected, its first
+/// actions drained.
+fn measuring_receiver(rtt_ms: f64) -> AutoTuner {
+    let mut c = ctx(Role::Receiver, rtt_ms, None, 0, 1);
+    c.limits = crate::sim::raised_limits();
+    let mut r = AutoConfig::default().build(c);
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    actions(&mut r);
+    r
+}
+
 fn clamps(a: &[Action]) -> Vec<u64> {
     a.iter()
         .filter_map(|a| match a {
@@ -737,12 +750,7 @@ fn clamps(a: &[Action]) -> Vec<u64> {
 #[test]
 fn a_full_pipes_receiver_window_ignores_the_burst_that_fills_a_hole() {
     // Raised limits: the 4 MiB default maximum would hide the difference.
-    let mut c = ctx(Role::Receiver, 100.0, None, 0, 1);
-    c.limits = crate::sim::raised_limits();
-    let mut r = AutoConfig::default().build(c);
-    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-    r.handle_event(Time::ZERO, ConnEvent::Established);
-    actions(&mut r);
+    let mut r = measuring_receiver(100.0);
     // The end of slow start at 100 ms (the stream's own minimum), then 10 MB per RTT (5 MB
     // per half RTT) with a queue showing (130 ms).
     let mut now = Time::ZERO;
@@ -783,12 +791,7 @@ fn a_queue_another_flow_held_before_the_stream_started_does_not_end_its_slow_sta
     // held a latecomer beside `iperf3 -P 4` at 25 ms to 100 KB windows per stream (90-135
     // Mbit/s for 8 streams against iperf3's 830-890; the plateau it measured was its own
     // window's).
-    let mut c = ctx(Role::Receiver, 100.0, None, 0, 1);
-    c.limits = crate::sim::raised_limits();
-    let mut r = AutoConfig::default().build(c);
-    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-    r.handle_event(Time::ZERO, ConnEvent::Established);
-    actions(&mut r);
+    let mut r = measuring_receiver(100.0);
     let mut now = Time::ZERO;
     let mut received = 0u64;
     let mut step = 100_000f64;
@@ -847,12 +850,7 @@ fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
 #[test]
 fn a_measuring_receivers_window_covers_slow_start_until_its_next_window_arrives() {
     // Raised limits: the default maximum would cap the window before slow start ends.
-    let mut c = ctx(Role::Receiver, 200.0, None, 0, 1);
-    c.limits = crate::sim::raised_limits();
-    let mut r = AutoConfig::default().build(c);
-    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-    r.handle_event(Time::ZERO, ConnEvent::Established);
-    actions(&mut r);
+    let mut r = measuring_receiver(200.0);
     // Slow start, no queue (the receive-side RTT stays at 200 ms): what arrives per half RTT
     // grows by sqrt(2) per sample, doubling per RTT.
     let mut now = Time::ZERO;
