@@ -28,6 +28,18 @@ pub(super) fn queue_shows(srtt: Duration, min: Duration) -> bool {
     !srtt.is_zero() && !min.is_zero() && srtt > min + (min / 8).max(Duration::from_millis(2))
 }
 
+/// Whether the RTT a transfer's handshake took (before the stream sent anything) and the
+/// stream's own lowest RTT (taken in its first rounds, its windows far too small to build a
+/// queue) differ by more than [`queue_shows`] allows, either way: a queue that another flow
+/// kept before this stream's first packet, or one the handshake saw that later drained (a
+/// BBR flow's ProbeRTT, a loss-based flow's backoff). Neither is this stream's own.
+pub(super) fn predating_queue(handshake: Option<Duration>, own: Option<Duration>) -> bool {
+    match (handshake, own) {
+        (Some(h), Some(own)) => queue_shows(own, h) || queue_shows(h, own),
+        _ => false,
+    }
+}
+
 /// The last three delivery samples (bytes per minimum RTT) of a stream, and the cumulative
 /// bytes it delivered at its last few snapshots.
 #[derive(Clone, Debug, Default)]

@@ -177,6 +177,22 @@ const SHARED_PAYS: f64 = 1.1;
 /// before it tries again (another flow may arrive later).
 const SHARED_RETRY_RTTS: u32 = 50;
 
+/// The kernel's own minimum RTT of a connection (`tcpi_min_rtt`), where it reports one.
+fn own_min_rtt(s: &TcpSnapshot) -> Option<Duration> {
+    s.min_rtt_us
+        .filter(|&v| v > 0 && v != u32::MAX)
+        .map(|v| Duration::from_micros(u64::from(v)))
+}
+
+/// A settled receiver's right-sizing: its window grows to this many times what arrives per
+/// RTT (DRS; see [`AutoTuner::settled_receiver`]).
+const SETTLED_RCV_FACTOR: f64 = 1.2;
+
+/// The same behind a queue that predates the stream: the kernel's own receive autotuning
+/// grows its window to about twice what the application read in an RTT
+/// (`tcp_rcv_space_adjust`), room for what arrives beyond a hole in loss recovery.
+const SHARED_RCV_FACTOR: f64 = 2.0;
+
 /// While slow start grows the delivery (by a quarter or more per half-RTT sample) and the pipe is
 /// not yet full, the most the measuring receiver's window holds, in multiples of the bytes per
 /// round it received over the last half RTT (see [`growing_window_factor`]). A window set now
@@ -349,6 +365,7 @@ impl AutoConfig {
             recent: meter::Recent::default(),
             full: false,
             min_rcv_rtt: None,
+            min_snd_rtt: None,
             window: 0,
             drs,
             role: ctx.role,
@@ -415,6 +432,8 @@ pub struct AutoTuner {
     full: bool,
     /// While measuring, at the receiver: the smallest receive-side RTT seen.
     min_rcv_rtt: Option<Duration>,
+    /// At the sender: the kernel's own minimum RTT of the connection (`tcpi_min_rtt`).
+    min_snd_rtt: Option<Duration>,
     /// While measuring, at the receiver: the window advertised.
     window: u64,
     /// The receiver's right-sizing, when the plan sizes the receive buffer.
@@ -578,10 +597,7 @@ impl AutoTuner {
         // (see `covered_rtt`): the kernel's own minimum only. Without one (an old kernel)
         // the rules before stand: the handshake's RTT, the estimator's queue test
         // (`TcpSnapshot::min_rtt` would give the current RTT, this stream's own queue and all).
-        let own_min = s
-            .min_rtt_us
-            .filter(|&v| v > 0 && v != u32::MAX)
-            .map(|v| Duration::from_micros(u64::from(v)));
+        let own_min = own_min_rtt(s);
         let seen = covered_rtt(rtt, own_min);
         let own = (rate as f64 * seen.as_secs_f64()) as u64;
         // Sized from the average stream of this end (see `MeasureShare`).
@@ -744,6 +760,8 @@ impl AutoTuner {
         match self.role {
             Role::Sender => {
                 if let SendPlan::Explicit(v) = plan.send {
+                    let v = self.settled_sender(&ctx, v);
+                    plan.send = SendPlan::Explicit(v);
                     if SendPlan::Explicit(v) != self.send {
                         self.send = SendPlan::Explicit(v);
                         self.out.push(Action::SetSndBuf(v));
@@ -758,18 +776,20 @@ impl AutoTuner {
             }
             Role::Receiver => {
                 if let RecvPlan::Sized { window, max_buffer } = plan.recv {
+                    let (max_buffer, factor) = self.settled_receiver(&ctx, max_buffer);
+                    plan.recv = RecvPlan::Sized { window, max_buffer };
                     if self.drs.is_none() {
                         // From measuring to right-sizing: DRS takes over the window.
                         let mut d = super::drs::DrsConfig::default()
                             .initial_window(window)
-                            .factor(1.2)
+                            .factor(factor)
                             .max_buffer(max_buffer)
                             .build(ctx.clone());
                         d.adopt(Bytes(self.window));
                         self.drs = Some(d);
                     }
                     if let Some(d) = self.drs.as_mut() {
-                        d.retarget(window, max_buffer, 1.2);
+                        d.retarget(window, max_buffer, factor);
                     }
                 }
                 self.cfg.share.leave(self.stream_index);
@@ -785,6 +805,68 @@ impl AutoTuner {
         self.plan = plan;
     }
 
+    /// A settled sender's `SO_SNDBUF`: the plan's `value` for the rate it measured; unless
+    /// this stream measured it behind a queue that predates it ([`meter::predating_queue`]
+    /// between the handshake and the kernel's own minimum RTT). Then the rate is what the
+    /// stream got beside another flow, a lower bound, and the buffer is what kernel
+    /// autotuning would let the streams asked for hold ([`AutoTuner::kernel_send_reach`]):
+    /// the congestion control decides, as it would for kernel-tuned streams, how much of
+    /// the path the stream takes. (Held to the measured rate, the stream could only grow
+    /// by [`AutoTuner::shared_queue_check`]'s trial steps, each taken back unless the rate
+    /// rose a tenth within two RTTs: beside `iperf3 -P 4` at 25 ms its streams stayed
+    /// send-buffer-limited at about 270 KB each.)
+    fn settled_sender(&self, ctx: &TunerContext, value: Bytes) -> Bytes {
+        if meter::predating_queue(ctx.hint.rtt, self.min_snd_rtt) {
+            value.max(self.kernel_send_reach(&ctx.hint, ctx.streams))
+        } else {
+            value
+        }
+    }
+
+    /// What kernel autotuning would let the streams the user asked for hold, in
+    /// `setsockopt` units per stream: `tcp_wmem[2]` of kernel memory each (half of it
+    /// asked), shared by the streams the transfer runs (it may run more, to measure the
+    /// path or to hold its BDP); at most `wmem_max` (or what `SO_SNDBUFFORCE` allows).
+    fn kernel_send_reach(&self, hint: &PathHint, running: u32) -> Bytes {
+        let per_socket = self.tcp_wmem_max.0 / 2;
+        let running = u64::from(running.max(1));
+        let asked = hint
+            .streams_asked
+            .map_or(running, |n| u64::from(n.max(1)).min(running));
+        Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value)
+    }
+
+    /// How a settled receiver's right-sizing grows: at most to the plan's `budget` (twice
+    /// the BDP of the measured rate), by 1.2 x what arrives per RTT; unless this stream
+    /// measured the rate behind a queue that predates it. Then that rate is only a lower
+    /// bound, what the stream got while another flow held the path, and it grows as kernel
+    /// autotuning would: to what one receiver reaches (`rmem_max` through `SO_RCVBUF`; with
+    /// `SO_RCVBUFFORCE`, `tcp_rmem[2]`), by [`SHARED_RCV_FACTOR`] x what arrives per RTT.
+    /// Its lowest receive-side RTT (taken in its first rounds, when its own windows were far
+    /// too small to build a queue) shows that queue against the handshake's, or the
+    /// handshake showed one that later drained ([`meter::predating_queue`]). Right-sizing
+    /// still follows what the sender sends, so the sender's congestion control decides, as
+    /// kernel-tuned streams' would, how much of the shared queue the stream holds.
+    ///
+    /// Held to the budget of the rate it measured, a latecomer beside `iperf3 -P 4` at
+    /// 25 ms stayed at the 100-190 Mbit/s it first got (Jain 0.62-0.72, three pairs), every
+    /// step its sender tried taken back because the receive window held the rate. With
+    /// the kernel's reach but 1.2 x, it got 210-280 (0.76-0.85): its streams were still
+    /// receive-window-limited a quarter of the time, in loss recovery, where the window
+    /// must also cover what arrives beyond a hole.
+    fn settled_receiver(&self, ctx: &TunerContext, budget: Bytes) -> (Bytes, f64) {
+        if !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt) {
+            return (budget, SETTLED_RCV_FACTOR);
+        }
+        let limits = &ctx.limits;
+        let reach = if limits.can_force {
+            Bytes(limits.tcp_rmem[2].0 / 2).max(limits.rmem_max)
+        } else {
+            limits.rmem_max
+        };
+        (budget.max(reach), SHARED_RCV_FACTOR)
+    }
+
     fn on_sender_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
         if let Some(a) = self.resume.as_mut().and_then(|p| p.on_snapshot(now, s)) {
             self.out.push(a);
@@ -792,6 +874,9 @@ impl AutoTuner {
         self.est.observe(now, s);
         let estimate = self.est.estimate();
         self.srtt = estimate.srtt.or(self.srtt);
+        if let Some(min) = own_min_rtt(s) {
+            self.min_snd_rtt = Some(min);
+        }
         self.slow_start_trigger(now, s);
         if matches!(self.send, SendPlan::Measuring(_)) {
             return self.measure_grow(now, s);
@@ -976,14 +1061,7 @@ impl AutoTuner {
     /// the queue its own streams keep). A step that does not raise the rate is taken back
     /// ([`SHARED_PAYS`]).
     fn shared_queue_cap(&self, rate: Rate, estimate: &crate::estimate::PathEstimate) -> Bytes {
-        let per_socket = self.tcp_wmem_max.0 / 2;
-        let running = u64::from(self.total_streams.max(1));
-        let asked = self
-            .ctx
-            .hint
-            .streams_asked
-            .map_or(running, |n| u64::from(n.max(1)).min(running));
-        let kernel = Bytes(per_socket.saturating_mul(asked) / running).min(self.max_value);
+        let kernel = self.kernel_send_reach(&self.ctx.hint, self.total_streams);
         // In flight now (the queue included), and the value whose buffer keeps a quarter
         // more in flight (a value of v keeps 2 v x 0.70 in flight when it binds).
         let in_flight = rate.bdp(estimate.srtt.unwrap_or(Duration::ZERO)).0;

@@ -1147,3 +1147,113 @@ fn a_settled_receiver_whose_window_does_not_bind_keeps_its_maximum() {
         "never past {max_window}: {seen:?}"
     );
 }
+
+/// A receiver whose handshake took `handshake_ms`, under the default limits, that measured
+/// its first rounds at a receive-side RTT of `rcv_rtt_ms`, then settled on 300 Mbit/s: it,
+/// and its plan's most.
+fn settled_behind(handshake_ms: u32, rcv_rtt_ms: u32) -> (AutoTuner, Bytes) {
+    let mut r =
+        AutoConfig::default().build(ctx(Role::Receiver, f64::from(handshake_ms), None, 0, 1));
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let mut now = Time::ZERO;
+    let mut received = 0u64;
+    for bytes in [
+        30_000, 60_000, 120_000, 240_000, 480_000, 500_000, 500_000, 500_000,
+    ] {
+        now += Duration::from_millis(25);
+        received += bytes;
+        r.handle_snapshot(now, &receiving_snap(received, rcv_rtt_ms));
+    }
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(u64::from(handshake_ms))),
+        rate: Some(Rate::mbit(300)),
+        ..Default::default()
+    };
+    r.handle_hint(now, &hint, 1);
+    actions(&mut r);
+    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    (r, max_buffer)
+}
+
+#[test]
+fn a_receiver_that_measured_behind_another_flows_queue_may_grow_as_far_as_the_kernel_would() {
+    let rmem_max = HostLimits::linux_defaults().rmem_max;
+    // Alone: the stream's own lowest RTT is the handshake's; twice the BDP of what it
+    // measured (300 Mbit/s x 25 ms, 0.94 MB) bounds it, well inside rmem_max.
+    let (_, alone) = settled_behind(25, 26);
+    assert!(alone.0 < rmem_max.0 / 2, "{alone}");
+    // Behind a queue another flow kept from the stream's first packet (48 ms against the
+    // handshake's 25): the rate is what it got beside that flow, a lower bound.
+    let (mut r, behind) = settled_behind(25, 48);
+    assert_eq!(behind, rmem_max);
+    // Or the handshake was behind it (45 ms) and it drained before the stream's first
+    // rounds (25 ms): another flow's queue as well, which may come back.
+    let (_, drained) = settled_behind(45, 25);
+    assert_eq!(drained, rmem_max);
+    // Right-sizing still follows the sender: the window grows past the measured rate's
+    // budget only as the stream receives more.
+    let budget_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        alone,
+        &HostLimits::linux_defaults(),
+    ));
+    let mut now = Time::from_millis(300);
+    let mut received = 10_000_000u64;
+    let mut seen = Vec::new();
+    for k in 0..40u64 {
+        // From 300 to 700 Mbit/s over 48 ms rounds.
+        received += 1_800_000 + k * 60_000;
+        r.handle_snapshot(now, &receiving_snap(received, 48));
+        seen.extend(clamps(&actions(&mut r)));
+        now += Duration::from_millis(48);
+    }
+    let last = seen.last().copied().unwrap_or(0);
+    assert!(
+        last > budget_window,
+        "{last} within {budget_window}: {seen:?}"
+    );
+    assert!(
+        last <= 5_000_000,
+        "1.2 x the 4.1 MB per round it reached, not the whole maximum at once: {seen:?}"
+    );
+}
+
+/// A sender of 4 streams whose handshake took `handshake_ms` and whose connection's own
+/// lowest RTT is `own_ms`, settled on 130 Mbit/s: the `SO_SNDBUF` it settles to.
+fn sender_settled_beside(handshake_ms: u32, own_ms: u32) -> Bytes {
+    let mut t = AutoConfig::default().build(ctx(Role::Sender, f64::from(handshake_ms), None, 0, 4));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let s = TcpSnapshot {
+        rtt_us: own_ms * 1000,
+        min_rtt_us: Some(own_ms * 1000),
+        ..measuring_snap(100_000)
+    };
+    t.handle_snapshot(Time::from_millis(100), &s);
+    actions(&mut t);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(u64::from(handshake_ms))),
+        rate: Some(Rate::mbit(130)),
+        ..Default::default()
+    };
+    t.handle_hint(Time::from_millis(500), &hint, 4);
+    actions(&mut t);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("{:?}", t.send())
+    };
+    v
+}
+
+#[test]
+fn a_sender_that_measured_behind_another_flows_queue_may_hold_what_the_kernel_would() {
+    let limits = HostLimits::linux_defaults();
+    // Alone: the plan for 130 Mbit/s at 45 ms over 4 streams.
+    let alone = sender_settled_beside(45, 44);
+    assert!(alone.0 < 400_000, "{alone}");
+    // Behind a queue that drained (45 ms handshake, 25 ms its own), or one it met from its
+    // first packet (25 ms handshake, 45 ms its own): tcp_wmem[2] of kernel memory each.
+    let reach = Bytes(limits.tcp_wmem[2].0 / 2).min(limits.wmem_max);
+    assert_eq!(sender_settled_beside(45, 25), reach);
+    assert_eq!(sender_settled_beside(25, 45), reach);
+}
