@@ -16,7 +16,8 @@
 #             "100 25") ms / 1 Gbit/s: a 1 GiB file of random bytes and a tree of 2,000 files
 #             of 256 KiB: tcptune cp on a path never seen and on a known path, globus-url-copy
 #             -p 1/4/8 (-pp for the tree; anonymous GridFTP server in side b) and with its own
-#             best options (gcc: -cc 8 -fast -p 4 for the tree, -fast -p 4 for the file), scp, rsync -W
+#             best options (gcc: -cc 8 -fast -p 4 for the tree, -fast -p 4 for the file), with
+#             integrity on (g4v: -p 4 -verify-checksum -checksum-alg SHA1, not in the default set), scp, rsync -W
 #             over ssh and tcptune cp over ssh (sshd in side b, a key made for the run; the far
 #             end `tcptune serve --stdio` is this same binary, started by ssh); user and system
 #             CPU seconds of the client (with its ssh) beside the wall clock, which includes
@@ -260,7 +261,16 @@ CONF
 }
 
 # gopts_of KEY: a GridFTP tool key's options for one file (g4 -> -p 4; gcc -> -fast -p 4).
-gopts_of() { if [ "$1" = gcc ]; then echo "-fast -p 4"; else echo "-p ${1#g}"; fi; }
+# g4v -> -p 4 with GridFTP's own end-to-end check: after the copy each end digests its file
+# and the client compares (-verify-checksum), with SHA1, the cheapest digest its client takes
+# here (MD5, the default, costs its client 2.5 x more; ADLER32 and CRC32 are refused).
+gopts_of() {
+    case $1 in
+        gcc) echo "-fast -p 4" ;;
+        g4v) echo "-verify-checksum -checksum-alg SHA1 -p 4" ;;
+        *) echo "-p ${1#g}" ;;
+    esac
+}
 
 cp_files() {
     local src="$shm/src" dst="$shm/srv/dst"
@@ -329,7 +339,7 @@ cp_files() {
                             g*) opts="globus-url-copy $(gopts_of "$r")"
                                 # shellcheck disable=SC2046
                                 timed "$tag" globus-url-copy $(gopts_of "$r") "ftp://tcptune-emu-b:2811$s" "file://$shm/pulled/big" ;;
-                            *) echo "CP_WHAT=pull takes CP_TOOLS from: new known g1 g4 g8 gcc" >&2; exit 2 ;;
+                            *) echo "CP_WHAT=pull takes CP_TOOLS from: new known g1 g4 g8 gcc g4v" >&2; exit 2 ;;
                         esac
                         local want got
                         want=$(stat -c %s "$s")
@@ -371,6 +381,16 @@ cp_files() {
                                  opts="globus-url-copy -r -cd -cc 8 -fast -p 4"
                                  timed "$tag" globus-url-copy -r -cd -cc 8 -fast -p 4 "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                              fi ;;
+                        # GridFTP with integrity on (its digest of each end after the copy).
+                        g4v) opts="globus-url-copy $(gopts_of g4v)"
+                             if [ "$what" = file ]; then
+                                 # shellcheck disable=SC2046
+                                 timed "$tag" globus-url-copy $(gopts_of g4v) "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
+                             else
+                                 opts="globus-url-copy -r -cd -pp $(gopts_of g4v)"
+                                 # shellcheck disable=SC2046
+                                 timed "$tag" globus-url-copy -r -cd -pp $(gopts_of g4v) "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                             fi ;;
                         g*) opts="globus-url-copy -p ${r#g}"
                             if [ "$what" = file ]; then
                                 timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
@@ -383,7 +403,7 @@ cp_files() {
                              timed "$tag" scp -r -q $ssh_opts -P 2222 "$s" "root@$PEER:$dst/" ;;
                         rsync) opts="rsync -a -W -e 'ssh -p 2222'"
                                timed "$tag" rsync -a -W -e "ssh $ssh_opts -p 2222" "$s" "root@$PEER:$dst/" ;;
-                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 gcc scp rsync ssh sshenc sshcm sshtrue)" >&2; exit 2 ;;
+                        *) echo "unknown CP_TOOLS entry: $r (new known g1 g4 g8 gcc g4v scp rsync ssh sshenc sshcm sshtrue)" >&2; exit 2 ;;
                     esac
                     # Every copy must be whole: compare sizes (the content is checked by
                     # each tool; tcptune cp by BLAKE3).
@@ -495,7 +515,9 @@ if cps:
              ("sshcm", "tcptune cp over an ssh connection already open (ControlMaster), known path"),
              ("sshtrue", "ssh HOST true (ssh's own setup, copies nothing)"),
              ("g1", "globus-url-copy -p 1"), ("g4", "globus-url-copy -p 4"),
-             ("g8", "globus-url-copy -p 8"), ("scp", "scp"), ("rsync", "rsync -a -W over ssh")]
+             ("g8", "globus-url-copy -p 8"),
+             ("g4v", "globus-url-copy -p 4 -verify-checksum -checksum-alg SHA1"),
+             ("scp", "scp"), ("rsync", "rsync -a -W over ssh")]
     nan = float("nan")
     for rtt, what in cps:
         tag = f"cp.{rtt}.{what}"
