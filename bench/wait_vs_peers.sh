@@ -381,22 +381,15 @@ cp_files() {
                                  opts="globus-url-copy -r -cd -cc 8 -fast -p 4"
                                  timed "$tag" globus-url-copy -r -cd -cc 8 -fast -p 4 "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                              fi ;;
-                        # GridFTP with integrity on (its digest of each end after the copy).
-                        g4v) opts="globus-url-copy $(gopts_of g4v)"
-                             if [ "$what" = file ]; then
-                                 # shellcheck disable=SC2046
-                                 timed "$tag" globus-url-copy $(gopts_of g4v) "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
-                             else
-                                 opts="globus-url-copy -r -cd -pp $(gopts_of g4v)"
-                                 # shellcheck disable=SC2046
-                                 timed "$tag" globus-url-copy -r -cd -pp $(gopts_of g4v) "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
-                             fi ;;
-                        g*) opts="globus-url-copy -p ${r#g}"
+                        # g1 g4 g8, and g4v (integrity on: each end's digest after the copy).
+                        g*) opts="globus-url-copy $(gopts_of "$r")"
                             if [ "$what" = file ]; then
-                                timed "$tag" globus-url-copy -p "${r#g}" "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
+                                # shellcheck disable=SC2046
+                                timed "$tag" globus-url-copy $(gopts_of "$r") "file://$s" "ftp://tcptune-emu-b:2811$dst/big"
                             else
-                                opts="globus-url-copy -r -cd -pp -p ${r#g}"
-                                timed "$tag" globus-url-copy -r -cd -pp -p "${r#g}" "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
+                                opts="globus-url-copy -r -cd -pp $(gopts_of "$r")"
+                                # shellcheck disable=SC2046
+                                timed "$tag" globus-url-copy -r -cd -pp $(gopts_of "$r") "file://$s/" "ftp://tcptune-emu-b:2811$dst/tree/"
                             fi ;;
                         # shellcheck disable=SC2086
                         scp) opts="scp -r -q -P 2222"

@@ -102,6 +102,8 @@ def cp_sections(raw, md, part="cp"):
                        f"{m / base:.2f} | {gp} | {len(ok)} |")
         out.append("")
         n = {k: len(raw.ok(case, k, part)) for k in med}
+        label = {"file": "1 GiB file", "pull": "1 GiB file pulled"}.get(
+            what, "tree of 2,000 x 256 KiB")
         gs = {g: med[g] for g in ("g1", "g4", "g8", "gcc") if g in med}
         if gs and "new" in med:
             best = min(gs, key=gs.get)
@@ -109,8 +111,6 @@ def cp_sections(raw, md, part="cp"):
             out.append(f"tcptune cp on a new path / best GridFTP (`{gopts(best)}`): **{r:.3f}** "
                        f"(below 1: tcptune faster)")
             out.append("")
-            label = {"file": "1 GiB file", "pull": "1 GiB file pulled"}.get(
-                what, "tree of 2,000 x 256 KiB")
             targets.append(Target(
                 f"`tcptune cp` {label}, {rtt} ms, path never seen", "best of "
                 "`globus-url-copy " + "`, `".join(gopts(g) for g in gs) + "`, same run", "<= 1.0",
@@ -153,8 +153,6 @@ def cp_sections(raw, md, part="cp"):
                        f"**{rt:.3f}**, client CPU **{rc:.3f}** ({cpu['new']:.2f} s vs "
                        f"{cpu['g4v']:.2f} s)")
             out.append("")
-            label = {"file": "1 GiB file", "pull": "1 GiB file pulled"}.get(
-                what, "tree of 2,000 x 256 KiB")
             targets.append(Target(
                 f"`tcptune cp` client CPU, {label}, {rtt} ms, path never seen, integrity on "
                 "at both tools", f"`globus-url-copy {gopts('g4v')}`, same run", "<= 1.0",
