@@ -14,14 +14,19 @@
 # incumbent's seconds 5-9 (the same wall-clock seconds). Target: the index with `auto` at
 # least the index with `kernel` in the same cell, by the median of REPS repetitions.
 # Cells run interleaved: every repetition runs every cell, mode and order once.
+# KNOWN=1: the same on a known path. Before the cells at each RTT, one `send -P 4 -t 6` alone
+# records the path in a database of the run (auto, default options); every tcptune client then
+# starts from a fresh copy of that database (`--path-db COPY` instead of `--no-path-db`), so
+# a run's own result (measured beside iperf3) never becomes the next run's starting point.
 #
-# Writes bench/raw/fair_vs_iperf3.tsv (RAW=) and regenerates the tables with bench/tables.
+# Writes bench/raw/fair_vs_iperf3.tsv (KNOWN=1: bench/raw/fair_vs_iperf3_known.tsv; RAW=) and
+# regenerates the tables with bench/tables.
 # Needs root (network namespaces), iperf3, python3; about 12 minutes with REPS=3.
 #
-# Usage: sudo [REPS=3] [RTTS="25 100"] [STREAMS="1 4"] bench/fair_vs_iperf3.sh
+# Usage: sudo [REPS=3] [RTTS="25 100"] [STREAMS="1 4"] [KNOWN=1] bench/fair_vs_iperf3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export REPS="${REPS:-3}" RTTS="${RTTS:-25 100}" STREAMS="${STREAMS:-1 4}"
+export REPS="${REPS:-3}" RTTS="${RTTS:-25 100}" STREAMS="${STREAMS:-1 4}" KNOWN="${KNOWN:-0}"
 [ "$(id -u)" = 0 ] || { echo "run as root (network namespaces)" >&2; exit 5; }
 command -v iperf3 >/dev/null 2>&1 || { echo "iperf3 is needed (apt-get install iperf3)" >&2; exit 5; }
 if [ -z "${TCPTUNE_BIN:-}" ]; then
@@ -30,7 +35,7 @@ if [ -z "${TCPTUNE_BIN:-}" ]; then
 fi
 export TCPTUNE_BIN
 exec python3 - <<'PY'
-import json, os, subprocess, sys, threading, time
+import json, os, sqlite3, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, "bench")
 from benchlib import commit_of, sh  # noqa: E402
@@ -39,7 +44,13 @@ BIN = os.environ["TCPTUNE_BIN"]
 REPS = int(os.environ["REPS"])
 RTTS = [int(x) for x in os.environ["RTTS"].split()]
 STREAMS = [int(x) for x in os.environ["STREAMS"].split()]
-RAW = os.environ.get("RAW", "bench/raw/fair_vs_iperf3.tsv")
+KNOWN = os.environ["KNOWN"] == "1"
+DEFAULT_RAW = "bench/raw/fair_vs_iperf3_known.tsv" if KNOWN else "bench/raw/fair_vs_iperf3.tsv"
+RAW = os.environ.get("RAW", DEFAULT_RAW)
+# KNOWN: the database one solo send warmed (per RTT), and the copy each run starts from.
+DBDIR = tempfile.mkdtemp(prefix="fairip-db-")
+WARM, RUNDB = os.path.join(DBDIR, "warm.sqlite"), os.path.join(DBDIR, "run.sqlite")
+WARM_SECS, WARM_STREAMS = 6, 4
 NAME = f"fairip{os.getpid() % 10000}"
 A, B, PEER = f"tt-{NAME}-a", f"tt-{NAME}-b", "198.19.0.1"
 LONG, SHORT, JOIN = 12, 6, 3
@@ -70,17 +81,48 @@ def up(rtt):
     time.sleep(1.0)
 
 
+def warm(rtt):
+    """KNOWN: one send alone records the path (at this RTT) in the run's database."""
+    for f in os.listdir(DBDIR):
+        os.remove(os.path.join(DBDIR, f))
+    r = sh("ip", "netns", "exec", A, BIN, "send", PEER, "-P", str(WARM_STREAMS), "-t",
+           str(WARM_SECS), "--json", "--path-db", WARM)
+    if r.returncode != 0:
+        sys.exit(f"warming the path database at {rtt} ms failed: {r.stderr.strip()[:300]}")
+    print(f"{rtt} ms: path recorded by one send -P {WARM_STREAMS} -t {WARM_SECS} alone",
+          file=sys.stderr)
+
+
+def fresh_db():
+    """KNOWN: the run's database, a fresh copy of the warmed one."""
+    for f in (RUNDB, RUNDB + "-wal", RUNDB + "-shm"):
+        if os.path.exists(f):
+            os.remove(f)
+    src, dst = sqlite3.connect(WARM), sqlite3.connect(RUNDB)
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+
+
+def db_opts():
+    return ["--path-db", RUNDB] if KNOWN else ["--no-path-db"]
+
+
 def client(tool, n, secs):
     if tool == "iperf3":
         return ["iperf3", "-c", PEER, "-P", str(n), "-t", str(secs), "-J"]
-    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json",
-            "--no-path-db"]
+    if KNOWN:
+        fresh_db()
+    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json"] + db_opts()
 
 
 def options(tool, n, secs):
     if tool == "iperf3":
         return f"iperf3 -c PEER -P {n} -t {secs} -J"
-    return f"send PEER -P {n} -t {secs} --tune {tool} --json --no-path-db"
+    db = (f"--path-db COPY (of one send -P {WARM_STREAMS} -t {WARM_SECS} alone)" if KNOWN
+          else "--no-path-db")
+    return f"send PEER -P {n} -t {secs} --tune {tool} --json {db}"
 
 
 def start(cmd):
@@ -147,6 +189,8 @@ load0 = open("/proc/loadavg").read().split()[:3]
 try:
     for rtt in RTTS:
         up(rtt)
+        if KNOWN:
+            warm(rtt)
         for rep in range(1, REPS + 1):
             for n in STREAMS:
                 runs = [(o, m) for o in ("iperf3-first", "tcptune-first") for m in ("auto", "kernel")]
@@ -162,10 +206,13 @@ try:
                         rows.append((order, f"{rtt}ms.P{n}", mode, role, rep, r))
 finally:
     down()
+    for f in os.listdir(DBDIR):
+        os.remove(os.path.join(DBDIR, f))
+    os.rmdir(DBDIR)
 load1 = open("/proc/loadavg").read().split()[:3]
 iperf_version = sh("iperf3", "--version").stdout.split()[1]
 with open(RAW, "w") as f:
-    f.write(f"# command: sudo REPS={REPS} bench/fair_vs_iperf3.sh"
+    f.write(f"# command: sudo REPS={REPS}{' KNOWN=1' if KNOWN else ''} bench/fair_vs_iperf3.sh"
             + (f" (RTTS=\"{' '.join(map(str, RTTS))}\")" if RTTS != [25, 100] else "")
             + (f" (STREAMS=\"{' '.join(map(str, STREAMS))}\")" if STREAMS != [1, 4] else "") + "\n")
     f.write(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
@@ -184,6 +231,6 @@ with open(RAW, "w") as f:
                 f"{rep}\t{r['wall']:.3f}\t{r['bytes']}\t{r['cpu']:.3f}\t{bps:.0f}\t{r['exit']}\t"
                 + ",".join(f"{x:.1f}" for x in r["rates"]) + "\n")
 print(f"wrote {RAW}", file=sys.stderr)
-if os.path.abspath(RAW) == os.path.abspath("bench/raw/fair_vs_iperf3.tsv"):
+if os.path.abspath(RAW) == os.path.abspath(DEFAULT_RAW):
     sys.exit(subprocess.run([sys.executable, "bench/tables"]).returncode)
 PY

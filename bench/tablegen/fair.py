@@ -3,7 +3,8 @@
 - docs/bench/lab-2026-11-28-fair/summary.md from the four lab runs' results.jsonl (the
   competing scenario: two tcptune transfers to one server, the second 3 s into the first);
 - docs/bench/fair_iperf3.md from bench/raw/fair_vs_iperf3.tsv (tcptune against iperf3 flows it
-  does not control).
+  does not control), and docs/bench/fair_iperf3_known.md from bench/raw/fair_vs_iperf3_known.tsv
+  (the same on a known path: `KNOWN=1 bench/fair_vs_iperf3.sh`).
 """
 import json
 import os
@@ -16,6 +17,7 @@ FAIR_LAB_COMMAND = "sudo ./target/release/tcptune lab --plan bench/lab_fair.toml
 # The runs, in the order they ran (interleaved); before: main's binary, after: the fair share.
 FAIR_RUNS = ["before-1", "after-1", "before-2", "after-2"]
 FAIR_IPERF_RAW = "bench/raw/fair_vs_iperf3.tsv"
+FAIR_IPERF_KNOWN_RAW = "bench/raw/fair_vs_iperf3_known.tsv"
 JOIN, LONG = 3, 12
 
 
@@ -109,7 +111,12 @@ def _mbit(r):
     return [float(x) for x in r["mbit_per_s"].split(",") if x]
 
 
-def fair_iperf(md, rel):
+def fair_iperf_known(md, rel):
+    """fair_iperf on a known path (every tcptune client starts from a warmed path database)."""
+    return fair_iperf(md, rel, known=True)
+
+
+def fair_iperf(md, rel, known=False):
     """tcptune (auto, kernel) against iperf3 flows of the same stream count, both orders."""
     raw = Raw(rel, {"part", "case", "tool", "who", "role", "rep", "exit", "mbit_per_s"})
     runs = {}
@@ -129,10 +136,15 @@ def fair_iperf(md, rel):
         t = a if inc["who"] == "tcptune" else b
         o = b if inc["who"] == "tcptune" else a
         cells.setdefault((order, case, mode), []).append((_jain(a, b), t, o))
-    out = ["# tcptune against flows it does not control: iperf3 (issue 22, item 3)", "",
+    where = ", on a known path" if known else ""
+    known_text = ("On a known path: before the cells at each RTT one `tcptune send -P 4 -t 6` "
+                  "alone recorded the path in the run's database, and every tcptune client "
+                  "started from a fresh copy of it (so no run learns from the one before). "
+                  if known else "")
+    out = [f"# tcptune against flows it does not control: iperf3{where} (issue 22, item 3)", "",
            f"{raw.source()} Measured {raw.meta.get('date', '?')} on {raw.meta.get('host', '?')}. "
            "Two orders: an `iperf3 -P N` flow set runs 12 s and a `tcptune send -P N` joins it 3 s "
-           "in for 6 s, or the reverse. `auto` is what is judged; `kernel` is the same engine "
+           "in for 6 s, or the reverse. " + known_text + "`auto` is what is judged; `kernel` is the same engine "
            "with kernel autotuning, the reference. Each transfer's per-second rates come from its "
            "own JSON (`intervals[].sum.bits_per_second`); Jain's index of the two is over the "
            "settled window (the latecomer's seconds 2-6, the incumbent's 5-9). The congestion "
@@ -164,7 +176,7 @@ def fair_iperf(md, rel):
         rtt, n = case.split("ms.P")
         who = "iperf3 first, auto joins" if order == "iperf3-first" else "auto first, iperf3 joins"
         targets.append(Target(
-            f"`auto` against `iperf3 -P {n}` ({who}), {rtt} ms: Jain's index, settled window",
+            f"`auto` against `iperf3 -P {n}` ({who}), {rtt} ms{where}: Jain's index, settled window",
             "`kernel` against the same iperf3, same run", ">= kernel's",
             f"**{ja:.3f}** vs {jk:.3f} ({len(a)} / {len(k)} runs)", ja >= jk, link(md)))
     out.append("Target (issue 22, item 3): against flows it does not control, `auto` is no more "
