@@ -35,7 +35,7 @@ if [ -z "${TCPTUNE_BIN:-}" ]; then
 fi
 export TCPTUNE_BIN
 exec python3 - <<'PY'
-import json, os, sqlite3, subprocess, sys, tempfile, threading, time
+import json, os, shutil, sqlite3, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, "bench")
 from benchlib import commit_of, sh  # noqa: E402
@@ -105,16 +105,14 @@ def fresh_db():
     dst.close()
 
 
-def db_opts():
-    return ["--path-db", RUNDB] if KNOWN else ["--no-path-db"]
-
-
 def client(tool, n, secs):
     if tool == "iperf3":
         return ["iperf3", "-c", PEER, "-P", str(n), "-t", str(secs), "-J"]
+    db = ["--no-path-db"]
     if KNOWN:
         fresh_db()
-    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json"] + db_opts()
+        db = ["--path-db", RUNDB]
+    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json"] + db
 
 
 def options(tool, n, secs):
@@ -206,9 +204,7 @@ try:
                         rows.append((order, f"{rtt}ms.P{n}", mode, role, rep, r))
 finally:
     down()
-    for f in os.listdir(DBDIR):
-        os.remove(os.path.join(DBDIR, f))
-    os.rmdir(DBDIR)
+    shutil.rmtree(DBDIR, ignore_errors=True)
 load1 = open("/proc/loadavg").read().split()[:3]
 iperf_version = sh("iperf3", "--version").stdout.split()[1]
 with open(RAW, "w") as f:
