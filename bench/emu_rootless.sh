@@ -11,11 +11,12 @@
 #
 # Root mode runs as root; rootless mode runs as an unprivileged user (uid $ROOTLESS_UID, via
 # setpriv), as a user would: it has no real-time priority for the emulator threads.
-# Prints medians per mode and rootless / root.
+# Prints medians per mode and rootless / root, and writes every run to
+# bench/raw/emu_rootless.tsv (RAW=), then docs/bench/emu-rootless.md from it with bench/tables.
 #
 # Usage: sudo bench/emu_rootless.sh   (env: REPS=5 SECS=8 WARM=3 RTT=20ms N=30
 #        RATES="1gbit 2gbit 4gbit" DELAYS="0.5ms 25ms 100ms" ROOTLESS_UID=65534
-#        TCPTUNE=target/release/tcptune)
+#        TCPTUNE=target/release/tcptune RAW=bench/raw/emu_rootless.tsv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/emu_common.sh
@@ -25,10 +26,20 @@ RATES=${RATES:-"1gbit 2gbit 4gbit"}
 DELAYS=${DELAYS:-"0.5ms 25ms 100ms"}
 ROOTLESS_UID=${ROOTLESS_UID:-65534}
 IPERF_ARGS=${IPERF_ARGS:-"-C cubic"}
+RAW=${RAW:-bench/raw/emu_rootless.tsv}
 TCPTUNE=$(realpath "$TCPTUNE")
 SCRATCH=$(mktemp -d /tmp/tcptune-bench-rootless.XXXXXX)
 chown "$ROOTLESS_UID:$ROOTLESS_UID" "$SCRATCH"
-trap 'rm -rf "$SCRATCH"' EXIT
+rows=$(mktemp)
+trap 'rm -rf "$SCRATCH" "$rows"' EXIT
+run_start
+# row PART CASE MODE REP OPTIONS WANT_MS MS LINK_MBIT P50_US P99_US MAX_US GOODPUT_MBIT
+row() {
+    local exit=0
+    case "$7$8$9${12}" in *nan*) exit=1 ;; esac
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" \
+        "$commit" "$5" "$4" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "$exit" >>"$rows"
+}
 USER_PREFIX=(setpriv --reuid="$ROOTLESS_UID" --regid="$ROOTLESS_UID" --clear-groups
              env HOME="$SCRATCH" TMPDIR="$SCRATCH" PATH="$PATH")
 
@@ -80,7 +91,11 @@ for rate in $RATES; do
     declare -A runs=([root]="" [rootless]="")
     for rep in $(seq "$REPS"); do
         for mode in $(order "$rep"); do
-            runs[$mode]+="$(capacity "$mode" --rtt "$RTT" --rate "$rate")"$'\n'
+            out=$(capacity "$mode" --rtt "$RTT" --rate "$rate")
+            runs[$mode]+="$out"$'\n'
+            read -r link p50 p99 mx good _ <<<"$out"
+            row capacity "$rate" "$mode" "$rep" "emu run --rtt $RTT --rate $rate --mtu 1500 --warmup ${WARM}s; iperf3 $IPERF_ARGS -t $SECS" \
+                - - "$link" "$p50" "$p99" "$mx" "$good"
         done
     done
     for mode in root rootless; do
@@ -96,7 +111,10 @@ echo "# raw forwarding: no rate, no delay, ${SECS}s iperf3 goodput in Mbit/s; me
 declare -A raw=([root]="" [rootless]="")
 for rep in $(seq "$REPS"); do
     for mode in $(order "$rep"); do
-        raw[$mode]+="$(capacity "$mode" | awk '{print $5}')"$'\n'
+        good=$(capacity "$mode" | awk '{print $5}')
+        raw[$mode]+="$good"$'\n'
+        row raw none "$mode" "$rep" "emu run --warmup ${WARM}s (no rate, no delay); iperf3 $IPERF_ARGS -t $SECS" \
+            - - - - - - "$good"
     done
 done
 r=$(echo "${raw[root]}" | grep . | median); u=$(echo "${raw[rootless]}" | grep . | median)
@@ -112,7 +130,10 @@ for d in $DELAYS; do
     declare -A hs=([root]="" [rootless]="")
     for rep in $(seq "$REPS"); do
         for mode in $(order "$rep"); do
-            hs[$mode]+="$(handshake "$mode" "$d")"$'\n'
+            ms=$(handshake "$mode" "$d")
+            hs[$mode]+="$ms"$'\n'
+            row handshake "$d" "$mode" "$rep" "emu run --delay $d; median of $N connects" \
+                "$(python3 -c "print(2 * float('${d%ms}'))")" "$ms" - - - - -
         done
     done
     r=$(echo "${hs[root]}" | grep . | median); u=$(echo "${hs[rootless]}" | grep . | median)
@@ -124,3 +145,14 @@ print("%-8s %8.3f %9.3f %9.3f %+9.3f %+9.3f" % (d, want, r, u, r - want, u - wan
 PY
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+{
+    echo "# command: sudo REPS=$REPS SECS=$SECS WARM=$WARM RTT=$RTT N=$N bench/emu_rootless.sh"
+    run_meta
+    echo "# rootless: uid $ROOTLESS_UID (setpriv), a user namespace of tcptune's own (veth pairs and packet sockets), no real-time priority; root: named namespaces and TUN devices; the modes alternate run by run"
+    echo "# capacity: one iperf3 flow ($IPERF_ARGS), rtt $RTT, MTU 1500, ${SECS}s, the emulator's counters after ${WARM}s"
+    echo "# samples: $N"
+    printf 'part\tcase\ttool\tcommit\toptions\trep\twant_ms\tms\tlink_mbit\tp50_us\tp99_us\tmax_us\tgoodput_mbit\texit\n'
+    cat "$rows"
+} >"$RAW"
+echo "wrote $RAW" >&2
+python3 bench/tables >/dev/null && echo "wrote docs/bench/emu-rootless.md (bench/tables)" >&2

@@ -22,8 +22,9 @@ HAND_TABLES = [
      "(the script writes it from now on; bench/tables then generates transfer.md and its "
      "summary rows from it)"),
     ("docs/bench/emu.md's table of the plain TUN path (--no-offload; the rest of its figures "
-     "are generated in docs/bench/emu_accuracy.md and emu_capacity.md), emu-rootless.md, "
-     "watch.md", "their scripts' per-run output is not committed"),
+     "are generated in docs/bench/emu_accuracy.md and emu_capacity.md), and watch.md's two "
+     "runs of 2026-11 (the figures since are generated in docs/bench/watch_cost.md from "
+     "bench/raw/watch_cost.tsv)", "their scripts' per-run output was not committed"),
 ]
 
 

@@ -12,6 +12,10 @@
 //! both inet_diag dumps, the tracker, sorting and rendering the table to a string, and
 //! (b) `ss -tin` and `ss -tinm` with output to /dev/null. CPU is user+system time from
 //! getrusage (this thread for watch; the children for ss).
+//!
+//! With `WATCH_COST_TSV=FILE` it also appends every round's times to FILE, one line per
+//! round and measurement (`round`, `what`, `wall_ms`, `cpu_ms` tab-separated; `-` where
+//! not measured): `bench/watch_cost.sh` makes `bench/raw/watch_cost.tsv` of them.
 
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -84,7 +88,13 @@ fn main() {
     let (mut d_cpu, mut r_wall) = (vec![], vec![]);
     let (mut s_wall, mut s_cpu, mut m_wall, mut m_cpu) = (vec![], vec![], vec![], vec![]);
     let mut seen = 0;
-    for _ in 0..rounds {
+    let mut tsv = String::new();
+    let line =
+        |tsv: &mut String, round: usize, what: &str, wall: Duration, cpu: Option<Duration>| {
+            let cpu = cpu.map_or("-".to_string(), ms);
+            tsv.push_str(&format!("{round}\t{what}\t{}\t{cpu}\n", ms(wall)));
+        };
+    for round in 0..rounds {
         // (a) a full watch refresh
         let c0 = cpu(libc::RUSAGE_THREAD);
         let t = Instant::now();
@@ -126,6 +136,26 @@ fn main() {
             wall.push(t.elapsed());
             cpuv.push(cpu(libc::RUSAGE_CHILDREN) - c0);
         }
+        line(&mut tsv, round, "dump", d_wall[round], Some(d_cpu[round]));
+        line(&mut tsv, round, "render", r_wall[round], None);
+        line(&mut tsv, round, "watch", w_wall[round], Some(w_cpu[round]));
+        line(&mut tsv, round, "ss_tin", s_wall[round], Some(s_cpu[round]));
+        line(
+            &mut tsv,
+            round,
+            "ss_tinm",
+            m_wall[round],
+            Some(m_cpu[round]),
+        );
+    }
+    if let Some(path) = std::env::var_os("WATCH_COST_TSV") {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("WATCH_COST_TSV");
+        f.write_all(tsv.as_bytes()).expect("writing WATCH_COST_TSV");
     }
     let t = Instant::now();
     let owners = socket_owners(std::path::Path::new("/proc"));
