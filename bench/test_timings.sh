@@ -27,15 +27,23 @@
 #
 # (A script's background jobs ignore SIGINT: serve is stopped with SIGTERM, and the
 # interrupted send is started and signalled from python.)
-# Prints one line per repetition and a table of medians and whether the target held.
+# Prints one line per repetition and a table of medians and whether the target held, and
+# writes every repetition to bench/raw/test_timings.tsv (RAW=; columns a, b, c are the
+# figures of each measurement, in the order above: doctor_rtt the median RTT in ms at 20 and
+# at 100 ms; loopback_DIR the capped run's receiving seconds and the interrupted run's return
+# in seconds; flood the 64 MiB's seconds and the flood connections open; exporter the 503's
+# milliseconds, the silent peers' cut in seconds, the stop in seconds), then the tables with
+# bench/tables.
 # Usage: sudo bench/test_timings.sh   (env: REPS=3 TCPTUNE=target/release/tcptune
-# ONLY="doctor_rtt loopback flood exporter")
+# ONLY="doctor_rtt loopback flood exporter" RAW=bench/raw/test_timings.tsv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/emu_common.sh
 need ip python3
 ONLY=${ONLY:-"doctor_rtt loopback flood exporter"}
+RAW=${RAW:-bench/raw/test_timings.tsv}
 TMP=$(mktemp -d)
+run_start
 SERVE_PID=
 cleanup() {
     [ -z "$SERVE_PID" ] || kill "$SERVE_PID" 2>/dev/null || true
@@ -45,10 +53,26 @@ trap cleanup EXIT
 
 echo "# test timings $(date -u +%FT%TZ) $(uname -r) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $("$TCPTUNE" --version)"
 RESULTS=()
+RAW_ROWS=()
+declare -A REP_OF=()
 record() { # record NAME VALUE...
     RESULTS+=("$*")
     echo "  $*"
+    local name=$1 v
+    shift
+    [ "$name" != loopback ] || { name="loopback_$1"; shift; }
+    REP_OF[$name]=$(( ${REP_OF[$name]:-0} + 1 ))
+    local vals=("$@" - - -) exit=0
+    for v in "$@"; do [ "$v" != nan ] || exit=1; done
+    RAW_ROWS+=("$(printf 'timing\t%s\ttcptune\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$name" "$commit" \
+        "${OPTIONS[$name]:-${OPTIONS[${name%%_*}]}}" "${REP_OF[$name]}" "${vals[0]}" "${vals[1]}" "${vals[2]}" "$exit")")
 }
+declare -A OPTIONS=(
+    [doctor_rtt]="emu run --rtt 20ms/100ms; doctor PEER --json --no-probe --samples 9 against a serve"
+    [loopback]="send 127.0.0.1 --tune none -n 200000 --max-time 600ms; --tune kernel -n 200000, SIGINT after 0.4 s (-R: recv)"
+    [flood]="3000 idle connections; send 127.0.0.1 --tune kernel -P 2 -n 64 -l 1MiB"
+    [exporter]="serve --metrics (4 connections, 5 s timeout), 4 silent peers, one scrape, SIGTERM"
+)
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(now)"; }
 
@@ -135,6 +159,8 @@ flood() {
     ulimit -n 65536 2>/dev/null || true
     serve_start 5392
     for i in $(seq "$REPS"); do
+        # The count the last repetition's flood left behind would end this one's wait at once.
+        rm -f "$TMP/flood.stop" "$TMP/flood.stop.open"
         python3 - 5392 "$TMP/flood.stop" <<'PY' &
 import os, socket, sys, time
 port, stop = int(sys.argv[1]), sys.argv[2]
@@ -233,6 +259,15 @@ for t in $ONLY; do
         *) echo "unknown measurement $t" >&2; exit 2 ;;
     esac
 done
+
+{
+    echo "# command: sudo REPS=$REPS ONLY=\"$ONLY\" bench/test_timings.sh"
+    run_meta
+    printf 'part\tcase\ttool\tcommit\toptions\trep\ta\tb\tc\texit\n'
+    printf '%s\n' "${RAW_ROWS[@]}"
+} >"$RAW"
+echo "wrote $RAW" >&2
+python3 bench/tables >/dev/null && echo "wrote docs/bench/test_timings.md (bench/tables)" >&2
 
 echo
 printf '%s\n' "${RESULTS[@]}" | python3 -c '
