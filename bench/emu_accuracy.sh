@@ -55,10 +55,8 @@ print("%.3f" % statistics.median(ts))' "$N" || echo nan
 }
 # row PART CASE TOOL REP WANT_MS MS LINK_MBIT P50_US P99_US MAX_US GOODPUT_MBIT DROPS
 row() {
-    local exit=0
-    case "$6$7" in *nan*) exit=1 ;; esac
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" \
-        "$commit" "${OPTS:--}" "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "$exit" >>"$rows"
+    tsv_line "$1" "$2" "$3" "$commit" "${OPTS:--}" "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" \
+        "${12}" "$(nan_exit "$6" "$7")" >>"$rows"
 }
 
 echo "# idle path: medians of $N samples per repetition; target 2*delay within max(0.3 ms, 1%)" >&2

@@ -35,6 +35,11 @@ while i < len(text):
 ' "$1"
 }
 
+# tsv_line FIELD...: the fields tab-separated on one line (a raw file's row)
+tsv_line() { local IFS=$'\t'; printf '%s\n' "$*"; }
+# nan_exit VALUE...: a row's exit column, 1 when a measurement failed (any value nan), else 0
+nan_exit() { case "$*" in *nan*) echo 1 ;; *) echo 0 ;; esac; }
+
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else print a[int((NR+1)/2)]}'; }
 

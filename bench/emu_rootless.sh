@@ -35,10 +35,8 @@ trap 'rm -rf "$SCRATCH" "$rows"' EXIT
 run_start
 # row PART CASE MODE REP OPTIONS WANT_MS MS LINK_MBIT P50_US P99_US MAX_US GOODPUT_MBIT
 row() {
-    local exit=0
-    case "$7$8$9${12}" in *nan*) exit=1 ;; esac
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" \
-        "$commit" "$5" "$4" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "$exit" >>"$rows"
+    tsv_line "$1" "$2" "$3" "$commit" "$5" "$4" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" \
+        "$(nan_exit "$7" "$8" "$9" "${12}")" >>"$rows"
 }
 USER_PREFIX=(setpriv --reuid="$ROOTLESS_UID" --regid="$ROOTLESS_UID" --clear-groups
              env HOME="$SCRATCH" TMPDIR="$SCRATCH" PATH="$PATH")
