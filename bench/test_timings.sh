@@ -58,14 +58,13 @@ declare -A REP_OF=()
 record() { # record NAME VALUE...
     RESULTS+=("$*")
     echo "  $*"
-    local name=$1 v
+    local name=$1
     shift
     [ "$name" != loopback ] || { name="loopback_$1"; shift; }
     REP_OF[$name]=$(( ${REP_OF[$name]:-0} + 1 ))
-    local vals=("$@" - - -) exit=0
-    for v in "$@"; do [ "$v" != nan ] || exit=1; done
-    RAW_ROWS+=("$(printf 'timing\t%s\ttcptune\t%s\t%s\t%s\t%s\t%s\t%s\t%s' "$name" "$commit" \
-        "${OPTIONS[$name]:-${OPTIONS[${name%%_*}]}}" "${REP_OF[$name]}" "${vals[0]}" "${vals[1]}" "${vals[2]}" "$exit")")
+    local vals=("$@" - - -)
+    RAW_ROWS+=("$(tsv_line timing "$name" tcptune "$commit" "${OPTIONS[$name]:-${OPTIONS[${name%%_*}]}}" \
+        "${REP_OF[$name]}" "${vals[0]}" "${vals[1]}" "${vals[2]}" "$(nan_exit "$@")")")
 }
 declare -A OPTIONS=(
     [doctor_rtt]="emu run --rtt 20ms/100ms; doctor PEER --json --no-probe --samples 9 against a serve"

@@ -249,10 +249,6 @@ def emu_rootless(md, rel):
     raw = Raw(rel, EMU_ROOTLESS_COLS)
     n = raw.meta.get("samples", "?")
 
-    def ok(part, case, mode):
-        return [r for r in raw.rows if r["part"] == part and r["case"] == case
-                and r["tool"] == mode and r["exit"] == "0"]
-
     def cases(part):
         seen = []
         for r in raw.rows:
@@ -274,7 +270,7 @@ def emu_rootless(md, rel):
     for rate in cases("capacity"):
         link_m = {}
         for mode in ("root", "rootless"):
-            rows = ok("capacity", rate, mode)
+            rows = raw.ok(rate, mode, "capacity")
             if not rows:
                 out.append(f"| {rate} | {mode} | - | - | - | - | 0 | |")
                 continue
@@ -300,7 +296,7 @@ def emu_rootless(md, rel):
             "root mode, same run", f">= {ROOTLESS_GOAL}",
             f"**{lo:.3f}-{hi:.3f}** (link rate; p99 lateness root/rootless: {lat})",
             len(ratios) == len(cases("capacity")) and lo >= ROOTLESS_GOAL, link(md)))
-    fw = {m: ok("raw", "none", m) for m in ("root", "rootless")}
+    fw = {m: raw.ok("none", m, "raw") for m in ("root", "rootless")}
     if fw["root"] and fw["rootless"]:
         g = {m: median(fw[m], "goodput_mbit") for m in fw}
         out += ["", "## Raw forwarding", "",
@@ -325,7 +321,7 @@ def emu_rootless(md, rel):
                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         errs, all_ok = {}, True
         for d in delays:
-            rows = {m: ok("handshake", d, m) for m in ("root", "rootless")}
+            rows = {m: raw.ok(d, m, "handshake") for m in ("root", "rootless")}
             if not rows["root"] or not rows["rootless"]:
                 out.append(f"| {d} | - | - | - | - | - | - | no successful run |")
                 all_ok = False

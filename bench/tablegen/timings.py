@@ -1,18 +1,9 @@
 """docs/bench/test_timings.md from bench/raw/test_timings.tsv (bench/test_timings.sh): the times
 that used to be assertions of `cargo test`, as medians against their old targets."""
-import math
-import statistics
-
-from tablegen.common import Raw, Target, link, verdict
+from tablegen.common import Raw, Target, link, median, verdict
 
 TIMINGS_RAW = "bench/raw/test_timings.tsv"
 TIMINGS_COLS = {"part", "case", "tool", "commit", "options", "rep", "a", "b", "c", "exit"}
-
-
-def _med(rows, col):
-    v = [float(r[col]) for r in rows if r[col] not in ("-", "", "nan")]
-    v = [x for x in v if not math.isnan(x)]
-    return statistics.median(v) if v else float("nan")
 
 
 def _judge(case, a, b, c):
@@ -52,7 +43,7 @@ def test_timings(md, rel):
         rows = [r for r in raw.rows if r["case"] == case]
         good = [r for r in rows if r["exit"] == "0"]
         failed = len(rows) - len(good)
-        said, held = _judge(case, _med(good, "a"), _med(good, "b"), _med(good, "c"))
+        said, held = _judge(case, median(good, "a"), median(good, "b"), median(good, "c"))
         held = held and failed == 0 and bool(good)
         all_held = all_held and held
         short.append(f"{case} {verdict(held)}")
@@ -61,7 +52,7 @@ def test_timings(md, rel):
     figures = []
     for case in cases:
         good = [r for r in raw.rows if r["case"] == case and r["exit"] == "0"]
-        a, b, c = _med(good, "a"), _med(good, "b"), _med(good, "c")
+        a, b, c = median(good, "a"), median(good, "b"), median(good, "c")
         figures.append({"doctor_rtt": f"doctor RTT {a:.2f} / {b:.2f} ms",
                         "flood": f"64 MiB in {a:.2f} s beside {b:.0f} open connections",
                         "exporter": f"exporter 503 in {a:.0f} ms, cut {b:.2f} s, stop {c:.2f} s"}
