@@ -12,6 +12,8 @@
 # Usage: sudo bench/watch_cost.sh   (env: REPS=3 CONNS=5000 ROUNDS=21 RAW=bench/raw/watch_cost.tsv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/emu_common.sh
+. bench/emu_common.sh   # run_meta and what it reports (steal, wake-up lateness), not the emulator
 REPS=${REPS:-3}
 CONNS=${CONNS:-5000}
 ROUNDS=${ROUNDS:-21}
@@ -26,7 +28,10 @@ NS="tt-wcost-$$"
 rows=$(mktemp) round_rows=$(mktemp)
 cleanup() { ip netns del "$NS" 2>/dev/null || true; rm -f "$rows" "$round_rows"; }
 trap cleanup EXIT
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
+# run_start's notes without its binary: this script runs the example, not tcptune.
+RUN_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+RUN_STEAL=$(steal_mark)
+RUN_WAKEUP=$(wakeup_late)
 for rep in $(seq "$REPS"); do
     ip netns add "$NS"
     ip -n "$NS" link set lo up
@@ -43,9 +48,8 @@ for rep in $(seq "$REPS"); do
 done
 {
     echo "# command: sudo REPS=$REPS CONNS=$CONNS ROUNDS=$ROUNDS bench/watch_cost.sh"
-    echo "# date: $(date -u '+%F %H:%M UTC')"
-    echo "# host: Linux $(uname -r), $(nproc) CPUs, $(ss -V 2>&1 | head -1)"
-    echo "# load: load average $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after"
+    run_meta
+    echo "# ss: $(ss -V 2>&1 | head -1)"
     echo "# sockets: $((2 * CONNS))"
     printf 'part\tcase\ttool\tcommit\toptions\trep\tround\twall_ms\tcpu_ms\texit\n'
     cat "$rows"
