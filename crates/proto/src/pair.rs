@@ -770,6 +770,7 @@ impl Pair {
                 ClientOutput::Measured(_)
                 | ClientOutput::LocalHint { .. }
                 | ClientOutput::StopSenders
+                | ClientOutput::RetireStreams { .. }
                 | ClientOutput::AbortEngine
                 | ClientOutput::Queued { .. }
                 | ClientOutput::Pace { .. } => {}

@@ -47,7 +47,9 @@ pub(crate) struct Opts {
     /// Server port when HOST has none [default: 5310].
     #[arg(short = 'p', long, value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
-    /// Parallel streams to start with (a tuner may add more, up to --max-streams).
+    /// Parallel streams to start with (a tuner may add more, up to --max-streams; `auto`
+    /// measures a path never seen with enough streams to hold a fast path's BDP, then a
+    /// push long enough to pay for it closes those its plan does not need).
     #[arg(
         short = 'P',
         long = "parallel",

@@ -283,6 +283,17 @@ pub enum ClientOutput {
         /// Streams of the phase.
         streams: u32,
     },
+    /// Local senders `from..to` of phase `seq` finish the message they are writing and
+    /// close; the streams that stay take the remaining messages (see
+    /// [`ClientSession::retire_to`]).
+    RetireStreams {
+        /// The phase.
+        seq: u32,
+        /// The first stream number to close.
+        from: u32,
+        /// One past the last stream number to close.
+        to: u32,
+    },
     /// Local senders stop.
     StopSenders,
     /// Tear the local engine down.
@@ -352,6 +363,9 @@ struct PhaseState {
     ended: bool,
     result_deadline: Option<Instant>,
     last_progress: (u64, Instant),
+    /// Streams closed early because the plan did not need them ([`ClientSession::retire_to`]):
+    /// none opens again in this phase.
+    retired: u32,
 }
 
 /// The client's session. See the module documentation for the calling order.
@@ -629,6 +643,7 @@ impl ClientSession {
             ended: false,
             result_deadline: None,
             last_progress: (0, now),
+            retired: 0,
         });
     }
 
@@ -669,6 +684,42 @@ impl ClientSession {
         self.out
             .push_back(ClientOutput::LocalHint { hint, streams });
         self.open_wanted();
+    }
+
+    /// Settle the running phase on fewer streams than it has open (those the in-band
+    /// measurement opened beyond what the plan needs): both ends' tuners hear `hint` for
+    /// `streams` streams, and this end's senders `streams..` finish their message and close
+    /// ([`ClientOutput::RetireStreams`]); no stream opens again in this phase, whatever a
+    /// tuner asks. Only a sending client closes streams (a receiving one has no say over the
+    /// server's writers), and only once every stream it asked for is open; otherwise, or
+    /// when nothing would close, this is [`ClientSession::settle`]. Returns how many close.
+    pub fn retire_to(&mut self, now: Instant, hint: PathHint, streams: u32) -> u32 {
+        if self.failed {
+            return 0;
+        }
+        let sender = self.plan.sender;
+        let Some(p) = &mut self.phase else { return 0 };
+        let keep = streams.max(1);
+        let all_open = p.open.len() as u32 == p.requested && p.done.is_empty();
+        if !sender || !all_open || p.stopped || p.ended || keep >= p.requested {
+            self.settle(now, hint, streams);
+            return 0;
+        }
+        let (seq, from, to) = (p.seq, keep, p.requested);
+        p.target = keep;
+        p.retired = to - from;
+        self.send(ClientMsg::Hint {
+            seq,
+            hint: hint.clone(),
+            streams: keep,
+        });
+        self.out.push_back(ClientOutput::LocalHint {
+            hint,
+            streams: keep,
+        });
+        self.out
+            .push_back(ClientOutput::RetireStreams { seq, from, to });
+        to - from
     }
 
     /// End the session (after the last phase).
@@ -835,7 +886,7 @@ impl ClientSession {
     fn want(&mut self, known: u32, count: u32, reason: String) {
         let max = self.max_streams();
         let Some(p) = &mut self.phase else { return };
-        if p.stopped || p.ended || p.kind != Phase::Main {
+        if p.stopped || p.ended || p.kind != Phase::Main || p.retired > 0 {
             return;
         }
         let want = known.saturating_add(count).min(max);

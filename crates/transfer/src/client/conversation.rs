@@ -718,6 +718,13 @@ impl<'a> Conversation<'a> {
                         p.spec.hint = hint;
                     }
                 }
+                ClientOutput::RetireStreams { seq, from, to } => {
+                    if let Some(p) = self.phase.as_ref().filter(|p| p.seq == seq) {
+                        for index in from..to {
+                            p.engine.retire(index);
+                        }
+                    }
+                }
                 ClientOutput::StopSenders => {
                     if let Some(p) = &self.phase {
                         p.engine.stop();
@@ -819,6 +826,18 @@ impl<'a> Conversation<'a> {
             share,
             1448,
         );
+        let wanted = total.min(self.cfg.max_streams).max(self.cfg.streams.max(1));
+        if wanted < open && self.retiring_pays(&m, rtt, open, wanted) {
+            let closing = self.session.retire_to(now, hint.clone(), wanted);
+            if closing > 0 {
+                self.session.note_reason(format!(
+                    "{open} streams measured the path at {}; the rest of the transfer runs with the {wanted} the plan needs (the others closed after their message)",
+                    m.rate.human()
+                ));
+                self.measured = Some(m);
+                return;
+            }
+        }
         let total = if help { total } else { open };
         let total = total.min(self.cfg.max_streams).max(open);
         if let Some(r) = reason.filter(|_| total > self.session.streams_requested()) {
@@ -826,6 +845,39 @@ impl<'a> Conversation<'a> {
         }
         self.session.settle(now, hint, total);
         self.measured = Some(m);
+    }
+
+    /// Whether the streams the in-band measurement opened beyond the `keep` the plan needs
+    /// close now (see [`AutoPlan::retiring_pays`]): only where this end writes the
+    /// pattern (a copy's streams carry files, whose block queue is not handed over; a
+    /// reversed transfer's writers are the server's), and only when the rest of the
+    /// transfer (its bytes at the measured rate, or its duration) pays for the streams
+    /// that stay taking the path back.
+    ///
+    /// [`AutoPlan::retiring_pays`]: tcptune_core::tuners::auto::AutoPlan::retiring_pays
+    fn retiring_pays(&self, m: &Measured, rtt: Option<Duration>, open: u32, keep: u32) -> bool {
+        if self.cfg.reverse || self.files.is_some() || self.cfg.custom_tuner.is_some() {
+            return false;
+        }
+        let Some(p) = self.phase.as_ref().filter(|p| p.main) else {
+            return false;
+        };
+        let left = match (p.total_bytes, self.cfg.duration) {
+            (Some(total), _) => {
+                let bytes = total.saturating_sub(p.engine.delivered());
+                Some(Duration::from_secs_f64(
+                    bytes as f64 / m.rate.bytes_per_sec().max(1) as f64,
+                ))
+            }
+            (None, Some(d)) => Some(d.saturating_sub(m.after)),
+            (None, None) => None,
+        };
+        tcptune_core::tuners::auto::AutoPlan::retiring_pays(
+            left,
+            rtt.unwrap_or_default(),
+            open,
+            keep,
+        )
     }
 
     /// The first time the server's answer is known: with its limits known, the plan may

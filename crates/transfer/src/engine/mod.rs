@@ -318,7 +318,6 @@ impl Engine {
 
     /// Stream `index` finishes the message it is sending and closes (a sender only; the
     /// other streams take the remaining messages).
-    #[allow(dead_code)] // kept for retiring streams; in-band settling keeps them (see client)
     pub(crate) fn retire(&self, index: u32) {
         if let Some(s) = self.slots.iter().find(|s| s.index == index) {
             s.counters.retire.store(true, Ordering::Release);

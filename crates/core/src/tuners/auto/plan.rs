@@ -15,6 +15,15 @@ pub const MEASURE_WINDOW: u64 = 64 * 1024;
 /// The send buffer a measuring stream starts with (`SO_SNDBUF` value): room for the first
 /// rounds of slow start from Linux's initial window.
 pub const MEASURE_START: Bytes = Bytes::kib(256);
+/// The fixed part of the time the streams that stay need to take the path back from
+/// streams that close ([`AutoPlan::retiring_pays`]).
+pub(super) const TAKEOVER_BASE: Duration = Duration::from_millis(300);
+/// Round trips the streams that stay need, on top of [`TAKEOVER_BASE`], to take the path
+/// back from streams that close.
+pub(super) const TAKEOVER_RTTS: f64 = 5.0;
+/// Most of the rest of a transfer that closing the streams its plan does not need may cost
+/// ([`AutoPlan::retiring_pays`]).
+pub(super) const RETIRE_COST_SHARE: f64 = 0.05;
 
 /// How the send buffer is handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +112,30 @@ impl AutoPlan {
         let ramp = rtt.as_secs_f64() * (1.0 + doublings);
         let left = remaining as f64 / (rate.bytes_per_sec().max(1) as f64);
         left > ramp
+    }
+
+    /// Whether closing the streams beyond `keep` of the `open` ones (those the in-band
+    /// measurement opened and the plan does not need) costs at most
+    /// [`RETIRE_COST_SHARE`] of the rest of a transfer that lasts `left` more (`None`: no
+    /// end is known, it pays). The streams that stay take the path back in about
+    /// [`TAKEOVER_BASE`] plus [`TAKEOVER_RTTS`] round trips (measured across the emulator
+    /// with iperf3, BBR and CUBIC, 25 and 100 ms: 0.3-0.8 s to 90% of the link,
+    /// `docs/bench/takeover-2026-12-03`), over which, ramping up, they miss about half of
+    /// what the leaving streams carried. A short transfer keeps its streams (a lab run of
+    /// 128 MiB would lose a fifth of its time at 25 ms); a long one, or one of a duration
+    /// past a few seconds, runs the rest with the streams its plan needs: fewer buffers,
+    /// and no more flows than the plan against other traffic.
+    pub fn retiring_pays(left: Option<Duration>, rtt: Duration, open: u32, keep: u32) -> bool {
+        if keep == 0 || keep >= open {
+            return false;
+        }
+        let Some(left) = left else {
+            return true;
+        };
+        let takeover = TAKEOVER_BASE.as_secs_f64() + TAKEOVER_RTTS * rtt.as_secs_f64();
+        let leaving = f64::from(open - keep) / f64::from(open);
+        let cost = takeover * leaving / 2.0;
+        cost <= RETIRE_COST_SHARE * left.as_secs_f64()
     }
 
     /// Whether the plan rests on a BDP that is not a lower bound.

@@ -820,6 +820,29 @@ fn streams_opened_late_help_only_if_the_rest_of_the_transfer_outlasts_their_slow
 }
 
 #[test]
+fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_for_the_takeover() {
+    let pays = AutoPlan::retiring_pays;
+    let rtt = Duration::from_millis(25);
+    // 5 measuring streams down to the 1 asked: the one that stays needs about 0.43 s to
+    // take the path back, missing 0.17 s of the link; that is a twentieth of 3.4 s.
+    assert!(
+        !pays(Some(Duration::from_secs(1)), rtt, 5, 1),
+        "a 128 MiB lab run"
+    );
+    assert!(!pays(Some(Duration::from_secs(3)), rtt, 5, 1));
+    assert!(pays(Some(Duration::from_secs(4)), rtt, 5, 1));
+    assert!(pays(None, rtt, 5, 1), "no end known");
+    // At 100 ms the take-over is longer: 8 down to 3 needs 5 s left.
+    let rtt = Duration::from_millis(100);
+    assert!(!pays(Some(Duration::from_millis(4_900)), rtt, 8, 3));
+    assert!(pays(Some(Duration::from_millis(5_100)), rtt, 8, 3));
+    // Nothing to close, or nothing would stay.
+    assert!(!pays(None, rtt, 3, 3));
+    assert!(!pays(None, rtt, 3, 4));
+    assert!(!pays(None, rtt, 3, 0));
+}
+
+#[test]
 fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
     // Linux may start a connection with the ssthresh it cached for the destination: slow
     // start lasts while the congestion window is below it, and the room to double stays.

@@ -1031,3 +1031,100 @@ fn a_share_paces_the_main_phase_within_its_budget_and_only_when_asked_for() {
         .iter()
         .any(|o| matches!(o, ClientOutput::Pace { .. })));
 }
+
+#[test]
+fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_them() {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(5));
+    s.handle_msg(t0, accepted(8));
+    for i in 0..5 {
+        s.handle_stream_open(t0, i);
+    }
+    drain(&mut s);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(20)),
+        rate: Some(Rate::gbit(1)),
+        ..PathHint::default()
+    };
+    assert_eq!(s.retire_to(t0, hint.clone(), 1), 4);
+    let out = drain(&mut s);
+    assert_eq!(
+        out,
+        vec![
+            ClientOutput::Send(ClientMsg::Hint {
+                seq: 0,
+                hint: hint.clone(),
+                streams: 1
+            }),
+            ClientOutput::LocalHint {
+                hint: hint.clone(),
+                streams: 1
+            },
+            ClientOutput::RetireStreams {
+                seq: 0,
+                from: 1,
+                to: 5
+            },
+        ]
+    );
+    // A tuner asking for more later opens nothing: the phase keeps the plan's streams.
+    s.handle_engine(
+        t0,
+        Event::MoreStreams(StreamRequest {
+            known_streams: 1,
+            count: 3,
+            reason: "bdp".into(),
+        }),
+    );
+    assert!(drain(&mut s).is_empty());
+    // The closed streams end first; the phase ends with the last of all five.
+    for i in 1..5 {
+        s.handle_engine(t0, Event::StreamDone(i));
+    }
+    assert!(drain(&mut s).is_empty());
+    s.handle_engine(t0, Event::StreamDone(0));
+    assert_eq!(
+        drain(&mut s),
+        vec![ClientOutput::Send(ClientMsg::EndPhase { streams: 5 })]
+    );
+}
+
+#[test]
+fn only_a_sending_client_with_every_stream_open_closes_streams() {
+    let t0 = Instant::now();
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(20)),
+        rate: Some(Rate::gbit(1)),
+        ..PathHint::default()
+    };
+    // A receiving client cannot close the server's writers: it settles as before.
+    let mut s = running(
+        t0,
+        ClientPlan {
+            sender: false,
+            ..plan()
+        },
+    );
+    assert_eq!(s.retire_to(t0, hint.clone(), 1), 0);
+    let out = drain(&mut s);
+    assert!(
+        out.iter()
+            .all(|o| !matches!(o, ClientOutput::RetireStreams { .. })),
+        "{out:?}"
+    );
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, ClientOutput::LocalHint { streams: 2, .. })));
+    // A stream still connecting: nothing closes.
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(3));
+    s.handle_msg(t0, accepted(8));
+    s.handle_stream_open(t0, 0);
+    s.handle_stream_open(t0, 1);
+    drain(&mut s);
+    assert_eq!(s.retire_to(t0, hint.clone(), 1), 0);
+    // Nothing beyond what is kept.
+    let mut s = running(t0, plan());
+    assert_eq!(s.retire_to(t0, hint, 2), 0);
+}
