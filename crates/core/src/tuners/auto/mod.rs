@@ -755,6 +755,10 @@ impl AutoTuner {
             ..hint.clone()
         };
         ctx.streams = streams.max(1);
+        // Fewer streams than measured the rate: the client closed those the plan does not
+        // need (`AutoPlan::retiring_pays`), and what the measuring streams got together is
+        // no promise of what the fewer will get beside other flows.
+        let fewer = ctx.streams < self.total_streams;
         let mut plan = AutoPlan::compute(&self.cfg, &ctx);
         // The streams are the transfer's to decide now; this plan sizes each of them.
         plan.extra_streams = 0;
@@ -762,7 +766,7 @@ impl AutoTuner {
         match self.role {
             Role::Sender => {
                 if let SendPlan::Explicit(v) = plan.send {
-                    let v = self.settled_sender(&ctx, v);
+                    let v = self.settled_sender(&ctx, v, fewer);
                     plan.send = SendPlan::Explicit(v);
                     if SendPlan::Explicit(v) != self.send {
                         self.send = SendPlan::Explicit(v);
@@ -778,7 +782,7 @@ impl AutoTuner {
             }
             Role::Receiver => {
                 if let RecvPlan::Sized { window, max_buffer } = plan.recv {
-                    let (max_buffer, factor) = self.settled_receiver(&ctx, max_buffer);
+                    let (max_buffer, factor) = self.settled_receiver(&ctx, max_buffer, fewer);
                     plan.recv = RecvPlan::Sized { window, max_buffer };
                     if self.drs.is_none() {
                         // From measuring to right-sizing: DRS takes over the window.
@@ -816,9 +820,14 @@ impl AutoTuner {
     /// the path the stream takes. (Held to the measured rate, the stream could only grow
     /// by [`AutoTuner::shared_queue_check`]'s trial steps, each taken back unless the rate
     /// rose a tenth within two RTTs: beside `iperf3 -P 4` at 25 ms its streams stayed
-    /// send-buffer-limited at about 270 KB each.)
-    fn settled_sender(&self, ctx: &TunerContext, value: Bytes) -> Bytes {
-        if meter::predating_queue(ctx.hint.rtt, self.min_snd_rtt) {
+    /// send-buffer-limited at about 270 KB each.) The same when the transfer settles on
+    /// `fewer` streams than measured the rate (the client closed the others): the rate is
+    /// what more streams got, and the streams that stay hold at least what kernel-tuned
+    /// streams would. (Held to the plan for a rate five streams measured beside one
+    /// `iperf3` flow at 25 ms, the one stream that stayed got 260-330 against its 580-700
+    /// Mbit/s, three runs.)
+    fn settled_sender(&self, ctx: &TunerContext, value: Bytes, fewer: bool) -> Bytes {
+        if fewer || meter::predating_queue(ctx.hint.rtt, self.min_snd_rtt) {
             value.max(self.kernel_send_reach(&ctx.hint, ctx.streams))
         } else {
             value
@@ -855,9 +864,10 @@ impl AutoTuner {
     /// step its sender tried taken back because the receive window held the rate. With
     /// the kernel's reach but 1.2 x, it got 210-280 (0.76-0.85): its streams were still
     /// receive-window-limited a quarter of the time, in loss recovery, where the window
-    /// must also cover what arrives beyond a hole.
-    fn settled_receiver(&self, ctx: &TunerContext, budget: Bytes) -> (Bytes, f64) {
-        if !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt) {
+    /// must also cover what arrives beyond a hole. The same when the transfer settles on
+    /// `fewer` streams than measured the rate (see [`AutoTuner::settled_sender`]).
+    fn settled_receiver(&self, ctx: &TunerContext, budget: Bytes, fewer: bool) -> (Bytes, f64) {
+        if !fewer && !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt) {
             return (budget, SETTLED_RCV_FACTOR);
         }
         let limits = &ctx.limits;

@@ -1280,3 +1280,61 @@ fn a_sender_that_measured_behind_another_flows_queue_may_hold_what_the_kernel_wo
     assert_eq!(sender_settled_beside(45, 25), reach);
     assert_eq!(sender_settled_beside(25, 45), reach);
 }
+
+/// Stream 0 of `built` streams (one asked), measuring at 25 ms alone, settled on 300 Mbit/s
+/// for `settled` streams: its `SO_SNDBUF`, and the receiver's right-sizing bound.
+fn settled_on(built: u32, settled: u32) -> (Bytes, Bytes) {
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::mbit(300)),
+        streams_asked: Some(1),
+        ..Default::default()
+    };
+    let mut t = AutoConfig::default().build(ctx(Role::Sender, 25.0, None, 0, built));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let s = TcpSnapshot {
+        rtt_us: 25_000,
+        min_rtt_us: Some(25_000),
+        ..measuring_snap(100_000)
+    };
+    t.handle_snapshot(Time::from_millis(100), &s);
+    actions(&mut t);
+    t.handle_hint(Time::from_millis(500), &hint, settled);
+    actions(&mut t);
+    let SendPlan::Explicit(v) = t.send() else {
+        panic!("{:?}", t.send())
+    };
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 25.0, None, 0, built));
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let mut received = 0;
+    for (k, bytes) in [30_000u64, 60_000, 120_000, 240_000, 480_000, 500_000]
+        .into_iter()
+        .enumerate()
+    {
+        received += bytes;
+        let now = Time::from_millis(25 * (k as u64 + 1));
+        r.handle_snapshot(now, &receiving_snap(received, 26));
+    }
+    r.handle_hint(Time::from_millis(500), &hint, settled);
+    actions(&mut r);
+    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    (v, max_buffer)
+}
+
+#[test]
+fn streams_that_stay_after_the_others_closed_hold_at_least_what_kernel_tuned_streams_would() {
+    let limits = HostLimits::linux_defaults();
+    // Settled on the streams that measured: the plan for 300 Mbit/s at 25 ms, shared by 5.
+    let (kept_send, kept_recv) = settled_on(5, 5);
+    let reach = Bytes(limits.tcp_wmem[2].0 / 2).min(limits.wmem_max);
+    assert!(kept_send < reach, "{kept_send}");
+    assert!(kept_recv < limits.rmem_max, "{kept_recv}");
+    // Four of the five closed: the rate is what five got, and the one that stays may hold
+    // what one kernel-tuned stream would, at both ends.
+    let (send, recv) = settled_on(5, 1);
+    assert_eq!(send, reach);
+    assert_eq!(recv, limits.rmem_max);
+}
