@@ -850,9 +850,10 @@ impl<'a> Conversation<'a> {
     /// Whether the streams the in-band measurement opened beyond the `keep` the plan needs
     /// close now (see [`AutoPlan::retiring_pays`]): only where this end writes the
     /// pattern (a copy's streams carry files, whose block queue is not handed over; a
-    /// reversed transfer's writers are the server's), and only when the rest of the
+    /// reversed transfer's writers are the server's), only when the rest of the
     /// transfer (its bytes at the measured rate, or its duration) pays for the streams
-    /// that stay taking the path back.
+    /// that stay taking the path back, and not when the handshake's RTT and the streams'
+    /// lowest show another flow's queue.
     ///
     /// [`AutoPlan::retiring_pays`]: tcptune_core::tuners::auto::AutoPlan::retiring_pays
     fn retiring_pays(&self, m: &Measured, rtt: Option<Duration>, open: u32, keep: u32) -> bool {
@@ -872,9 +873,11 @@ impl<'a> Conversation<'a> {
             (None, Some(d)) => Some(d.saturating_sub(m.after)),
             (None, None) => None,
         };
+        let (_, own_min) = p.engine.path_view();
         tcptune_core::tuners::auto::AutoPlan::retiring_pays(
             left,
             rtt.unwrap_or_default(),
+            own_min,
             open,
             keep,
         )
