@@ -366,6 +366,22 @@ struct PhaseState {
     /// Streams closed early because the plan did not need them ([`ClientSession::retire_to`]):
     /// none opens again in this phase.
     retired: u32,
+    /// Streams that close once delivery holds steady ([`ClientSession::retire_when_steady`]).
+    pending_retire: Option<PendingRetire>,
+}
+
+/// A retirement waiting for the transfer's delivery to hold steady.
+#[derive(Debug)]
+struct PendingRetire {
+    hint: PathHint,
+    keep: u32,
+    window: Duration,
+    /// The latest time it still pays (`None`: any time).
+    until: Option<Instant>,
+    /// The window's start and the delivered bytes then (`None`: at the next sample).
+    since: Option<(Instant, u64)>,
+    /// The rate the window is compared with (the measured one, then the last window's).
+    before: Rate,
 }
 
 /// The client's session. See the module documentation for the calling order.
@@ -644,6 +660,7 @@ impl ClientSession {
             result_deadline: None,
             last_progress: (0, now),
             retired: 0,
+            pending_retire: None,
         });
     }
 
@@ -720,6 +737,68 @@ impl ClientSession {
         self.out
             .push_back(ClientOutput::RetireStreams { seq, from, to });
         to - from
+    }
+
+    /// Settle the running phase on the streams it has open now ([`ClientSession::settle`]),
+    /// and close those beyond `keep` ([`ClientSession::retire_to`], with `hint`) once the
+    /// transfer's delivery holds steady: a window of `window` that delivers within
+    /// [`AutoPlan::steady`]'s band of the window before it (the first one: of `rate`, the
+    /// rate measured). Not after `until`, when closing them would no longer pay.
+    ///
+    /// [`AutoPlan::steady`]: tcptune_core::tuners::auto::AutoPlan::steady
+    pub fn retire_when_steady(
+        &mut self,
+        now: Instant,
+        hint: PathHint,
+        keep: u32,
+        window: Duration,
+        until: Option<Instant>,
+    ) {
+        let open = self.streams_requested();
+        let before = hint.rate.unwrap_or(Rate(0));
+        self.settle(now, hint.clone(), open);
+        if let Some(p) = &mut self.phase {
+            if !p.stopped && !p.ended && keep < p.requested {
+                p.pending_retire = Some(PendingRetire {
+                    hint,
+                    keep,
+                    window,
+                    until,
+                    since: None,
+                    before,
+                });
+            }
+        }
+    }
+
+    /// A sample of delivery for a pending retirement: the streams close when it is due.
+    fn watch_retire(&mut self, now: Instant, delivered: u64) {
+        let Some(p) = &mut self.phase else { return };
+        let Some(r) = &mut p.pending_retire else {
+            return;
+        };
+        if p.stopped || p.ended || r.until.is_some_and(|u| now > u) {
+            p.pending_retire = None;
+            return;
+        }
+        let Some((t0, d0)) = r.since else {
+            r.since = Some((now, delivered));
+            return;
+        };
+        let elapsed = now.saturating_duration_since(t0);
+        if elapsed < r.window {
+            return;
+        }
+        let rate =
+            Rate::from_bytes_over(tcptune_core::Bytes(delivered.saturating_sub(d0)), elapsed);
+        if !tcptune_core::tuners::auto::AutoPlan::steady(r.before, rate) {
+            r.before = rate;
+            r.since = Some((now, delivered));
+            return;
+        }
+        if let Some(r) = p.pending_retire.take() {
+            self.retire_to(now, r.hint, r.keep);
+        }
     }
 
     /// End the session (after the last phase).
@@ -1085,7 +1164,8 @@ impl ClientSession {
                 u64::try_from(now.saturating_duration_since(p.epoch).as_nanos())
                     .unwrap_or(u64::MAX),
             );
-            let full = p.estimator.on_sample(t, obs.delivered()).is_some();
+            let delivered = obs.delivered();
+            let full = p.estimator.on_sample(t, delivered).is_some();
             let probe_done = full && matches!(p.goal, Goal::Probe(_)) && !p.stopped;
             if probe_done {
                 p.stopped = true;
@@ -1118,6 +1198,7 @@ impl ClientSession {
                     rounds,
                 }));
             }
+            self.watch_retire(now, delivered);
         }
         let Some(p) = &mut self.phase else { return };
         if let Some((at, cap)) = p.stop_at {

@@ -24,8 +24,9 @@ use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::ProbePlan;
+use tcptune_core::tuners::auto::AutoPlan;
 use tcptune_core::{
-    Action, ConnEvent, HostLimits, PathHint, Role, Time, Tuner, TunerContext, TunerFactory,
+    Action, ConnEvent, HostLimits, PathHint, Rate, Role, Time, Tuner, TunerContext, TunerFactory,
 };
 use tcptune_proto::keys::SessionKeys;
 use tcptune_sys::driver::TunerDriver;
@@ -130,6 +131,9 @@ pub(super) struct Conversation<'a> {
     seen_server: bool,
     /// The running main phase's in-band measurement, once it found the rate.
     measured: Option<Measured>,
+    /// Streams the measurement opened, the plan's count and the measured rate, while the
+    /// streams beyond the plan's wait to close ([`ClientSession::retire_when_steady`]).
+    retiring: Option<(u32, u32, Rate)>,
     /// A copy's files (the main phase carries them instead of the pattern).
     files: Option<Arc<crate::files::work::FileWork>>,
     /// The copy's block bodies are sealed (`cp --encrypt`).
@@ -204,6 +208,7 @@ impl<'a> Conversation<'a> {
             next_stream_token: STREAM_BASE,
             seen_server: false,
             measured: None,
+            retiring: None,
             files: None,
             encrypt: false,
             route: None,
@@ -724,6 +729,12 @@ impl<'a> Conversation<'a> {
                             p.engine.retire(index);
                         }
                     }
+                    if let Some((open, keep, rate)) = self.retiring.take() {
+                        self.session.note_reason(format!(
+                            "{open} streams measured the path at {}; once delivery held steady the rest of the transfer ran with the {keep} the plan needs (the others closed after their message)",
+                            rate.human()
+                        ));
+                    }
                 }
                 ClientOutput::StopSenders => {
                     if let Some(p) = &self.phase {
@@ -819,21 +830,15 @@ impl<'a> Conversation<'a> {
                 .map(|t| t.saturating_sub(p.engine.delivered()))
         });
         let share = rtt.map_or(0, |r| m.rate.bdp(r).0 / u64::from(total.max(1)));
-        let help = tcptune_core::tuners::auto::AutoPlan::late_streams_help(
-            remaining,
-            m.rate,
-            rtt.unwrap_or_default(),
-            share,
-            1448,
-        );
+        let help =
+            AutoPlan::late_streams_help(remaining, m.rate, rtt.unwrap_or_default(), share, 1448);
         let wanted = total.min(self.cfg.max_streams).max(self.cfg.streams.max(1));
-        if wanted < open && self.retiring_pays(&m, rtt, open, wanted) {
-            let closing = self.session.retire_to(now, hint.clone(), wanted);
-            if closing > 0 {
-                self.session.note_reason(format!(
-                    "{open} streams measured the path at {}; the rest of the transfer runs with the {wanted} the plan needs (the others closed after their message)",
-                    m.rate.human()
-                ));
+        if wanted < open {
+            if let Some(until) = self.retire_until(now, &m, rtt, open, wanted) {
+                let window = AutoPlan::steady_window(rtt.unwrap_or_default());
+                self.session
+                    .retire_when_steady(now, hint.clone(), wanted, window, until);
+                self.retiring = Some((open, wanted, m.rate));
                 self.measured = Some(m);
                 return;
             }
@@ -855,14 +860,21 @@ impl<'a> Conversation<'a> {
     /// that stay taking the path back, and not when the handshake's RTT and the streams'
     /// lowest show another flow's queue.
     ///
-    /// [`AutoPlan::retiring_pays`]: tcptune_core::tuners::auto::AutoPlan::retiring_pays
-    fn retiring_pays(&self, m: &Measured, rtt: Option<Duration>, open: u32, keep: u32) -> bool {
+    ///
+    /// `Some` when they may close: with the latest time it still pays (`None`: any time;
+    /// they close once delivery holds steady, [`AutoPlan::steady_window`]).
+    fn retire_until(
+        &self,
+        now: Instant,
+        m: &Measured,
+        rtt: Option<Duration>,
+        open: u32,
+        keep: u32,
+    ) -> Option<Option<Instant>> {
         if self.cfg.reverse || self.files.is_some() || self.cfg.custom_tuner.is_some() {
-            return false;
+            return None;
         }
-        let Some(p) = self.phase.as_ref().filter(|p| p.main) else {
-            return false;
-        };
+        let p = self.phase.as_ref().filter(|p| p.main)?;
         let left = match (p.total_bytes, self.cfg.duration) {
             (Some(total), _) => {
                 let bytes = total.saturating_sub(p.engine.delivered());
@@ -874,13 +886,12 @@ impl<'a> Conversation<'a> {
             (None, None) => None,
         };
         let (_, own_min) = p.engine.path_view();
-        tcptune_core::tuners::auto::AutoPlan::retiring_pays(
-            left,
-            rtt.unwrap_or_default(),
-            own_min,
-            open,
-            keep,
-        )
+        let rtt = rtt.unwrap_or_default();
+        if !AutoPlan::retiring_pays(left, rtt, own_min, open, keep) {
+            return None;
+        }
+        let needs = AutoPlan::retiring_needs(rtt, open, keep);
+        Some(left.map(|l| now + l.saturating_sub(needs)))
     }
 
     /// The first time the server's answer is known: with its limits known, the plan may

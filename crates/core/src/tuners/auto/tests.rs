@@ -861,6 +861,30 @@ fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_
 }
 
 #[test]
+fn the_streams_close_once_delivery_holds_steady_over_a_window_of_eight_round_trips() {
+    assert_eq!(
+        AutoPlan::steady_window(Duration::from_millis(25)),
+        Duration::from_millis(500)
+    );
+    assert_eq!(
+        AutoPlan::steady_window(Duration::from_millis(100)),
+        Duration::from_millis(800)
+    );
+    let steady = |a, b| AutoPlan::steady(Rate::mbit(a), Rate::mbit(b));
+    assert!(steady(965, 960), "a path alone");
+    assert!(steady(300, 275) && steady(275, 300));
+    assert!(!steady(94, 168), "a plateau that was not one");
+    assert!(!steady(226, 275));
+    assert!(!steady(965, 500), "another flow came");
+    assert!(!steady(0, 0));
+    let needs = AutoPlan::retiring_needs(Duration::from_millis(100), 8, 3);
+    assert!(
+        needs.abs_diff(Duration::from_secs(5)) < Duration::from_millis(1),
+        "{needs:?}"
+    );
+}
+
+#[test]
 fn a_measuring_sender_below_a_cached_ssthresh_is_still_in_slow_start() {
     // Linux may start a connection with the ssthresh it cached for the destination: slow
     // start lasts while the congestion window is below it, and the room to double stays.

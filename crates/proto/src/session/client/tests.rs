@@ -1128,3 +1128,66 @@ fn only_a_sending_client_with_every_stream_open_closes_streams() {
     let mut s = running(t0, plan());
     assert_eq!(s.retire_to(t0, hint, 2), 0);
 }
+
+/// A main phase of 5 open streams that measured 1 Gbit/s and waits to keep 1, fed
+/// `rate_at(t)` bytes per second for `secs`: when the streams closed (`None`: never).
+fn retire_after(rate_at: impl Fn(f64) -> f64, secs: f64, until: Option<Duration>) -> Option<f64> {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    s.start_phase(t0, main_phase(5));
+    s.handle_msg(t0, accepted(8));
+    for i in 0..5 {
+        s.handle_stream_open(t0, i);
+    }
+    drain(&mut s);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(20)),
+        rate: Some(Rate::gbit(1)),
+        ..PathHint::default()
+    };
+    let window = Duration::from_millis(500);
+    s.retire_when_steady(t0, hint, 1, window, until.map(|u| t0 + u));
+    let out = drain(&mut s);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, ClientOutput::LocalHint { streams: 5, .. })),
+        "settled on the open streams first: {out:?}"
+    );
+    let mut f = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    let step = Duration::from_millis(10);
+    let mut now = t0;
+    while now.saturating_duration_since(t0).as_secs_f64() < secs {
+        now += step;
+        let t = now.saturating_duration_since(t0).as_secs_f64();
+        f.delivered += (rate_at(t) * step.as_secs_f64()) as u64;
+        f.progress = f.delivered;
+        s.handle_timeout(now, &mut f);
+        for o in drain(&mut s) {
+            if let ClientOutput::RetireStreams { from: 1, to: 5, .. } = o {
+                return Some(t);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_streams_the_plan_does_not_need_close_once_delivery_holds_steady() {
+    let gbit = 125_000_000.0;
+    // A path alone delivers the measured rate: they close after the first window.
+    let alone = retire_after(|_| gbit * 0.97, 3.0, None);
+    assert!(alone.is_some_and(|t| (0.5..0.6).contains(&t)), "{alone:?}");
+    // Still growing by a fifth per window (a plateau the measurement took too early
+    // beside another flow): they stay while it grows, and close when it stops.
+    let growing = |t: f64| gbit * 0.1 * 1.2f64.powf((t / 0.5).floor().min(6.0));
+    let late = retire_after(growing, 6.0, None);
+    assert!(late.is_some_and(|t| t > 3.0), "{late:?}");
+    // Not after the last moment it pays.
+    assert_eq!(
+        retire_after(growing, 6.0, Some(Duration::from_secs(2))),
+        None
+    );
+}
