@@ -857,7 +857,8 @@ impl<'a> Conversation<'a> {
     /// pattern (a copy's streams carry files, whose block queue is not handed over; a
     /// reversed transfer's writers are the server's), only when the rest of the
     /// transfer (its bytes at the measured rate, or its duration) pays for the streams
-    /// that stay taking the path back.
+    /// that stay taking the path back, and not when the handshake's RTT and the streams'
+    /// lowest show another flow's queue.
     ///
     ///
     /// `Some` when they may close: with the latest time it still pays (`None`: any time;
@@ -884,8 +885,9 @@ impl<'a> Conversation<'a> {
             (None, Some(d)) => Some(d.saturating_sub(m.after)),
             (None, None) => None,
         };
+        let (_, own_min) = p.engine.path_view();
         let rtt = rtt.unwrap_or_default();
-        if !AutoPlan::retiring_pays(left, rtt, open, keep) {
+        if !AutoPlan::retiring_pays(left, rtt, own_min, open, keep) {
             return None;
         }
         let needs = AutoPlan::retiring_needs(rtt, open, keep);

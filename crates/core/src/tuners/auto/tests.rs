@@ -821,7 +821,8 @@ fn streams_opened_late_help_only_if_the_rest_of_the_transfer_outlasts_their_slow
 
 #[test]
 fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_for_the_takeover() {
-    let pays = AutoPlan::retiring_pays;
+    let alone = |rtt: Duration| Some(rtt + Duration::from_micros(300));
+    let pays = |left, rtt, open, keep| AutoPlan::retiring_pays(left, rtt, alone(rtt), open, keep);
     let rtt = Duration::from_millis(25);
     // 5 measuring streams down to the 1 asked: the one that stays needs about 0.43 s to
     // take the path back, missing 0.17 s of the link; that is a twentieth of 3.4 s.
@@ -840,6 +841,23 @@ fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_
     assert!(!pays(None, rtt, 3, 3));
     assert!(!pays(None, rtt, 3, 4));
     assert!(!pays(None, rtt, 3, 0));
+    // Measured behind another flow's queue: the handshake saw one the streams' first
+    // rounds did not (or the other way round), and the streams stay.
+    let rtt = Duration::from_millis(48);
+    let streams = Some(Duration::from_millis(31));
+    assert!(!AutoPlan::retiring_pays(None, rtt, streams, 8, 4));
+    assert!(!AutoPlan::retiring_pays(
+        None,
+        Duration::from_millis(25),
+        Some(rtt),
+        8,
+        4
+    ));
+    assert!(AutoPlan::retiring_pays(None, rtt, Some(rtt), 8, 4));
+    assert!(
+        AutoPlan::retiring_pays(None, rtt, None, 8, 4),
+        "no RTT seen: alone"
+    );
 }
 
 #[test]
