@@ -1032,9 +1032,8 @@ fn a_share_paces_the_main_phase_within_its_budget_and_only_when_asked_for() {
         .any(|o| matches!(o, ClientOutput::Pace { .. })));
 }
 
-#[test]
-fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_them() {
-    let t0 = Instant::now();
+/// A main phase with 5 streams open and the hint of the rate they measured, 1 Gbit/s.
+fn five_open_measured(t0: Instant) -> (ClientSession, PathHint) {
     let mut s = ClientSession::new(t0, plan());
     s.start_phase(t0, main_phase(5));
     s.handle_msg(t0, accepted(8));
@@ -1047,6 +1046,13 @@ fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_the
         rate: Some(Rate::gbit(1)),
         ..PathHint::default()
     };
+    (s, hint)
+}
+
+#[test]
+fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_them() {
+    let t0 = Instant::now();
+    let (mut s, hint) = five_open_measured(t0);
     assert_eq!(s.retire_to(t0, hint.clone(), 1), 4);
     let out = drain(&mut s);
     assert_eq!(
@@ -1133,18 +1139,7 @@ fn only_a_sending_client_with_every_stream_open_closes_streams() {
 /// `rate_at(t)` bytes per second for `secs`: when the streams closed (`None`: never).
 fn retire_after(rate_at: impl Fn(f64) -> f64, secs: f64, until: Option<Duration>) -> Option<f64> {
     let t0 = Instant::now();
-    let mut s = ClientSession::new(t0, plan());
-    s.start_phase(t0, main_phase(5));
-    s.handle_msg(t0, accepted(8));
-    for i in 0..5 {
-        s.handle_stream_open(t0, i);
-    }
-    drain(&mut s);
-    let hint = PathHint {
-        rtt: Some(Duration::from_millis(20)),
-        rate: Some(Rate::gbit(1)),
-        ..PathHint::default()
-    };
+    let (mut s, hint) = five_open_measured(t0);
     let window = Duration::from_millis(500);
     s.retire_when_steady(t0, hint, 1, window, until.map(|u| t0 + u));
     let out = drain(&mut s);
