@@ -194,12 +194,36 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("start tcptune serve");
+        let mut server = Server { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !server.listens() {
             assert!(Instant::now() < deadline, "serve did not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Server { child, port }
+        server
+    }
+
+    /// Whether the server accepts connections: a connection that reached another socket
+    /// (on loopback, a connect to a free port in the ephemeral range can connect to itself),
+    /// or a server that exited (its port taken meanwhile), is not it.
+    fn listens(&mut self) -> bool {
+        assert!(
+            self.child.try_wait().ok().flatten().is_none(),
+            "serve exited before it listened on port {}",
+            self.port
+        );
+        TcpStream::connect(("127.0.0.1", self.port))
+            .is_ok_and(|c| c.local_addr().ok() != c.peer_addr().ok())
+    }
+
+    /// Whether the server is still running, not exited and unreaped (said beside a
+    /// client's failure).
+    fn alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).is_ok_and(|st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
     }
 
     fn log(mut self) -> String {
@@ -425,8 +449,9 @@ fn advice_and_memory_budget_lines_match_their_schemas() {
         assert_eq!(
             o.status.code(),
             Some(0),
-            "{extra:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
+            "{extra:?}: {} (the server {})",
+            String::from_utf8_lossy(&o.stderr),
+            if s.alive() { "still runs" } else { "exited" }
         );
         let v = doc(&o);
         assert_valid("advise", &v);
