@@ -1380,3 +1380,20 @@ fn streams_that_stay_after_the_others_closed_hold_at_least_what_kernel_tuned_str
     assert_eq!(send, reach);
     assert_eq!(recv, limits.rmem_max);
 }
+
+#[test]
+fn a_stream_beyond_the_settled_count_is_closing_and_keeps_its_buffers() {
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::mbit(300)),
+        streams_asked: Some(1),
+        ..Default::default()
+    };
+    let mut t = AutoConfig::default().build(ctx(Role::Sender, 25.0, None, 3, 5));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let before = t.send();
+    actions(&mut t);
+    t.handle_hint(Time::from_millis(500), &hint, 1);
+    assert!(actions(&mut t).is_empty());
+    assert_eq!(t.send(), before);
+}
