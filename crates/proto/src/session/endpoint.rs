@@ -223,6 +223,13 @@ pub enum EndpointEvent {
         /// Streams of the phase.
         streams: u32,
     },
+    /// The senders of streams `keep..` finish what they are sending and close.
+    RetireSenders {
+        /// The session.
+        session: SessionId,
+        /// Streams that stay.
+        keep: u32,
+    },
     /// Senders stop.
     StopSenders {
         /// The session.
@@ -1208,6 +1215,10 @@ impl Endpoint {
                     self.fair.leave(now, sid);
                     self.events
                         .push_back(EndpointEvent::StopSenders { session: sid });
+                }
+                SessionOutput::RetireSenders { keep } => {
+                    self.events
+                        .push_back(EndpointEvent::RetireSenders { session: sid, keep });
                 }
                 SessionOutput::AbortEngine => {
                     self.fair.leave(now, sid);

@@ -595,6 +595,7 @@ fn the_client_session_survives_random_servers() {
                                 wire::to_hex(&r.bytes(n))
                             },
                             encrypt: r.chance(50),
+                            retires: r.chance(50),
                         },
                         2 => ServerMsg::WantStreams {
                             known_streams: r.below(10) as u32,

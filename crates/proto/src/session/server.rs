@@ -137,6 +137,12 @@ pub(crate) enum SessionOutput {
         /// Streams in the transfer.
         streams: u32,
     },
+    /// The senders of streams `keep..` finish the message or block they are sending and
+    /// close (the client settled a reversed phase on fewer streams).
+    RetireSenders {
+        /// Streams that stay.
+        keep: u32,
+    },
     /// Senders stop (end of a duration workload).
     StopSenders,
     /// Tear the engine down at once.
@@ -408,17 +414,34 @@ impl ServerSession {
                 }
                 // Outside a phase: a Stop that crossed the phase's end. Nothing to do.
             }
-            ClientMsg::Hint { seq, hint, streams } => {
+            ClientMsg::Hint {
+                seq,
+                hint,
+                streams,
+                retire,
+            } => {
                 let max = self.policy.limits.max_streams;
+                let sends = self.params.reverse;
                 if let State::Phase(p) = &mut self.state {
                     if p.seq == seq && !p.stopped {
                         // The client measured the rate in band: the buffers follow it now.
                         p.watch.set_measuring();
-                        p.want_sent = p.want_sent.max(streams.min(max));
+                        let keep = streams.clamp(1, max);
+                        // Asked to close streams, this end asks for no more of them.
+                        p.want_sent = if retire {
+                            max
+                        } else {
+                            p.want_sent.max(streams.min(max))
+                        };
                         self.out.push_back(SessionOutput::Hint {
                             hint: sanitize_hint(hint),
-                            streams: streams.clamp(1, max),
+                            streams: keep,
                         });
+                        // Only this end's own senders close; a client that sends closes
+                        // its own (a retire for them is ignored).
+                        if retire && sends {
+                            self.out.push_back(SessionOutput::RetireSenders { keep });
+                        }
                     }
                 }
                 // Another phase's hint, or one that crossed the phase's end: nothing to do.

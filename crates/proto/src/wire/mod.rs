@@ -32,8 +32,9 @@
 //!                                              connection's address only, when its tag
 //!                                              verifies under the session's keys
 //!                                          <-  WantStreams{..}   (a server tuner asks)
-//!   Hint{seq, hint, streams}               ->  (the rate, measured in band: both ends
-//!                                              settle their buffers)
+//!   Hint{seq, hint, streams, retire?}      ->  (the rate, measured in band: both ends
+//!                                              settle their buffers; with retire, the
+//!                                              server's senders beyond streams close)
 //!   Stop{capped}                           ->  (duration over, time cap, probe done)
 //!   EndPhase{streams}                      ->  (the client opens no more streams)
 //!                                          <-  PhaseResult{server side}  (once every
@@ -325,6 +326,13 @@ pub enum ClientMsg {
         hint: PathHint,
         /// Streams the transfer has (or is opening) in all.
         streams: u32,
+        /// The transfer runs on with fewer streams than it has open (those the in-band
+        /// measurement opened beyond what the plan needs): the server's senders of streams
+        /// `streams..` finish the message or block they are sending and close. Only for a
+        /// phase whose data the server sends, only sent to a server that says it
+        /// retires (`Accepted.retires`); absent (false) from a client that predates it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        retire: bool,
     },
     /// Senders stop now (duration over, the time cap hit, or the probe's time is up).
     Stop {
@@ -380,6 +388,11 @@ pub enum ServerMsg {
         /// absent (false) from a server that predates it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         encrypt: bool,
+        /// The server's senders close on `Hint.retire` (a reversed transfer or a pulled
+        /// copy runs on with the streams its plan needs); absent (false) from a server that
+        /// predates it, whose senders keep every stream.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        retires: bool,
     },
     /// Refused, with the reason.
     Rejected {

@@ -723,15 +723,28 @@ impl<'a> Conversation<'a> {
                         p.spec.hint = hint;
                     }
                 }
-                ClientOutput::RetireStreams { seq, from, to } => {
-                    if let Some(p) = self.phase.as_ref().filter(|p| p.seq == seq) {
+                ClientOutput::RetireStreams {
+                    seq,
+                    from,
+                    to,
+                    local,
+                } => {
+                    if let Some(p) = self.phase.as_ref().filter(|p| p.seq == seq && local) {
                         for index in from..to {
                             p.engine.retire(index);
                         }
                     }
-                    if let Some((open, keep, rate)) = self.retiring.take() {
+                    if let Some((open, _, rate)) = self.retiring.take() {
+                        // The plan's count, or more when delivery held steady above the rate
+                        // measured (`steady_plan` in the session).
+                        let keep = from;
+                        let unit = if self.files.is_some() {
+                            "block"
+                        } else {
+                            "message"
+                        };
                         self.session.note_reason(format!(
-                            "{open} streams measured the path at {}; once delivery held steady the rest of the transfer ran with the {keep} the plan needs (the others closed after their message)",
+                            "{open} streams measured the path at {}; once delivery held steady the rest of the transfer ran with the {keep} the plan needs (the others closed after their {unit})",
                             rate.human()
                         ));
                     }
@@ -853,14 +866,13 @@ impl<'a> Conversation<'a> {
     }
 
     /// Whether the streams the in-band measurement opened beyond the `keep` the plan needs
-    /// close now (see [`AutoPlan::retiring_pays`]): only where this end writes the
-    /// pattern (a copy's streams carry files, whose block queue is not handed over; a
-    /// reversed transfer's writers are the server's), only when the rest of the
-    /// transfer (its bytes at the measured rate, or its duration) pays for the streams
-    /// that stay taking the path back, and not when the handshake's RTT and the streams'
-    /// lowest show another flow's queue.
-    ///
-    ///
+    /// may close (see [`AutoPlan::retiring_pays`]): where this end writes, or where the
+    /// server does and says it closes streams it is asked to (a copy's closing streams
+    /// take no more blocks from the shared queue, the others take the rest; a custom
+    /// tuner's streams are its own), only when the rest of the
+    /// transfer (its bytes, or a copy's bytes still to carry, at the measured rate, or its
+    /// duration) pays for the streams that stay taking the path back, and not when the
+    /// handshake's RTT and the streams' lowest show another flow's queue.
     /// `Some` when they may close: with the latest time it still pays (`None`: any time;
     /// they close once delivery holds steady, [`AutoPlan::steady_window`]).
     fn retire_until(
@@ -871,11 +883,18 @@ impl<'a> Conversation<'a> {
         open: u32,
         keep: u32,
     ) -> Option<Option<Instant>> {
-        if self.cfg.reverse || self.files.is_some() || self.cfg.custom_tuner.is_some() {
+        let server_retires = self.session.server().is_some_and(|s| s.retires);
+        if (self.cfg.reverse && !server_retires) || self.cfg.custom_tuner.is_some() {
             return None;
         }
         let p = self.phase.as_ref().filter(|p| p.main)?;
-        let left = match (p.total_bytes, self.cfg.duration) {
+        // A copy's end is the bytes its plan carries (its phase has no message count).
+        let total = p.total_bytes.or_else(|| {
+            self.files
+                .as_ref()
+                .map(|w| w.to_carry.load(std::sync::atomic::Ordering::Relaxed))
+        });
+        let left = match (total, self.cfg.duration) {
             (Some(total), _) => {
                 let bytes = total.saturating_sub(p.engine.delivered());
                 Some(Duration::from_secs_f64(

@@ -506,6 +506,11 @@ fn send_items(c: &mut Ctx<'_>, lead: bool) -> Result<(), Halt> {
                 if c.stopping() {
                     return Err(Halt::Stop);
                 }
+                // A stream the engine retires (one the in-band measurement opened beyond
+                // the plan) takes no more blocks: the others take the rest of the queue.
+                if !lead && c.counters.retire.load(Ordering::Acquire) {
+                    return Ok(());
+                }
                 let Run::Send(s) = &mut *g else {
                     return Err(Halt::Stop);
                 };

@@ -130,6 +130,9 @@ pub(crate) struct Engine {
     start: Option<Instant>,
     /// The time origin of intervals, shared with the sampler.
     t0: Arc<Mutex<Option<Instant>>>,
+    /// Streams from this index on close after their message ([`Engine::retire_beyond`]),
+    /// also those that join later.
+    retire_from: u32,
 }
 
 fn nanos_since(t: Instant, epoch: Instant) -> u64 {
@@ -184,6 +187,7 @@ impl Engine {
             congestion: String::new(),
             start: None,
             t0,
+            retire_from: u32::MAX,
         }
     }
 
@@ -238,7 +242,7 @@ impl Engine {
             bytes: AtomicU64::new(0),
             last_io_ns: AtomicU64::new(0),
             tcp_bytes: AtomicU64::new(0),
-            retire: AtomicBool::new(false),
+            retire: AtomicBool::new(index >= self.retire_from),
             done: AtomicBool::new(false),
         });
         let thread = {
@@ -320,6 +324,16 @@ impl Engine {
     /// other streams take the remaining messages).
     pub(crate) fn retire(&self, index: u32) {
         if let Some(s) = self.slots.iter().find(|s| s.index == index) {
+            s.counters.retire.store(true, Ordering::Release);
+        }
+    }
+
+    /// Every stream from index `keep` on finishes the message (or a copy's block) it is
+    /// sending and closes, as [`Engine::retire`], and so does one that joins later with
+    /// such an index (a sender only; the others take the rest).
+    pub(crate) fn retire_beyond(&mut self, keep: u32) {
+        self.retire_from = self.retire_from.min(keep);
+        for s in self.slots.iter().filter(|s| s.index >= keep) {
             s.counters.retire.store(true, Ordering::Release);
         }
     }

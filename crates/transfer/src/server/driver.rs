@@ -802,6 +802,11 @@ impl Driver {
                         p.engine.pace(rate);
                     }
                 }
+                EndpointEvent::RetireSenders { session, keep } => {
+                    if let Some(p) = self.phases.get_mut(&session) {
+                        p.engine.retire_beyond(keep);
+                    }
+                }
                 EndpointEvent::StopSenders { session } => {
                     if let Some(p) = self.phases.get(&session) {
                         p.engine.stop();

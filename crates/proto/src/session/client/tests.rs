@@ -55,6 +55,33 @@ fn accepted(max_streams: u32) -> ServerMsg {
         auth_required: false,
         key_share: wire::to_hex(&[6; 32]),
         encrypt: false,
+        retires: true,
+    }
+}
+
+/// [`accepted`] from a server that predates `Hint.retire`.
+fn accepted_by_an_older_server(max_streams: u32) -> ServerMsg {
+    match accepted(max_streams) {
+        ServerMsg::Accepted {
+            limits,
+            host_limits,
+            congestion,
+            can_force,
+            auth_required,
+            key_share,
+            encrypt,
+            ..
+        } => ServerMsg::Accepted {
+            limits,
+            host_limits,
+            congestion,
+            can_force,
+            auth_required,
+            key_share,
+            encrypt,
+            retires: false,
+        },
+        other => other,
     }
 }
 
@@ -195,6 +222,7 @@ fn accepted_sealing(encrypt: bool) -> ServerMsg {
             auth_required,
             key_share,
             encrypt,
+            retires: true,
         },
         other => other,
     }
@@ -972,6 +1000,7 @@ fn a_client_with_a_secret_refuses_a_server_that_does_not_check_it() {
         auth_required: true,
         key_share,
         encrypt,
+        retires: true,
     };
     s.handle_msg(t0, checked);
     assert!(!drain(&mut s)
@@ -1061,7 +1090,8 @@ fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_the
             ClientOutput::Send(ClientMsg::Hint {
                 seq: 0,
                 hint: hint.clone(),
-                streams: 1
+                streams: 1,
+                retire: false,
             }),
             ClientOutput::LocalHint {
                 hint: hint.clone(),
@@ -1070,7 +1100,8 @@ fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_the
             ClientOutput::RetireStreams {
                 seq: 0,
                 from: 1,
-                to: 5
+                to: 5,
+                local: true,
             },
         ]
     );
@@ -1097,21 +1128,47 @@ fn streams_the_plan_does_not_need_close_and_the_phase_still_ends_with_all_of_the
 }
 
 #[test]
-fn only_a_sending_client_with_every_stream_open_closes_streams() {
+fn streams_close_only_with_every_stream_open_and_a_receiver_only_at_a_server_that_retires() {
     let t0 = Instant::now();
     let hint = PathHint {
         rtt: Some(Duration::from_millis(20)),
         rate: Some(Rate::gbit(1)),
         ..PathHint::default()
     };
-    // A receiving client cannot close the server's writers: it settles as before.
-    let mut s = running(
-        t0,
-        ClientPlan {
-            sender: false,
-            ..plan()
-        },
+    let receiving = || ClientPlan {
+        sender: false,
+        ..plan()
+    };
+    // A receiving client asks the server's writers to close; its own streams stay open
+    // (they end when the server's close).
+    let mut s = running(t0, receiving());
+    assert_eq!(s.retire_to(t0, hint.clone(), 1), 1);
+    let out = drain(&mut s);
+    assert!(
+        out.contains(&ClientOutput::Send(ClientMsg::Hint {
+            seq: 0,
+            hint: hint.clone(),
+            streams: 1,
+            retire: true,
+        })),
+        "{out:?}"
     );
+    assert!(
+        out.contains(&ClientOutput::RetireStreams {
+            seq: 0,
+            from: 1,
+            to: 2,
+            local: false,
+        }),
+        "{out:?}"
+    );
+    // A server that predates Hint.retire would keep its writers: it settles as before.
+    let mut s = ClientSession::new(t0, receiving());
+    s.start_phase(t0, main_phase(2));
+    s.handle_msg(t0, accepted_by_an_older_server(8));
+    s.handle_stream_open(t0, 0);
+    s.handle_stream_open(t0, 1);
+    drain(&mut s);
     assert_eq!(s.retire_to(t0, hint.clone(), 1), 0);
     let out = drain(&mut s);
     assert!(
@@ -1119,6 +1176,14 @@ fn only_a_sending_client_with_every_stream_open_closes_streams() {
             .all(|o| !matches!(o, ClientOutput::RetireStreams { .. })),
         "{out:?}"
     );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        ClientOutput::Send(ClientMsg::Hint {
+            streams: 2,
+            retire: false,
+            ..
+        })
+    )));
     assert!(out
         .iter()
         .any(|o| matches!(o, ClientOutput::LocalHint { streams: 2, .. })));
@@ -1185,4 +1250,51 @@ fn the_streams_the_plan_does_not_need_close_once_delivery_holds_steady() {
         retire_after(growing, 6.0, Some(Duration::from_secs(2))),
         None
     );
+}
+
+#[test]
+fn the_streams_that_stay_are_planned_for_the_steady_delivery_when_the_measurement_found_less() {
+    let t0 = Instant::now();
+    // Measured 1 Gbit/s on the way up, 1 stream planned for it; the five streams then hold
+    // 1.5 Gbit/s: two stay, sized for it.
+    let (mut s, hint) = five_open_measured(t0);
+    s.retire_when_steady(t0, hint, 1, Duration::from_millis(500), None);
+    drain(&mut s);
+    let mut f = Fake {
+        progress: 0,
+        delivered: 0,
+    };
+    let mut now = t0;
+    let mut told = None;
+    while told.is_none() && now.saturating_duration_since(t0) < Duration::from_secs(3) {
+        now += Duration::from_millis(10);
+        f.delivered += 1_875_000; // 1.5 Gbit/s in 10 ms
+        f.progress = f.delivered;
+        s.handle_timeout(now, &mut f);
+        let out = drain(&mut s);
+        if out
+            .iter()
+            .any(|o| matches!(o, ClientOutput::RetireStreams { from: 2, to: 5, .. }))
+        {
+            told = out.into_iter().find_map(|o| match o {
+                ClientOutput::LocalHint { hint, streams: 2 } => hint.rate,
+                _ => None,
+            });
+            assert!(told.is_some(), "the tuners hear the two streams' plan");
+        }
+    }
+    let rate = told.expect("the streams closed").0 as f64;
+    assert!((rate / 1.5e9 - 1.0).abs() < 0.05, "{rate}");
+    // Delivering what was measured (or less): the plan stands.
+    let h = PathHint {
+        rate: Some(Rate::gbit(1)),
+        ..PathHint::default()
+    };
+    assert_eq!(
+        steady_plan(h.clone(), 3, 8, Rate::mbit(990)),
+        (h.clone(), 3)
+    );
+    // Never more than are open, never fewer than planned.
+    assert_eq!(steady_plan(h.clone(), 3, 4, Rate::gbit(5)).1, 4);
+    assert_eq!(steady_plan(h, 3, 8, Rate::mbit(1100)).1, 3);
 }

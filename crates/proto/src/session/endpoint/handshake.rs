@@ -336,6 +336,7 @@ impl Endpoint {
             auth_required: self.cfg.secret.is_some(),
             key_share: wire::to_hex(&key_share),
             encrypt: params.files.as_ref().is_some_and(|f| f.encrypt),
+            retires: true,
         };
         if let Ok(frame) = wire::encode_limited(&accepted, MAX_SERVER_FRAME) {
             self.events.push_back(EndpointEvent::Send { conn, frame });

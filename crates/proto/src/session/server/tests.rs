@@ -570,3 +570,80 @@ fn validation_refuses_requests_past_the_bounds() {
     let e = validate(&p, &l).unwrap_err();
     assert!(!e.contains('\n'), "{e}");
 }
+
+#[test]
+fn a_retiring_hint_closes_only_this_ends_own_senders_of_the_running_phase() {
+    let t0 = Instant::now();
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(20)),
+        rate: Some(Rate::gbit(1)),
+        ..PathHint::default()
+    };
+    let retire = |seq, streams| ClientMsg::Hint {
+        seq,
+        hint: hint.clone(),
+        streams,
+        retire: true,
+    };
+    let sending = || {
+        let mut p = params();
+        p.reverse = true;
+        let mut s = ServerSession::new(
+            t0,
+            p,
+            SessionPolicy {
+                limits: limits(4),
+                handshake_timeout: HANDSHAKE,
+                idle_timeout: IDLE,
+                lifetime: LIFE,
+            },
+        );
+        s.handle_msg(t0, start(0, 4));
+        for i in 0..4 {
+            s.attach(t0, 10 + u64::from(i), 0, i);
+        }
+        drain(&mut s);
+        s
+    };
+    // The server sends: its writers beyond the count close, and no tuner asks for more.
+    let mut s = sending();
+    s.handle_msg(t0, retire(0, 1));
+    let out = drain(&mut s);
+    assert!(
+        out.contains(&SessionOutput::RetireSenders { keep: 1 }),
+        "{out:?}"
+    );
+    s.handle_engine(
+        t0,
+        Event::MoreStreams(StreamRequest {
+            known_streams: 1,
+            count: 3,
+            reason: "bdp".into(),
+        }),
+    );
+    assert!(
+        !drain(&mut s)
+            .iter()
+            .any(|o| matches!(o, SessionOutput::Send(ServerMsg::WantStreams { .. }))),
+        "no WantStreams after a retire"
+    );
+    // A hostile count is bounded: at least one stream stays.
+    let mut s = sending();
+    s.handle_msg(t0, retire(0, 0));
+    assert!(drain(&mut s).contains(&SessionOutput::RetireSenders { keep: 1 }));
+    // Another phase's, or a client that sends (it closes its own): nothing closes here.
+    let mut s = sending();
+    s.handle_msg(t0, retire(7, 1));
+    assert!(!drain(&mut s)
+        .iter()
+        .any(|o| matches!(o, SessionOutput::RetireSenders { .. })));
+    let mut s = running(t0);
+    s.handle_msg(t0, retire(0, 1));
+    let out = drain(&mut s);
+    assert!(!out
+        .iter()
+        .any(|o| matches!(o, SessionOutput::RetireSenders { .. })));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, SessionOutput::Hint { streams: 1, .. })));
+}
