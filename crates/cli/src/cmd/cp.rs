@@ -72,7 +72,9 @@ pub(crate) struct Opts {
     port: u16,
     #[command(flatten)]
     ssh: ssh::SshOpts,
-    /// Parallel streams to start with (auto opens more when the path needs them).
+    /// Parallel streams to start with (auto opens more when the path needs them; on a path
+    /// never seen it measures with enough streams to hold a fast path's BDP, then a copy
+    /// long enough to pay for it closes those its plan does not need).
     #[arg(
         short = 'P',
         long = "parallel",

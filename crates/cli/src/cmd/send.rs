@@ -49,7 +49,8 @@ pub(crate) struct Opts {
     port: Option<u16>,
     /// Parallel streams to start with (a tuner may add more, up to --max-streams; `auto`
     /// measures a path never seen with enough streams to hold a fast path's BDP, then a
-    /// push long enough to pay for it closes those its plan does not need).
+    /// transfer long enough to pay for it closes those its plan does not need; with
+    /// --reverse, the server's writers close, when its tcptune does so).
     #[arg(
         short = 'P',
         long = "parallel",

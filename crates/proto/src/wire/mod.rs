@@ -648,6 +648,41 @@ mod tests {
     }
 
     #[test]
+    fn retiring_is_opt_in_both_ways_and_older_peers_ignore_it() {
+        // A hint that retires nothing reads as before, and one from a client that predates
+        // retire (no field) reads as "retire nothing".
+        let hint = ClientMsg::Hint {
+            seq: 1,
+            hint: PathHint::default(),
+            streams: 3,
+            retire: false,
+        };
+        let mut v = serde_json::to_value(&hint).expect("serialize");
+        assert!(v.get("retire").is_none(), "not sent when false: {v}");
+        v["retire"] = serde_json::Value::Bool(true);
+        let m: ClientMsg = serde_json::from_value(v).expect("parse");
+        assert!(matches!(m, ClientMsg::Hint { retire: true, .. }));
+        // A server that predates it says nothing: the client reads that as "does not retire".
+        let accepted = serde_json::json!({
+            "type": "accepted",
+            "limits": serde_json::to_value(ServerLimits {
+                max_streams: 4,
+                max_message_size: 1,
+                max_messages: 1,
+                max_total_bytes: 1,
+                max_duration_ms: 1,
+            }).expect("limits"),
+            "host_limits": serde_json::to_value(HostLimits::linux_defaults()).expect("host"),
+            "congestion": "bbr",
+            "can_force": false,
+            "auth_required": false,
+            "key_share": "00",
+        });
+        let m: ServerMsg = serde_json::from_value(accepted).expect("parse");
+        assert!(matches!(m, ServerMsg::Accepted { retires: false, .. }));
+    }
+
+    #[test]
     fn hex_round_trips_and_refuses_bad_input() {
         let s = [7u8; 16];
         assert_eq!(from_hex::<16>(&to_hex(&s)), Some(s));
