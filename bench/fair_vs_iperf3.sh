@@ -23,10 +23,17 @@
 # regenerates the tables with bench/tables.
 # Needs root (network namespaces), iperf3, python3; about 12 minutes with REPS=3.
 #
-# Usage: sudo [REPS=3] [RTTS="25 100"] [STREAMS="1 4"] [KNOWN=1] bench/fair_vs_iperf3.sh
+# REVERSE=1: every transfer a pull (`iperf3 -R`, `send -R`: the servers in side b send);
+# needs RAW= (no table is generated from it).
+#
+# Usage: sudo [REPS=3] [RTTS="25 100"] [STREAMS="1 4"] [KNOWN=1] [REVERSE=1 RAW=FILE] bench/fair_vs_iperf3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export REPS="${REPS:-3}" RTTS="${RTTS:-25 100}" STREAMS="${STREAMS:-1 4}" KNOWN="${KNOWN:-0}"
+export REVERSE="${REVERSE:-0}"
+if [ "$REVERSE" = 1 ] && [ -z "${RAW:-}" ]; then
+  echo "REVERSE=1 needs RAW=FILE (no committed table is generated from pulls)" >&2; exit 2
+fi
 [ "$(id -u)" = 0 ] || { echo "run as root (network namespaces)" >&2; exit 5; }
 command -v iperf3 >/dev/null 2>&1 || { echo "iperf3 is needed (apt-get install iperf3)" >&2; exit 5; }
 if [ -z "${TCPTUNE_BIN:-}" ]; then
@@ -45,6 +52,7 @@ REPS = int(os.environ["REPS"])
 RTTS = [int(x) for x in os.environ["RTTS"].split()]
 STREAMS = [int(x) for x in os.environ["STREAMS"].split()]
 KNOWN = os.environ["KNOWN"] == "1"
+REV = ["-R"] if os.environ.get("REVERSE") == "1" else []
 DEFAULT_RAW = "bench/raw/fair_vs_iperf3_known.tsv" if KNOWN else "bench/raw/fair_vs_iperf3.tsv"
 RAW = os.environ.get("RAW", DEFAULT_RAW)
 # KNOWN: the database one solo send warmed (per RTT), and the copy each run starts from.
@@ -107,20 +115,20 @@ def fresh_db():
 
 def client(tool, n, secs):
     if tool == "iperf3":
-        return ["iperf3", "-c", PEER, "-P", str(n), "-t", str(secs), "-J"]
+        return ["iperf3", "-c", PEER, "-P", str(n), "-t", str(secs), "-J"] + REV
     db = ["--no-path-db"]
     if KNOWN:
         fresh_db()
         db = ["--path-db", RUNDB]
-    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json"] + db
+    return [BIN, "send", PEER, "-P", str(n), "-t", str(secs), "--tune", tool, "--json"] + db + REV
 
 
 def options(tool, n, secs):
     if tool == "iperf3":
-        return f"iperf3 -c PEER -P {n} -t {secs} -J"
+        return f"iperf3 -c PEER -P {n} -t {secs} -J" + (" -R" if REV else "")
     db = (f"--path-db COPY (of one send -P {WARM_STREAMS} -t {WARM_SECS} alone)" if KNOWN
           else "--no-path-db")
-    return f"send PEER -P {n} -t {secs} --tune {tool} --json {db}"
+    return f"send PEER -P {n} -t {secs} --tune {tool} --json {db}" + (" -R" if REV else "")
 
 
 def start(cmd):
@@ -208,7 +216,7 @@ finally:
 load1 = open("/proc/loadavg").read().split()[:3]
 iperf_version = sh("iperf3", "--version").stdout.split()[1]
 with open(RAW, "w") as f:
-    f.write(f"# command: sudo REPS={REPS}{' KNOWN=1' if KNOWN else ''} bench/fair_vs_iperf3.sh"
+    f.write(f"# command: sudo REPS={REPS}{' KNOWN=1' if KNOWN else ''}{' REVERSE=1' if REV else ''} bench/fair_vs_iperf3.sh"
             + (f" (RTTS=\"{' '.join(map(str, RTTS))}\")" if RTTS != [25, 100] else "")
             + (f" (STREAMS=\"{' '.join(map(str, STREAMS))}\")" if STREAMS != [1, 4] else "") + "\n")
     f.write(f"# date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
