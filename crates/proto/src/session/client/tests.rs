@@ -61,28 +61,11 @@ fn accepted(max_streams: u32) -> ServerMsg {
 
 /// [`accepted`] from a server that predates `Hint.retire`.
 fn accepted_by_an_older_server(max_streams: u32) -> ServerMsg {
-    match accepted(max_streams) {
-        ServerMsg::Accepted {
-            limits,
-            host_limits,
-            congestion,
-            can_force,
-            auth_required,
-            key_share,
-            encrypt,
-            ..
-        } => ServerMsg::Accepted {
-            limits,
-            host_limits,
-            congestion,
-            can_force,
-            auth_required,
-            key_share,
-            encrypt,
-            retires: false,
-        },
-        other => other,
+    let mut m = accepted(max_streams);
+    if let ServerMsg::Accepted { retires, .. } = &mut m {
+        *retires = false;
     }
+    m
 }
 
 fn main_phase(streams: u32) -> PhaseRequest {

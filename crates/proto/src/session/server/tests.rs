@@ -23,9 +23,14 @@ fn limits(max_streams: u32) -> ServerLimits {
 }
 
 fn session(t0: Instant) -> ServerSession {
+    session_for(t0, params())
+}
+
+/// A session admitted for `p` under the tests' policy.
+fn session_for(t0: Instant, p: TestParams) -> ServerSession {
     ServerSession::new(
         t0,
-        params(),
+        p,
         SessionPolicy {
             limits: limits(4),
             handshake_timeout: HANDSHAKE,
@@ -522,16 +527,7 @@ fn the_server_stops_its_senders_after_the_duration_and_a_grace() {
     let mut p = params();
     p.duration_ms = Some(2000);
     p.messages = 0;
-    let mut s = ServerSession::new(
-        t0,
-        p,
-        SessionPolicy {
-            limits: limits(4),
-            handshake_timeout: HANDSHAKE,
-            idle_timeout: IDLE,
-            lifetime: LIFE,
-        },
-    );
+    let mut s = session_for(t0, p);
     s.handle_msg(t0, start(0, 1));
     drain(&mut s);
     let due = t0 + Duration::from_millis(2000) + SENDER_GRACE;
@@ -588,16 +584,7 @@ fn a_retiring_hint_closes_only_this_ends_own_senders_of_the_running_phase() {
     let sending = || {
         let mut p = params();
         p.reverse = true;
-        let mut s = ServerSession::new(
-            t0,
-            p,
-            SessionPolicy {
-                limits: limits(4),
-                handshake_timeout: HANDSHAKE,
-                idle_timeout: IDLE,
-                lifetime: LIFE,
-            },
-        );
+        let mut s = session_for(t0, p);
         s.handle_msg(t0, start(0, 4));
         for i in 0..4 {
             s.attach(t0, 10 + u64::from(i), 0, i);
