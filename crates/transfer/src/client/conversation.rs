@@ -131,9 +131,9 @@ pub(super) struct Conversation<'a> {
     seen_server: bool,
     /// The running main phase's in-band measurement, once it found the rate.
     measured: Option<Measured>,
-    /// Streams the measurement opened, the plan's count and the measured rate, while the
-    /// streams beyond the plan's wait to close ([`ClientSession::retire_when_steady`]).
-    retiring: Option<(u32, u32, Rate)>,
+    /// Streams the measurement opened and the rate it measured, while the streams beyond
+    /// the plan's wait to close ([`ClientSession::retire_when_steady`]).
+    retiring: Option<(u32, Rate)>,
     /// A copy's files (the main phase carries them instead of the pattern).
     files: Option<Arc<crate::files::work::FileWork>>,
     /// The copy's block bodies are sealed (`cp --encrypt`).
@@ -723,18 +723,14 @@ impl<'a> Conversation<'a> {
                         p.spec.hint = hint;
                     }
                 }
+                // `to` is one past the phase's last stream: every stream from `from` on closes.
                 ClientOutput::RetireStreams {
-                    seq,
-                    from,
-                    to,
-                    local,
+                    seq, from, local, ..
                 } => {
-                    if let Some(p) = self.phase.as_ref().filter(|p| p.seq == seq && local) {
-                        for index in from..to {
-                            p.engine.retire(index);
-                        }
+                    if let Some(p) = self.phase.as_mut().filter(|p| p.seq == seq && local) {
+                        p.engine.retire_beyond(from);
                     }
-                    if let Some((open, _, rate)) = self.retiring.take() {
+                    if let Some((open, rate)) = self.retiring.take() {
                         // The plan's count, or more when delivery held steady above the rate
                         // measured (`steady_plan` in the session).
                         let keep = from;
@@ -851,7 +847,7 @@ impl<'a> Conversation<'a> {
                 let window = AutoPlan::steady_window(rtt.unwrap_or_default());
                 self.session
                     .retire_when_steady(now, hint.clone(), wanted, window, until);
-                self.retiring = Some((open, wanted, m.rate));
+                self.retiring = Some((open, m.rate));
                 self.measured = Some(m);
                 return;
             }
@@ -873,6 +869,7 @@ impl<'a> Conversation<'a> {
     /// transfer (its bytes, or a copy's bytes still to carry, at the measured rate, or its
     /// duration) pays for the streams that stay taking the path back, and not when the
     /// handshake's RTT and the streams' lowest show another flow's queue.
+    ///
     /// `Some` when they may close: with the latest time it still pays (`None`: any time;
     /// they close once delivery holds steady, [`AutoPlan::steady_window`]).
     fn retire_until(

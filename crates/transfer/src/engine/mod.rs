@@ -14,7 +14,7 @@
 //!    driver to the sampler. The first stream added starts the phase's clock.
 //! 3. Take [`Engine::poll_event`] whenever `notify` fires (a stream ended, an integrity
 //!    failure, a tuner wants more streams). [`Engine::stop`] ends a duration workload,
-//!    [`Engine::retire`] lets one stream finish its message and close, [`Engine::abort`]
+//!    [`Engine::retire_beyond`] lets streams finish their message and close, [`Engine::abort`]
 //!    tears everything down at once.
 //! 4. [`Engine::finish`] once every stream ended (or after `abort`): joins the threads and
 //!    returns this end's [`SideResult`].
@@ -75,7 +75,7 @@ struct Counters {
     /// TCP-level progress from the last sample (`tcpi_bytes_acked` at a sender,
     /// `tcpi_bytes_received` at a receiver): moves even while the application is blocked.
     tcp_bytes: AtomicU64,
-    /// Finish the current message and close (a sender), see [`Engine::retire`].
+    /// Finish the current message and close (a sender), see [`Engine::retire_beyond`].
     retire: AtomicBool,
     done: AtomicBool,
 }
@@ -320,17 +320,9 @@ impl Engine {
         self.shared.stop.store(true, Ordering::Release);
     }
 
-    /// Stream `index` finishes the message it is sending and closes (a sender only; the
-    /// other streams take the remaining messages).
-    pub(crate) fn retire(&self, index: u32) {
-        if let Some(s) = self.slots.iter().find(|s| s.index == index) {
-            s.counters.retire.store(true, Ordering::Release);
-        }
-    }
-
     /// Every stream from index `keep` on finishes the message (or a copy's block) it is
-    /// sending and closes, as [`Engine::retire`], and so does one that joins later with
-    /// such an index (a sender only; the others take the rest).
+    /// sending and closes, and so does one that joins later with such an index (a sender
+    /// only; the other streams take the remaining messages or blocks).
     pub(crate) fn retire_beyond(&mut self, keep: u32) {
         self.retire_from = self.retire_from.min(keep);
         for s in self.slots.iter().filter(|s| s.index >= keep) {
