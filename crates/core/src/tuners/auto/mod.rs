@@ -123,6 +123,16 @@
 //!   buffers it sized from the rate it measured while the other flow held the path (a
 //!   quarter of the link at 25 ms), and the congestion controls never evened out.
 //!
+//! * **a path crowded after the rate was measured** (the end's streams together deliver
+//!   less than 0.8 of the rate they settled on while their RTT shows a queue, over two
+//!   windows of two RTTs, once they had delivered it): a flow the transfer does not control
+//!   arrived and holds the bottleneck's queue. Each stream of that end leaves its plan for
+//!   what kernel autotuning would hold, the sender's buffer to `tcp_wmem[2]` shared by the
+//!   streams asked for, the receiver's window to `rmem_max` by twice what arrives, as
+//!   behind a queue that predates the stream ([`AutoTuner::crowded_check`]). Pulling first
+//!   with five streams at 25 ms, a plan sized for the path alone kept 315 Mbit/s beside a
+//!   later `iperf3 -R -P 4`'s 650.
+//!
 //! Nothing else shrinks: the unsent reserve already bounds memory in use, and a shrinking
 //! buffer would only throttle a stream the next time its window opens.
 //!
@@ -178,6 +188,14 @@ const SHARED_PAYS: f64 = 1.1;
 /// After a growth that did not pay, how many smoothed RTTs the shared-queue rule waits
 /// before it tries again (another flow may arrive later).
 const SHARED_RETRY_RTTS: u32 = 50;
+
+/// Once settled with a known rate, an end whose streams together deliver less than this
+/// fraction of it while the RTT shows a queue is crowded by flows it does not control (see
+/// [`AutoTuner::crowded_check`]).
+const CROWDED_BELOW: f64 = 0.8;
+
+/// ... over this many windows of two RTTs in a row.
+const CROWDED_WINDOWS: u32 = 2;
 
 /// The kernel's own minimum RTT of a connection (`tcpi_min_rtt`), where it reports one.
 fn own_min_rtt(s: &TcpSnapshot) -> Option<Duration> {
@@ -411,6 +429,10 @@ impl AutoConfig {
             shared_since: None,
             shared_probe: None,
             shared_quiet_until: None,
+            crowd_since: None,
+            crowd_windows: 0,
+            crowd_armed: false,
+            crowded: false,
             srtt: ctx.hint.rtt,
             stopped: false,
             out: Outbox::default(),
@@ -480,6 +502,17 @@ pub struct AutoTuner {
     shared_probe: Option<(Bytes, Rate)>,
     /// At the sender: no shared-queue growth before this time (one did not pay).
     shared_quiet_until: Option<Time>,
+    /// Once settled with a rate: the start of the window over which this stream's delivery
+    /// is judged (time, bytes delivered then), and how many windows in a row found the path
+    /// crowded ([`AutoTuner::crowded_check`]).
+    crowd_since: Option<(Time, u64)>,
+    crowd_windows: u32,
+    /// The end delivered [`CROWDED_BELOW`] of the rate or more in a window: from then on a
+    /// shortfall is a crowd, not slow start.
+    crowd_armed: bool,
+    /// This stream left its plan for what kernel autotuning would hold: its end found the
+    /// path crowded.
+    crowded: bool,
     srtt: Option<Duration>,
     /// Careful resume: the stream starts paced at its share of the saved rate.
     resume: Option<ResumePacer>,
@@ -877,13 +910,118 @@ impl AutoTuner {
         if !fewer && !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt) {
             return (budget, SETTLED_RCV_FACTOR);
         }
-        let limits = &ctx.limits;
-        let reach = if limits.can_force {
-            Bytes(limits.tcp_rmem[2].0 / 2).max(limits.rmem_max)
-        } else {
-            limits.rmem_max
+        (
+            budget.max(kernel_recv_reach(&ctx.limits)),
+            SHARED_RCV_FACTOR,
+        )
+    }
+
+    /// A path crowded after the rate was measured: while the transfer runs, a flow it does
+    /// not control arrives and takes the bottleneck's queue. The end's streams together
+    /// deliver less than [`CROWDED_BELOW`] of the rate they settled on, and this stream's
+    /// RTT shows a queue (`queue`), over [`CROWDED_WINDOWS`] windows of two RTTs (`rtt`) in a
+    /// row, each judged once every stream of the end has reported and after the end first
+    /// delivered that much; `delivered` is the stream's bytes acknowledged (sender) or received (receiver)
+    /// so far. Returns true once, when this stream should leave its plan for what kernel
+    /// autotuning would hold: its end is crowded (this stream found it, or another of the
+    /// end did).
+    ///
+    /// A plan sized for the path alone holds its streams to about twice the BDP at the
+    /// path's minimum RTT. Beside another flow the queue that flow keeps is in every RTT:
+    /// the same bytes in flight then carry less, the congestion control's rate estimate
+    /// follows what they carry, and the other flow, whose buffers kernel autotuning lets
+    /// grow to `tcp_wmem[2]` and `tcp_rmem[2]`, takes the rest. Pulling first with
+    /// `send -R -P 4` at 25 ms / 1 Gbit/s, the five streams kept 315 Mbit/s against a
+    /// later `iperf3 -R -P 4`'s 650, each held to a 1 MB window and a 1.3 MB send buffer
+    /// that were ample alone; kernel autotuning's pulls split the link. Alone, the end
+    /// delivers what it measured whether or not its own streams keep a queue, so this never
+    /// fires; a path slower than measured (a queue of its own and less delivered) costs
+    /// only the memory kernel autotuning would have used.
+    fn crowded_check(&mut self, now: Time, delivered: u64, rtt: Duration, queue: bool) -> bool {
+        if self.crowded {
+            return false;
+        }
+        if self.cfg.share.is_crowded() {
+            self.crowded = true;
+            return true;
+        }
+        let Some(rate) = self.hint_rate.filter(|r| r.0 > 0) else {
+            self.crowd_since = None;
+            return false;
         };
-        (budget.max(reach), SHARED_RCV_FACTOR)
+        let Some((t0, d0)) = self.crowd_since else {
+            self.crowd_since = Some((now, delivered));
+            return false;
+        };
+        let dt = now.saturating_since(t0);
+        if dt.is_zero() || dt < rtt * 2 {
+            return false;
+        }
+        self.crowd_since = Some((now, delivered));
+        let own = (u128::from(delivered.saturating_sub(d0)) * 8 * 1_000_000 / dt.as_micros().max(1))
+            as u64;
+        let (end, reporting) = self
+            .cfg
+            .share
+            .report_rate(self.stream_index, now, own, dt * 2);
+        // Judged only once every stream of the end has reported: one stream's share says
+        // nothing about the end's.
+        if reporting < self.total_streams.max(1) {
+            return false;
+        }
+        let below = (end as f64) < rate.0 as f64 * CROWDED_BELOW;
+        // Judged only once the end has delivered the rate: before that (slow start, with the
+        // queue its overshoot builds) the end is on its way up, not crowded.
+        self.crowd_armed |= !below;
+        if !self.crowd_armed {
+            return false;
+        }
+        if queue && below {
+            self.crowd_windows += 1;
+        } else {
+            self.crowd_windows = 0;
+        }
+        if self.crowd_windows < CROWDED_WINDOWS {
+            return false;
+        }
+        self.cfg.share.mark_crowded();
+        self.crowded = true;
+        true
+    }
+
+    /// A settled receiver: judge the crowd from the receive-side RTT against the lowest this
+    /// stream has seen; once crowded, right-size as behind a queue that predates the stream
+    /// (see [`AutoTuner::settled_receiver`]): up to what one receiver reaches, by
+    /// [`SHARED_RCV_FACTOR`] x what arrives per RTT.
+    fn settled_receiver_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
+        if self.drs.is_none() || self.crowded {
+            return;
+        }
+        let rcv_rtt = Duration::from_micros(u64::from(s.rcv_rtt_us));
+        if !rcv_rtt.is_zero() {
+            self.min_rcv_rtt = Some(self.min_rcv_rtt.map_or(rcv_rtt, |m| m.min(rcv_rtt)));
+        }
+        let queue = !rcv_rtt.is_zero()
+            && self
+                .min_rcv_rtt
+                .is_some_and(|min| meter::queue_shows(rcv_rtt, min));
+        let rtt = if rcv_rtt.is_zero() {
+            self.ctx.hint.rtt.unwrap_or(Duration::from_millis(100))
+        } else {
+            rcv_rtt
+        };
+        if !self.crowded_check(now, s.bytes_received.unwrap_or(0), rtt, queue) {
+            return;
+        }
+        let reach = kernel_recv_reach(&self.ctx.limits);
+        if let RecvPlan::Sized { window, max_buffer } = self.plan.recv {
+            let max_buffer = max_buffer.max(reach);
+            self.plan.recv = RecvPlan::Sized { window, max_buffer };
+            if let Some(d) = self.drs.as_mut() {
+                let now_window = d.window();
+                d.retarget(now_window, max_buffer, SHARED_RCV_FACTOR);
+            }
+        }
     }
 
     fn on_sender_snapshot(&mut self, now: Time, s: &TcpSnapshot) {
@@ -899,6 +1037,23 @@ impl AutoTuner {
         self.slow_start_trigger(now, s);
         if matches!(self.send, SendPlan::Measuring(_)) {
             return self.measure_grow(now, s);
+        }
+        if let SendPlan::Explicit(v) = self.send {
+            let queue = match (estimate.srtt, own_min_rtt(s)) {
+                (Some(srtt), Some(min)) => meter::queue_shows(srtt, min),
+                _ => estimate.rtt_inflated(),
+            };
+            let rtt = self.srtt.unwrap_or(Duration::from_millis(100));
+            if self.crowded_check(now, s.bytes_acked.unwrap_or(0), rtt, queue) {
+                // Crowded: the congestion control decides, up to what kernel autotuning
+                // would let the streams asked for hold (see `AutoTuner::crowded_check`).
+                let reach = self.kernel_send_reach(&self.ctx.hint, self.total_streams);
+                if reach > v {
+                    self.send = SendPlan::Explicit(reach);
+                    self.shared_probe = None;
+                    self.out.push(Action::SetSndBuf(reach));
+                }
+            }
         }
         let prev = self.last.replace((now, s.sndbuf_limited_us));
         let Some((t0, lim0)) = prev else {
@@ -1259,7 +1414,7 @@ impl Tuner for AutoTuner {
                 }
             }
             ConnEvent::UserSetBuffer | ConnEvent::Closed => {
-                self.cfg.share.leave(self.stream_index);
+                self.cfg.share.close(self.stream_index);
                 self.stopped = true;
             }
         }
@@ -1275,6 +1430,7 @@ impl Tuner for AutoTuner {
                 self.measure_window(now, snapshot)
             }
             Role::Receiver => {
+                self.settled_receiver_snapshot(now, snapshot);
                 if let Some(d) = self.drs.as_mut() {
                     d.handle_snapshot(now, snapshot);
                 }
@@ -1313,6 +1469,16 @@ impl Tuner for AutoTuner {
             }
             Role::Receiver => self.drs.as_ref().and_then(|d| d.poll_interval()),
         }
+    }
+}
+
+/// What one receiver reaches as kernel autotuning would let it: `rmem_max` through
+/// `SO_RCVBUF`; with `SO_RCVBUFFORCE`, `tcp_rmem[2]` (half of it in `setsockopt` units).
+fn kernel_recv_reach(limits: &HostLimits) -> Bytes {
+    if limits.can_force {
+        Bytes(limits.tcp_rmem[2].0 / 2).max(limits.rmem_max)
+    } else {
+        limits.rmem_max
     }
 }
 

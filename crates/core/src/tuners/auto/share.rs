@@ -8,9 +8,16 @@
 //! They also share what one of them sees first: that the pipe is full (a queue). It is one
 //! bottleneck; a stream that has not noticed yet would otherwise keep the room to double
 //! that slow start needs, and the sum of the buffers with it.
+//!
+//! Once the rate is known they share what they deliver together, and whether one of them
+//! found the path crowded (a queue, with the end delivering well below the rate it
+//! measured: see `AutoTuner::crowded_check`): that too is the bottleneck's, not one
+//! stream's.
 
+use crate::time::Time;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The streams of one transfer end (one per [`crate::TunerFactory`]), shared by their
 /// `auto` tuners.
@@ -21,6 +28,9 @@ pub struct MeasureShare(Arc<Mutex<Inner>>);
 struct Inner {
     per_rtt: HashMap<u32, u64>,
     full: bool,
+    /// Once settled: each stream's delivery rate (bits per second) and when it was taken.
+    rates: HashMap<u32, (Time, u64)>,
+    crowded: bool,
 }
 
 impl MeasureShare {
@@ -47,11 +57,43 @@ impl MeasureShare {
         })
     }
 
-    /// Stream `stream` closed (or measures no more).
+    /// Stream `stream` measures no more.
     pub fn leave(&self, stream: u32) {
         self.with(|m| {
             m.per_rtt.remove(&stream);
         });
+    }
+
+    /// Stream `stream` closed: it neither measures nor delivers.
+    pub fn close(&self, stream: u32) {
+        self.with(|m| {
+            m.per_rtt.remove(&stream);
+            m.rates.remove(&stream);
+        });
+    }
+
+    /// Stream `stream` delivered `rate` (bits per second) over a window that ended at `now`.
+    /// Returns what the streams of this end deliver together, and how many streams that
+    /// counts: the reports at most `fresh` old (a stream that stopped reporting no longer
+    /// counts).
+    pub fn report_rate(&self, stream: u32, now: Time, rate: u64, fresh: Duration) -> (u64, u32) {
+        self.with(|m| {
+            m.rates.insert(stream, (now, rate));
+            m.rates
+                .values()
+                .filter(|&&(t, _)| now.saturating_since(t) <= fresh)
+                .fold((0, 0), |(sum, n), &(_, r)| (sum + r, n + 1))
+        })
+    }
+
+    /// A stream of this end found the path crowded by flows the transfer does not control.
+    pub fn mark_crowded(&self) {
+        self.with(|m| m.crowded = true);
+    }
+
+    /// Whether a stream of this end found the path crowded.
+    pub fn is_crowded(&self) -> bool {
+        self.with(|m| m.crowded)
     }
 
     /// What the streams deliver together per minimum RTT.
@@ -89,6 +131,29 @@ mod tests {
         assert_eq!(s.total(), 100);
         let t = s.clone();
         assert_eq!(t.report(2, 300), 200, "clones share the same streams");
+    }
+
+    #[test]
+    fn the_end_delivers_the_sum_of_its_streams_fresh_reports() {
+        let s = MeasureShare::new();
+        let fresh = Duration::from_millis(100);
+        let ms = Time::from_millis;
+        assert_eq!(s.report_rate(0, ms(0), 300, fresh), (300, 1));
+        assert_eq!(s.report_rate(1, ms(50), 200, fresh), (500, 2));
+        assert_eq!(
+            s.report_rate(1, ms(150), 100, fresh),
+            (100, 1),
+            "stream 0's report is 150 ms old: it no longer counts"
+        );
+        s.close(1);
+        assert_eq!(
+            s.report_rate(0, ms(160), 50, fresh),
+            (50, 1),
+            "a closed stream is gone"
+        );
+        assert!(!s.is_crowded());
+        s.clone().mark_crowded();
+        assert!(s.is_crowded(), "one stream tells the others");
     }
 
     #[test]

@@ -1397,3 +1397,199 @@ fn a_stream_beyond_the_settled_count_is_closing_and_keeps_its_buffers() {
     assert!(actions(&mut t).is_empty());
     assert_eq!(t.send(), before);
 }
+
+/// The `n` senders of one transfer end (they share its [`MeasureShare`]), the user having
+/// asked for `asked`, settled on `rate` at `rtt_ms` (measured in band): their actions so
+/// far drained.
+fn settled_senders(rtt_ms: f64, rate: Rate, asked: u32, n: u32) -> Vec<AutoTuner> {
+    let cfg = AutoConfig::default();
+    let hint = PathHint {
+        rtt: Some(Duration::from_secs_f64(rtt_ms / 1000.0)),
+        rate: Some(rate),
+        streams_asked: Some(asked),
+        ..Default::default()
+    };
+    (0..n)
+        .map(|i| {
+            let mut t = cfg.build(ctx(Role::Sender, rtt_ms, None, i, n));
+            t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+            t.handle_hint(Time::from_millis(300), &hint, n);
+            actions(&mut t);
+            t
+        })
+        .collect()
+}
+
+/// Every tuner of an end gets sample `f(k)` at each of `n` steps `step_ms` apart from `t0`;
+/// the actions each asked for, in order.
+fn feed_end(
+    ts: &mut [AutoTuner],
+    t0: Time,
+    step_ms: u64,
+    n: u64,
+    f: impl Fn(u64) -> TcpSnapshot,
+) -> (Time, Vec<Vec<Action>>) {
+    let mut now = t0;
+    let mut seen = vec![Vec::new(); ts.len()];
+    for k in 0..n {
+        for (t, seen) in ts.iter_mut().zip(seen.iter_mut()) {
+            t.handle_snapshot(now, &f(k));
+            seen.extend(actions(t));
+        }
+        now += Duration::from_millis(step_ms);
+    }
+    (now, seen)
+}
+
+/// A sender's sample at `rtt_ms` on a path whose minimum is 25 ms, having had
+/// `acked` bytes acknowledged, delivering `rate`, its buffer `sndbuf` (kernel) half full.
+fn sending(rtt_ms: u32, sndbuf: u32, acked: u64, rate: Rate) -> TcpSnapshot {
+    TcpSnapshot {
+        min_rtt_us: Some(25_000),
+        bytes_acked: Some(acked),
+        ..busy(rtt_ms, sndbuf, sndbuf / 2, 0, rate)
+    }
+}
+
+#[test]
+fn a_path_crowded_after_the_rate_was_measured_lets_the_senders_hold_what_kernel_tuned_ones_would() {
+    // Pulling first with `-P 4` at 25 ms: five streams measured 1 Gbit/s alone.
+    let mut ts = settled_senders(25.0, Rate::gbit(1), 4, 5);
+    let SendPlan::Explicit(v) = ts[0].send() else {
+        panic!("explicit expected: {:?}", ts[0].send());
+    };
+    let reach = Bytes(Bytes::mib(4).0 / 2 * 4 / 5);
+    assert!(v < reach, "the plan's {v} below the kernel's reach {reach}");
+    let kernel = (2 * v.0) as u32;
+    let per = Rate::mbit(190);
+    // Alone: each delivers its fifth while the streams keep a queue of their own (30 ms).
+    let (now, seen) = feed_end(&mut ts, Time::from_millis(300), 15, 40, |k| {
+        sending(30, kernel, per.bytes_per_sec() * 15 * k / 1000, per)
+    });
+    assert!(seen.iter().all(|a| sndbufs(a).is_empty()), "{seen:?}");
+    // Another flow arrives and keeps its queue: RTTs of 50 ms, 300 Mbit/s in all.
+    let base = per.bytes_per_sec() * 15 * 40 / 1000;
+    let crowded = Rate::mbit(60);
+    let (_, seen) = feed_end(&mut ts, now, 20, 12, |k| {
+        sending(
+            50,
+            kernel,
+            base + crowded.bytes_per_sec() * 20 * k / 1000,
+            crowded,
+        )
+    });
+    for (i, a) in seen.iter().enumerate() {
+        assert_eq!(sndbufs(a), vec![reach.0], "stream {i}: {a:?}");
+    }
+    assert_eq!(ts[4].send(), SendPlan::Explicit(reach));
+}
+
+#[test]
+fn an_end_on_its_way_up_or_alone_in_its_own_queue_is_not_crowded() {
+    // A known rate from the start (a path in the database): slow start shows a queue (its
+    // overshoot) long before the streams deliver the rate.
+    let cfg = AutoConfig::default();
+    let mut ts: Vec<AutoTuner> = (0..5)
+        .map(|i| {
+            let mut t = cfg.build(ctx(Role::Sender, 25.0, Some(Rate::gbit(1)), i, 5));
+            t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+            actions(&mut t);
+            t
+        })
+        .collect();
+    let SendPlan::Explicit(v) = ts[0].send() else {
+        panic!("explicit expected: {:?}", ts[0].send());
+    };
+    let kernel = (2 * v.0) as u32;
+    // Each stream's rate doubles every 25 ms from 10 Mbit/s, behind a 40 ms queue.
+    let at = |k: u64| Rate::mbit(10 << (k * 20 / 25).min(4));
+    let (now, seen) = feed_end(&mut ts, Time::ZERO, 20, 10, |k| {
+        let acked = (0..k).map(|j| at(j).bytes_per_sec() * 20 / 1000).sum();
+        sending(40, kernel, acked, at(k))
+    });
+    assert!(seen.iter().all(|a| sndbufs(a).is_empty()), "{seen:?}");
+    // Then at the rate, in a queue of its own (45 ms) that lasts: still the plan.
+    let per = Rate::mbit(180);
+    let base = 10_000_000;
+    let (_, seen) = feed_end(&mut ts, now, 20, 30, |k| {
+        sending(45, kernel, base + per.bytes_per_sec() * 20 * k / 1000, per)
+    });
+    assert!(seen.iter().all(|a| sndbufs(a).is_empty()), "{seen:?}");
+    assert_eq!(ts[0].send(), SendPlan::Explicit(v));
+}
+
+#[test]
+fn a_path_crowded_after_the_rate_was_measured_lets_the_receivers_grow_as_far_as_the_kernel_would() {
+    // Five receivers of one end settle on 1 Gbit/s at 25 ms, measured alone.
+    let cfg = AutoConfig::default();
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::gbit(1)),
+        ..Default::default()
+    };
+    // An end of its own each time: its receivers share one MeasureShare.
+    let end = || -> Vec<AutoTuner> {
+        let cfg = cfg.clone().share(MeasureShare::new());
+        (0..5)
+            .map(|i| {
+                let mut r = cfg.build(ctx(Role::Receiver, 25.0, None, i, 5));
+                r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+                r.handle_event(Time::ZERO, ConnEvent::Established);
+                r.handle_hint(Time::from_millis(300), &hint, 5);
+                actions(&mut r);
+                r
+            })
+            .collect()
+    };
+    let RecvPlan::Sized { max_buffer, .. } = end()[0].plan().recv else {
+        panic!("sized expected")
+    };
+    let budget_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        max_buffer,
+        &HostLimits::linux_defaults(),
+    ));
+    // Alone: 200 Mbit/s each (625 KB per 25 ms round), then `per_round` bytes per round of
+    // `rtt_ms` for 40 rounds; the last window each stream advertised.
+    let run = |rtt_ms: u32, per_round: &dyn Fn(u64) -> u64| -> Vec<u64> {
+        let mut rs = end();
+        let mut now = Time::from_millis(300);
+        let mut received = 0u64;
+        let mut last = vec![0u64; 5];
+        for _ in 0..40 {
+            received += 625_000;
+            for r in rs.iter_mut() {
+                r.handle_snapshot(now, &receiving_snap(received, 25));
+                actions(r);
+            }
+            now += Duration::from_millis(25);
+        }
+        for k in 0..40 {
+            received += per_round(k);
+            for (r, last) in rs.iter_mut().zip(last.iter_mut()) {
+                r.handle_snapshot(now, &receiving_snap(received, rtt_ms));
+                if let Some(&w) = clamps(&actions(r)).last() {
+                    *last = w;
+                }
+            }
+            now += Duration::from_millis(u64::from(rtt_ms));
+        }
+        last
+    };
+    // Crowded: at 50 ms, 60 Mbit/s each (375 KB per round) for 10 rounds, then the
+    // congestion control takes back to 150 Mbit/s (940 KB per round): the window follows
+    // it past the budget, twice what arrives.
+    let crowded = run(50, &|k| if k < 10 { 375_000 } else { 937_500 });
+    for (i, &w) in crowded.iter().enumerate() {
+        assert!(
+            w > budget_window && w <= 2_000_000,
+            "stream {i}: {w} (budget {budget_window}): {crowded:?}"
+        );
+    }
+    // Alone in a queue of its own: 50 ms, and the rate it measured (1.25 MB per round
+    // each): the window stays within the budget.
+    let alone = run(50, &|_| 1_250_000);
+    assert!(
+        alone.iter().all(|&w| w <= budget_window),
+        "{alone:?} within {budget_window}"
+    );
+}
