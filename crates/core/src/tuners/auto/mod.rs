@@ -131,7 +131,10 @@
 //!   streams asked for, the receiver's window to `rmem_max` by twice what arrives, as
 //!   behind a queue that predates the stream ([`AutoTuner::crowded_check`]). Pulling first
 //!   with five streams at 25 ms, a plan sized for the path alone kept 315 Mbit/s beside a
-//!   later `iperf3 -R -P 4`'s 650.
+//!   later `iperf3 -R -P 4`'s 650 (0.909 to 0.997 by Jain's index, three runs each). Once
+//!   the streams together deliver 0.95 of the rate again over as many windows, the other
+//!   flow has left: the senders go back to their plan (a receiver's memory follows what
+//!   its sender sends).
 //!
 //! Nothing else shrinks: the unsent reserve already bounds memory in use, and a shrinking
 //! buffer would only throttle a stream the next time its window opens.
@@ -196,6 +199,22 @@ const CROWDED_BELOW: f64 = 0.8;
 
 /// ... over this many windows of two RTTs in a row.
 const CROWDED_WINDOWS: u32 = 2;
+
+/// A crowded end whose streams together deliver at least this fraction of the rate they
+/// settled on, over [`CROWDED_WINDOWS`] windows in a row, has the path to itself again:
+/// its senders go back to their plan (see [`AutoTuner::crowded_check`]).
+const UNCROWDED_AT: f64 = 0.95;
+
+/// What [`AutoTuner::crowded_check`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crowd {
+    /// Nothing new.
+    Same,
+    /// The end has just been found crowded: leave the plan for the kernel's reach.
+    Crowded,
+    /// The end, crowded, has the path to itself again: back to the plan.
+    Cleared,
+}
 
 /// The kernel's own minimum RTT of a connection (`tcpi_min_rtt`), where it reports one.
 fn own_min_rtt(s: &TcpSnapshot) -> Option<Duration> {
@@ -433,6 +452,7 @@ impl AutoConfig {
             crowd_windows: 0,
             crowd_armed: false,
             crowded: false,
+            crowd_plan: None,
             srtt: ctx.hint.rtt,
             stopped: false,
             out: Outbox::default(),
@@ -513,6 +533,8 @@ pub struct AutoTuner {
     /// This stream left its plan for what kernel autotuning would hold: its end found the
     /// path crowded.
     crowded: bool,
+    /// At the sender, while crowded: the plan's send buffer to go back to.
+    crowd_plan: Option<Bytes>,
     srtt: Option<Duration>,
     /// Careful resume: the stream starts paced at its share of the saved rate.
     resume: Option<ResumePacer>,
@@ -921,10 +943,13 @@ impl AutoTuner {
     /// deliver less than [`CROWDED_BELOW`] of the rate they settled on, and this stream's
     /// RTT shows a queue (`queue`), over [`CROWDED_WINDOWS`] windows of two RTTs (`rtt`) in a
     /// row, each judged once every stream of the end has reported and after the end first
-    /// delivered that much; `delivered` is the stream's bytes acknowledged (sender) or received (receiver)
-    /// so far. Returns true once, when this stream should leave its plan for what kernel
-    /// autotuning would hold: its end is crowded (this stream found it, or another of the
-    /// end did).
+    /// delivered that much; `delivered` is the stream's bytes acknowledged (sender) or
+    /// received (receiver) so far. Returns [`Crowd::Crowded`] once, when this stream should
+    /// leave its plan for what kernel autotuning would hold: its end is crowded (this stream
+    /// found it, or another of the end did). A crowded end goes on judging: once its
+    /// streams together deliver [`UNCROWDED_AT`] of the rate again over as many windows,
+    /// the other flow has left, and [`Crowd::Cleared`] (to every stream of the end) sends
+    /// it back to its plan, so that the kernel's reach is held only while it is needed.
     ///
     /// A plan sized for the path alone holds its streams to about twice the BDP at the
     /// path's minimum RTT. Beside another flow the queue that flow keeps is in every RTT:
@@ -937,25 +962,29 @@ impl AutoTuner {
     /// delivers what it measured whether or not its own streams keep a queue, so this never
     /// fires; a path slower than measured (a queue of its own and less delivered) costs
     /// only the memory kernel autotuning would have used.
-    fn crowded_check(&mut self, now: Time, delivered: u64, rtt: Duration, queue: bool) -> bool {
-        if self.crowded {
-            return false;
-        }
-        if self.cfg.share.is_crowded() {
-            self.crowded = true;
-            return true;
+    fn crowded_check(&mut self, now: Time, delivered: u64, rtt: Duration, queue: bool) -> Crowd {
+        let marked = self.cfg.share.is_crowded();
+        if marked != self.crowded {
+            // Another stream of the end found it crowded, or found it clear again.
+            self.crowded = marked;
+            self.crowd_windows = 0;
+            return if marked {
+                Crowd::Crowded
+            } else {
+                Crowd::Cleared
+            };
         }
         let Some(rate) = self.hint_rate.filter(|r| r.0 > 0) else {
             self.crowd_since = None;
-            return false;
+            return Crowd::Same;
         };
         let Some((t0, d0)) = self.crowd_since else {
             self.crowd_since = Some((now, delivered));
-            return false;
+            return Crowd::Same;
         };
         let dt = now.saturating_since(t0);
         if dt.is_zero() || dt < rtt * 2 {
-            return false;
+            return Crowd::Same;
         }
         self.crowd_since = Some((now, delivered));
         let own = (u128::from(delivered.saturating_sub(d0)) * 8 * 1_000_000 / dt.as_micros().max(1))
@@ -967,14 +996,28 @@ impl AutoTuner {
         // Judged only once every stream of the end has reported: one stream's share says
         // nothing about the end's.
         if reporting < self.total_streams.max(1) {
-            return false;
+            return Crowd::Same;
+        }
+        if self.crowded {
+            if end as f64 >= rate.0 as f64 * UNCROWDED_AT {
+                self.crowd_windows += 1;
+            } else {
+                self.crowd_windows = 0;
+            }
+            if self.crowd_windows < CROWDED_WINDOWS {
+                return Crowd::Same;
+            }
+            self.cfg.share.clear_crowded();
+            self.crowded = false;
+            self.crowd_windows = 0;
+            return Crowd::Cleared;
         }
         let below = (end as f64) < rate.0 as f64 * CROWDED_BELOW;
         // Judged only once the end has delivered the rate: before that (slow start, with the
         // queue its overshoot builds) the end is on its way up, not crowded.
         self.crowd_armed |= !below;
         if !self.crowd_armed {
-            return false;
+            return Crowd::Same;
         }
         if queue && below {
             self.crowd_windows += 1;
@@ -982,11 +1025,12 @@ impl AutoTuner {
             self.crowd_windows = 0;
         }
         if self.crowd_windows < CROWDED_WINDOWS {
-            return false;
+            return Crowd::Same;
         }
         self.cfg.share.mark_crowded();
         self.crowded = true;
-        true
+        self.crowd_windows = 0;
+        Crowd::Crowded
     }
 
     /// A settled receiver: judge the crowd from the receive-side RTT against the lowest this
@@ -1010,7 +1054,9 @@ impl AutoTuner {
         } else {
             rcv_rtt
         };
-        if !self.crowded_check(now, s.bytes_received.unwrap_or(0), rtt, queue) {
+        // A receiver's memory follows what its sender sends: once crowded it keeps the
+        // kernel's reach and judges no more (its sender goes back to its plan).
+        if self.crowded_check(now, s.bytes_received.unwrap_or(0), rtt, queue) != Crowd::Crowded {
             return;
         }
         let reach = kernel_recv_reach(&self.ctx.limits);
@@ -1044,14 +1090,25 @@ impl AutoTuner {
                 _ => estimate.rtt_inflated(),
             };
             let rtt = self.srtt.unwrap_or(Duration::from_millis(100));
-            if self.crowded_check(now, s.bytes_acked.unwrap_or(0), rtt, queue) {
-                // Crowded: the congestion control decides, up to what kernel autotuning
-                // would let the streams asked for hold (see `AutoTuner::crowded_check`).
-                let reach = self.kernel_send_reach(&self.ctx.hint, self.total_streams);
-                if reach > v {
-                    self.send = SendPlan::Explicit(reach);
-                    self.shared_probe = None;
-                    self.out.push(Action::SetSndBuf(reach));
+            match self.crowded_check(now, s.bytes_acked.unwrap_or(0), rtt, queue) {
+                Crowd::Same => {}
+                Crowd::Crowded => {
+                    // The congestion control decides, up to what kernel autotuning would
+                    // let the streams asked for hold (see `AutoTuner::crowded_check`).
+                    let reach = self.kernel_send_reach(&self.ctx.hint, self.total_streams);
+                    if reach > v {
+                        self.crowd_plan = Some(v);
+                        self.send = SendPlan::Explicit(reach);
+                        self.shared_probe = None;
+                        self.out.push(Action::SetSndBuf(reach));
+                    }
+                }
+                Crowd::Cleared => {
+                    if let Some(plan) = self.crowd_plan.take().filter(|&p| p < v) {
+                        self.send = SendPlan::Explicit(plan);
+                        self.shared_probe = None;
+                        self.out.push(Action::SetSndBuf(plan));
+                    }
                 }
             }
         }

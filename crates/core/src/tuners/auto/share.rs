@@ -91,6 +91,11 @@ impl MeasureShare {
         self.with(|m| m.crowded = true);
     }
 
+    /// A stream of this end found the path its own again.
+    pub fn clear_crowded(&self) {
+        self.with(|m| m.crowded = false);
+    }
+
     /// Whether a stream of this end found the path crowded.
     pub fn is_crowded(&self) -> bool {
         self.with(|m| m.crowded)

@@ -1452,7 +1452,8 @@ fn sending(rtt_ms: u32, sndbuf: u32, acked: u64, rate: Rate) -> TcpSnapshot {
 }
 
 #[test]
-fn a_path_crowded_after_the_rate_was_measured_lets_the_senders_hold_what_kernel_tuned_ones_would() {
+fn a_path_crowded_after_the_rate_was_measured_lets_the_senders_hold_what_kernel_tuned_ones_would_until_it_clears(
+) {
     // Pulling first with `-P 4` at 25 ms: five streams measured 1 Gbit/s alone.
     let mut ts = settled_senders(25.0, Rate::gbit(1), 4, 5);
     let SendPlan::Explicit(v) = ts[0].send() else {
@@ -1482,6 +1483,34 @@ fn a_path_crowded_after_the_rate_was_measured_lets_the_senders_hold_what_kernel_
         assert_eq!(sndbufs(a), vec![reach.0], "stream {i}: {a:?}");
     }
     assert_eq!(ts[4].send(), SendPlan::Explicit(reach));
+    // Still crowded, a little better (the congestion control took back some): the reach
+    // stays.
+    let base = base + crowded.bytes_per_sec() * 20 * 12 / 1000;
+    let better = Rate::mbit(120);
+    let (now, seen) = feed_end(&mut ts, now + Duration::from_millis(240), 20, 12, |k| {
+        sending(
+            50,
+            2 * reach.0 as u32,
+            base + better.bytes_per_sec() * 20 * k / 1000,
+            better,
+        )
+    });
+    assert!(seen.iter().all(|a| sndbufs(a).is_empty()), "{seen:?}");
+    // The other flow leaves: the end delivers its rate again, and every stream goes back to
+    // its plan.
+    let base = base + better.bytes_per_sec() * 20 * 12 / 1000;
+    let (_, seen) = feed_end(&mut ts, now, 15, 20, |k| {
+        sending(
+            30,
+            2 * reach.0 as u32,
+            base + per.bytes_per_sec() * 15 * k / 1000,
+            per,
+        )
+    });
+    for (i, a) in seen.iter().enumerate() {
+        assert_eq!(sndbufs(a), vec![v.0], "stream {i}: {a:?}");
+    }
+    assert!(ts.iter().all(|t| t.send() == SendPlan::Explicit(v)));
 }
 
 #[test]
