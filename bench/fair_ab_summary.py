@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Median Jain index per binary, order, cell and mode from the raw files of
-bench/fair_vs_iperf3.sh (REVERSE=1) in this folder, over the settled window as the script
-takes it (the incumbent's seconds 5-9 against the latecomer's 2-6), with the latecomer's
-and the incumbent's medians. Run: python3 summary.py"""
-import csv, glob, statistics as st
+"""A/B of binaries beside iperf3: the median Jain index per binary, order, cell and mode
+from the raw files of bench/fair_vs_iperf3.sh (one *.tsv per binary, RAW=) in FOLDER,
+over the settled window as the script takes it (the incumbent's seconds 5-9 against the
+latecomer's 2-6), with tcptune's and iperf3's median Mbit/s: the tables of the A/B
+folders under docs/bench (fair-reverse-2026-12-04, crowded-2026-12-05, ...).
+Run: python3 bench/fair_ab_summary.py FOLDER"""
+import csv, glob, os, statistics as st, sys
 JOIN = 3
 def jain(x, y):
     return (x + y) ** 2 / (2 * (x * x + y * y))
 res = {}
-for f in sorted(glob.glob('*.tsv')):
+for f in sorted(glob.glob(os.path.join(sys.argv[1] if len(sys.argv) > 1 else '.', '*.tsv'))):
     rows = [r for r in csv.DictReader((l for l in open(f) if not l.startswith('#')), delimiter='\t')]
     commit = next(r['commit'] for r in rows if r['commit'] != '-')[:7]
     by = {}
