@@ -998,39 +998,31 @@ impl AutoTuner {
         if reporting < self.total_streams.max(1) {
             return Crowd::Same;
         }
-        if self.crowded {
-            if end as f64 >= rate.0 as f64 * UNCROWDED_AT {
-                self.crowd_windows += 1;
-            } else {
-                self.crowd_windows = 0;
-            }
-            if self.crowd_windows < CROWDED_WINDOWS {
+        // Crowded: is the rate back? Otherwise: a crowd, a queue and the end below the rate.
+        let hit = if self.crowded {
+            end as f64 >= rate.0 as f64 * UNCROWDED_AT
+        } else {
+            let below = (end as f64) < rate.0 as f64 * CROWDED_BELOW;
+            // Judged only once the end has delivered the rate: before that (slow start, with
+            // the queue its overshoot builds) the end is on its way up, not crowded.
+            self.crowd_armed |= !below;
+            if !self.crowd_armed {
                 return Crowd::Same;
             }
-            self.cfg.share.clear_crowded();
-            self.crowded = false;
-            self.crowd_windows = 0;
-            return Crowd::Cleared;
-        }
-        let below = (end as f64) < rate.0 as f64 * CROWDED_BELOW;
-        // Judged only once the end has delivered the rate: before that (slow start, with the
-        // queue its overshoot builds) the end is on its way up, not crowded.
-        self.crowd_armed |= !below;
-        if !self.crowd_armed {
-            return Crowd::Same;
-        }
-        if queue && below {
-            self.crowd_windows += 1;
-        } else {
-            self.crowd_windows = 0;
-        }
+            queue && below
+        };
+        self.crowd_windows = if hit { self.crowd_windows + 1 } else { 0 };
         if self.crowd_windows < CROWDED_WINDOWS {
             return Crowd::Same;
         }
-        self.cfg.share.mark_crowded();
-        self.crowded = true;
         self.crowd_windows = 0;
-        Crowd::Crowded
+        self.crowded = !self.crowded;
+        self.cfg.share.set_crowded(self.crowded);
+        if self.crowded {
+            Crowd::Crowded
+        } else {
+            Crowd::Cleared
+        }
     }
 
     /// A settled receiver: judge the crowd from the receive-side RTT against the lowest this

@@ -86,14 +86,10 @@ impl MeasureShare {
         })
     }
 
-    /// A stream of this end found the path crowded by flows the transfer does not control.
-    pub fn mark_crowded(&self) {
-        self.with(|m| m.crowded = true);
-    }
-
-    /// A stream of this end found the path its own again.
-    pub fn clear_crowded(&self) {
-        self.with(|m| m.crowded = false);
+    /// A stream of this end found the path crowded by flows the transfer does not control
+    /// (`true`), or its own again (`false`).
+    pub fn set_crowded(&self, crowded: bool) {
+        self.with(|m| m.crowded = crowded);
     }
 
     /// Whether a stream of this end found the path crowded.
@@ -157,8 +153,10 @@ mod tests {
             "a closed stream is gone"
         );
         assert!(!s.is_crowded());
-        s.clone().mark_crowded();
+        s.clone().set_crowded(true);
         assert!(s.is_crowded(), "one stream tells the others");
+        s.clone().set_crowded(false);
+        assert!(!s.is_crowded(), "and that it is clear again");
     }
 
     #[test]
