@@ -42,6 +42,7 @@ use crate::wire::{
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use tcptune_core::fullpipe::{FullPipe, ProbeOutcome, ProbePlan, MIN_ROUND};
+use tcptune_core::tuners::auto::AutoPlan;
 use tcptune_core::{HostLimits, PathHint, Rate, Time};
 
 /// The budget of a server's fair share ([`ServerMsg::Share`]): a cap below this is raised to
@@ -108,6 +109,10 @@ pub struct Measured {
     pub after: Duration,
     /// Rounds of one RTT it took.
     pub rounds: u32,
+    /// The rate is only what the streams got beside another flow, whose queue the handshake
+    /// and the streams' own lowest RTT show
+    /// ([`AutoPlan::measured_beside_another_flow`]): a lower bound on the path's.
+    pub lower_bound: bool,
 }
 
 /// A phase to start.
@@ -338,6 +343,12 @@ pub trait Observe {
     fn progress(&mut self) -> u64;
     /// Bytes delivered to the other end.
     fn delivered(&mut self) -> u64;
+    /// The lowest RTT the phase's own streams have seen (the kernel's `tcpi_min_rtt`), if
+    /// known: with the handshake's, it tells a rate measured beside another flow
+    /// ([`Measured::lower_bound`]). Read once, when the in-band measurement ends.
+    fn own_min_rtt(&mut self) -> Option<Duration> {
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -372,6 +383,8 @@ struct PhaseState {
     retired: u32,
     /// Streams that close once delivery holds steady ([`ClientSession::retire_when_steady`]).
     pending_retire: Option<PendingRetire>,
+    /// The RTT the control connection's handshake took, before the phase sent anything.
+    handshake_rtt: Option<Duration>,
 }
 
 /// A retirement waiting for the transfer's delivery to hold steady.
@@ -665,6 +678,7 @@ impl ClientSession {
             last_progress: (0, now),
             retired: 0,
             pending_retire: None,
+            handshake_rtt: req.hint.rtt,
         });
     }
 
@@ -1190,12 +1204,18 @@ impl ClientSession {
             if full && !p.stopped && p.in_band != InBand::Off {
                 let o = p.estimator.outcome();
                 found = match (p.in_band, o.rate) {
-                    (InBand::Measure, Some(rate)) => Some((rate, None, o.rounds)),
+                    (InBand::Measure, Some(rate)) => {
+                        let beside = AutoPlan::measured_beside_another_flow(
+                            p.handshake_rtt,
+                            obs.own_min_rtt(),
+                        );
+                        Some((rate, None, o.rounds, beside))
+                    }
                     // Much less than the database said: the path changed.
                     (InBand::Check(known), Some(rate))
                         if rate.0.saturating_mul(4) < known.0.saturating_mul(3) =>
                     {
-                        Some((rate, Some(known), o.rounds))
+                        Some((rate, Some(known), o.rounds, false))
                     }
                     _ => None,
                 };
@@ -1206,12 +1226,13 @@ impl ClientSession {
                 self.send(ClientMsg::Stop { capped: true });
                 self.out.push_back(ClientOutput::AbortEngine);
             }
-            if let Some((rate, corrects, rounds)) = found {
+            if let Some((rate, corrects, rounds, lower_bound)) = found {
                 self.out.push_back(ClientOutput::Measured(Measured {
                     rate,
                     corrects,
                     after,
                     rounds,
+                    lower_bound,
                 }));
             }
             self.watch_retire(now, delivered);

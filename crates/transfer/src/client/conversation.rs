@@ -107,6 +107,9 @@ impl Observe for EngineObs<'_> {
     fn delivered(&mut self) -> u64 {
         self.0.delivered()
     }
+    fn own_min_rtt(&mut self) -> Option<Duration> {
+        self.0.path_view().1
+    }
 }
 
 /// One session with the server: the control connection and the running phase.
@@ -825,7 +828,9 @@ impl<'a> Conversation<'a> {
         let hint = PathHint {
             rtt,
             rate: Some(m.rate),
-            rate_is_lower_bound: false,
+            // What the streams got beside another flow: both ends settle as kernel-tuned
+            // streams would (`AutoPlan::measured_beside_another_flow`).
+            rate_is_lower_bound: m.lower_bound,
             rate_in_band: false,
             resume: false,
             streams_asked: Some(self.cfg.streams.max(1)),

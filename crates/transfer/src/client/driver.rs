@@ -428,7 +428,8 @@ fn resume_report(
 }
 
 /// Tell the path database what a clean transfer learned: what it measured in band is the
-/// path's rate (a full pipe); otherwise what it delivered is a lower bound on it.
+/// path's rate (a full pipe), unless it measured it beside another flow's queue; otherwise
+/// what it delivered is a lower bound on it.
 fn record_transfer(
     db: &mut PathDbUse,
     hint: &PathHint,
@@ -444,7 +445,7 @@ fn record_transfer(
                 hint,
                 crate::pathdb::Source::Transfer,
                 m.rate,
-                true,
+                !m.lower_bound,
                 now_unix,
             );
         }
@@ -470,6 +471,7 @@ fn finish_measurement(
             after_seconds: m.after.as_secs_f64(),
             rounds: m.rounds,
             corrects_bps: m.corrects.map(|r| r.0),
+            lower_bound: m.lower_bound,
         }),
         seconds: if main.measured.is_some() && source == Source::InBand {
             0.0

@@ -123,6 +123,11 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
                 tcptune_core::Rate(old),
                 ib.after_seconds
             ),
+            None if ib.lower_bound => writeln!(
+                o,
+                "Measured in band: at least {rate} (after {:.2} s, {} rounds), what the streams got beside another flow whose queue their RTT showed; both ends then left their buffers to grow as kernel autotuning's would, and the path database keeps it as a lower bound",
+                ib.after_seconds, ib.rounds
+            ),
             None => writeln!(
                 o,
                 "Measured in band: {rate} (the pipe was full after {:.2} s, {} rounds); both ends then sized their buffers for it",

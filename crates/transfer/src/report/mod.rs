@@ -422,6 +422,12 @@ pub struct InBandReport {
     /// The path database's rate that this corrects (the transfer delivered much less), bit/s.
     #[serde(default)]
     pub corrects_bps: Option<u64>,
+    /// The rate is only what the streams got beside another flow (the handshake's RTT and
+    /// the streams' own lowest show that flow's queue): a lower bound on the path's, so
+    /// both ends settled as kernel-tuned streams would and the path database records it
+    /// as a lower bound.
+    #[serde(default)]
+    pub lower_bound: bool,
 }
 
 /// What the pre-transfer probe did.

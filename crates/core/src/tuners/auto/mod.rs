@@ -875,7 +875,9 @@ impl AutoTuner {
 
     /// A settled sender's `SO_SNDBUF`: the plan's `value` for the rate it measured; unless
     /// this stream measured it behind a queue that predates it ([`meter::predating_queue`]
-    /// between the handshake and the kernel's own minimum RTT). Then the rate is what the
+    /// between the handshake and the kernel's own minimum RTT), or the client, whose streams
+    /// saw it, marked the rate a lower bound in the hint
+    /// ([`AutoPlan::measured_beside_another_flow`]). Then the rate is what the
     /// stream got beside another flow, a lower bound, and the buffer is what kernel
     /// autotuning would let the streams asked for hold ([`AutoTuner::kernel_send_reach`]):
     /// the congestion control decides, as it would for kernel-tuned streams, how much of
@@ -889,7 +891,10 @@ impl AutoTuner {
     /// `iperf3` flow at 25 ms, the one stream that stayed got 260-330 against its 580-700
     /// Mbit/s, three runs.)
     fn settled_sender(&self, ctx: &TunerContext, value: Bytes, fewer: bool) -> Bytes {
-        if fewer || meter::predating_queue(ctx.hint.rtt, self.min_snd_rtt) {
+        if fewer
+            || ctx.hint.rate_is_lower_bound
+            || meter::predating_queue(ctx.hint.rtt, self.min_snd_rtt)
+        {
             value.max(self.kernel_send_reach(&ctx.hint, ctx.streams))
         } else {
             value
@@ -912,8 +917,10 @@ impl AutoTuner {
     /// How a settled receiver's right-sizing grows: at most to the plan's `budget` (twice
     /// the BDP of the measured rate), by 1.2 x what arrives per RTT; unless this stream
     /// measured the rate behind a queue that predates it. Then that rate is only a lower
-    /// bound, what the stream got while another flow held the path, and it grows as kernel
-    /// autotuning would: to what one receiver reaches (`rmem_max` through `SO_RCVBUF`; with
+    /// bound, what the stream got while another flow held the path (or the client's streams
+    /// saw that queue and the hint says the rate is a lower bound: a receiver's
+    /// receive-side RTT is too coarse to see a queue of a few milliseconds), and it grows as
+    /// kernel autotuning would: to what one receiver reaches (`rmem_max` through `SO_RCVBUF`; with
     /// `SO_RCVBUFFORCE`, `tcp_rmem[2]`), by [`SHARED_RCV_FACTOR`] x what arrives per RTT.
     /// Its lowest receive-side RTT (taken in its first rounds, when its own windows were far
     /// too small to build a queue) shows that queue against the handshake's, or the
@@ -929,7 +936,10 @@ impl AutoTuner {
     /// must also cover what arrives beyond a hole. The same when the transfer settles on
     /// `fewer` streams than measured the rate (see [`AutoTuner::settled_sender`]).
     fn settled_receiver(&self, ctx: &TunerContext, budget: Bytes, fewer: bool) -> (Bytes, f64) {
-        if !fewer && !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt) {
+        if !fewer
+            && !ctx.hint.rate_is_lower_bound
+            && !meter::predating_queue(ctx.hint.rtt, self.min_rcv_rtt)
+        {
             return (budget, SETTLED_RCV_FACTOR);
         }
         (

@@ -148,10 +148,33 @@ impl AutoPlan {
         open: u32,
         keep: u32,
     ) -> bool {
-        if keep == 0 || keep >= open || super::meter::predating_queue(Some(rtt), own_min) {
+        if keep == 0 || keep >= open || Self::measured_beside_another_flow(Some(rtt), own_min) {
             return false;
         }
         left.is_none_or(|left| left >= Self::retiring_needs(rtt, open, keep))
+    }
+
+    /// Whether a rate measured in band is only what the transfer got beside another flow,
+    /// so a lower bound on the path's: the handshake's RTT (`handshake`, taken before any
+    /// stream sent) and the measuring streams' own lowest (`own_min`, the kernel's
+    /// `tcpi_min_rtt`, taken in their first rounds, when their windows were far too small to
+    /// build a queue) differ as [`super::meter::predating_queue`] tells: a queue that another
+    /// flow kept before the transfer's first packet, or one the handshake saw that later
+    /// drained. The client marks such a rate as a lower bound in the hint it sends both
+    /// ends (so the server's receivers, whose receive-side RTT is too coarse to see a queue
+    /// of a few milliseconds, settle as its senders do) and in the path database (the next
+    /// transfer must not take it for the path's rate).
+    ///
+    /// Beside one `iperf3` flow at 25 ms (BBR, 1 Gbit/s), the client's senders saw it (a
+    /// handshake of 28.2-28.3 ms against their 25.0 ms) but the server's receivers did not:
+    /// each right-sized to 1.5 x its share of the 262 Mbit/s measured (257 KB), which
+    /// behind the other flow's 13 ms queue carried only what it had measured, and the six
+    /// streams stayed at 260-290 Mbit/s against iperf3's 680-710 for the whole overlap.
+    pub fn measured_beside_another_flow(
+        handshake: Option<Duration>,
+        own_min: Option<Duration>,
+    ) -> bool {
+        super::meter::predating_queue(handshake, own_min)
     }
 
     /// The least rest of a transfer for which closing the streams beyond `keep` of `open`

@@ -1285,6 +1285,64 @@ fn a_receiver_that_measured_behind_another_flows_queue_may_grow_as_far_as_the_ke
     );
 }
 
+#[test]
+fn a_receiver_told_the_rate_is_a_lower_bound_grows_as_far_as_the_kernel_would() {
+    let rmem_max = HostLimits::linux_defaults().rmem_max;
+    // The receiver itself sees no queue (its receive-side RTT, 26 ms, against a 25 ms
+    // handshake), but the client's senders did: the hint says the 300 Mbit/s is a lower
+    // bound, what they got beside another flow.
+    let (_, alone) = settled_behind(25, 26);
+    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 25.0, None, 0, 1));
+    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    r.handle_event(Time::ZERO, ConnEvent::Established);
+    let mut now = Time::ZERO;
+    let mut received = 0u64;
+    for bytes in [
+        30_000, 60_000, 120_000, 240_000, 480_000, 500_000, 500_000, 500_000,
+    ] {
+        now += Duration::from_millis(25);
+        received += bytes;
+        r.handle_snapshot(now, &receiving_snap(received, 26));
+    }
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(25)),
+        rate: Some(Rate::mbit(300)),
+        rate_is_lower_bound: true,
+        ..Default::default()
+    };
+    r.handle_hint(now, &hint, 1);
+    actions(&mut r);
+    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
+        panic!("{:?}", r.plan())
+    };
+    assert!(alone.0 < rmem_max.0 / 2, "{alone}");
+    assert_eq!(max_buffer, rmem_max);
+    // Behind the other flow's queue (38 ms rounds) the window grows to twice what arrives
+    // per round, as kernel autotuning's would (room for what arrives beyond a hole), past
+    // the measured rate's budget: not the 1.2 x of a receiver sized for the path alone.
+    let budget_window = linux::rcvbuf_window(linux::rcvbuf_after_setsockopt(
+        alone,
+        &HostLimits::linux_defaults(),
+    ));
+    let per_round = 1_500_000u64;
+    let mut seen = Vec::new();
+    for _ in 0..40 {
+        received += per_round;
+        r.handle_snapshot(now, &receiving_snap(received, 38));
+        seen.extend(clamps(&actions(&mut r)));
+        now += Duration::from_millis(38);
+    }
+    let last = seen.last().copied().unwrap_or(0);
+    assert!(
+        last > budget_window,
+        "{last} within {budget_window}: {seen:?}"
+    );
+    assert!(
+        last >= per_round * 18 / 10,
+        "about twice the {per_round} per round: {seen:?}"
+    );
+}
+
 /// A sender of 4 streams whose handshake took `handshake_ms` and whose connection's own
 /// lowest RTT is `own_ms`, settled on 130 Mbit/s: the `SO_SNDBUF` it settles to.
 fn sender_settled_beside(handshake_ms: u32, own_ms: u32) -> Bytes {
@@ -1321,6 +1379,32 @@ fn a_sender_that_measured_behind_another_flows_queue_may_hold_what_the_kernel_wo
     let reach = Bytes(limits.tcp_wmem[2].0 / 2).min(limits.wmem_max);
     assert_eq!(sender_settled_beside(45, 25), reach);
     assert_eq!(sender_settled_beside(25, 45), reach);
+}
+
+#[test]
+fn a_sender_told_the_rate_is_a_lower_bound_may_hold_what_the_kernel_would() {
+    let limits = HostLimits::linux_defaults();
+    // Its own lowest RTT matches the handshake's, but another stream of the transfer saw
+    // the queue and the client marked the rate a lower bound.
+    let mut t = AutoConfig::default().build(ctx(Role::Sender, 45.0, None, 0, 4));
+    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
+    let s = TcpSnapshot {
+        rtt_us: 44_000,
+        min_rtt_us: Some(44_000),
+        ..measuring_snap(100_000)
+    };
+    t.handle_snapshot(Time::from_millis(100), &s);
+    actions(&mut t);
+    let hint = PathHint {
+        rtt: Some(Duration::from_millis(45)),
+        rate: Some(Rate::mbit(130)),
+        rate_is_lower_bound: true,
+        ..Default::default()
+    };
+    t.handle_hint(Time::from_millis(500), &hint, 4);
+    actions(&mut t);
+    let reach = Bytes(limits.tcp_wmem[2].0 / 2).min(limits.wmem_max);
+    assert_eq!(t.send(), SendPlan::Explicit(reach));
 }
 
 /// Stream 0 of `built` streams (one asked), measuring at 25 ms alone, settled on 300 Mbit/s

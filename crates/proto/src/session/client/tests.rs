@@ -96,6 +96,72 @@ impl Observe for Fake {
     }
 }
 
+/// An engine that delivers at a steady rate, whose streams' own lowest RTT is `own_min`.
+struct Steady {
+    delivered: u64,
+    own_min: Option<Duration>,
+}
+
+impl Observe for Steady {
+    fn progress(&mut self) -> u64 {
+        self.delivered
+    }
+    fn delivered(&mut self) -> u64 {
+        self.delivered
+    }
+    fn own_min_rtt(&mut self) -> Option<Duration> {
+        self.own_min
+    }
+}
+
+/// What the in-band measurement of a main phase reports when the control connection's
+/// handshake took 25 ms and the phase's streams have seen `own_min` at the lowest, while
+/// they deliver a steady 250 Mbit/s.
+fn measured_with(own_min: Option<Duration>) -> Measured {
+    let t0 = Instant::now();
+    let mut s = ClientSession::new(t0, plan());
+    let mut req = main_phase(2);
+    req.in_band = InBand::Measure;
+    req.hint.rtt = Some(Duration::from_millis(25));
+    s.start_phase(t0, req);
+    s.handle_msg(t0, accepted(8));
+    s.handle_stream_open(t0, 0);
+    s.handle_stream_open(t0, 1);
+    drain(&mut s);
+    let mut obs = Steady {
+        delivered: 0,
+        own_min,
+    };
+    let step = Duration::from_millis(5);
+    for k in 1..2_000u32 {
+        let now = t0 + step * k;
+        // 250 Mbit/s: 156,250 bytes every 5 ms.
+        obs.delivered += 156_250;
+        s.handle_timeout(now, &mut obs);
+        for o in drain(&mut s) {
+            if let ClientOutput::Measured(m) = o {
+                return m;
+            }
+        }
+    }
+    panic!("no measurement in 10 s of a steady rate");
+}
+
+#[test]
+fn a_rate_measured_beside_another_flows_queue_is_a_lower_bound() {
+    // The streams' own lowest RTT matches the handshake's: the path's own rate.
+    let alone = measured_with(Some(Duration::from_micros(25_300)));
+    assert!(!alone.lower_bound, "{alone:?}");
+    // The handshake (25 ms) waited behind a queue the streams, from their first rounds
+    // (20 ms), never saw at its length: another flow's, so the rate is what they got beside
+    // it.
+    let beside = measured_with(Some(Duration::from_millis(20)));
+    assert!(beside.lower_bound, "{beside:?}");
+    assert_eq!(beside.rate, alone.rate);
+    // An engine that cannot tell: the path's rate, as before.
+    assert!(!measured_with(None).lower_bound);
+}
+
 /// A session in its main phase with both streams open and the server's answer in.
 fn running(t0: Instant, p: ClientPlan) -> ClientSession {
     let mut s = ClientSession::new(t0, p);
