@@ -1217,6 +1217,17 @@ fn a_settled_receiver_whose_window_does_not_bind_keeps_its_maximum() {
 /// its first rounds at a receive-side RTT of `rcv_rtt_ms`, then settled on 300 Mbit/s: it,
 /// and its plan's most.
 fn settled_behind(handshake_ms: u32, rcv_rtt_ms: u32) -> (AutoTuner, Bytes) {
+    let (r, max_buffer, _, _) = settled_receiver_on(handshake_ms, rcv_rtt_ms, false);
+    (r, max_buffer)
+}
+
+/// [`settled_behind`], the hint saying whether the rate is a lower bound; also the time of
+/// its last snapshot and the bytes received by then.
+fn settled_receiver_on(
+    handshake_ms: u32,
+    rcv_rtt_ms: u32,
+    lower_bound: bool,
+) -> (AutoTuner, Bytes, Time, u64) {
     let mut r =
         AutoConfig::default().build(ctx(Role::Receiver, f64::from(handshake_ms), None, 0, 1));
     r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
@@ -1233,6 +1244,7 @@ fn settled_behind(handshake_ms: u32, rcv_rtt_ms: u32) -> (AutoTuner, Bytes) {
     let hint = PathHint {
         rtt: Some(Duration::from_millis(u64::from(handshake_ms))),
         rate: Some(Rate::mbit(300)),
+        rate_is_lower_bound: lower_bound,
         ..Default::default()
     };
     r.handle_hint(now, &hint, 1);
@@ -1240,7 +1252,7 @@ fn settled_behind(handshake_ms: u32, rcv_rtt_ms: u32) -> (AutoTuner, Bytes) {
     let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
         panic!("{:?}", r.plan())
     };
-    (r, max_buffer)
+    (r, max_buffer, now, received)
 }
 
 #[test]
@@ -1292,29 +1304,7 @@ fn a_receiver_told_the_rate_is_a_lower_bound_grows_as_far_as_the_kernel_would() 
     // handshake), but the client's senders did: the hint says the 300 Mbit/s is a lower
     // bound, what they got beside another flow.
     let (_, alone) = settled_behind(25, 26);
-    let mut r = AutoConfig::default().build(ctx(Role::Receiver, 25.0, None, 0, 1));
-    r.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-    r.handle_event(Time::ZERO, ConnEvent::Established);
-    let mut now = Time::ZERO;
-    let mut received = 0u64;
-    for bytes in [
-        30_000, 60_000, 120_000, 240_000, 480_000, 500_000, 500_000, 500_000,
-    ] {
-        now += Duration::from_millis(25);
-        received += bytes;
-        r.handle_snapshot(now, &receiving_snap(received, 26));
-    }
-    let hint = PathHint {
-        rtt: Some(Duration::from_millis(25)),
-        rate: Some(Rate::mbit(300)),
-        rate_is_lower_bound: true,
-        ..Default::default()
-    };
-    r.handle_hint(now, &hint, 1);
-    actions(&mut r);
-    let RecvPlan::Sized { max_buffer, .. } = r.plan().recv else {
-        panic!("{:?}", r.plan())
-    };
+    let (mut r, max_buffer, mut now, mut received) = settled_receiver_on(25, 26, true);
     assert!(alone.0 < rmem_max.0 / 2, "{alone}");
     assert_eq!(max_buffer, rmem_max);
     // Behind the other flow's queue (38 ms rounds) the window grows to twice what arrives
