@@ -424,8 +424,10 @@ impl ServerSession {
                 let sends = self.params.reverse;
                 if let State::Phase(p) = &mut self.state {
                     if p.seq == seq && !p.stopped {
-                        // The client measured the rate in band: the buffers follow it now.
-                        p.watch.set_measuring();
+                        // The client measured the rate in band: the buffers follow it now
+                        // (a plateau is the path's unless the client found it a lower
+                        // bound, beside another flow).
+                        p.watch.hinted(hint.rate_is_lower_bound);
                         let keep = streams.clamp(1, max);
                         // Asked to close streams, this end asks for no more of them.
                         p.want_sent = if retire {

@@ -634,3 +634,75 @@ fn a_retiring_hint_closes_only_this_ends_own_senders_of_the_running_phase() {
         .iter()
         .any(|o| matches!(o, SessionOutput::Hint { streams: 1, .. })));
 }
+
+/// What the server's watch records of a main phase measured in band (a path never seen)
+/// whose delivery reached a plateau of 50 Mbit/s, after the client's hint said the rate it
+/// measured was (`lower_bound`) or was not a lower bound.
+fn measured_after_hint(
+    lower_bound: bool,
+) -> Option<crate::session::server::watch::PathMeasurement> {
+    let t0 = Instant::now();
+    let rtt = Some(Duration::from_millis(50));
+    let mut s = session(t0);
+    s.handle_msg(
+        t0,
+        ClientMsg::StartPhase {
+            seq: 0,
+            phase: Phase::Main,
+            hint: PathHint {
+                rtt,
+                rate_in_band: true,
+                ..PathHint::default()
+            },
+            streams: 2,
+        },
+    );
+    s.attach(t0, 10, 0, 0);
+    s.attach(t0, 11, 0, 1);
+    let mut delivered = 0f64;
+    let mut now = t0;
+    for k in 0..300u32 {
+        now = t0 + Duration::from_millis(10) * k;
+        s.handle_timeout(
+            now,
+            Some(Observation {
+                progress: delivered as u64,
+                delivered: delivered as u64,
+                min_rtt: rtt,
+            }),
+        );
+        // Doubling every 50 ms round up to 50 Mbit/s.
+        delivered += (1e6 * 2f64.powi((k / 5) as i32)).min(50e6) / 8.0 * 0.010;
+    }
+    s.handle_msg(
+        now,
+        ClientMsg::Hint {
+            seq: 0,
+            hint: PathHint {
+                rtt,
+                rate: Some(Rate::mbit(50)),
+                rate_is_lower_bound: lower_bound,
+                ..PathHint::default()
+            },
+            streams: 2,
+            retire: false,
+        },
+    );
+    s.handle_engine(now, Event::StreamDone(0));
+    s.handle_engine(now, Event::StreamDone(1));
+    s.handle_msg(now, ClientMsg::EndPhase { streams: 2 });
+    s.handle_phase_result(now, 0, result(&[1_000_000, 1_000_000]));
+    drain(&mut s).into_iter().find_map(|o| match o {
+        SessionOutput::Measured(m) => Some(m),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_rate_the_client_measured_beside_another_flow_is_recorded_as_a_lower_bound() {
+    let path = measured_after_hint(false).expect("measured");
+    assert!(path.full_pipe, "{path:?}");
+    let beside = measured_after_hint(true).expect("measured");
+    assert!(!beside.full_pipe, "{beside:?}");
+    assert_eq!(beside.rate, path.rate);
+}

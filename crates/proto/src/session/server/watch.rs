@@ -130,10 +130,14 @@ impl PathWatch {
         }
     }
 
-    /// The rate is now being measured in band (the client said the transfer measures it):
-    /// a plateau from now on is the path's.
-    pub(crate) fn set_measuring(&mut self) {
-        self.measuring = true;
+    /// The client measured the rate in band and told both ends (its hint): a plateau from
+    /// now on is the path's; unless the client found its rate only a lower bound
+    /// (`lower_bound`: measured beside another flow's queue, see
+    /// `AutoPlan::measured_beside_another_flow`). The server's plateau was then taken beside
+    /// that flow too, and is no more the path's rate than the client's: the server's path
+    /// database records it as a lower bound. The latest hint decides.
+    pub(crate) fn hinted(&mut self, lower_bound: bool) {
+        self.measuring = !lower_bound;
     }
 
     /// The phase's measurement, once its `result` is in: the estimator's rate (a plateau
@@ -270,7 +274,31 @@ mod tests {
         let m = w.measurement(&SideResult::default()).expect("measured");
         assert!(!m.full_pipe);
         // Until the client says the transfer measures in band.
-        w.set_measuring();
+        w.hinted(false);
+        assert!(w.measurement(&SideResult::default()).expect("m").full_pipe);
+    }
+
+    #[test]
+    fn a_plateau_the_client_found_beside_another_flow_is_only_a_lower_bound() {
+        let t0 = Instant::now();
+        // A phase that measures in band from its start (a path never seen).
+        let mut w = PathWatch::new(
+            t0,
+            Some(Duration::from_millis(50)),
+            Direction::Receive,
+            true,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        );
+        assert_eq!(run(&mut w, t0, 50.0, 3000).map(|o| o.full_pipe), Some(true));
+        // The client's hint: what its streams got beside another flow's queue.
+        w.hinted(true);
+        let m = w.measurement(&SideResult::default()).expect("measured");
+        assert!(!m.full_pipe, "{m:?}");
+        assert!((45..=55).contains(&(m.rate.0 / 1_000_000)), "{m:?}");
+        // A later hint of the path's own rate (the other flow left, a correction) decides.
+        w.hinted(false);
         assert!(w.measurement(&SideResult::default()).expect("m").full_pipe);
     }
 
