@@ -54,10 +54,15 @@ fn drain(s: &mut ServerSession) -> Vec<SessionOutput> {
 }
 
 fn start(seq: u32, streams: u32) -> ClientMsg {
+    start_hinted(seq, streams, PathHint::default())
+}
+
+/// A main phase's start with the client's `hint`.
+fn start_hinted(seq: u32, streams: u32, hint: PathHint) -> ClientMsg {
     ClientMsg::StartPhase {
         seq,
         phase: Phase::Main,
-        hint: PathHint::default(),
+        hint,
         streams,
     }
 }
@@ -111,10 +116,10 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
     let mut s = session(t0);
     s.handle_msg(
         t0,
-        ClientMsg::StartPhase {
-            seq: 0,
-            phase: Phase::Main,
-            hint: PathHint {
+        start_hinted(
+            0,
+            2,
+            PathHint {
                 rtt: Some(Duration::MAX),
                 rate: Some(Rate(u64::MAX)),
                 rate_is_lower_bound: false,
@@ -122,8 +127,7 @@ fn start_phase_starts_an_engine_with_a_bounded_hint() {
                 resume: false,
                 streams_asked: Some(u32::MAX),
             },
-            streams: 2,
-        },
+        ),
     );
     let out = drain(&mut s);
     let [SessionOutput::StartEngine(spec)] = &out[..] else {
@@ -646,16 +650,15 @@ fn measured_after_hint(
     let mut s = session(t0);
     s.handle_msg(
         t0,
-        ClientMsg::StartPhase {
-            seq: 0,
-            phase: Phase::Main,
-            hint: PathHint {
+        start_hinted(
+            0,
+            2,
+            PathHint {
                 rtt,
                 rate_in_band: true,
                 ..PathHint::default()
             },
-            streams: 2,
-        },
+        ),
     );
     s.attach(t0, 10, 0, 0);
     s.attach(t0, 11, 0, 1);
