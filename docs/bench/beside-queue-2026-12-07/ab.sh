@@ -3,10 +3,12 @@
 # ends) against d8d2187 (before it): bench/fair_vs_iperf3.sh, one repetition of every cell
 # per binary per round, the binaries in turn, ROUNDS rounds. Raw rows: ROUND-COMMIT.tsv here;
 # the table: python3 bench/fair_ab_summary.py docs/bench/beside-queue-2026-12-07
-# Usage: sudo NEW=BIN OLD=BIN [ROUNDS=3] [RTTS="25 100"] docs/bench/beside-queue-2026-12-07/ab.sh
+# REVERSE=1 DIR=docs/bench/beside-queue-2026-12-07/pulls: the same with every transfer a pull.
+# Usage: sudo NEW=BIN OLD=BIN [ROUNDS=3] [RTTS="25 100"] [REVERSE=1 DIR=FOLDER] docs/bench/beside-queue-2026-12-07/ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-DIR=docs/bench/beside-queue-2026-12-07
+DIR=${DIR:-docs/bench/beside-queue-2026-12-07}
+mkdir -p "$DIR"
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for bin in "$NEW" "$OLD"; do
     c=$("$bin" --version | sed -n 's/.*commit \([0-9a-f]\{7\}\).*/\1/p')
