@@ -906,9 +906,8 @@ impl<'a> Conversation<'a> {
             (None, Some(d)) => Some(d.saturating_sub(m.after)),
             (None, None) => None,
         };
-        let (_, own_min) = p.engine.path_view();
         let rtt = rtt.unwrap_or_default();
-        if !AutoPlan::retiring_pays(left, rtt, own_min, open, keep) {
+        if !AutoPlan::retiring_pays(left, rtt, m.lower_bound, open, keep) {
             return None;
         }
         let needs = AutoPlan::retiring_needs(rtt, open, keep);

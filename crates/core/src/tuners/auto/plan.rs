@@ -133,10 +133,10 @@ impl AutoPlan {
     /// past a few seconds, runs the rest with the streams its plan needs: fewer buffers,
     /// and no more flows than the plan against other traffic.
     ///
-    /// Not when the rate was measured behind a queue that predates the transfer: the
-    /// handshake's `rtt` and the measuring streams' lowest (`own_min`, the kernel's
-    /// `tcpi_min_rtt`) differ as [`super::meter::predating_queue`] tells. The rate is then
-    /// what the streams got beside another flow, and their share of it leaves with them:
+    /// Not when the rate was measured behind a queue that predates the transfer (`beside`:
+    /// [`AutoPlan::measured_beside_another_flow`], which the client session decides once
+    /// when the measurement ends, `Measured::lower_bound`). The rate is then what the
+    /// streams got beside another flow, and their share of it leaves with them:
     /// a latecomer beside `iperf3 -P 4` at 25 ms (handshake 48 ms, its 8 measuring
     /// streams from 31 ms, up to 6,000 retransmissions per stream) that kept the 4 asked got
     /// 135-357 Mbit/s against iperf3's 620-840 (six runs), where it had got 390-510 keeping
@@ -144,11 +144,11 @@ impl AutoPlan {
     pub fn retiring_pays(
         left: Option<Duration>,
         rtt: Duration,
-        own_min: Option<Duration>,
+        beside: bool,
         open: u32,
         keep: u32,
     ) -> bool {
-        if keep == 0 || keep >= open || Self::measured_beside_another_flow(Some(rtt), own_min) {
+        if keep == 0 || keep >= open || beside {
             return false;
         }
         left.is_none_or(|left| left >= Self::retiring_needs(rtt, open, keep))

@@ -821,8 +821,7 @@ fn streams_opened_late_help_only_if_the_rest_of_the_transfer_outlasts_their_slow
 
 #[test]
 fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_for_the_takeover() {
-    let alone = |rtt: Duration| Some(rtt + Duration::from_micros(300));
-    let pays = |left, rtt, open, keep| AutoPlan::retiring_pays(left, rtt, alone(rtt), open, keep);
+    let pays = |left, rtt, open, keep| AutoPlan::retiring_pays(left, rtt, false, open, keep);
     let rtt = Duration::from_millis(25);
     // 5 measuring streams down to the 1 asked: the one that stays needs about 0.43 s to
     // take the path back, missing 0.17 s of the link; that is a twentieth of 3.4 s.
@@ -845,19 +844,14 @@ fn streams_the_plan_does_not_need_close_only_when_the_rest_of_the_transfer_pays_
     // rounds did not (or the other way round), and the streams stay.
     let rtt = Duration::from_millis(48);
     let streams = Some(Duration::from_millis(31));
-    assert!(!AutoPlan::retiring_pays(None, rtt, streams, 8, 4));
-    assert!(!AutoPlan::retiring_pays(
-        None,
-        Duration::from_millis(25),
-        Some(rtt),
-        8,
-        4
-    ));
-    assert!(AutoPlan::retiring_pays(None, rtt, Some(rtt), 8, 4));
-    assert!(
-        AutoPlan::retiring_pays(None, rtt, None, 8, 4),
-        "no RTT seen: alone"
-    );
+    let beside = AutoPlan::measured_beside_another_flow;
+    assert!(beside(Some(rtt), streams));
+    assert!(beside(Some(Duration::from_millis(25)), Some(rtt)));
+    assert!(!beside(Some(rtt), Some(rtt)));
+    assert!(!beside(Some(rtt), None), "no RTT seen: alone");
+    assert!(!beside(Some(rtt), Some(rtt + Duration::from_micros(300))));
+    assert!(!AutoPlan::retiring_pays(None, rtt, true, 8, 4));
+    assert!(AutoPlan::retiring_pays(None, rtt, false, 8, 4));
 }
 
 #[test]
@@ -1336,6 +1330,11 @@ fn a_receiver_told_the_rate_is_a_lower_bound_grows_as_far_as_the_kernel_would() 
 /// A sender of 4 streams whose handshake took `handshake_ms` and whose connection's own
 /// lowest RTT is `own_ms`, settled on 130 Mbit/s: the `SO_SNDBUF` it settles to.
 fn sender_settled_beside(handshake_ms: u32, own_ms: u32) -> Bytes {
+    sender_settled_on(handshake_ms, own_ms, false)
+}
+
+/// [`sender_settled_beside`], the hint saying whether the rate is a lower bound.
+fn sender_settled_on(handshake_ms: u32, own_ms: u32, lower_bound: bool) -> Bytes {
     let mut t = AutoConfig::default().build(ctx(Role::Sender, f64::from(handshake_ms), None, 0, 4));
     t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
     let s = TcpSnapshot {
@@ -1348,6 +1347,7 @@ fn sender_settled_beside(handshake_ms: u32, own_ms: u32) -> Bytes {
     let hint = PathHint {
         rtt: Some(Duration::from_millis(u64::from(handshake_ms))),
         rate: Some(Rate::mbit(130)),
+        rate_is_lower_bound: lower_bound,
         ..Default::default()
     };
     t.handle_hint(Time::from_millis(500), &hint, 4);
@@ -1376,25 +1376,9 @@ fn a_sender_told_the_rate_is_a_lower_bound_may_hold_what_the_kernel_would() {
     let limits = HostLimits::linux_defaults();
     // Its own lowest RTT matches the handshake's, but another stream of the transfer saw
     // the queue and the client marked the rate a lower bound.
-    let mut t = AutoConfig::default().build(ctx(Role::Sender, 45.0, None, 0, 4));
-    t.handle_event(Time::ZERO, ConnEvent::BeforeConnect);
-    let s = TcpSnapshot {
-        rtt_us: 44_000,
-        min_rtt_us: Some(44_000),
-        ..measuring_snap(100_000)
-    };
-    t.handle_snapshot(Time::from_millis(100), &s);
-    actions(&mut t);
-    let hint = PathHint {
-        rtt: Some(Duration::from_millis(45)),
-        rate: Some(Rate::mbit(130)),
-        rate_is_lower_bound: true,
-        ..Default::default()
-    };
-    t.handle_hint(Time::from_millis(500), &hint, 4);
-    actions(&mut t);
     let reach = Bytes(limits.tcp_wmem[2].0 / 2).min(limits.wmem_max);
-    assert_eq!(t.send(), SendPlan::Explicit(reach));
+    assert!(sender_settled_beside(45, 44) < reach);
+    assert_eq!(sender_settled_on(45, 44, true), reach);
 }
 
 /// Stream 0 of `built` streams (one asked), measuring at 25 ms alone, settled on 300 Mbit/s

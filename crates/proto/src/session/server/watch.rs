@@ -214,6 +214,25 @@ mod tests {
         }
     }
 
+    /// A watch as a session starts one: no bound on its length, samples four times a round
+    /// and at least every 10 ms.
+    fn watch(
+        t0: Instant,
+        rtt: Option<Duration>,
+        direction: Direction,
+        measuring: bool,
+    ) -> PathWatch {
+        PathWatch::new(
+            t0,
+            rtt,
+            direction,
+            measuring,
+            Duration::MAX,
+            4,
+            Duration::from_millis(10),
+        )
+    }
+
     /// Delivery that doubles each 50 ms round up to `cap_mbit`, observed every 10 ms.
     fn run(w: &mut PathWatch, t0: Instant, cap_mbit: f64, ms: u64) -> Option<ProbeOutcome> {
         let mut delivered = 0f64;
@@ -261,15 +280,7 @@ mod tests {
     #[test]
     fn a_plateau_of_a_phase_its_buffers_may_limit_is_only_a_lower_bound() {
         let t0 = Instant::now();
-        let mut w = PathWatch::new(
-            t0,
-            Some(Duration::from_millis(50)),
-            Direction::Send,
-            false,
-            Duration::MAX,
-            4,
-            Duration::from_millis(10),
-        );
+        let mut w = watch(t0, Some(Duration::from_millis(50)), Direction::Send, false);
         assert_eq!(run(&mut w, t0, 50.0, 3000).map(|o| o.full_pipe), Some(true));
         let m = w.measurement(&SideResult::default()).expect("measured");
         assert!(!m.full_pipe);
@@ -282,14 +293,11 @@ mod tests {
     fn a_plateau_the_client_found_beside_another_flow_is_only_a_lower_bound() {
         let t0 = Instant::now();
         // A phase that measures in band from its start (a path never seen).
-        let mut w = PathWatch::new(
+        let mut w = watch(
             t0,
             Some(Duration::from_millis(50)),
             Direction::Receive,
             true,
-            Duration::MAX,
-            4,
-            Duration::from_millis(10),
         );
         assert_eq!(run(&mut w, t0, 50.0, 3000).map(|o| o.full_pipe), Some(true));
         // The client's hint: what its streams got beside another flow's queue.
@@ -305,15 +313,7 @@ mod tests {
     #[test]
     fn without_observations_the_result_gives_a_lower_bound_and_no_rtt_gives_nothing() {
         let t0 = Instant::now();
-        let w = PathWatch::new(
-            t0,
-            None,
-            Direction::Receive,
-            true,
-            Duration::MAX,
-            4,
-            Duration::from_millis(10),
-        );
+        let w = watch(t0, None, Direction::Receive, true);
         assert!(!w.observed());
         let r = SideResult {
             streams: vec![stream(1_000_000, 1.0, 2.0, Some(30_000))],
@@ -334,14 +334,11 @@ mod tests {
     #[test]
     fn observations_before_they_are_due_are_ignored_and_rounds_are_bounded() {
         let t0 = Instant::now();
-        let mut w = PathWatch::new(
+        let mut w = watch(
             t0,
             Some(Duration::from_secs(3600)),
             Direction::Receive,
             true,
-            Duration::MAX,
-            4,
-            Duration::from_millis(10),
         );
         // A client's absurd RTT cannot make rounds longer than a second.
         assert_eq!(w.next_sample(), t0 + Duration::from_millis(250));
