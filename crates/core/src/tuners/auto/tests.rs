@@ -1207,6 +1207,25 @@ fn a_settled_receiver_whose_window_does_not_bind_keeps_its_maximum() {
     );
 }
 
+/// Feed a settled receiver `rounds` (bytes received in each) of `rtt_ms` from `now`, when
+/// it had received `received` in all: the window clamps it set, in order.
+fn receive_rounds(
+    r: &mut AutoTuner,
+    mut now: Time,
+    mut received: u64,
+    rtt_ms: u32,
+    rounds: impl IntoIterator<Item = u64>,
+) -> Vec<u64> {
+    let mut seen = Vec::new();
+    for bytes in rounds {
+        received += bytes;
+        r.handle_snapshot(now, &receiving_snap(received, rtt_ms));
+        seen.extend(clamps(&actions(r)));
+        now += Duration::from_millis(u64::from(rtt_ms));
+    }
+    seen
+}
+
 /// A receiver whose handshake took `handshake_ms`, under the default limits, that measured
 /// its first rounds at a receive-side RTT of `rcv_rtt_ms`, then settled on 300 Mbit/s: it,
 /// and its plan's most.
@@ -1270,16 +1289,11 @@ fn a_receiver_that_measured_behind_another_flows_queue_may_grow_as_far_as_the_ke
         alone,
         &HostLimits::linux_defaults(),
     ));
-    let mut now = Time::from_millis(300);
-    let mut received = 10_000_000u64;
-    let mut seen = Vec::new();
-    for k in 0..40u64 {
-        // From 300 to 700 Mbit/s over 48 ms rounds.
-        received += 1_800_000 + k * 60_000;
-        r.handle_snapshot(now, &receiving_snap(received, 48));
-        seen.extend(clamps(&actions(&mut r)));
-        now += Duration::from_millis(48);
-    }
+    let now = Time::from_millis(300);
+    let received = 10_000_000u64;
+    // From 300 to 700 Mbit/s over 48 ms rounds.
+    let rounds = (0..40u64).map(|k| 1_800_000 + k * 60_000);
+    let seen = receive_rounds(&mut r, now, received, 48, rounds);
     let last = seen.last().copied().unwrap_or(0);
     assert!(
         last > budget_window,
@@ -1298,7 +1312,7 @@ fn a_receiver_told_the_rate_is_a_lower_bound_grows_as_far_as_the_kernel_would() 
     // handshake), but the client's senders did: the hint says the 300 Mbit/s is a lower
     // bound, what they got beside another flow.
     let (_, alone) = settled_behind(25, 26);
-    let (mut r, max_buffer, mut now, mut received) = settled_receiver_on(25, 26, true);
+    let (mut r, max_buffer, now, received) = settled_receiver_on(25, 26, true);
     assert!(alone.0 < rmem_max.0 / 2, "{alone}");
     assert_eq!(max_buffer, rmem_max);
     // Behind the other flow's queue (38 ms rounds) the window grows to twice what arrives
@@ -1309,13 +1323,13 @@ fn a_receiver_told_the_rate_is_a_lower_bound_grows_as_far_as_the_kernel_would() 
         &HostLimits::linux_defaults(),
     ));
     let per_round = 1_500_000u64;
-    let mut seen = Vec::new();
-    for _ in 0..40 {
-        received += per_round;
-        r.handle_snapshot(now, &receiving_snap(received, 38));
-        seen.extend(clamps(&actions(&mut r)));
-        now += Duration::from_millis(38);
-    }
+    let seen = receive_rounds(
+        &mut r,
+        now,
+        received,
+        38,
+        std::iter::repeat_n(per_round, 40),
+    );
     let last = seen.last().copied().unwrap_or(0);
     assert!(
         last > budget_window,
