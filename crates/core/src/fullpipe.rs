@@ -142,6 +142,12 @@ pub struct FullPipe {
     max_duration: Duration,
     start: Option<Time>,
     round_start: (Time, u64),
+    /// Packets that had arrived out of order at the current round's start (a receiver's,
+    /// see [`FullPipe::on_sample_ordered`]).
+    ooo_at_round_start: Option<u64>,
+    /// Consecutive rounds, up to the last, in which nothing arrived out of order (every
+    /// round counts when that is unknown).
+    in_order_run: u32,
     last: Time,
     /// The rate at the last growth, bit/s.
     full_bw: f64,
@@ -173,6 +179,8 @@ impl FullPipe {
             max_duration,
             start: None,
             round_start: (Time::ZERO, 0),
+            ooo_at_round_start: None,
+            in_order_run: 0,
             last: Time::ZERO,
             full_bw: 0.0,
             stale: 0,
@@ -201,7 +209,13 @@ impl FullPipe {
     /// A receiver's rate therefore *settles*: after the plateau, the estimator waits for
     /// [`SETTLED_ROUNDS`] consecutive rounds within [`GROWTH`] of each other (no hole opened
     /// or filled in them) and takes their mean, bytes over time; [`FullPipe::on_sample`]
-    /// returns only then (or at the bound). Rounds before the plateau count if they are
+    /// returns only then (or at the bound). Steady rounds are not proof enough: while the
+    /// overshoot's losses are recovered, holes open and fill in every round and the
+    /// in-order count can hold steady well away from the path's rate (348 and 34 Mbit/s
+    /// across a 200 Mbit/s path, three rounds each, 2.6 MB held out of order behind 1,800
+    /// drops). A receiver that knows its out-of-order arrivals
+    /// ([`FullPipe::on_sample_ordered`]) therefore settles only on rounds in which nothing
+    /// arrived out of order. Rounds before the plateau count if they are
     /// steady with it. A rate that never settles by the bound is the mean over everything
     /// from the plateau's first round on: holes and bursts cancel over it, so it is off by
     /// at most what was held in holes at its ends over its length. Over fewer than
@@ -235,9 +249,24 @@ impl FullPipe {
     /// Feed the cumulative delivered bytes at `now`. Returns the outcome when the probe
     /// should stop: the pipe is full, or the hard bound is reached.
     pub fn on_sample(&mut self, now: Time, delivered: u64) -> Option<ProbeOutcome> {
+        self.on_sample_ordered(now, delivered, None)
+    }
+
+    /// [`FullPipe::on_sample`] at a receiver that also knows how many packets have arrived
+    /// out of order so far (`out_of_order`, the sum of its streams' `tcpi_rcv_ooopack`).
+    /// A round in which that count grew had a hole open: what was read in order in it is
+    /// not what arrived (less while the hole is open, more when it fills). A settling
+    /// estimator settles only on rounds without ([`FullPipe::at_receiver`]).
+    pub fn on_sample_ordered(
+        &mut self,
+        now: Time,
+        delivered: u64,
+        out_of_order: Option<u64>,
+    ) -> Option<ProbeOutcome> {
         let Some(start) = self.start else {
             self.start = Some(now);
             self.round_start = (now, delivered);
+            self.ooo_at_round_start = out_of_order;
             self.last = now;
             return None;
         };
@@ -248,6 +277,12 @@ impl FullPipe {
             let bytes = delivered.saturating_sub(b0);
             let bw = bytes as f64 * 8.0 / dt.as_secs_f64();
             self.rounds += 1;
+            let in_order = match (self.ooo_at_round_start, out_of_order) {
+                (Some(a), Some(b)) => b == a,
+                _ => true,
+            };
+            self.in_order_run = if in_order { self.in_order_run + 1 } else { 0 };
+            self.ooo_at_round_start = out_of_order;
             self.max_bw = self.max_bw.max(bw);
             let was_full = self.full;
             if !self.full {
@@ -294,7 +329,10 @@ impl FullPipe {
             self.since_plateau.1 += dt;
             self.since_plateau.2 += 1;
         }
-        if self.settled.is_some() || self.tail.len() < SETTLED_ROUNDS {
+        if self.settled.is_some()
+            || self.tail.len() < SETTLED_ROUNDS
+            || self.in_order_run < SETTLED_ROUNDS as u32
+        {
             return;
         }
         let rate = |(b, t): &(u64, Duration)| *b as f64 / t.as_secs_f64().max(1e-9);
@@ -457,6 +495,84 @@ mod tests {
             rounds(f().at_receiver(), &steady[..9]),
         );
         assert!((mbit(a) - mbit(b)).abs() < 3.0, "{a:?} {b:?}");
+    }
+
+    /// Feed round rates (Mbit/s) of 50 ms rounds with the packets that arrived out of order
+    /// in each; returns the outcome and the round it came in (1-based, 0: none).
+    fn ordered_rounds(mut f: FullPipe, seen: &[(f64, u64)]) -> (ProbeOutcome, usize) {
+        let (mut delivered, mut ooo, mut now) = (0f64, 0u64, Time::ZERO);
+        f.on_sample_ordered(now, 0, Some(0));
+        for (i, (r, o)) in seen.iter().enumerate() {
+            delivered += r * 1e6 / 8.0 * 0.05;
+            ooo += o;
+            now += Duration::from_millis(50);
+            if let Some(out) = f.on_sample_ordered(now, delivered as u64, Some(ooo)) {
+                return (out, i + 1);
+            }
+        }
+        (f.outcome(), 0)
+    }
+
+    #[test]
+    fn a_receiver_settles_only_on_rounds_without_out_of_order_arrivals() {
+        let f = || FullPipe::new(Duration::from_millis(50), Duration::from_secs(4)).at_receiver();
+        let mbit = |o: ProbeOutcome| o.rate.map_or(0.0, |r| r.0 as f64 / 1e6);
+        // A 200 Mbit/s path (193 of goodput): slow start, then the overshoot's recovery, in
+        // which the in-order count holds steady at 348 for three rounds while holes fill
+        // (as a loaded host read once), then clean rounds.
+        let seen = [
+            (14.8, 0),
+            (26.9, 0),
+            (40.9, 0),
+            (96.0, 0),
+            (175.3, 0),
+            (192.1, 0),
+            (121.7, 139),
+            (0.0, 323),
+            (340.0, 131),
+            (348.0, 75),
+            (352.0, 60),
+            (49.3, 378),
+            (193.1, 0),
+            (193.4, 0),
+            (192.8, 0),
+        ];
+        let (o, at) = ordered_rounds(f(), &seen);
+        assert_eq!(at, 15, "settles on the three clean rounds: {o:?}");
+        assert!(o.full_pipe && (192.0..=194.0).contains(&mbit(o)), "{o:?}");
+        // Steady at 34 while holes stay open (a loaded CI host's once), then the bursts
+        // that fill them and clean rounds: settled on those, not on the steady ones.
+        let stuck: Vec<(f64, u64)> = seen[..7]
+            .iter()
+            .copied()
+            .chain([
+                (34.0, 200),
+                (33.0, 210),
+                (35.0, 190),
+                (520.0, 100),
+                (420.0, 80),
+            ])
+            .chain([(193.0, 0), (193.2, 0), (192.9, 0)])
+            .collect();
+        let (o, at) = ordered_rounds(f(), &stuck);
+        assert_eq!(at, 15, "{o:?}");
+        assert!(o.full_pipe && (192.0..=194.0).contains(&mbit(o)), "{o:?}");
+        // Cut off by the bound before a clean round: the mean since the plateau, in which
+        // the holes and the bursts that filled them cancel.
+        let bounded = FullPipe::new(Duration::from_millis(50), Duration::from_millis(600));
+        let (o, _) = ordered_rounds(bounded.at_receiver(), &stuck[..12]);
+        assert!(o.full_pipe && (180.0..=200.0).contains(&mbit(o)), "{o:?}");
+        // Without the count the same steady rounds settle, as before.
+        let (mut plain, mut delivered, mut now) = (f(), 0f64, Time::ZERO);
+        plain.on_sample(now, 0);
+        let mut settled = None;
+        for (r, _) in &stuck {
+            delivered += r * 1e6 / 8.0 * 0.05;
+            now += Duration::from_millis(50);
+            settled = settled.or(plain.on_sample(now, delivered as u64));
+        }
+        let o = settled.expect("settles without the count");
+        assert!(mbit(o) < 40.0, "{o:?}");
     }
 
     #[test]

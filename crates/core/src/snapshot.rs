@@ -141,6 +141,10 @@ pub struct TcpSnapshot {
     pub bytes_sent: Option<u64>,
     /// Bytes retransmitted (`tcpi_bytes_retrans`; kernels >= 4.19).
     pub bytes_retrans: Option<u64>,
+    /// Packets that arrived out of order, behind a hole (`tcpi_rcv_ooopack`; kernels >=
+    /// 5.4): while it grows, `bytes_received` holds back what arrived beyond the hole.
+    #[serde(default)]
+    pub rcv_ooopack: Option<u32>,
     /// Bytes written by the application but not yet sent (`tcpi_notsent_bytes`; >= 4.6).
     pub notsent_bytes: Option<u32>,
     /// Most recent delivery-rate estimate (`tcpi_delivery_rate`, bytes/s; >= 4.9).
@@ -208,6 +212,7 @@ impl TcpSnapshot {
             bytes_received: None,
             bytes_sent: None,
             bytes_retrans: None,
+            rcv_ooopack: None,
             notsent_bytes: None,
             delivery_rate_bytes_per_sec: None,
             busy_time_us: None,

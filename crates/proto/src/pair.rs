@@ -604,6 +604,7 @@ impl Pair {
                 progress: moved,
                 delivered: moved,
                 min_rtt: Some(self.cfg.rtt),
+                out_of_order: None,
             };
             self.server.on_timeout(now, &|_| Some(o));
         }

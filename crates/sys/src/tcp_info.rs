@@ -49,6 +49,7 @@ mod off {
     pub(super) const SNDBUF_LIMITED: usize = 184;
     pub(super) const BYTES_SENT: usize = 200;
     pub(super) const BYTES_RETRANS: usize = 208;
+    pub(super) const RCV_OOOPACK: usize = 224;
     pub(super) const SND_WND: usize = 228;
     pub(super) const RCV_WND: usize = 232;
 }
@@ -123,6 +124,7 @@ pub fn parse_tcp_info(b: &[u8]) -> Result<TcpSnapshot, TcpInfoError> {
         bytes_received: u64_at(b, off::BYTES_RECEIVED),
         bytes_sent: u64_at(b, off::BYTES_SENT),
         bytes_retrans: u64_at(b, off::BYTES_RETRANS),
+        rcv_ooopack: u32_at(b, off::RCV_OOOPACK),
         notsent_bytes: u32_at(b, off::NOTSENT_BYTES),
         delivery_rate_bytes_per_sec: u64_at(b, off::DELIVERY_RATE),
         busy_time_us: u64_at(b, off::BUSY_TIME),
@@ -191,6 +193,7 @@ mod tests {
         put64(&mut b, off::RWND_LIMITED, 1234);
         put64(&mut b, off::SNDBUF_LIMITED, 5678);
         put32(&mut b, off::RCV_WND, 65535);
+        put32(&mut b, off::RCV_OOOPACK, 4321);
         let s = parse_tcp_info(&b).expect("valid");
         assert_eq!(s.state, TcpState::Established);
         assert_eq!((s.snd_wscale, s.rcv_wscale), (7, 9));
@@ -200,6 +203,7 @@ mod tests {
         assert_eq!(s.rwnd_limited_us, Some(1234));
         assert_eq!(s.sndbuf_limited_us, Some(5678));
         assert_eq!(s.rcv_wnd_bytes, Some(65535));
+        assert_eq!(s.rcv_ooopack, Some(4321));
     }
 
     #[test]
@@ -210,7 +214,10 @@ mod tests {
         assert_eq!(s.bytes_acked, None);
         assert_eq!(s.min_rtt_us, None);
         assert_eq!(s.rwnd_limited_us, None);
+        let s = parse_tcp_info(&vec![0u8; 224]).expect("valid"); // Linux 4.19 .. 5.3
+        assert_eq!(s.rcv_ooopack, None);
         let s = parse_tcp_info(&vec![0u8; 232]).expect("valid"); // Linux 5.4 .. 6.1
+        assert_eq!(s.rcv_ooopack, Some(0));
         assert_eq!(s.snd_wnd_bytes, Some(0));
         assert_eq!(s.rcv_wnd_bytes, None);
     }

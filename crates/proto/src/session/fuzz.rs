@@ -456,6 +456,7 @@ fn the_endpoint_survives_random_walks_within_its_bounds() {
                             progress: d.get(),
                             delivered: d.get(),
                             min_rtt: rtt,
+                            out_of_order: None,
                         })
                     });
                 }

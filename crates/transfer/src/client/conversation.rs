@@ -108,7 +108,7 @@ impl Observe for EngineObs<'_> {
         self.0.delivered()
     }
     fn own_min_rtt(&mut self) -> Option<Duration> {
-        self.0.path_view().1
+        self.0.path_view().min_rtt
     }
 }
 

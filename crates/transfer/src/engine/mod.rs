@@ -80,6 +80,19 @@ struct Counters {
     done: AtomicBool,
 }
 
+/// What [`Engine::path_view`] reads of a phase's streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PathView {
+    /// Bytes delivered (acknowledged or selectively acknowledged at a sender, received in
+    /// order at a receiver), over every stream.
+    pub(crate) delivered: u64,
+    /// The smallest `tcpi_min_rtt` of the streams.
+    pub(crate) min_rtt: Option<Duration>,
+    /// At a receiver, packets that arrived out of order so far over every stream
+    /// (`tcpi_rcv_ooopack`); `None` at a sender or on a kernel without the counter.
+    pub(crate) out_of_order: Option<u64>,
+}
+
 struct Shared {
     next: AtomicU64,
     stop: AtomicBool,
@@ -398,21 +411,30 @@ impl Engine {
             .sum()
     }
 
-    /// Bytes delivered as [`Engine::delivered`] has them, except that a receiver counts
-    /// what its kernel received in order (`tcpi_bytes_received`, else what it read), and
-    /// the smallest `tcpi_min_rtt` of the streams, read in one pass (the server's watch
-    /// over its clients' paths). The kernel's count goes on while this process is
-    /// descheduled; what the streams read would come in a burst after it (a round well
-    /// above the path's rate).
-    pub(crate) fn path_view(&self) -> (u64, Option<Duration>) {
-        let mut delivered = 0u64;
-        let mut min_rtt: Option<Duration> = None;
+    /// What the server's watch over its clients' paths reads of the streams, in one pass:
+    /// bytes delivered as [`Engine::delivered`] has them, except that a receiver counts what
+    /// its kernel received in order (`tcpi_bytes_received`, else what it read); the smallest
+    /// `tcpi_min_rtt`; and at a receiver the packets that arrived out of order. The kernel's
+    /// count goes on while this process is descheduled; what the streams read would come in
+    /// a burst after it (a round well above the path's rate).
+    pub(crate) fn path_view(&self) -> PathView {
+        let mut view = PathView {
+            delivered: 0,
+            min_rtt: None,
+            out_of_order: (self.cfg.role == Role::Receiver).then_some(0),
+        };
         for s in &self.slots {
             let info = tcptune_sys::sockopt::tcp_info(s.stream.as_fd()).ok();
             if let Some(r) = info.as_ref().and_then(|t| t.min_rtt()) {
-                min_rtt = Some(min_rtt.map_or(r, |m| m.min(r)));
+                view.min_rtt = Some(view.min_rtt.map_or(r, |m| m.min(r)));
             }
-            delivered += match self.cfg.role {
+            // Unknown on one stream (an old kernel): unknown for the phase.
+            let ooo = info.as_ref().and_then(|t| t.rcv_ooopack);
+            view.out_of_order = view
+                .out_of_order
+                .zip(ooo)
+                .map(|(sum, n)| sum + u64::from(n));
+            view.delivered += match self.cfg.role {
                 Role::Sender => info
                     .and_then(|t| t.delivered_bytes())
                     .unwrap_or_else(|| s.counters.tcp_bytes.load(Ordering::Relaxed)),
@@ -421,7 +443,7 @@ impl Engine {
                     .unwrap_or_else(|| s.counters.bytes.load(Ordering::Relaxed)),
             };
         }
-        (delivered, min_rtt)
+        view
     }
 
     /// A number that grows while any data moves, at the application or in TCP (for idle

@@ -481,11 +481,12 @@ impl Driver {
             let phases = &self.phases;
             endpoint.on_timeout(now, &|sid| {
                 phases.get(&sid).map(|p| {
-                    let (delivered, min_rtt) = p.engine.path_view();
+                    let view = p.engine.path_view();
                     Observation {
                         progress: p.engine.progress(),
-                        delivered,
-                        min_rtt,
+                        delivered: view.delivered,
+                        min_rtt: view.min_rtt,
+                        out_of_order: view.out_of_order,
                     }
                 })
             });

@@ -46,6 +46,7 @@ fn progress(bytes: u64) -> Observation {
         progress: bytes,
         delivered: bytes,
         min_rtt: None,
+        out_of_order: None,
     }
 }
 
@@ -672,6 +673,7 @@ fn measured_after_hint(
                 progress: delivered as u64,
                 delivered: delivered as u64,
                 min_rtt: rtt,
+                out_of_order: None,
             }),
         );
         // Doubling every 50 ms round up to 50 Mbit/s.

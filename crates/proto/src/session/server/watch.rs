@@ -23,6 +23,10 @@ pub struct Observation {
     pub delivered: u64,
     /// The smallest `tcpi_min_rtt` of the phase's streams.
     pub min_rtt: Option<Duration>,
+    /// When the server receives: packets that arrived out of order so far over the phase's
+    /// streams (`tcpi_rcv_ooopack`), `None` when sending or unknown. A round in which it
+    /// grew had a hole open, and what was read in order in it is not what arrived.
+    pub out_of_order: Option<u64>,
 }
 
 /// One measurement of a client's path, from the server's side.
@@ -119,7 +123,8 @@ impl PathWatch {
         let t = Time::from_nanos(
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX),
         );
-        self.estimator.on_sample(t, obs.delivered)
+        self.estimator
+            .on_sample_ordered(t, obs.delivered, obs.out_of_order)
     }
 
     /// An RTT the server itself measured on the path (its control connection's), as the
@@ -243,6 +248,7 @@ mod tests {
                 progress: delivered as u64,
                 delivered: delivered as u64,
                 min_rtt: Some(Duration::from_millis(50 + k % 3)),
+                out_of_order: None,
             };
             if let Some(o) = w.observe(now, &obs) {
                 return Some(o);
@@ -275,6 +281,58 @@ mod tests {
         let mbit = m.rate.0 as f64 / 1e6;
         assert!((190.0..=210.0).contains(&mbit), "{mbit}");
         assert_eq!(m.direction, Direction::Receive);
+    }
+
+    #[test]
+    fn a_receiving_watch_does_not_settle_on_rounds_with_holes() {
+        // In order, 40 Mbit/s for three steady rounds after a 200 Mbit/s slow start, while
+        // packets keep arriving out of order; then the holes fill and clean rounds follow.
+        let t0 = Instant::now();
+        let mut w = watch(
+            t0,
+            Some(Duration::from_millis(50)),
+            Direction::Receive,
+            true,
+        );
+        let rounds = [
+            (25.0, 0),
+            (50.0, 0),
+            (100.0, 0),
+            (200.0, 0),
+            (200.0, 0),
+            (40.0, 300),
+            (40.0, 300),
+            (40.0, 300),
+            (40.0, 300),
+            (520.0, 100),
+            (200.0, 0),
+            (200.0, 0),
+            (200.0, 0),
+            (200.0, 0),
+            (200.0, 0),
+        ];
+        let (mut delivered, mut ooo) = (0f64, 0u64);
+        let mut settled = None;
+        for (i, (mbit, holes)) in rounds.iter().enumerate() {
+            // Five observations a round, the round's holes seen from its second on.
+            for k in 0..5u32 {
+                let now = t0 + Duration::from_millis(50 * i as u64 + 10 * u64::from(k) + 10);
+                delivered += mbit * 1e6 / 8.0 * 0.010;
+                if k == 1 {
+                    ooo += holes;
+                }
+                let obs = Observation {
+                    progress: delivered as u64,
+                    delivered: delivered as u64,
+                    min_rtt: Some(Duration::from_millis(50)),
+                    out_of_order: Some(ooo),
+                };
+                settled = settled.or(w.observe(now, &obs));
+            }
+        }
+        let o = settled.expect("settled on the clean rounds");
+        let rate = o.rate.expect("a rate").0 as f64 / 1e6;
+        assert!((190.0..=210.0).contains(&rate), "{o:?}");
     }
 
     #[test]

@@ -52,6 +52,7 @@ fn a_latecomer_and_the_incumbent_are_told_half_and_the_server_paces_its_own_send
             progress: d,
             delivered: d,
             min_rtt: None,
+            out_of_order: None,
         })
     };
     let mut now = t0;

@@ -90,6 +90,7 @@ fn run(
                 progress: 0,
                 delivered: (rate(sid) as f64 * secs) as u64,
                 min_rtt: None,
+                out_of_order: None,
             })
         });
         out.extend(events(e));
