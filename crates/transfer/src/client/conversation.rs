@@ -110,6 +110,9 @@ impl Observe for EngineObs<'_> {
     fn own_min_rtt(&mut self) -> Option<Duration> {
         self.0.path_view().min_rtt
     }
+    fn out_of_order(&mut self) -> Option<u64> {
+        self.0.path_view().out_of_order
+    }
 }
 
 /// One session with the server: the control connection and the running phase.
