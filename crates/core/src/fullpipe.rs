@@ -212,9 +212,9 @@ impl FullPipe {
     /// or filled in them) and takes their mean, bytes over time; [`FullPipe::on_sample`]
     /// returns only then (or at the bound). Steady rounds are not proof enough: while the
     /// overshoot's losses are recovered, holes open and fill in every round and the
-    /// in-order count can hold steady well away from the path's rate (348 and 34 Mbit/s
-    /// across a 200 Mbit/s path, three rounds each, 2.6 MB held out of order behind 1,800
-    /// drops). A receiver that knows its out-of-order arrivals
+    /// in-order count can hold steady well away from the path's rate (a loaded host settled
+    /// at 348 Mbit/s on a 200 Mbit/s path, 2.6 MB held out of order behind 1,800 drops; CI
+    /// once at 33.7). A receiver that knows its out-of-order arrivals
     /// ([`FullPipe::on_sample_ordered`]) therefore settles only on rounds in which nothing
     /// arrived out of order. Rounds before the plateau count if they are
     /// steady with it. A rate that never settles by the bound is the mean over everything
