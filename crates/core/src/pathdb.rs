@@ -272,6 +272,30 @@ impl PathDb {
             })
     }
 
+    /// The smallest RTT any fresh entry of this peer and direction was measured at, whatever
+    /// its bucket: the path's RTT with nothing queued on it, as far as this database knows.
+    /// A handshake well above it, while the streams never see less, waited behind another
+    /// flow's queue (a path that got longer looks the same, and is then taken for a shared
+    /// one: its rate a lower bound, its buffers kernel autotuning's).
+    pub fn base_rtt(
+        &self,
+        peer: &str,
+        direction: Direction,
+        now_unix_s: f64,
+        policy: &PathDbPolicy,
+    ) -> Option<Duration> {
+        self.entries
+            .iter()
+            .filter(|e| {
+                e.peer == peer
+                    && e.direction == direction
+                    && e.min_rtt_us > 0
+                    && age(now_unix_s, e.updated_unix_s) <= policy.fresh_for
+            })
+            .map(|e| Duration::from_micros(e.min_rtt_us))
+            .min()
+    }
+
     /// Merge a measurement of this peer and direction (see the module documentation), then
     /// drop old entries.
     pub fn record(
@@ -505,6 +529,25 @@ mod tests {
         db.record(peer, Direction::Send, &m(990, 100, false, 30.0), &p);
         assert_eq!(look(&db, 100, 30.0).map(|k| k.rate), Some(Rate::mbit(990)));
         assert_eq!(db.entries.len(), 1);
+    }
+
+    #[test]
+    fn the_base_rtt_is_the_smallest_fresh_rtt_of_the_peer_in_any_bucket() {
+        let mut db = PathDb::new();
+        let p = PathDbPolicy::default();
+        let peer = "10.0.0.2";
+        let base = |db: &PathDb, at: f64| db.base_rtt(peer, Direction::Send, at, &p);
+        assert_eq!(base(&db, 0.0), None);
+        db.record(peer, Direction::Send, &m(900, 25, true, 0.0), &p);
+        db.record(peer, Direction::Send, &m(300, 50, false, 10.0), &p);
+        db.record(peer, Direction::Receive, &m(900, 20, true, 10.0), &p);
+        db.record("10.0.0.3", Direction::Send, &m(900, 5, true, 10.0), &p);
+        // 50 ms is another bucket: a lookup at 50 ms does not see the 25 ms entry; this does.
+        assert!(look(&db, 25, 11.0).is_some());
+        assert_eq!(base(&db, 11.0), Some(Duration::from_millis(25)));
+        // Only fresh entries count.
+        let later = 10.0 + p.fresh_for.as_secs_f64() + 1.0;
+        assert_eq!(base(&db, later), None);
     }
 
     #[test]

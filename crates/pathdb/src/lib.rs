@@ -289,6 +289,18 @@ pub fn lookup_in(
     merge::lookup_in(rows, peer, direction, rtt, now_unix_s, policy)
 }
 
+/// The smallest RTT of the fresh entries of `peer` and `direction` in `rows`, whatever their
+/// bucket ([`tcptune_core::pathdb::PathDb::base_rtt`]).
+pub fn base_rtt_in(
+    rows: &[StoredEntry],
+    peer: &str,
+    direction: Direction,
+    now_unix_s: f64,
+    policy: &PathDbPolicy,
+) -> Option<Duration> {
+    merge::base_rtt_in(rows, peer, direction, now_unix_s, policy)
+}
+
 /// A database location for messages and logs: the SQLite file (see [`Location::resolve`]),
 /// or the URL without its password (a malformed URL: what is wrong with it).
 pub fn describe_location(location: &Path) -> String {

@@ -286,6 +286,21 @@ pub(crate) fn lookup_in(
     db.lookup(peer, direction, rtt, now_unix_s, policy)
 }
 
+/// [`PathDb::base_rtt`] over stored rows.
+pub(crate) fn base_rtt_in(
+    rows: &[StoredEntry],
+    peer: &str,
+    direction: Direction,
+    now_unix_s: f64,
+    policy: &PathDbPolicy,
+) -> Option<std::time::Duration> {
+    let db = PathDb {
+        schema_version: PATH_DB_SCHEMA_VERSION,
+        entries: rows.iter().map(|s| s.entry.clone()).collect(),
+    };
+    db.base_rtt(peer, direction, now_unix_s, policy)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -198,6 +198,17 @@ impl PathDbSession {
         known
     }
 
+    /// The smallest RTT the fresh entries of this path were measured at, any bucket
+    /// ([`tcptune_pathdb::base_rtt_in`]), from the rows [`PathDbSession::lookup`] waited for.
+    pub(crate) fn base_rtt(
+        &self,
+        peer: &str,
+        direction: Direction,
+        now_unix_s: f64,
+    ) -> Option<Duration> {
+        tcptune_pathdb::base_rtt_in(&self.rows, peer, direction, now_unix_s, &self.policy)
+    }
+
     /// The entry found was used instead of probing.
     pub(crate) fn mark_used(&mut self) {
         self.report.used = true;

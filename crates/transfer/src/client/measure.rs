@@ -48,6 +48,14 @@ impl PathDbUse {
         self.db.as_mut()?.lookup(&peer, dir, rtt, now_unix)
     }
 
+    /// The path's RTT with nothing queued, as far as the database knows (any entry of this
+    /// peer and direction, whatever its RTT), after [`PathDbUse::lookup`].
+    pub(crate) fn base_rtt(&self, now_unix: f64) -> Option<Duration> {
+        self.db
+            .as_ref()?
+            .base_rtt(&self.peer, self.direction, now_unix)
+    }
+
     /// Mark the entry as used.
     pub(crate) fn used(&mut self) {
         if let Some(d) = self.db.as_mut() {

@@ -117,6 +117,12 @@ fn write_preamble(o: &mut String, r: &Report, connecting: bool) {
     if let Some(ib) = t.measurement.as_ref().and_then(|m| m.in_band.as_ref()) {
         let rate = tcptune_core::Rate(ib.rate_bps);
         let _ = match ib.corrects_bps {
+            Some(old) if ib.lower_bound => writeln!(
+                o,
+                "Path database kept: it said {}, this transfer got at least {rate} (found after {:.2} s) beside another flow whose queue its RTT showed; both ends then left their buffers to grow as kernel autotuning's would",
+                tcptune_core::Rate(old),
+                ib.after_seconds
+            ),
             Some(old) => writeln!(
                 o,
                 "Path database corrected: it said {}, this transfer delivers {rate} (found after {:.2} s): buffers resized, the entry replaced",

@@ -118,10 +118,21 @@ impl Observe for Steady {
 /// handshake took 25 ms and the phase's streams have seen `own_min` at the lowest, while
 /// they deliver a steady 250 Mbit/s.
 fn measured_with(own_min: Option<Duration>) -> Measured {
+    measured_in(InBand::Measure, own_min)
+}
+
+/// [`measured_with`] for a phase whose in-band measurement is `in_band`.
+fn measured_in(in_band: InBand, own_min: Option<Duration>) -> Measured {
+    measured_known(in_band, own_min, None)
+}
+
+/// [`measured_in`] by a session told the path database's base RTT, `base`.
+fn measured_known(in_band: InBand, own_min: Option<Duration>, base: Option<Duration>) -> Measured {
     let t0 = Instant::now();
     let mut s = ClientSession::new(t0, plan());
+    s.set_path_base_rtt(base);
     let mut req = main_phase(2);
-    req.in_band = InBand::Measure;
+    req.in_band = in_band;
     req.hint.rtt = Some(Duration::from_millis(25));
     s.start_phase(t0, req);
     s.handle_msg(t0, accepted(8));
@@ -160,6 +171,35 @@ fn a_rate_measured_beside_another_flows_queue_is_a_lower_bound() {
     assert_eq!(beside.rate, alone.rate);
     // An engine that cannot tell: the path's rate, as before.
     assert!(!measured_with(None).lower_bound);
+}
+
+#[test]
+fn a_known_rate_checked_beside_another_flows_queue_is_not_corrected_as_the_paths() {
+    // The database said 1 Gbit/s; the streams deliver 250 Mbit/s.
+    let known = InBand::Check(Rate::gbit(1));
+    // Their own lowest RTT matches the handshake's: the path changed, the entry is corrected.
+    let changed = measured_in(known, Some(Duration::from_micros(25_300)));
+    assert_eq!(changed.corrects, Some(Rate::gbit(1)));
+    assert!(!changed.lower_bound, "{changed:?}");
+    // The handshake waited behind a queue they never saw: another flow shares the path now,
+    // and what they got beside it is a lower bound (the database's entry stays).
+    let beside = measured_in(known, Some(Duration::from_millis(20)));
+    assert_eq!(beside.corrects, Some(Rate::gbit(1)));
+    assert!(beside.lower_bound, "{beside:?}");
+}
+
+#[test]
+fn a_handshake_above_the_rtt_the_database_knows_shows_another_flows_queue() {
+    // The handshake took 25 ms and the streams, which started behind the same queue, never
+    // saw less: alone, that is the path's own rate.
+    let own = Some(Duration::from_micros(25_300));
+    assert!(!measured_known(InBand::Measure, own, None).lower_bound);
+    // The database measured this path at 20 ms before: the 5 ms are another flow's queue.
+    let beside = measured_known(InBand::Measure, own, Some(Duration::from_millis(20)));
+    assert!(beside.lower_bound, "{beside:?}");
+    // At the RTT the database knows: the path's rate.
+    let alone = measured_known(InBand::Measure, own, Some(Duration::from_micros(24_900)));
+    assert!(!alone.lower_bound, "{alone:?}");
 }
 
 /// A receiving engine: what its streams read in order and what arrived out of order.
