@@ -1230,13 +1230,13 @@ impl ClientSession {
             let mut found = None;
             if full && !p.stopped && p.in_band != InBand::Off {
                 let o = p.estimator.outcome();
+                // The lowest RTT the path showed: the streams' own, or the database's.
+                let lowest = match (obs.own_min_rtt(), base_rtt) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 found = match (p.in_band, o.rate) {
                     (InBand::Measure, Some(rate)) => {
-                        let own = obs.own_min_rtt();
-                        let lowest = match (own, base_rtt) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
                         let beside =
                             AutoPlan::measured_beside_another_flow(p.handshake_rtt, lowest);
                         Some((rate, None, o.rounds, beside))
@@ -1250,10 +1250,8 @@ impl ClientSession {
                     (InBand::Check(known), Some(rate))
                         if rate.0.saturating_mul(4) < known.0.saturating_mul(3) =>
                     {
-                        let beside = AutoPlan::measured_beside_another_flow(
-                            p.handshake_rtt,
-                            obs.own_min_rtt(),
-                        );
+                        let beside =
+                            AutoPlan::measured_beside_another_flow(p.handshake_rtt, lowest);
                         Some((rate, Some(known), o.rounds, beside))
                     }
                     _ => None,

@@ -104,7 +104,7 @@ fn learn_rate(s: &mut Opened<'_>) -> Result<Learned, ClientError> {
     let measure_start = Instant::now();
     let decision = measure::decide(s.cfg, &mut s.db, &mut s.hint, unix_now());
     let (mut source, in_band) = rate_source(&decision, &s.hint);
-    if in_band == InBand::Measure {
+    if in_band != InBand::Off {
         // A handshake well above the RTT this path was measured at before shows another
         // flow's queue even when the streams never see less (`AutoPlan::measured_beside_another_flow`).
         s.conv.set_path_base_rtt(s.db.base_rtt(unix_now()));

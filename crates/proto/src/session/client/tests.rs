@@ -186,6 +186,10 @@ fn a_known_rate_checked_beside_another_flows_queue_is_not_corrected_as_the_paths
     let beside = measured_in(known, Some(Duration::from_millis(20)));
     assert_eq!(beside.corrects, Some(Rate::gbit(1)));
     assert!(beside.lower_bound, "{beside:?}");
+    // Or the streams never saw less either, but the database knows the path at 20 ms.
+    let own = Some(Duration::from_micros(25_300));
+    let known_base = measured_known(known, own, Some(Duration::from_millis(20)));
+    assert!(known_base.lower_bound, "{known_base:?}");
 }
 
 #[test]
