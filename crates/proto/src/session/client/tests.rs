@@ -85,6 +85,8 @@ fn main_phase(streams: u32) -> PhaseRequest {
 struct Fake {
     progress: u64,
     delivered: u64,
+    /// Packets its streams got out of order, when it says (a receiving engine).
+    out_of_order: Option<u64>,
 }
 
 impl Observe for Fake {
@@ -93,6 +95,9 @@ impl Observe for Fake {
     }
     fn delivered(&mut self) -> u64 {
         self.delivered
+    }
+    fn out_of_order(&mut self) -> Option<u64> {
+        self.out_of_order
     }
 }
 
@@ -126,10 +131,15 @@ fn measured_in(in_band: InBand, own_min: Option<Duration>) -> Measured {
     measured_known(in_band, own_min, None)
 }
 
-/// [`measured_in`] by a session told the path database's base RTT, `base`.
-fn measured_known(in_band: InBand, own_min: Option<Duration>, base: Option<Duration>) -> Measured {
-    let t0 = Instant::now();
-    let mut s = ClientSession::new(t0, plan());
+/// A session of `plan` in its main phase (`in_band`, a 25 ms handshake, the path database's
+/// base RTT `base`) with both streams open and the server's answer in.
+fn measuring(
+    t0: Instant,
+    plan: ClientPlan,
+    in_band: InBand,
+    base: Option<Duration>,
+) -> ClientSession {
+    let mut s = ClientSession::new(t0, plan);
     s.set_path_base_rtt(base);
     let mut req = main_phase(2);
     req.in_band = in_band;
@@ -139,6 +149,13 @@ fn measured_known(in_band: InBand, own_min: Option<Duration>, base: Option<Durat
     s.handle_stream_open(t0, 0);
     s.handle_stream_open(t0, 1);
     drain(&mut s);
+    s
+}
+
+/// [`measured_in`] by a session told the path database's base RTT, `base`.
+fn measured_known(in_band: InBand, own_min: Option<Duration>, base: Option<Duration>) -> Measured {
+    let t0 = Instant::now();
+    let mut s = measuring(t0, plan(), in_band, base);
     let mut obs = Steady {
         delivered: 0,
         own_min,
@@ -206,42 +223,14 @@ fn a_handshake_above_the_rtt_the_database_knows_shows_another_flows_queue() {
     assert!(!alone.lower_bound, "{alone:?}");
 }
 
-/// A receiving engine: what its streams read in order and what arrived out of order.
-struct Receiving {
-    delivered: u64,
-    out_of_order: u64,
-}
-
-impl Observe for Receiving {
-    fn progress(&mut self) -> u64 {
-        self.delivered
-    }
-    fn delivered(&mut self) -> u64 {
-        self.delivered
-    }
-    fn out_of_order(&mut self) -> Option<u64> {
-        Some(self.out_of_order)
-    }
-}
-
 #[test]
 fn a_receiving_clients_measurement_counts_no_round_with_holes() {
     let t0 = Instant::now();
-    let mut s = ClientSession::new(
-        t0,
-        ClientPlan {
-            sender: false,
-            ..plan()
-        },
-    );
-    let mut req = main_phase(2);
-    req.in_band = InBand::Measure;
-    req.hint.rtt = Some(Duration::from_millis(25));
-    s.start_phase(t0, req);
-    s.handle_msg(t0, accepted(8));
-    s.handle_stream_open(t0, 0);
-    s.handle_stream_open(t0, 1);
-    drain(&mut s);
+    let receiving = ClientPlan {
+        sender: false,
+        ..plan()
+    };
+    let mut s = measuring(t0, receiving, InBand::Measure, None);
     // Rounds of 25 ms (Mbit/s read in order, packets out of order), sampled four times a
     // round: slow start to a 200 Mbit/s path, then the overshoot's holes, in which the
     // reads fall to 120 but for a round a filled hole inflates to 245 (a sender's plateau
@@ -250,9 +239,10 @@ fn a_receiving_clients_measurement_counts_no_round_with_holes() {
     let mut rounds = vec![(25.0, 0), (50.0, 0), (100.0, 0), (200.0, 0)];
     rounds.extend([(120.0, 40), (245.0, 40), (118.0, 40), (119.0, 40)]);
     rounds.extend([(200.0, 0); 12]);
-    let mut obs = Receiving {
+    let mut obs = Fake {
+        progress: 0,
         delivered: 0,
-        out_of_order: 0,
+        out_of_order: Some(0),
     };
     let step = Duration::from_micros(6_250);
     // The estimator's rounds start at its first sample.
@@ -262,8 +252,9 @@ fn a_receiving_clients_measurement_counts_no_round_with_holes() {
         for i in 0..4 {
             k += 1;
             obs.delivered += (mbit * 1e6 / 8.0 * 0.006_25) as u64;
+            obs.progress = obs.delivered;
             if i == 0 {
-                obs.out_of_order += holes;
+                obs.out_of_order = obs.out_of_order.map(|n| n + holes);
             }
             s.handle_timeout(t0 + step * k, &mut obs);
             for o in drain(&mut s) {
@@ -533,6 +524,7 @@ fn the_phase_ends_when_the_senders_wrote_their_last_byte_and_waits_for_delivery(
     let mut f = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     let mut now = t0;
     for _ in 0..12 {
@@ -593,6 +585,7 @@ fn the_probe_stops_on_a_full_pipe_and_does_not_wait_for_the_servers_side() {
     let mut fake = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     let mut t = t0;
     let mut stopped = false;
@@ -648,6 +641,7 @@ fn a_duration_workload_stops_the_senders_here_or_tells_the_server() {
         let mut fake = Fake {
             progress: 1,
             delivered: 1,
+            out_of_order: None,
         };
         s.handle_timeout(t0 + Duration::from_secs(1), &mut fake);
         let out = drain(&mut s);
@@ -686,6 +680,7 @@ fn the_cap_stops_both_ends_at_once_and_is_reported() {
     let mut fake = Fake {
         progress: 1,
         delivered: 1,
+        out_of_order: None,
     };
     s.handle_timeout(t0 + Duration::from_millis(600), &mut fake);
     let out = drain(&mut s);
@@ -704,6 +699,7 @@ fn the_cap_holds_while_written_data_is_still_on_its_way() {
     let mut fake = Fake {
         progress: 1,
         delivered: 1,
+        out_of_order: None,
     };
     // Every stream wrote its last message early; none has delivered it all.
     s.handle_engine(t0, Event::StreamWritten(0));
@@ -733,6 +729,7 @@ fn written_and_delivered_before_the_cap_is_not_capped() {
     let mut fake = Fake {
         progress: 1,
         delivered: 1,
+        out_of_order: None,
     };
     s.handle_engine(t0, Event::StreamDone(0));
     s.handle_engine(t0, Event::StreamDone(1));
@@ -749,6 +746,7 @@ fn no_progress_for_the_idle_timeout_fails_the_transfer() {
     let mut fake = Fake {
         progress: 5,
         delivered: 5,
+        out_of_order: None,
     };
     s.handle_timeout(t0 + Duration::from_secs(1), &mut fake);
     drain(&mut s);
@@ -770,6 +768,7 @@ fn a_server_that_never_admits_or_never_answers_is_a_failure() {
     let mut fake = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     s.handle_timeout(t0 + CONNECT, &mut fake);
     assert!(matches!(
@@ -1021,6 +1020,7 @@ fn a_queued_session_waits_without_stalling_and_its_clocks_start_at_admission() {
     let mut still = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     s.handle_timeout(t0 + Duration::from_secs(50), &mut still);
     assert!(drain(&mut s).is_empty());
@@ -1070,6 +1070,7 @@ fn a_session_that_waits_too_long_fails_in_one_line_saying_how_to_wait_longer() {
     let mut still = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     s.handle_timeout(t0 + Duration::from_secs(60), &mut still);
     let out = drain(&mut s);
@@ -1347,6 +1348,7 @@ fn retire_after(rate_at: impl Fn(f64) -> f64, secs: f64, until: Option<Duration>
     let mut f = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     let step = Duration::from_millis(10);
     let mut now = t0;
@@ -1394,6 +1396,7 @@ fn the_streams_that_stay_are_planned_for_the_steady_delivery_when_the_measuremen
     let mut f = Fake {
         progress: 0,
         delivered: 0,
+        out_of_order: None,
     };
     let mut now = t0;
     let mut told = None;

@@ -283,17 +283,22 @@ mod tests {
         assert_eq!(m.direction, Direction::Receive);
     }
 
+    /// A measuring watch of a phase the server receives, across a 50 ms path.
+    fn receiving(t0: Instant) -> PathWatch {
+        watch(
+            t0,
+            Some(Duration::from_millis(50)),
+            Direction::Receive,
+            true,
+        )
+    }
+
     #[test]
     fn a_receiving_watch_does_not_settle_on_rounds_with_holes() {
         // In order, 40 Mbit/s for three steady rounds after a 200 Mbit/s slow start, while
         // packets keep arriving out of order; then the holes fill and clean rounds follow.
         let t0 = Instant::now();
-        let mut w = watch(
-            t0,
-            Some(Duration::from_millis(50)),
-            Direction::Receive,
-            true,
-        );
+        let mut w = receiving(t0);
         let rounds = [
             (25.0, 0),
             (50.0, 0),
@@ -351,12 +356,7 @@ mod tests {
     fn a_plateau_the_client_found_beside_another_flow_is_only_a_lower_bound() {
         let t0 = Instant::now();
         // A phase that measures in band from its start (a path never seen).
-        let mut w = watch(
-            t0,
-            Some(Duration::from_millis(50)),
-            Direction::Receive,
-            true,
-        );
+        let mut w = receiving(t0);
         assert_eq!(run(&mut w, t0, 50.0, 3000).map(|o| o.full_pipe), Some(true));
         // The client's hint: what its streams got beside another flow's queue.
         w.hinted(true);
