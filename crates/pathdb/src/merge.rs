@@ -279,11 +279,15 @@ pub(crate) fn lookup_in(
     now_unix_s: f64,
     policy: &PathDbPolicy,
 ) -> Option<tcptune_core::pathdb::Known> {
-    let db = PathDb {
+    db_of(rows).lookup(peer, direction, rtt, now_unix_s, policy)
+}
+
+/// The core's database of fetched rows, for its lookups.
+fn db_of(rows: &[StoredEntry]) -> PathDb {
+    PathDb {
         schema_version: PATH_DB_SCHEMA_VERSION,
         entries: rows.iter().map(|s| s.entry.clone()).collect(),
-    };
-    db.lookup(peer, direction, rtt, now_unix_s, policy)
+    }
 }
 
 /// [`PathDb::base_rtt`] over stored rows.
@@ -294,11 +298,7 @@ pub(crate) fn base_rtt_in(
     now_unix_s: f64,
     policy: &PathDbPolicy,
 ) -> Option<std::time::Duration> {
-    let db = PathDb {
-        schema_version: PATH_DB_SCHEMA_VERSION,
-        entries: rows.iter().map(|s| s.entry.clone()).collect(),
-    };
-    db.base_rtt(peer, direction, now_unix_s, policy)
+    db_of(rows).base_rtt(peer, direction, now_unix_s, policy)
 }
 
 #[cfg(test)]

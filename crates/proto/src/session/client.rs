@@ -1221,7 +1221,13 @@ impl ClientSession {
                     .unwrap_or(u64::MAX),
             );
             let delivered = obs.delivered();
-            let ooo = if sender { None } else { obs.out_of_order() };
+            // Read (a TCP_INFO per stream) only while the plateau is still being looked for:
+            // a receiving client's estimator does not settle, so nothing after it uses it.
+            let ooo = if sender || p.estimator.is_full() {
+                None
+            } else {
+                obs.out_of_order()
+            };
             let full = p.estimator.on_sample_ordered(t, delivered, ooo).is_some();
             let probe_done = full && matches!(p.goal, Goal::Probe(_)) && !p.stopped;
             if probe_done {
