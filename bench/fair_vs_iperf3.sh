@@ -26,6 +26,9 @@
 # REVERSE=1: every transfer a pull (`iperf3 -R`, `send -R`: the servers in side b send);
 # needs RAW= (no table is generated from it).
 #
+# DUMP=DIR: also keep every client's JSON there (one file per client run, named by RTT, streams,
+# order, mode, repetition and tool), to diagnose a row.
+#
 # Usage: sudo [REPS=3] [RTTS="25 100"] [STREAMS="1 4"] [KNOWN=1] [REVERSE=1 RAW=FILE] bench/fair_vs_iperf3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -158,7 +161,19 @@ def series(out):
     return rates, int(got)
 
 
-def pair(first, second, n):
+DUMP = os.environ.get("DUMP", "")
+if DUMP:
+    os.makedirs(DUMP, exist_ok=True)
+
+
+def dump(label, tool, out):
+    """DUMP: keep a client's JSON as DUMP/LABEL-TOOL.json."""
+    if DUMP:
+        with open(os.path.join(DUMP, f"{label}-{tool}.json"), "w") as f:
+            f.write(out or "")
+
+
+def pair(first, second, n, label=""):
     """Run `first` for LONG s, `second` for SHORT s from JOIN s in; both results."""
     a = start(client(first, n, LONG))
     time.sleep(JOIN)
@@ -166,6 +181,7 @@ def pair(first, second, n):
     res = []
     for tool, secs, box in ((first, LONG, a), (second, SHORT, b)):
         box["thread"].join()
+        dump(label, tool, box.get("out"))
         rates, got, code = [], 0, box["code"]
         try:
             rates, got = series(box["out"])
@@ -203,7 +219,7 @@ try:
                 k = (rep - 1) % len(runs)
                 for order, mode in runs[k:] + runs[:k]:
                     first, second = ("iperf3", mode) if order == "iperf3-first" else (mode, "iperf3")
-                    inc, late = pair(first, second, n)
+                    inc, late = pair(first, second, n, f"{rtt}ms-P{n}-{order}-{mode}-{rep}")
                     j = settled(inc, late)
                     print(f"{rtt} ms P{n} rep {rep} {order:13} {mode:6} Jain {j:.3f}  "
                           f"incumbent {sum(inc['rates'][JOIN + 2:JOIN + 6]) / 4:6.0f} "

@@ -97,6 +97,7 @@ impl PathDbSession {
             entry_age_s: None,
             entry_samples: None,
             entry_full_pipe: None,
+            queue_over_base_us: None,
             recorded: Vec::new(),
             warnings: Vec::new(),
         };
@@ -207,6 +208,12 @@ impl PathDbSession {
         now_unix_s: f64,
     ) -> Option<Duration> {
         tcptune_pathdb::base_rtt_in(&self.rows, peer, direction, now_unix_s, &self.policy)
+    }
+
+    /// The entry found was matched at the path's base RTT, the handshake's RTT `over` it
+    /// (another flow's queue): the report says so.
+    pub(crate) fn note_queue_over_base(&mut self, over: Duration) {
+        self.report.queue_over_base_us = Some(u64::try_from(over.as_micros()).unwrap_or(u64::MAX));
     }
 
     /// The entry found was used instead of probing.

@@ -182,11 +182,16 @@ fn rate_source(t: &StartTcptune) -> String {
         "path_db" => {
             let db = m.path_db.as_ref();
             format!(
-                " (from the path database{}{}, no probe)",
+                " (from the path database{}{}{}, no probe)",
                 db.and_then(|d| d.entry_samples)
                     .map_or(String::new(), |n| format!(", {n} measurement(s)")),
                 db.and_then(|d| d.entry_age_s)
-                    .map_or(String::new(), |a| format!(", {} old", age(a)))
+                    .map_or(String::new(), |a| format!(", {} old", age(a))),
+                db.and_then(|d| d.queue_over_base_us)
+                    .map_or(String::new(), |q| format!(
+                        ", measured {:.1} ms shorter: the handshake waited behind another flow's queue",
+                        q as f64 / 1000.0
+                    ))
             )
         }
         "given" => " (given)".to_string(),

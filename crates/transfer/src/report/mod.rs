@@ -466,6 +466,10 @@ pub struct PathDbReport {
     /// The entry found was a full-pipe measurement (else a lower bound).
     #[serde(default)]
     pub entry_full_pipe: Option<bool>,
+    /// No entry matched the handshake's RTT, which was this much above the lowest RTT the
+    /// path was measured at (another flow's queue): the entry found is that RTT's.
+    #[serde(default)]
+    pub queue_over_base_us: Option<u64>,
     /// What was written back (`"probe"`, `"transfer"`), in order.
     #[serde(default)]
     pub recorded: Vec<String>,
