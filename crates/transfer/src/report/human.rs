@@ -179,25 +179,28 @@ fn rate_source(t: &StartTcptune) -> String {
                 }
             )
         }
-        "path_db" => {
-            let db = m.path_db.as_ref();
-            format!(
-                " (from the path database{}{}{}, no probe)",
-                db.and_then(|d| d.entry_samples)
-                    .map_or(String::new(), |n| format!(", {n} measurement(s)")),
-                db.and_then(|d| d.entry_age_s)
-                    .map_or(String::new(), |a| format!(", {} old", age(a))),
-                db.and_then(|d| d.queue_over_base_us)
-                    .map_or(String::new(), |q| format!(
-                        ", measured {:.1} ms shorter: the handshake waited behind another flow's queue",
-                        q as f64 / 1000.0
-                    ))
-            )
-        }
+        "path_db" => path_db_source(m.path_db.as_ref()),
         "given" => " (given)".to_string(),
         "in_band" => " (to be measured by the transfer itself)".to_string(),
         _ => String::new(),
     }
+}
+
+/// "(from the path database, ...)": the entry's measurements and age, and the queue its
+/// handshake waited behind when the entry was found at the path's base RTT.
+fn path_db_source(db: Option<&super::PathDbReport>) -> String {
+    format!(
+        " (from the path database{}{}{}, no probe)",
+        db.and_then(|d| d.entry_samples)
+            .map_or(String::new(), |n| format!(", {n} measurement(s)")),
+        db.and_then(|d| d.entry_age_s)
+            .map_or(String::new(), |a| format!(", {} old", age(a))),
+        db.and_then(|d| d.queue_over_base_us)
+            .map_or(String::new(), |q| format!(
+                ", measured {:.1} ms shorter: the handshake waited behind another flow's queue",
+                q as f64 / 1000.0
+            ))
+    )
 }
 
 fn age(s: f64) -> String {
@@ -370,5 +373,33 @@ fn verdict(r: &Report) -> String {
             "complete: {} messages, every byte verified",
             tt.messages_received
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_found_at_the_base_rtt_names_the_queue_the_handshake_waited_behind() {
+        let mut db = super::super::PathDbReport {
+            file: "paths.sqlite".into(),
+            used: true,
+            entry_age_s: Some(30.0),
+            entry_samples: Some(2),
+            entry_full_pipe: Some(true),
+            queue_over_base_us: None,
+            recorded: Vec::new(),
+            warnings: Vec::new(),
+        };
+        assert_eq!(
+            path_db_source(Some(&db)),
+            " (from the path database, 2 measurement(s), 30 s old, no probe)"
+        );
+        db.queue_over_base_us = Some(23_460);
+        assert_eq!(
+            path_db_source(Some(&db)),
+            " (from the path database, 2 measurement(s), 30 s old, measured 23.5 ms shorter: the handshake waited behind another flow's queue, no probe)"
+        );
     }
 }
