@@ -823,15 +823,15 @@ impl<'a> Conversation<'a> {
         })
     }
 
-    /// The main phase measured the path's rate in band: plan again with it (the streams it
-    /// needs: the ones open are kept, their windows carry the pipe), and every tuner
-    /// settles.
     /// The path's RTT with nothing queued, from the path database, for the in-band
     /// measurement's judgement ([`ClientSession::set_path_base_rtt`]).
     pub(crate) fn set_path_base_rtt(&mut self, rtt: Option<Duration>) {
         self.session.set_path_base_rtt(rtt);
     }
 
+    /// The main phase measured the path's rate in band: plan again with it (the streams it
+    /// needs: the ones open are kept, their windows carry the pipe), and every tuner
+    /// settles.
     fn on_measured(&mut self, now: Instant, m: Measured) {
         let rtt = self.phase.as_ref().and_then(|p| p.spec.hint.rtt);
         let hint = PathHint {
